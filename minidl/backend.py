@@ -1,0 +1,100 @@
+"""The NumPy/CuPy switch: every op is written once against ``xp``.
+
+``get_array_module(x)`` returns ``numpy`` for host arrays and ``cupy`` for
+device arrays, so ``xp = get_array_module(x); xp.exp(x)`` runs on either.
+CuPy is imported lazily, the first time a ``"cuda"`` device is asked for or a
+CuPy array is seen, so minidl works (and imports fast) where CuPy is absent.
+"""
+import numpy as np
+
+DEVICES = ("cpu", "cuda")
+
+_cupy = None          # the cupy module once imported
+_cupy_error = None    # why it could not be imported
+
+
+def cupy_module():
+    """Return the ``cupy`` module, or None when CuPy or a GPU is unavailable."""
+    global _cupy, _cupy_error
+    if _cupy is None and _cupy_error is None:
+        try:
+            import cupy
+            cupy.cuda.runtime.getDeviceCount()
+            _cupy = cupy
+        except Exception as exc:  # ImportError, or CUDA present without a GPU
+            _cupy_error = exc
+    return _cupy
+
+
+def cuda_available():
+    """True when CuPy imports and sees at least one GPU."""
+    return cupy_module() is not None
+
+
+def get_array_module(x):
+    """``numpy`` or ``cupy``, whichever owns ``x`` (a Tensor or an array)."""
+    if isinstance(x, np.ndarray) or _cupy is None:
+        return np
+    if hasattr(x, "requires_grad"):  # a Tensor: look at its array
+        x = x.data
+    return _cupy.get_array_module(x)
+
+
+def xp_for(device):
+    """The array module of a device name (``"cpu"``, ``"cuda"`` or ``"cuda:N"``)."""
+    if normalize_device(device) == "cpu":
+        return np
+    cp = cupy_module()
+    if cp is None:
+        raise RuntimeError(
+            f"device {device!r} needs CuPy and an NVIDIA GPU ({_cupy_error}); "
+            "install minidl[gpu] on a machine with a GPU, or use device='cpu'")
+    return cp
+
+
+def normalize_device(device):
+    """Map a device argument to ``"cpu"`` or ``"cuda"``; reject anything else."""
+    if device is None:
+        return "cpu"
+    name = str(device).split(":")[0]
+    if name not in DEVICES:
+        raise ValueError(f"unknown device {device!r}: choose one of {DEVICES}")
+    return name
+
+
+def device_of(array):
+    """``"cpu"`` for a NumPy array, ``"cuda"`` for a CuPy array."""
+    return "cpu" if isinstance(array, np.ndarray) else "cuda"
+
+
+def to_device(array, device):
+    """Move an array to ``device``; returns the same object when already there."""
+    device = normalize_device(device)
+    if device_of(array) == device:
+        return array
+    if device == "cpu":
+        return array.get()
+    return xp_for("cuda").asarray(array)
+
+
+def to_numpy(array):
+    """A NumPy copy (or the array itself) of a host or device array."""
+    return array if isinstance(array, np.ndarray) else array.get()
+
+
+def synchronize(array_or_device="cuda"):
+    """Wait for queued GPU work (a no-op on the CPU); MPI must see finished buffers."""
+    if _cupy is not None and (array_or_device == "cuda"
+                              or device_of(array_or_device) == "cuda"):
+        _cupy.cuda.get_current_stream().synchronize()
+
+
+def scatter_add(target, index, values):
+    """``target[index] += values`` with repeated indices summed (``ufunc.at``)."""
+    xp = get_array_module(target)
+    if xp is np:
+        np.add.at(target, index, values)
+    else:
+        import cupyx
+        cupyx.scatter_add(target, index, values)
+    return target
