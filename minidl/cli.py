@@ -1,0 +1,64 @@
+"""The ``minidl`` command line: one sub-command per job, each in its own module.
+
+Every entry below names ``"module:prefix"``; the module defines
+``add_<prefix>_arguments(parser)`` and ``run_<prefix>(args)``. Modules are
+imported only when their sub-command runs, so ``minidl --help`` is instant and
+a missing optional dependency (mpi4py, matplotlib) only affects the commands
+that need it.
+"""
+import argparse
+import importlib
+import sys
+
+COMMANDS = {
+    # name: (module, prefix, help)
+}
+
+BENCHMARKS = {
+    # name: (module, prefix, help)
+}
+
+
+def _add_commands(subparsers, table):
+    for name, (module, prefix, help_text) in table.items():
+        sub = subparsers.add_parser(name, help=help_text, description=help_text)
+        mod = importlib.import_module(module)
+        getattr(mod, f"add_{prefix}_arguments")(sub)
+        sub.set_defaults(_run=(module, prefix))
+
+
+def build_parser(argv):
+    """The parser; only the sub-command named in ``argv`` imports its module."""
+    parser = argparse.ArgumentParser(prog="minidl", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    wanted = argv[0] if argv else None
+    for name, (module, prefix, help_text) in COMMANDS.items():
+        if name == wanted:
+            _add_commands(sub, {name: (module, prefix, help_text)})
+        else:
+            sub.add_parser(name, help=help_text, add_help=False)
+    bench = sub.add_parser("bench", help="side-by-side benchmarks",
+                           description="side-by-side benchmarks")
+    bench_sub = bench.add_subparsers(dest="benchmark", metavar="BENCHMARK")
+    wanted_bench = argv[1] if wanted == "bench" and len(argv) > 1 else None
+    for name, entry in BENCHMARKS.items():
+        if name == wanted_bench:
+            _add_commands(bench_sub, {name: entry})
+        else:
+            bench_sub.add_parser(name, help=entry[2], add_help=False)
+    return parser
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
+    if not hasattr(args, "_run"):
+        parser.print_help()
+        return 2
+    module, prefix = args._run
+    return getattr(importlib.import_module(module), f"run_{prefix}")(args) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
