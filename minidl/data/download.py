@@ -7,6 +7,7 @@ at a mirror with ``base_url=`` or ``$MINIDL_DATA_URL`` (a ``{name}`` in it is
 replaced by the dataset name, e.g. ``https://mirror.example/{name}/``).
 """
 import hashlib
+import http.client
 import os
 import urllib.error
 import urllib.request
@@ -41,26 +42,35 @@ def resolve_base_url(spec, base_url=None):
 
 
 def fetch_verified(url, target, sha256, timeout=60):
-    """Fetch ``url`` to ``target`` atomically; raise ``DownloadError`` unless its SHA-256 is ``sha256``."""
-    digest = hashlib.sha256()
+    """Fetch ``url`` to ``target`` atomically; ``DownloadError`` unless its SHA-256 is ``sha256``."""
+    digest, received = hashlib.sha256(), 0
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response, atomic_write(target) as out:
             for chunk in iter(lambda: response.read(CHUNK), b""):
                 digest.update(chunk)
                 out.write(chunk)
+                received += len(chunk)
+            promised = response.headers.get("Content-Length")
+            if promised is not None and int(promised) != received:
+                raise DownloadError(f"{url}: connection lost after {received} of {promised} "
+                                    "bytes; nothing was saved, try again")
             if digest.hexdigest() != sha256:
                 raise DownloadError(
                     f"{url}: SHA-256 mismatch: expected {sha256}, got {digest.hexdigest()}; "
                     "the file was not saved (a damaged download or a wrong mirror)")
+    except DownloadError:
+        raise
     except urllib.error.HTTPError as exc:
         raise DownloadError(f"{url}: HTTP error {exc.code} {exc.reason}") from exc
     except urllib.error.URLError as exc:
         raise DownloadError(f"{url}: cannot connect ({exc.reason}); are you online? "
                             f"set {URL_ENV} to use a mirror") from exc
+    except (OSError, http.client.HTTPException) as exc:  # a reset, a timeout, a short read
+        raise DownloadError(f"{url}: download failed ({exc!r}); nothing was saved") from exc
 
 
 def download(name, directory=None, base_url=None, checksums=None, timeout=60, log=None):
-    """Download dataset ``name`` (or a ``DatasetSpec``) into ``directory`` (default: its cache folder).
+    """Download dataset ``name`` (or a ``DatasetSpec``) into ``directory`` (default: the cache).
 
     Files already present with the right SHA-256 are kept. ``checksums`` (file
     name -> SHA-256) replaces the dataset's published values, for mirrors of

@@ -7,6 +7,7 @@ A gzip-compressed file is recognised by its two magic bytes ``1f 8b``, not by
 its name, so a renamed file still loads.
 """
 import gzip
+import math
 import os
 import struct
 import zlib
@@ -73,7 +74,7 @@ def parse_idx(data, path="<bytes>", gunzipped=False):
                              f"bytes, {found}")
     shape = struct.unpack(f">{ndim}I", data[4:header])
     dtype = TYPE_CODES[code]
-    expected = header + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    expected = header + math.prod(shape) * dtype.itemsize
     if len(data) < expected:
         raise IDXError(path, f"truncated: shape {shape} of {dtype.newbyteorder('=').name} "
                              f"needs {expected} bytes, {found}")

@@ -32,9 +32,11 @@ class DataLoader:
     def __init__(self, dataset, batch_size, shuffle=False, seed=0, drop_last=False,
                  rank=0, world_size=1, transform=None):
         if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"DataLoader: batch_size must be a positive integer, got {batch_size!r}")
+            raise ValueError(f"DataLoader: batch_size must be a positive integer, "
+                             f"got {batch_size!r}")
         if not isinstance(world_size, (int, np.integer)) or world_size < 1:
-            raise ValueError(f"DataLoader: world_size must be a positive integer, got {world_size!r}")
+            raise ValueError(f"DataLoader: world_size must be a positive integer, "
+                             f"got {world_size!r}")
         if not 0 <= rank < world_size:
             raise ValueError(f"DataLoader: rank {rank} is outside 0..{world_size - 1} "
                              f"(world_size={world_size})")

@@ -1,4 +1,5 @@
 """Fixtures for the data tests: synthetic IDX dataset folders and a local HTTP server."""
+import contextlib
 import functools
 import http.server
 import threading
@@ -40,20 +41,32 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def http_folder(tmp_path, monkeypatch):
-    """Serve a fresh folder on 127.0.0.1 (a free port); yields (folder, base URL); always stops."""
-    for name in ("no_proxy", "NO_PROXY"):  # never route the loopback through a proxy
-        monkeypatch.setenv(name, "127.0.0.1,localhost")
-    folder = tmp_path / "served"
-    folder.mkdir()
-    handler = functools.partial(_QuietHandler, directory=str(folder))
+@contextlib.contextmanager
+def serve(handler):
+    """Run ``handler`` on 127.0.0.1 at a free port in a thread; yields the base URL; always stops."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
-        yield folder, f"http://127.0.0.1:{server.server_address[1]}/"
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
     finally:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+@pytest.fixture
+def local_server(monkeypatch):
+    """``local_server(handler)``: the ``serve`` context manager, with proxies bypassed."""
+    for name in ("no_proxy", "NO_PROXY"):  # never route the loopback through a proxy
+        monkeypatch.setenv(name, "127.0.0.1,localhost")
+    return serve
+
+
+@pytest.fixture
+def http_folder(tmp_path, local_server):
+    """Serve a fresh folder on 127.0.0.1 (a free port); yields (folder, base URL)."""
+    folder = tmp_path / "served"
+    folder.mkdir()
+    with local_server(functools.partial(_QuietHandler, directory=str(folder))) as url:
+        yield folder, url

@@ -87,3 +87,16 @@ def test_in_the_loader_including_an_empty_rank_batch():
                           transform=augment) for r in range(3)]
     shapes = [[x.shape for x, _ in loader] for loader in loaders]
     assert shapes[2][-1] == (0, 1, 32, 32) and shapes[0][0] == (3, 1, 32, 32)
+
+
+@pytest.mark.gpu
+def test_cupy_batches_match_numpy():
+    cupy = pytest.importorskip("cupy")
+    from minidl.backend import cuda_available
+    if not cuda_available():
+        pytest.skip("no GPU")
+    x, y = batch(n=8, h=28, w=28)
+    augment = Compose([Pad(2), RandomCrop(32, padding=4), RandomHorizontalFlip(), CenterCrop(30)])
+    on_host = augment(x, y, np.random.default_rng(4))[0]
+    on_gpu = augment(cupy.asarray(x), y, np.random.default_rng(4))[0]
+    np.testing.assert_array_equal(cupy.asnumpy(on_gpu), on_host)

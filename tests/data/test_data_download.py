@@ -1,9 +1,11 @@
 """The downloader and ``minidl data``, against a local HTTP server on 127.0.0.1 only."""
 import dataclasses
 import hashlib
+import http.server
 import os
 import shutil
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -75,6 +77,47 @@ def test_unreachable_server(tmp_path):
         with pytest.raises(DownloadError, match="cannot connect") as info:
             download("mnist", tmp_path, base_url=f"http://127.0.0.1:{port}/", timeout=5)
     assert f"http://127.0.0.1:{port}/train-images-idx3-ubyte.gz" in str(info.value)
+    assert os.listdir(tmp_path) == []
+
+
+class _ShortBodyHandler(http.server.BaseHTTPRequestHandler):
+    """Promises 1000 bytes, sends 10, hangs up: a connection lost mid-file."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "1000")
+        self.end_headers()
+        self.wfile.write(b"0123456789")
+        self.close_connection = True
+
+    def log_message(self, *args):
+        pass
+
+
+def test_connection_lost_mid_file(tmp_path, local_server):
+    with local_server(_ShortBodyHandler) as url:
+        with pytest.raises(DownloadError, match="connection lost after 10 of 1000 bytes; nothing was saved") as info:
+            download("mnist", tmp_path, base_url=url)
+    assert f"{url}train-images-idx3-ubyte.gz" in str(info.value)
+    assert os.listdir(tmp_path) == []
+
+
+class _StallingHandler(_ShortBodyHandler):
+    """Sends the headers and a little data, then stalls past the client's timeout."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "1000")
+        self.end_headers()
+        self.wfile.write(b"0123456789")
+        self.wfile.flush()
+        time.sleep(1.0)
+
+
+def test_stalled_server_times_out(tmp_path, local_server):
+    with local_server(_StallingHandler) as url:
+        with pytest.raises(DownloadError, match="download failed.*timed out"):
+            download("mnist", tmp_path, base_url=url, timeout=0.2)
     assert os.listdir(tmp_path) == []
 
 
