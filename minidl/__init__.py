@@ -7,6 +7,7 @@ from .autograd import Tensor, Function, no_grad, is_grad_enabled, tensor, ShapeE
 from . import functional
 from . import layers
 from . import optim
+from . import data
 from . import random
 from .random import manual_seed
 from .gradcheck import gradcheck, GradcheckError
