@@ -166,8 +166,7 @@ class Tensor:
 
     def to(self, target):
         """A copy on another device (``"cpu"``/``"cuda"``) or of another dtype; differentiable."""
-        from .functional import shape_ops
-        return shape_ops.to(self, target)
+        return _ops.to(self, target)
 
     # ------------------------------------------------------------- backward
     def backward(self, grad=None, retain_graph=False):
@@ -188,16 +187,16 @@ class Tensor:
                     f"{self.shape}: reduce it first (e.g. loss.sum()) or pass grad=")
             grad = xp.ones_like(self.data)
         else:
-            grad = getattr(grad, "data", grad)
+            grad = grad.data if isinstance(grad, Tensor) else grad
             if grad.shape != self.shape:
                 raise ShapeError(f"backward(): grad has shape {grad.shape}, "
                                  f"the tensor has shape {self.shape}")
         if self._ctx is None:
-            _accumulate_leaf(self, grad)
+            _accumulate_leaf(self, grad, set())
             _run_hooks(self)
             return
         order, leaf_uses = _topological_order(self)
-        grads = {id(self): grad}
+        grads, taken = {id(self): grad}, set()
         for t in order:
             fn = t._ctx
             g = grads.pop(id(t))
@@ -209,7 +208,7 @@ class Tensor:
                     continue
                 if x._ctx is None:
                     if gx is not None:
-                        _accumulate_leaf(x, gx)
+                        _accumulate_leaf(x, gx, taken)
                     leaf_uses[id(x)] -= 1
                     if leaf_uses[id(x)] == 0:
                         _run_hooks(x)
@@ -285,14 +284,20 @@ def _as_array(data):
     return np.asarray(data)
 
 
-def _accumulate_leaf(leaf, grad):
-    # Gradients reaching a leaf may be views (broadcasts, slices) of arrays
-    # other tensors also hold; the leaf gets its own contiguous array.
+def _accumulate_leaf(leaf, grad, taken):
+    """Add ``grad`` into ``leaf.grad``; the leaf gets an array no other leaf holds.
+
+    Gradients reaching leaves may be read-only views (broadcasts) or the very
+    array another input received (``a + b`` passes one gradient to both);
+    ``taken`` holds the ids of arrays already given to leaves in this pass.
+    """
     if leaf.grad is None:
         xp = backend.get_array_module(grad)
-        leaf.grad = xp.ascontiguousarray(grad, dtype=leaf.data.dtype)
-        if leaf.grad is grad and not grad.flags.writeable:
-            leaf.grad = grad.copy()
+        own = xp.ascontiguousarray(grad, dtype=leaf.data.dtype)
+        if id(own) in taken or not own.flags.writeable:
+            own = own.copy()
+        taken.add(id(own))
+        leaf.grad = own
     else:
         leaf.grad = leaf.grad + grad
 
@@ -345,4 +350,4 @@ def tensor(data, requires_grad=False, dtype="float32", device="cpu"):
     return Tensor(xp.array(data, dtype=as_dtype(dtype)), requires_grad=requires_grad)
 
 
-from .functional import core as _ops  # noqa: E402  (the ops need Tensor defined first)
+from . import functional as _ops  # noqa: E402  (the ops need Tensor defined first)

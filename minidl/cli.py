@@ -12,6 +12,7 @@ import sys
 
 COMMANDS = {
     # name: (module, prefix, help)
+    "data": ("minidl.data.cli", "data", "get and locate datasets"),
 }
 
 BENCHMARKS = {

@@ -1,0 +1,93 @@
+"""What minidl knows about each dataset: files, checksums, download base, statistics.
+
+One ``DatasetSpec`` per dataset feeds the file lookup (``locate.py``), the
+downloader (``download.py``), the dataset classes and the ``minidl data`` CLI.
+"""
+from dataclasses import dataclass
+
+SPLITS = ("train", "test")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A dataset of four IDX files: train/test images and labels."""
+
+    name: str             # the CLI name and the cache folder name
+    title: str            # how messages spell it
+    files: dict           # split -> (images file, labels file), gzip names
+    sha256: dict          # file name -> SHA-256 of the published .gz file
+    base_url: str         # files are fetched from base_url + file name
+    mean: float           # of x/255 over the training set
+    std: float
+    classes: tuple
+    debian_dirs: tuple = ()     # folders a Debian package installs the files to
+    debian_package: str = ""
+
+    def split_files(self, split):
+        """The (images, labels) file names of ``split`` ('train' or 'test')."""
+        if split not in self.files:
+            raise ValueError(f"{self.title}: unknown split {split!r}; choose one of {SPLITS}")
+        return self.files[split]
+
+    def all_files(self):
+        """All four file names, train first."""
+        return tuple(name for split in SPLITS for name in self.files[split])
+
+
+_MNIST_FILES = {
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
+}
+
+# SHA-256 values computed from the files of the Debian package
+# dataset-fashion-mnist (0.0~git20200523.55506a9-1), which are the published ones.
+FASHION_MNIST = DatasetSpec(
+    name="fashion-mnist",
+    title="Fashion-MNIST",
+    files=_MNIST_FILES,
+    sha256={
+        "train-images-idx3-ubyte.gz": "b0564c3eedabfbf835052cff8503ea422014ce006caf5b757f851416ee8300c7",
+        "train-labels-idx1-ubyte.gz": "0ae29f65d86684f32d1b9c85147786c547b9c6aebcaf235f0400a0cce308b056",
+        "t10k-images-idx3-ubyte.gz": "cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa",
+        "t10k-labels-idx1-ubyte.gz": "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05",
+    },
+    base_url="http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+    mean=0.2860,
+    std=0.3530,
+    classes=("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+             "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"),
+    debian_dirs=("/usr/share/datasets/fashion-mnist",),
+    debian_package="dataset-fashion-mnist",
+)
+
+# SHA-256 values of the original gzip files (9,912,422 / 28,881 / 1,648,877 /
+# 4,542 bytes), as listed identically by many independent download scripts and
+# dataset catalogues; the mirror below serves those same files. Debian ships
+# no MNIST data package, so there is no system folder to look in.
+MNIST = DatasetSpec(
+    name="mnist",
+    title="MNIST",
+    files=_MNIST_FILES,
+    sha256={
+        "train-images-idx3-ubyte.gz": "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
+        "train-labels-idx1-ubyte.gz": "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
+        "t10k-images-idx3-ubyte.gz": "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
+        "t10k-labels-idx1-ubyte.gz": "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",
+    },
+    base_url="https://ossci-datasets.s3.amazonaws.com/mnist/",
+    mean=0.1307,
+    std=0.3081,
+    classes=tuple(str(digit) for digit in range(10)),
+)
+
+DATASETS = {spec.name: spec for spec in (FASHION_MNIST, MNIST)}
+
+
+def get_spec(name):
+    """The ``DatasetSpec`` called ``name`` (a spec passes through); errors list the known names."""
+    if isinstance(name, DatasetSpec):
+        return name
+    key = name.lower().replace("_", "-")
+    if key not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(DATASETS)}")
+    return DATASETS[key]

@@ -1,0 +1,34 @@
+"""``minidl data download NAME [--dir DIR]`` and ``minidl data where NAME [--data-dir DIR]``."""
+import sys
+
+from .catalog import DATASETS, get_spec
+from .download import URL_ENV, DownloadError, download
+from .locate import DatasetNotFoundError, locate
+
+
+def add_data_arguments(parser):
+    """The ``download`` and ``where`` actions of ``minidl data``."""
+    actions = parser.add_subparsers(dest="data_action", metavar="ACTION", required=True)
+    get = actions.add_parser("download", help="download a dataset (SHA-256 checked) "
+                                              "into the cache or --dir")
+    get.add_argument("name", choices=sorted(DATASETS))
+    get.add_argument("--dir", "--data-dir", dest="dir", default=None,
+                     help="target folder (default: ~/.cache/minidl/NAME)")
+    get.add_argument("--url", default=None,
+                     help=f"base URL of a mirror (default: ${URL_ENV} or the official one)")
+    where = actions.add_parser("where", help="print the folder a dataset is loaded from")
+    where.add_argument("name", choices=sorted(DATASETS))
+    where.add_argument("--data-dir", default=None, help="folder to look in first")
+
+
+def run_data(args):
+    """Run the chosen action; 1 with the error on stderr when it fails."""
+    try:
+        if args.data_action == "download":
+            print(download(args.name, args.dir, base_url=args.url, log=print))
+        else:
+            print(locate(get_spec(args.name), args.data_dir))
+    except (DatasetNotFoundError, DownloadError) as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    return 0

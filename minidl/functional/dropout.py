@@ -1,0 +1,28 @@
+"""Inverted dropout (Srivastava et al. 2014): in training, zero each element
+with probability p and scale the survivors by 1/(1-p), so that evaluation is
+the identity. Draws come from ``minidl.random`` (seed it with ``manual_seed``).
+"""
+from ..autograd import Function
+from ..backend import get_array_module
+from ..random import get_rng
+
+
+class Dropout(Function):
+    def forward(self, x, p):
+        xp = get_array_module(x)
+        keep = get_rng(xp).random(x.shape, dtype=x.dtype) >= p
+        self.mask = keep.astype(x.dtype)
+        self.mask *= 1.0 / (1.0 - p)
+        return x * self.mask
+
+    def backward(self, g):
+        return g * self.mask
+
+
+def dropout(x, p=0.5, training=True):
+    """Zero elements with probability ``p`` when ``training``; identity otherwise."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout: p={p} must lie in [0, 1)")
+    if not training or p == 0.0:
+        return x
+    return Dropout.apply(x, p=p)

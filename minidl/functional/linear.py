@@ -1,0 +1,36 @@
+"""Fully connected layer: y = x W^T + b (survey §3.1.1; W is (out, in) as in PyTorch).
+
+Gradients (survey App. A.3 with its shape erratum corrected):
+dx = dy W, dW = dy^T x, db = sum over the batch of dy.
+"""
+from ..autograd import Function, ShapeError
+
+
+class Linear(Function):
+    def forward(self, x, w, b=None):
+        if x.shape[-1] != w.shape[1]:
+            raise ShapeError(f"linear: input of shape {x.shape} has {x.shape[-1]} features, "
+                             f"the weight {w.shape} expects {w.shape[1]}")
+        self.x, self.w = x, w
+        y = x @ w.T
+        if b is not None:
+            y += b
+        return y
+
+    def backward(self, g):
+        need_x, need_w = self.needs_input_grad[:2]
+        x2 = self.x.reshape(-1, self.x.shape[-1])
+        g2 = g.reshape(-1, g.shape[-1])
+        gx = g @ self.w if need_x else None
+        gw = g2.T @ x2 if need_w else None
+        if len(self.needs_input_grad) == 2:
+            return gx, gw
+        gb = g2.sum(axis=0) if self.needs_input_grad[2] else None
+        return gx, gw, gb
+
+
+def linear(x, weight, bias=None):
+    """x W^T + b for a weight of shape (out_features, in_features)."""
+    if bias is None:
+        return Linear.apply(x, weight)
+    return Linear.apply(x, weight, bias)

@@ -1,0 +1,134 @@
+"""Batch normalisation and local response normalisation.
+
+Batch norm (Ioffe & Szegedy 2015; survey §3.1.1 and App. A.6): per channel,
+    x_hat = (x - E[x]) / sqrt(Var[x] + eps),   y = gamma x_hat + beta,
+with E and the biased Var over the batch (and spatial) axes in training, and
+the running estimates in evaluation. Backward (App. A.6, simplified):
+    dx = (gamma / sqrt(Var + eps)) (dy - mean(dy) - x_hat mean(dy x_hat)).
+Running statistics follow PyTorch: r <- (1 - momentum) r + momentum s, with
+the unbiased variance n/(n-1) Var for the running variance.
+
+Local response norm (Krizhevsky et al. 2012, AlexNet), with PyTorch's scaling:
+    b_c = a_c / (k + alpha/n * sum_{c' in window(c)} a_{c'}^2)^beta,
+the window spanning channels c - n//2 .. c + (n-1)//2. Krizhevsky writes
+alpha without the 1/n: pass alpha = n * 1e-4 to get the paper's alpha = 1e-4.
+"""
+from ..autograd import Function, ShapeError, Tensor
+from ..backend import get_array_module
+
+
+def channel_axes(x):
+    """Every axis but the channel axis 1: (0,) for (N, C), (0, 2, 3) for NCHW."""
+    return (0,) + tuple(range(2, x.ndim))
+
+
+def per_channel(v, ndim):
+    """A (C,) vector shaped to broadcast along axis 1 of an ``ndim`` array."""
+    return v.reshape((1, -1) + (1,) * (ndim - 2))
+
+
+class BatchNorm(Function):
+    def forward(self, x, weight, bias, running_mean, running_var, training, momentum, eps):
+        xp = get_array_module(x)
+        axes = channel_axes(x)
+        self.axes, self.training = axes, training
+        if training:
+            n = x.size // x.shape[1]
+            if n < 2:
+                raise ValueError(f"batch_norm: training needs more than one value per channel, "
+                                 f"got input of shape {x.shape}")
+            mean = x.mean(axis=axes, keepdims=True)
+            centered = x - mean
+            var = (centered * centered).mean(axis=axes, keepdims=True)
+            if running_mean is not None:
+                running_mean *= 1 - momentum
+                running_mean += momentum * mean.reshape(-1)
+                running_var *= 1 - momentum
+                running_var += (momentum * n / (n - 1)) * var.reshape(-1)
+        else:
+            centered = x - per_channel(running_mean, x.ndim)
+            var = per_channel(running_var, x.ndim)
+        self.invstd = 1.0 / xp.sqrt(var + eps)
+        self.x_hat = centered * self.invstd
+        self.weight = per_channel(weight, x.ndim)
+        return self.x_hat * self.weight + per_channel(bias, x.ndim)
+
+    def backward(self, g):
+        need_x, need_w, need_b = self.needs_input_grad
+        gx = gw = gb = None
+        if need_x:
+            gx_hat = g * self.weight
+            if self.training:
+                gx_hat = (gx_hat - gx_hat.mean(axis=self.axes, keepdims=True)
+                          - self.x_hat * (gx_hat * self.x_hat).mean(axis=self.axes, keepdims=True))
+            gx = gx_hat * self.invstd
+        if need_w:
+            gw = (g * self.x_hat).sum(axis=self.axes)
+        if need_b:
+            gb = g.sum(axis=self.axes)
+        return gx, gw, gb
+
+
+def batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None,
+               training=False, momentum=0.1, eps=1e-5):
+    """Normalise each channel of an (N, C) or (N, C, ...) tensor (see the module doc).
+
+    ``running_mean``/``running_var`` (Tensors or arrays of shape (C,)) are
+    updated in place when ``training``; evaluation uses them instead of the
+    batch statistics. ``weight`` (gamma) and ``bias`` (beta) default to 1 and 0.
+    """
+    if x.ndim < 2:
+        raise ShapeError(f"batch_norm: expected (N, C) or (N, C, ...) input, got shape {x.shape}")
+    xp = get_array_module(x.data)
+    c = x.shape[1]
+    weight = weight if weight is not None else Tensor(xp.ones(c, dtype=x.dtype))
+    bias = bias if bias is not None else Tensor(xp.zeros(c, dtype=x.dtype))
+    stats = [s.data if isinstance(s, Tensor) else s for s in (running_mean, running_var)]
+    for name, v in (("weight", weight.data), ("bias", bias.data),
+                    ("running_mean", stats[0]), ("running_var", stats[1])):
+        if v is not None and v.shape != (c,):
+            raise ShapeError(f"batch_norm: {name} has shape {v.shape}, expected ({c},) "
+                             f"for input of shape {x.shape}")
+    if not training and stats[0] is None:
+        training = True  # no running estimates to use: normalise with the batch
+    return BatchNorm.apply(x, weight, bias, running_mean=stats[0], running_var=stats[1],
+                           training=training, momentum=momentum, eps=eps)
+
+
+def window_sum(a, before, after):
+    """s[:, c] = sum of a[:, c - before .. c + after] over channels, clipped at the edges."""
+    xp = get_array_module(a)
+    c = a.shape[1]
+    s = xp.zeros_like(a)
+    for d in range(-before, after + 1):
+        if d >= 0:
+            s[:, :c - d] += a[:, d:]
+        else:
+            s[:, -d:] += a[:, :c + d]
+    return s
+
+
+class LocalResponseNorm(Function):
+    def forward(self, x, size, alpha, beta, k):
+        self.size, self.alpha, self.beta = size, alpha, beta
+        self.x = x
+        self.scale = window_sum(x * x, size // 2, (size - 1) // 2)
+        self.scale *= alpha / size
+        self.scale += k
+        self.y = x * self.scale ** -beta
+        return self.y
+
+    def backward(self, g):
+        # d b_c / d a_i = [i = c] s_c^-beta - (2 alpha beta / n) a_i a_c s_c^(-beta-1)
+        back = window_sum(g * self.y / self.scale, (self.size - 1) // 2, self.size // 2)
+        return g * self.scale ** -self.beta - (2 * self.alpha * self.beta / self.size) * self.x * back
+
+
+def local_response_norm(x, size, alpha=1e-4, beta=0.75, k=1.0):
+    """AlexNet's local response normalisation across channels (see the module doc)."""
+    if x.ndim < 3:
+        raise ShapeError(f"local_response_norm: expected (N, C, ...) input with at least "
+                         f"3 dimensions, got shape {x.shape}")
+    if size < 1:
+        raise ValueError(f"local_response_norm: size must be positive, got {size}")
+    return LocalResponseNorm.apply(x, size=size, alpha=alpha, beta=beta, k=k)

@@ -1,0 +1,105 @@
+"""2-D max and average pooling over NCHW tensors (survey §3.1.1, App. A.5).
+
+Output size per axis: floor((H + 2P - K) / S) + 1. Both ops visit the
+window by its K_h * K_w offsets: each offset is one strided view of the
+(padded) input covering every output position at once, so the work is
+K_h * K_w whole-array operations rather than a loop over windows.
+Max pooling routes the gradient to the first maximum of each window; average
+pooling spreads it evenly (padding counts as zeros in the average).
+"""
+from ..autograd import Function, ShapeError
+from ..backend import get_array_module
+
+
+def pair(v, name, op):
+    """``v`` as a pair of ints (an int means the same value on both axes)."""
+    p = (v, v) if isinstance(v, int) else tuple(v)
+    if len(p) != 2 or not all(isinstance(i, int) for i in p):
+        raise ValueError(f"{op}: {name} must be an int or a pair of ints, got {v!r}")
+    return p
+
+
+def pool_geometry(shape, kernel_size, stride, padding, op):
+    """Validated (kernel, stride, padding, output size) pairs for an NCHW input."""
+    if len(shape) != 4:
+        raise ShapeError(f"{op}: expected an NCHW input (4 dimensions), got shape {shape}")
+    k = pair(kernel_size, "kernel_size", op)
+    s = k if stride is None else pair(stride, "stride", op)
+    p = pair(padding, "padding", op)
+    if min(k) < 1 or min(s) < 1 or min(p) < 0:
+        raise ValueError(f"{op}: kernel {k} and stride {s} must be positive, padding {p} >= 0")
+    if p[0] > k[0] // 2 or p[1] > k[1] // 2:
+        raise ValueError(f"{op}: padding {p} must be at most half the kernel {k}")
+    out = tuple((shape[2 + i] + 2 * p[i] - k[i]) // s[i] + 1 for i in range(2))
+    if min(out) < 1:
+        raise ShapeError(f"{op}: input {shape[2:]} with padding {p} is smaller than the kernel {k}")
+    return k, s, p, out
+
+
+def window(a, i, j, s, out):
+    """The strided view of ``a`` seen by kernel offset (i, j) at every output position."""
+    return a[:, :, i:i + s[0] * (out[0] - 1) + 1:s[0], j:j + s[1] * (out[1] - 1) + 1:s[1]]
+
+
+def pad_hw(x, p, value):
+    if p == (0, 0):
+        return x
+    xp = get_array_module(x)
+    return xp.pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])), constant_values=value)
+
+
+def scatter_windows(fn, g, part):
+    """The input gradient: ``part(offset)`` summed into each offset's window, padding cropped."""
+    xp = get_array_module(g)
+    k, s, p, out = fn.geometry
+    gpad = xp.zeros(fn.padded_shape, dtype=g.dtype)
+    for offset in range(k[0] * k[1]):
+        window(gpad, offset // k[1], offset % k[1], s, out)[...] += part(offset)
+    h, w = fn.x_shape[2:]
+    return gpad[:, :, p[0]:p[0] + h, p[1]:p[1] + w]
+
+
+class MaxPool2d(Function):
+    def forward(self, x, kernel_size, stride, padding):
+        xp = get_array_module(x)
+        k, s, p, out = pool_geometry(x.shape, kernel_size, stride, padding, "max_pool2d")
+        xpad = pad_hw(x, p, -xp.inf)
+        y = window(xpad, 0, 0, s, out).copy()
+        arg = xp.zeros(y.shape, dtype=xp.uint8)
+        for offset in range(1, k[0] * k[1]):
+            view = window(xpad, offset // k[1], offset % k[1], s, out)
+            better = view > y
+            xp.copyto(y, view, where=better)
+            arg[better] = offset
+        self.geometry, self.arg, self.padded_shape, self.x_shape = (k, s, p, out), arg, xpad.shape, x.shape
+        return y
+
+    def backward(self, g):
+        return scatter_windows(self, g, lambda offset: g * (self.arg == offset))
+
+
+class AvgPool2d(Function):
+    def forward(self, x, kernel_size, stride, padding):
+        k, s, p, out = pool_geometry(x.shape, kernel_size, stride, padding, "avg_pool2d")
+        xpad = pad_hw(x, p, 0)
+        y = window(xpad, 0, 0, s, out).copy()
+        for offset in range(1, k[0] * k[1]):
+            y += window(xpad, offset // k[1], offset % k[1], s, out)
+        y *= 1.0 / (k[0] * k[1])
+        self.geometry, self.padded_shape, self.x_shape = (k, s, p, out), xpad.shape, x.shape
+        return y
+
+    def backward(self, g):
+        k = self.geometry[0]
+        share = g * (1.0 / (k[0] * k[1]))
+        return scatter_windows(self, g, lambda offset: share)
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0):
+    """Maximum over each window (stride defaults to the kernel size; pads with -inf)."""
+    return MaxPool2d.apply(x, kernel_size=kernel_size, stride=stride, padding=padding)
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0):
+    """Mean over each window (stride defaults to the kernel size; zero padding counted)."""
+    return AvgPool2d.apply(x, kernel_size=kernel_size, stride=stride, padding=padding)

@@ -1,0 +1,57 @@
+"""AlexNet (Krizhevsky et al. 2012) in three variants of the same 5-conv + 3-FC structure.
+
+- ``original``: the 2012 paper: 96@11x11/4, LRN, pool, 256@5x5 (2 groups),
+  LRN, pool, 384@3x3, 384@3x3 (2 groups), 256@3x3 (2 groups), pool, fc 4096,
+  4096, classes, dropout 0.5 before fc6 and fc7. 227x227 inputs; 60,965,224
+  parameters for 1000 classes. LRN: n=5, k=2, beta=0.75 and the paper's
+  alpha=1e-4 (passed as 5e-4 in PyTorch's alpha/n convention).
+- ``torchvision``: the single-tower form common today: 64@11x11/4 pad 2, pool,
+  192@5x5, pool, 384, 256, 256 @3x3, pool, fc 4096, 4096, classes; no LRN,
+  no groups; 224x224 inputs give 6x6 maps; 61,100,840 parameters.
+- ``small``: the same structure scaled to 28x28 (or 32x32) images so that it
+  trains on a CPU in minutes: 32@3x3, LRN, pool, 64@3x3, LRN, pool, 96, 96,
+  64 @3x3, pool, fc 256, 256, classes with dropout.
+"""
+from .. import layers as L
+
+VARIANTS = ("original", "torchvision", "small")
+
+
+def _lrn():
+    return L.LocalResponseNorm(5, alpha=5e-4, beta=0.75, k=2.0)
+
+
+def _classifier(features, hidden, num_classes, dropout):
+    return [L.Flatten(), L.Dropout(dropout), L.Linear(features, hidden), L.ReLU(),
+            L.Dropout(dropout), L.Linear(hidden, hidden), L.ReLU(),
+            L.Linear(hidden, num_classes)]
+
+
+def alexnet(num_classes=1000, variant="torchvision", in_channels=3, conv_algo="auto"):
+    """AlexNet; ``variant`` is one of ``VARIANTS`` (see the module doc)."""
+    def conv(cin, cout, k, stride=1, padding=0, groups=1):
+        return [L.Conv2d(cin, cout, k, stride=stride, padding=padding, groups=groups,
+                         algo=conv_algo), L.ReLU()]
+
+    pool = lambda: L.MaxPool2d(3, stride=2)  # noqa: E731  (overlapping pooling)
+    if variant == "original":
+        layers = (conv(in_channels, 96, 11, stride=4) + [_lrn(), pool()]
+                  + conv(96, 256, 5, padding=2, groups=2) + [_lrn(), pool()]
+                  + conv(256, 384, 3, padding=1) + conv(384, 384, 3, padding=1, groups=2)
+                  + conv(384, 256, 3, padding=1, groups=2) + [pool()]
+                  + _classifier(256 * 6 * 6, 4096, num_classes, 0.5))
+    elif variant == "torchvision":
+        layers = (conv(in_channels, 64, 11, stride=4, padding=2) + [pool()]
+                  + conv(64, 192, 5, padding=2) + [pool()]
+                  + conv(192, 384, 3, padding=1) + conv(384, 256, 3, padding=1)
+                  + conv(256, 256, 3, padding=1) + [pool()]
+                  + _classifier(256 * 6 * 6, 4096, num_classes, 0.5))
+    elif variant == "small":
+        layers = (conv(in_channels, 32, 3, padding=1) + [_lrn(), L.MaxPool2d(2)]
+                  + conv(32, 64, 3, padding=1) + [_lrn(), L.MaxPool2d(2)]
+                  + conv(64, 96, 3, padding=1) + conv(96, 96, 3, padding=1)
+                  + conv(96, 64, 3, padding=1) + [L.MaxPool2d(2)]
+                  + _classifier(64 * 3 * 3, 256, num_classes, 0.3))
+    else:
+        raise ValueError(f"alexnet: variant {variant!r} is not one of {VARIANTS}")
+    return L.Sequential(*layers)

@@ -1,0 +1,25 @@
+"""LeNet-5 (LeCun et al. 1998) as the survey's §3.3.1 describes it.
+
+conv 6@5x5 (pad 2 on 28x28 inputs, so the feature maps are 28x28 as in the
+original's 32x32 input) -> pool 2 -> conv 16@5x5 -> pool 2 -> fc 120 -> fc 84
+-> fc num_classes. Max pooling and full C3 connectivity as in the survey;
+61,706 parameters for 28x28 inputs and 10 classes.
+"""
+from .. import layers as L
+
+ACTIVATIONS = {"relu": L.ReLU, "tanh": L.Tanh}
+
+
+def lenet5(num_classes=10, in_channels=1, activation="relu", conv_algo="auto"):
+    """LeNet-5 for (N, in_channels, 28, 28) inputs."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"lenet5: activation {activation!r} is not one of {tuple(ACTIVATIONS)}")
+    act = ACTIVATIONS[activation]
+    return L.Sequential(
+        L.Conv2d(in_channels, 6, 5, padding=2, algo=conv_algo), act(), L.MaxPool2d(2),
+        L.Conv2d(6, 16, 5, algo=conv_algo), act(), L.MaxPool2d(2),
+        L.Flatten(),
+        L.Linear(16 * 5 * 5, 120), act(),
+        L.Linear(120, 84), act(),
+        L.Linear(84, num_classes),
+    )

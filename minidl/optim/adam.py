@@ -1,0 +1,40 @@
+"""Adam (Kingma & Ba 2015): momentum on g and on g^2, with bias correction.
+
+    m <- b1 m + (1 - b1) g;   v <- b2 v + (1 - b2) g^2;   t <- t + 1
+    w <- w - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+This is the original algorithm and PyTorch's ``Adam``. The survey's Table 3
+differs twice: it puts eps inside the root, sqrt(v_hat + eps), and folds the
+bias correction into the recursion (the corrected moments feed the next
+step), which changes the trajectory after the first step. Its 1 - b^t
+denominators also need t to start at 1, as here.
+"""
+import math
+
+from ..backend import get_array_module
+from .optimizer import Optimizer, _check_nonnegative
+
+
+class Adam(Optimizer):
+    hyper_names = ("lr", "betas", "eps", "weight_decay")
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                 clip_grad_norm=None):
+        super().__init__(params, lr, weight_decay, clip_grad_norm)
+        if not all(0.0 <= b < 1.0 for b in betas) or len(betas) != 2:
+            raise ValueError(f"Adam: betas {betas} must be two numbers in [0, 1)")
+        _check_nonnegative(self, eps=eps)
+        self.betas, self.eps = tuple(betas), eps
+
+    def update(self, w, g, state):
+        b1, b2 = self.betas
+        m = self.buffer(state, "exp_avg", w)
+        v = self.buffer(state, "exp_avg_sq", w)
+        t = state["step"] = state.get("step", 0) + 1
+        m *= b1
+        m += (1 - b1) * g
+        v *= b2
+        v += (1 - b2) * (g * g)
+        denom = get_array_module(v).sqrt(v)
+        denom *= 1.0 / math.sqrt(1 - b2 ** t)
+        denom += self.eps
+        w -= (self.lr / (1 - b1 ** t)) * m / denom

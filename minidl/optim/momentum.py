@@ -1,0 +1,46 @@
+"""Momentum (Qian 1999) and Nesterov momentum (Nesterov 1983; Sutskever et al. 2013).
+
+Both keep a velocity buffer b (b = g on the first step, as PyTorch does):
+    momentum:  b <- mu b + g;   w <- w - lr b
+    Nesterov:  b <- mu b + g;   w <- w - lr (g + mu b)
+The survey's Table 3 writes momentum on weight differences,
+w_{t+1} = w_t + mu (w_t - w_{t-1}) - lr g_t, which is the same trajectory for
+a constant lr (w_t - w_{t-1} = -lr b_{t-1}); it differs from this form only
+when lr changes. Its Nesterov row evaluates the gradient at w - mu v and
+applies v_t rather than v_{t+1} (an erratum: the standard look-ahead is
+w + mu v); here the gradient is taken at the current weights and the update
+is PyTorch's reformulation of the standard rule.
+"""
+from .optimizer import Optimizer, _check_nonnegative
+
+
+class Momentum(Optimizer):
+    """Heavy-ball momentum; PyTorch's ``SGD(momentum=mu)``."""
+
+    hyper_names = ("lr", "momentum", "weight_decay")
+
+    def __init__(self, params, lr, momentum=0.9, weight_decay=0.0, clip_grad_norm=None):
+        super().__init__(params, lr, weight_decay, clip_grad_norm)
+        _check_nonnegative(self, momentum=momentum)
+        self.momentum = momentum
+
+    def velocity(self, g, state):
+        """b <- mu b + g (b = g on the first step)."""
+        b = state.get("momentum_buffer")
+        if b is None:
+            b = state["momentum_buffer"] = g.copy()
+        else:
+            b *= self.momentum
+            b += g
+        return b
+
+    def update(self, w, g, state):
+        w -= self.lr * self.velocity(g, state)
+
+
+class Nesterov(Momentum):
+    """Nesterov accelerated gradient; PyTorch's ``SGD(momentum=mu, nesterov=True)``."""
+
+    def update(self, w, g, state):
+        b = self.velocity(g, state)
+        w -= self.lr * (g + self.momentum * b)

@@ -1,0 +1,122 @@
+"""The optimizer template: ``step()`` = hooks (clipping, weight decay) + one rule per parameter.
+
+Every rule of the survey's Table 3 has the form w <- w + u(g, state, t)
+(Alg. 1, line 4). Subclasses implement ``update(w, g, state)`` in place on
+the parameter's array; state arrays are created lazily with ``zeros_like``,
+so one optimizer runs on NumPy and CuPy parameters alike.
+
+Hooks, in PyTorch's order: clipping by the global norm (Pascanu et al. 2013;
+survey §3.2: g <- g * thres / ||g|| when ||g|| > thres) runs on the raw
+gradients; then weight decay adds lambda * w to each gradient (L2 /
+Tikhonov regularisation, survey §3.2).
+"""
+import math
+
+import numpy as np
+
+from ..autograd import Tensor, no_grad
+from ..backend import get_array_module
+
+
+def clip_grad_norm_(params, max_norm):
+    """Scale all gradients by max_norm / (||g|| + 1e-6) when the global norm ||g|| exceeds max_norm.
+
+    Returns the norm before clipping. Gradients are replaced, not modified in
+    place (a gradient array may be shared).
+    """
+    params = [p for p in params if p.grad is not None]
+    total = math.sqrt(sum(float((p.grad.astype(np.float64) ** 2).sum()) for p in params))
+    if total > max_norm:
+        scale = max_norm / (total + 1e-6)
+        for p in params:
+            p.grad = p.grad * p.grad.dtype.type(scale)
+    return total
+
+
+class Optimizer:
+    """Base class: holds the parameters, the hyper-parameters and per-parameter state."""
+
+    hyper_names = ("lr", "weight_decay")
+
+    def __init__(self, params, lr, weight_decay=0.0, clip_grad_norm=None):
+        self.params = list(params)
+        if not self.params:
+            raise ValueError(f"{type(self).__name__}: got an empty parameter list; "
+                             "pass model.parameters()")
+        for i, p in enumerate(self.params):
+            if not isinstance(p, Tensor) or not p.requires_grad:
+                raise TypeError(f"{type(self).__name__}: parameter {i} is not a Tensor "
+                                "with requires_grad=True")
+        if len({id(p) for p in self.params}) != len(self.params):
+            raise ValueError(f"{type(self).__name__}: a parameter appears twice in the list")
+        _check_nonnegative(self, lr=lr, weight_decay=weight_decay)
+        if clip_grad_norm is not None and clip_grad_norm <= 0:
+            raise ValueError(f"{type(self).__name__}: clip_grad_norm must be positive")
+        self.lr, self.weight_decay, self.clip_grad_norm = lr, weight_decay, clip_grad_norm
+        self.state = [{} for _ in self.params]
+
+    def zero_grad(self):
+        """Forget the gradients (set them to None) before the next backward."""
+        for p in self.params:
+            p.grad = None
+
+    def step(self):
+        """Apply one update to every parameter that has a gradient."""
+        with no_grad():
+            if self.clip_grad_norm is not None:
+                clip_grad_norm_(self.params, self.clip_grad_norm)
+            for p, state in zip(self.params, self.state):
+                g = p.grad
+                if g is None:
+                    continue
+                if self.weight_decay:
+                    g = g + self.weight_decay * p.data
+                self.update(p.data, g, state)
+
+    def update(self, w, g, state):
+        raise NotImplementedError(f"{type(self).__name__}.update")
+
+    @staticmethod
+    def buffer(state, name, like):
+        """The state array ``name``, created as zeros shaped like ``like`` on first use."""
+        if name not in state:
+            state[name] = get_array_module(like).zeros_like(like)
+        return state[name]
+
+    # -------------------------------------------------------------- state
+    def state_dict(self):
+        """{"hyper": {name: value}, "state": [ {name: array or number} per parameter ]}."""
+        return {"hyper": {name: getattr(self, name) for name in self.hyper_names},
+                "state": [dict(s) for s in self.state]}
+
+    def load_state_dict(self, state_dict):
+        """Restore hyper-parameters and per-parameter state saved by ``state_dict``."""
+        states = state_dict["state"]
+        if len(states) != len(self.params):
+            raise ValueError(f"{type(self).__name__}.load_state_dict: the state holds "
+                             f"{len(states)} parameters, the optimizer has {len(self.params)}")
+        for name, value in state_dict["hyper"].items():
+            if name not in self.hyper_names:
+                raise KeyError(f"{type(self).__name__}.load_state_dict: unknown "
+                               f"hyper-parameter {name!r}; is this another optimizer's state?")
+            setattr(self, name, tuple(value) if isinstance(value, (list, np.ndarray)) else value)
+        for i, (p, saved) in enumerate(zip(self.params, states)):
+            own = {}
+            for name, value in saved.items():
+                if hasattr(value, "shape") and value.shape not in ((), p.shape):
+                    raise ValueError(f"{type(self).__name__}.load_state_dict: state {name!r} of "
+                                     f"parameter {i} has shape {value.shape}, the parameter {p.shape}")
+                xp = get_array_module(p.data)
+                own[name] = (xp.array(value, dtype=p.dtype) if np.ndim(value)
+                             else getattr(value, "item", lambda: value)())
+            self.state[i] = own
+
+    def __repr__(self):
+        hyper = ", ".join(f"{n}={getattr(self, n)}" for n in self.hyper_names)
+        return f"{type(self).__name__}({len(self.params)} parameters, {hyper})"
+
+
+def _check_nonnegative(opt, **values):
+    for name, v in values.items():
+        if v < 0:
+            raise ValueError(f"{type(opt).__name__}: {name}={v} must be >= 0")

@@ -1,0 +1,24 @@
+"""RMSProp (Tieleman & Hinton 2012): divide by a running root-mean-square of gradients.
+
+    A <- alpha A + (1 - alpha) g^2;   w <- w - lr g / (sqrt(A) + eps)
+PyTorch's ``RMSprop`` (not centred, no momentum). The survey's Table 3 has the
+same form (eps outside the root), with alpha written beta.
+"""
+from ..backend import get_array_module
+from .optimizer import Optimizer, _check_nonnegative
+
+
+class RMSProp(Optimizer):
+    hyper_names = ("lr", "alpha", "eps", "weight_decay")
+
+    def __init__(self, params, lr=0.01, alpha=0.99, eps=1e-8, weight_decay=0.0,
+                 clip_grad_norm=None):
+        super().__init__(params, lr, weight_decay, clip_grad_norm)
+        _check_nonnegative(self, alpha=alpha, eps=eps)
+        self.alpha, self.eps = alpha, eps
+
+    def update(self, w, g, state):
+        a = self.buffer(state, "square_avg", w)
+        a *= self.alpha
+        a += (1 - self.alpha) * (g * g)
+        w -= self.lr * g / (get_array_module(a).sqrt(a) + self.eps)

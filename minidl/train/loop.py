@@ -1,0 +1,87 @@
+"""The training loop (survey Alg. 2): per minibatch forward, loss, backward, update.
+
+``train_epoch`` and ``evaluate`` work with any model, optimizer (or wrapper
+with ``zero_grad``/``step``) and loader yielding ``(images, labels)`` arrays.
+With a communicator, the per-epoch sums are added over all ranks so that
+every rank reports the global loss and accuracy.
+"""
+import math
+import time
+
+import numpy as np
+
+from .. import functional as F
+from ..autograd import Tensor, no_grad
+from ..backend import to_device, to_numpy
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss became NaN or infinite; training stops before the update."""
+
+
+def _progress(loader, description, enabled):
+    if not enabled:
+        return loader
+    from tqdm import tqdm
+    return tqdm(loader, desc=description, leave=False, mininterval=0.5, unit="batch")
+
+
+def _global_sums(comm, *values):
+    """The element-wise sum of ``values`` over all ranks (the values themselves without comm)."""
+    if comm is None:
+        return values
+    total = np.array(values, dtype=np.float64)
+    comm.allreduce(total, op="sum")
+    return tuple(total)
+
+
+def train_epoch(model, optimizer, loader, epoch=0, device="cpu", progress=False, comm=None):
+    """One pass over ``loader``; returns {"loss", "acc", "images", "seconds", "images_per_s"}."""
+    model.train()
+    loss_sum = correct = seen = 0.0
+    start = time.perf_counter()
+    bar = _progress(loader, f"epoch {epoch}", progress)
+    for step, (x, y) in enumerate(bar):
+        logits = model(Tensor(to_device(x, device)))
+        loss = F.cross_entropy(logits, y)
+        value = loss.item()
+        if not math.isfinite(value):
+            raise NonFiniteLossError(
+                f"epoch {epoch}, step {step}: the loss is {value}; training stopped before "
+                "this update (the last checkpoint is kept). Lower --lr, or clip gradients")
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        n = len(y)
+        loss_sum += value * n
+        correct += int((to_numpy(logits.data.argmax(axis=1)) == y).sum())
+        seen += n
+        if progress and step % 20 == 0:
+            rate = seen / (time.perf_counter() - start)
+            bar.set_postfix(loss=f"{loss_sum / seen:.4f}", acc=f"{correct / seen:.3f}",
+                            img_s=f"{rate:.0f}")
+    seconds = time.perf_counter() - start
+    loss_sum, correct, seen = _global_sums(comm, loss_sum, correct, seen)
+    return {"loss": loss_sum / seen, "acc": correct / seen, "images": int(seen),
+            "seconds": seconds, "images_per_s": seen / seconds}
+
+
+def evaluate(model, loader, num_classes, device="cpu", comm=None):
+    """Loss, accuracy and confusion matrix (rows: true class, columns: predicted)."""
+    model.eval()
+    confusion = np.zeros((num_classes, num_classes), dtype=np.int64)
+    loss_sum = 0.0
+    with no_grad():
+        for x, y in loader:
+            if len(y) == 0:
+                continue
+            logits = model(Tensor(to_device(x, device)))
+            loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
+            predicted = to_numpy(logits.data.argmax(axis=1))
+            np.add.at(confusion, (y, predicted), 1)
+    if comm is not None:
+        comm.allreduce(confusion, op="sum")
+        (loss_sum,) = _global_sums(comm, loss_sum)
+    seen = confusion.sum()
+    return {"loss": loss_sum / max(seen, 1), "acc": np.trace(confusion) / max(seen, 1),
+            "images": int(seen), "confusion": confusion}
