@@ -6,6 +6,8 @@ A ``ConvGeometry`` is hashable, so it doubles as the autotuner's cache key.
 """
 from dataclasses import dataclass, replace
 
+from ..autograd import ShapeError
+
 
 def pair(value, name):
     """``3 -> (3, 3)``; ``(3, 5) -> (3, 5)``; anything else is an error naming ``name``."""
@@ -83,9 +85,9 @@ class ConvGeometry:
 def make_geometry(x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1):
     """Validate the shapes and hyper-parameters of a conv2d call; errors name the shapes and the fix."""
     if len(x_shape) != 4:
-        raise ValueError(f"conv2d: input must be 4-D (N, C, H, W), got shape {tuple(x_shape)}")
+        raise ShapeError(f"conv2d: input must be 4-D (N, C, H, W), got shape {tuple(x_shape)}")
     if len(w_shape) != 4:
-        raise ValueError(f"conv2d: weight must be 4-D (out, in/groups, kh, kw), got shape {tuple(w_shape)}")
+        raise ShapeError(f"conv2d: weight must be 4-D (out, in/groups, kh, kw), got shape {tuple(w_shape)}")
     stride, padding, dilation = pair(stride, "stride"), pair(padding, "padding"), pair(dilation, "dilation")
     if not isinstance(groups, int) or groups < 1:
         raise ValueError(f"conv2d: groups must be a positive int, not {groups!r}")
@@ -95,15 +97,15 @@ def make_geometry(x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1):
     n, c, h, w = (int(v) for v in x_shape)
     k, cg, kh, kw = (int(v) for v in w_shape)
     if cg * groups != c:
-        raise ValueError(f"conv2d: weight {tuple(w_shape)} expects {cg}*groups={cg * groups} input "
+        raise ShapeError(f"conv2d: weight {tuple(w_shape)} expects {cg}*groups={cg * groups} input "
                          f"channels but the input {tuple(x_shape)} has {c}; "
                          f"use a weight of shape ({k}, {c // groups}, {kh}, {kw})")
     if k % groups:
-        raise ValueError(f"conv2d: out_channels {k} of weight {tuple(w_shape)} is not divisible "
+        raise ShapeError(f"conv2d: out_channels {k} of weight {tuple(w_shape)} is not divisible "
                          f"by groups={groups}")
     geom = ConvGeometry(n, c, h, w, k, kh, kw, stride, padding, dilation, groups)
     if geom.out_h < 1 or geom.out_w < 1:
-        raise ValueError(f"conv2d: input {tuple(x_shape)} padded by {padding} is smaller than the "
+        raise ShapeError(f"conv2d: input {tuple(x_shape)} padded by {padding} is smaller than the "
                          f"dilated kernel {tuple(w_shape)} (dilation {dilation}); "
                          "use a larger input or more padding")
     return geom
