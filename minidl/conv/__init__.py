@@ -6,18 +6,19 @@ computes the cross-correlation of survey Eq. 2 on NCHW tensors with weights
 (``"winograd_f2x2_3x3"``, ``"winograd_f4x4_3x3"``) or ``"auto"``, which
 times the algorithms that can compute the shape, once per (shape, dtype,
 device, pass), and keeps the fastest (see ``autotune``; ``print(report())``).
-Each algorithm also reports its multiply count and workspace
-(``implementation(name).multiplies(geometry)``).
+Each algorithm also reports its multiply count and workspace:
+``multiplies(name, geometry)``, ``workspace_bytes(name, geometry, pass_)``.
 """
 from ..autograd import Tensor
 from .autotune import TUNER
 from .base import PASSES, Unsupported
 from .function import Conv2dFunction
 from .geometry import ConvGeometry, make_geometry
-from .registry import ALGORITHMS, NAMES, applicable, implementation, require
+from .registry import (ALGORITHMS, NAMES, applicable, implementation, multiplies, require,
+                       workspace_bytes)
 
 __all__ = ["conv2d", "ALGORITHMS", "NAMES", "PASSES", "Unsupported", "ConvGeometry",
-           "make_geometry", "implementation", "applicable", "configure", "report",
+           "make_geometry", "implementation", "applicable", "multiplies", "workspace_bytes", "configure", "report",
            "clear_cache", "choices"]
 
 

@@ -72,8 +72,12 @@ class Direct(ConvAlgorithm):
     def workspace_bytes(self, geom, pass_, itemsize=4):
         n, c, h, w = geom.input_shape
         padded = n * c * (h + 2 * geom.padding[0]) * (w + 2 * geom.padding[1])
-        shifted = n * c * geom.out_h * geom.out_w   # one offset's gathered input
-        return itemsize * (padded + shifted)
+        p = geom.out_h * geom.out_w
+        # one offset's shifted input and one product (the matmul result before it is added)
+        per_offset = {"forward": n * c * p + n * geom.out_channels * p,
+                      "backward_input": n * c * p,
+                      "backward_weight": n * c * p + n * geom.out_channels * p}[pass_]
+        return itemsize * (padded + per_offset)
 
 
 DIRECT = Direct()

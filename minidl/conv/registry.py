@@ -47,6 +47,17 @@ def require(name, geom):
     return impl
 
 
+def multiplies(name, geom):
+    """Forward-pass multiplies of algorithm ``name`` for ``geom``, all groups, by stage."""
+    per_group = implementation(name).multiplies(geom.per_group())
+    return {stage: count * geom.groups for stage, count in per_group.items()}
+
+
+def workspace_bytes(name, geom, pass_, itemsize=4):
+    """Temporary memory of one pass (one group at a time: the groups run one after another)."""
+    return implementation(name).workspace_bytes(geom.per_group(), pass_, itemsize)
+
+
 def _either(names):
     quoted = [repr(n) for n in names]
     return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
