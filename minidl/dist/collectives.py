@@ -83,6 +83,19 @@ class Exchange:
         if self.on_device:
             backend.synchronize("cuda")
 
+    def _move(self, out, dest, part, source, add):
+        """One segment: send ``out`` (may be empty) while receiving ``part`` (may be empty)."""
+        into = self.tmp[:part.size] if add else part
+        self._ready()
+        if out.size and part.size:
+            self.comm.Sendrecv(out, dest, 0, into, source, 0)
+        elif out.size:
+            self.comm.Send(out, dest)
+        elif part.size:
+            self.comm.Recv(into, source)
+        if add and part.size:
+            backend.get_array_module(part).add(part, into, out=part)
+
     def sendrecv(self, send_view, dest, recv_view, source, add=False):
         """Send ``send_view`` to ``dest`` while receiving ``recv_view`` from ``source``.
 
@@ -91,21 +104,25 @@ class Exchange:
         overwritten. The two lengths may differ, so the tail of the longer
         one goes alone.
         """
-        xp = backend.get_array_module(recv_view)
         step = self.segment
         for start in range(0, max(send_view.size, recv_view.size), step):
-            out = send_view[start:start + step]
-            part = recv_view[start:start + step]
-            into = self.tmp[:part.size] if add else part
-            self._ready()
-            if out.size and part.size:
-                self.comm.Sendrecv(out, dest, 0, into, source, 0)
-            elif out.size:
-                self.comm.Send(out, dest)
-            else:
-                self.comm.Recv(into, source)
-            if add and part.size:
-                xp.add(part, into, out=part)
+            self._move(send_view[start:start + step], dest,
+                       recv_view[start:start + step], source, add)
+
+    def reduce_then_forward(self, send_view, target, forward_into, dest, source, divide_by):
+        """The last reduce step fused with the first copy step, segment by segment.
+
+        Per segment: send ``send_view`` while ``target += received``; divide
+        the finished ``target`` segment for a mean; send it on while receiving
+        ``forward_into``'s segment. The finished segment is still in cache when
+        it leaves, which saves a pass over memory.
+        """
+        step = self.segment
+        for start in range(0, max(send_view.size, target.size, forward_into.size), step):
+            part = target[start:start + step]
+            self._move(send_view[start:start + step], dest, part, source, add=True)
+            divide_in_place(part, divide_by)
+            self._move(part, dest, forward_into[start:start + step], source, add=False)
 
     def send(self, view, dest):
         self.sendrecv(view, dest, self.nothing, None)
@@ -154,7 +171,8 @@ def ring(comm, x, ex, divide_by=None):
 
     After reduce-scatter step s, rank r's block (r-s-1) mod P holds s+2
     contributions; after P-1 steps rank r owns the finished block (r+1) mod P,
-    which the allgather passes around the ring.
+    which the allgather passes around the ring. The last reduce step and the
+    first allgather step run fused, segment by segment.
     """
     rank, size = comm.Get_rank(), comm.Get_size()
     bounds = _block_bounds(x.size, size)
@@ -164,10 +182,11 @@ def ring(comm, x, ex, divide_by=None):
         return x[bounds[i]:bounds[i + 1]]
 
     right, left = (rank + 1) % size, (rank - 1) % size
-    for step in range(size - 1):
+    for step in range(size - 2):
         ex.sendrecv(block(rank - step), right, block(rank - step - 1), left, add=True)
-    divide_in_place(block(rank + 1), divide_by)
-    for step in range(size - 1):
+    # reduce-scatter step P-2 completes block r+1, which allgather step 0 sends on
+    ex.reduce_then_forward(block(rank + 2), block(rank + 1), block(rank), right, left, divide_by)
+    for step in range(1, size - 1):
         ex.sendrecv(block(rank + 1 - step), right, block(rank - step), left)
 
 
@@ -218,7 +237,8 @@ def rabenseifner(comm, x, ex, divide_by=None):
 
     At distance d (p2/2, p2/4, ..., 1) partners r and r XOR d share a
     segment; each keeps one half, sends the other and adds the partner's
-    copy of its half. The allgather replays the halvings backwards.
+    copy of its half. The allgather replays the halvings backwards; its
+    first step is fused with the last halving (same partner, same halves).
     """
     rank, size = comm.Get_rank(), comm.Get_size()
     p2, active = _fold_in(ex, x, rank, size)
@@ -230,11 +250,15 @@ def rabenseifner(comm, x, ex, divide_by=None):
             partner = rank ^ distance
             mid = lo + (hi - lo) // 2
             keep, give = ((mid, hi), (lo, mid)) if rank & distance else ((lo, mid), (mid, hi))
-            ex.sendrecv(x[give[0]:give[1]], partner, x[keep[0]:keep[1]], partner, add=True)
             halvings.append((partner, lo, hi))
+            if distance > 1:
+                ex.sendrecv(x[give[0]:give[1]], partner, x[keep[0]:keep[1]], partner, add=True)
+            else:  # the last halving and the first doubling pair the same ranks
+                ex.reduce_then_forward(x[give[0]:give[1]], x[keep[0]:keep[1]],
+                                       x[give[0]:give[1]], partner, partner, divide_by)
             lo, hi = keep
             distance >>= 1
-        divide_in_place(x[lo:hi], divide_by)
+        _, lo, hi = halvings.pop()  # the fused step already gathered the last halving
         for partner, parent_lo, parent_hi in reversed(halvings):
             other = (parent_lo, lo) if lo > parent_lo else (hi, parent_hi)
             ex.sendrecv(x[lo:hi], partner, x[other[0]:other[1]], partner)

@@ -11,10 +11,10 @@ ROOT = HERE.parents[1]
 LAUNCH_TIMEOUT = 60
 
 
-def _env():
+def _env(extra=None):
     path = os.environ.get("PYTHONPATH")
     return {"PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT),
-            "OPENBLAS_NUM_THREADS": "1"}
+            "OPENBLAS_NUM_THREADS": "1", **(extra or {})}
 
 
 @pytest.fixture
@@ -24,8 +24,8 @@ def mpi_run():
     if reason:
         pytest.skip(reason)
 
-    def launch(nprocs, *args, timeout=LAUNCH_TIMEOUT):
-        return run_mpi(nprocs, args, timeout=timeout, env=_env())
+    def launch(nprocs, *args, timeout=LAUNCH_TIMEOUT, env=None):
+        return run_mpi(nprocs, args, timeout=timeout, env=_env(env))
     return launch
 
 
@@ -38,8 +38,8 @@ def checks_script():
 @pytest.fixture
 def run_checks(mpi_run, checks_script):
     """Run named checks of mpi_checks.py on ``nprocs`` ranks; assert every rank passed."""
-    def launch(nprocs, *checks):
-        result = mpi_run(nprocs, checks_script, *checks)
+    def launch(nprocs, *checks, env=None):
+        result = mpi_run(nprocs, checks_script, *checks, env=env)
         assert not result.timed_out, f"hung for {result.seconds:.0f} s:\n{result.output}"
         assert result.returncode == 0, result.output
         for check in checks:

@@ -122,6 +122,11 @@ def check_bcast_p2p(comm, xp=np):
             assert bool((array == (size - 1) / 2).all()), algorithm
 
 
+def check_thread_level(comm, xp=np):
+    """Report whether iallreduce may use its background thread (the test compares)."""
+    print(f"rank {comm.rank} background thread: {comm.threaded}", flush=True)
+
+
 def check_auto(comm, xp=np):
     """``algorithm="auto"`` (model and measurement) picks the same algorithm on every rank."""
     for mode in ("model", "measure"):
