@@ -36,7 +36,7 @@ from minidl import backend
 
 ALLREDUCE_ALGORITHMS = ("mpi", "ring", "butterfly", "tree", "rabenseifner")
 
-SEGMENT_BYTES = 1 << 20  # host arrays; see benchmarks/bench_allreduce.py for the tuning
+SEGMENT_BYTES = 1 << 19  # host arrays; tuned with benchmarks/bench_allreduce.py --segments
 
 
 class Scratch:

@@ -143,6 +143,14 @@ def _check_reduction(array, op):
     return op == "mean"
 
 
+def _on_device_of(array, function, *args):
+    """Run ``function(*args)`` with ``array``'s GPU current (a new thread starts on GPU 0)."""
+    if isinstance(array, np.ndarray):
+        return function(*args)
+    with array.device:
+        return function(*args)
+
+
 class Request:
     """A pending operation: ``wait()`` finishes it and returns its array, ``test()`` polls.
 
@@ -200,12 +208,17 @@ class Communicator:
         self._measured = {}
 
     # ---- buffers -----------------------------------------------------------------------
-    def _mpi_buffer(self, array, copy_in=True, reuse=True):
-        """What MPI reads or writes for ``array``: itself, or a host copy of a GPU array."""
+    def _mpi_buffer(self, array, copy_in=True, reuse=True, device_ok=True):
+        """What MPI reads or writes for ``array``: itself, or a host copy of a GPU array.
+
+        ``reuse=False`` gives a fresh host copy (for requests still pending
+        when the next call comes); ``device_ok=False`` stages even with a
+        CUDA-aware library.
+        """
         if isinstance(array, np.ndarray):
             return array
         backend.synchronize(array)
-        if self.cuda_aware:
+        if self.cuda_aware and device_ok:
             return array
         if not reuse:
             return array.get() if copy_in else np.empty(array.shape, array.dtype)
@@ -266,7 +279,9 @@ class Communicator:
         divide_by = self.size if mean else None
         if self.size == 1 or array.size == 0:
             return Request(self.allreduce(array, op, name))
-        buffer = self._mpi_buffer(array, reuse=False)
+        # CUDA-aware MPI_Iallreduce on device buffers crashes some Open MPI versions
+        # (mpi4py issue 164): the library's own non-blocking allreduce always stages.
+        buffer = self._mpi_buffer(array, reuse=False, device_ok=name != "mpi")
         if name == "mpi":
             MPI = mpi_module()
             request = self._collective.Iallreduce(MPI.IN_PLACE, buffer, op=MPI.SUM)
@@ -280,7 +295,8 @@ class Communicator:
             self._copy_back(array, buffer)
             return Request(array)
         executor, comm, scratch = self._background_lane()
-        future = executor.submit(collectives.allreduce, comm, buffer, name, divide_by, scratch)
+        future = executor.submit(_on_device_of, buffer, collectives.allreduce,
+                                 comm, buffer, name, divide_by, scratch)
         return Request(array, future.result, future.done, lambda: self._copy_back(array, buffer))
 
     def _background_lane(self):
