@@ -19,6 +19,7 @@ COMMANDS = {
 
 BENCHMARKS = {
     # name: (module, prefix, help)
+    "allreduce": ("minidl.dist.bench", "allreduce", "allreduce algorithms: measured vs the cost model"),
 }
 
 
