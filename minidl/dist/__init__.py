@@ -6,5 +6,6 @@ is imported by ``init()``, not by ``import minidl.dist``.
 """
 from minidl.dist.collectives import ALLREDUCE_ALGORITHMS
 from minidl.dist.comm import Communicator, Request, init
+from minidl.dist.data_parallel import DistributedOptimizer
 
-__all__ = ["ALLREDUCE_ALGORITHMS", "Communicator", "Request", "init"]
+__all__ = ["ALLREDUCE_ALGORITHMS", "Communicator", "DistributedOptimizer", "Request", "init"]

@@ -22,6 +22,7 @@ import os
 import re
 import sys
 import threading
+import time
 import traceback
 
 import numpy as np
@@ -164,9 +165,17 @@ class Request:
         self._test = test
         self._finish = finish
         self._done = wait is None
+        self.started = time.perf_counter()
+        self.finished = self.started if self._done else None  # when the data was reduced
+
+    def mark_finished(self):
+        """Record when the operation itself ended (a background thread calls this)."""
+        if self.finished is None:
+            self.finished = time.perf_counter()
 
     def _complete(self):
         self._wait()  # returns at once when finished; re-raises a background failure
+        self.mark_finished()
         if self._finish is not None:
             self._finish()
         self._done = True
@@ -297,7 +306,9 @@ class Communicator:
         executor, comm, scratch = self._background_lane()
         future = executor.submit(_on_device_of, buffer, collectives.allreduce,
                                  comm, buffer, name, divide_by, scratch)
-        return Request(array, future.result, future.done, lambda: self._copy_back(array, buffer))
+        request = Request(array, future.result, future.done, lambda: self._copy_back(array, buffer))
+        future.add_done_callback(lambda _: request.mark_finished())
+        return request
 
     def _background_lane(self):
         """The worker thread of ``iallreduce``, its communicator and scratch (made on first use)."""

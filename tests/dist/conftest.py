@@ -37,9 +37,10 @@ def checks_script():
 
 @pytest.fixture
 def run_checks(mpi_run, checks_script):
-    """Run named checks of mpi_checks.py on ``nprocs`` ranks; assert every rank passed."""
-    def launch(nprocs, *checks, env=None):
-        result = mpi_run(nprocs, checks_script, *checks, env=env)
+    """Run named checks of mpi_checks.py (or ``script``) on ``nprocs`` ranks; assert all passed."""
+    def launch(nprocs, *checks, env=None, script=None, timeout=LAUNCH_TIMEOUT):
+        result = mpi_run(nprocs, HERE / script if script else checks_script, *checks,
+                         env=env, timeout=timeout)
         assert not result.timed_out, f"hung for {result.seconds:.0f} s:\n{result.output}"
         assert result.returncode == 0, result.output
         for check in checks:

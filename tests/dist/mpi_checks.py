@@ -178,15 +178,14 @@ def check_gpu(comm):
         check(comm, cupy)
 
 
-CHECKS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
-
-
-def main(argv):
+def run_named_checks(namespace, argv):
+    """Run the ``check_<name>`` functions of ``namespace`` named in ``argv``, in order."""
+    checks = {n[len("check_"):]: f for n, f in namespace.items() if n.startswith("check_")}
     comm = dist.init()
     for name in argv:
-        CHECKS[name](comm)
+        checks[name](comm)
         print(f"CHECK {name} OK rank {comm.rank}", flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_named_checks(globals(), sys.argv[1:])
