@@ -22,21 +22,17 @@ every rank issues the same collectives in the same order.
 """
 import time
 
-from minidl.backend import get_array_module
 from minidl.dist.collectives import check_algorithm
+from minidl.dist.compression import CompressedAllreduce, make_compressor
+from minidl.dist.flat import FlatBuffer
 
 
-class Bucket:
+class Bucket(FlatBuffer):
     """A flat gradient buffer for a run of parameters of one dtype."""
 
     def __init__(self, index, params):
-        xp = get_array_module(params[0].data)
-        self.index, self.params = index, params
-        self.flat = xp.empty(sum(p.size for p in params), dtype=params[0].dtype)
-        self.views, offset = [], 0
-        for p in params:
-            self.views.append(self.flat[offset:offset + p.size].reshape(p.shape))
-            offset += p.size
+        super().__init__(params)
+        self.index = index
         self.ready = set()
         self.request = None
         self.sent = []  # the gradient arrays copied into ``flat`` at launch
@@ -64,10 +60,15 @@ class DistributedOptimizer:
     ``bucket_mb``: the size of the fused gradient buffers; ``overlap``: start
     each bucket's allreduce during backward; ``model``: its buffers (batch-norm
     statistics) are broadcast from rank 0 too, and its parameter names appear
-    in errors.
+    in errors. ``compression``: a ``minidl.dist.compression`` spec ("fp16",
+    "topk:0.01", ...): the whole gradient is then averaged after backward
+    through ``CompressedAllreduce`` (no buckets, no overlap), with
+    ``error_feedback`` (None: the scheme's default) and random rounding
+    seeded by ``seed`` and the rank.
     """
 
-    def __init__(self, optimizer, comm, allreduce="auto", bucket_mb=4, overlap=True, model=None):
+    def __init__(self, optimizer, comm, allreduce="auto", bucket_mb=4, overlap=True, model=None,
+                 compression=None, error_feedback=None, seed=0):
         check_algorithm(allreduce)
         if bucket_mb <= 0:
             raise ValueError(f"DistributedOptimizer: bucket_mb={bucket_mb} must be positive")
@@ -82,8 +83,14 @@ class DistributedOptimizer:
         self._check_same_model(params, names)
         object.__setattr__(self, "buckets", make_buckets(params, int(bucket_mb * 2**20)))
         object.__setattr__(self, "_bucket_of", {id(p): b for b in self.buckets for p in b.params})
+        compressed = None
+        if make_compressor(compression).name != "none":
+            compressed = CompressedAllreduce(comm, sum(p.size for p in params), compression,
+                                             error_feedback, seed, allreduce)
+            object.__setattr__(self, "whole", FlatBuffer(params))
+        object.__setattr__(self, "compressed", compressed)
         self.broadcast_state()
-        if overlap and comm.size > 1:
+        if overlap and comm.size > 1 and compressed is None:
             for p in params:
                 self._hooks.append(p.register_post_accumulate_grad_hook(self._grad_ready))
 
@@ -157,20 +164,19 @@ class DistributedOptimizer:
             object.__setattr__(self, "_next_launch", self._next_launch + 1)
 
     def _launch(self, bucket):
-        xp = get_array_module(bucket.flat)
         bucket.sent = [p.grad for p in bucket.params]
-        for p, view in zip(bucket.params, bucket.views):
-            if p.grad is None:  # unused in this step (or an empty local batch): contributes 0
-                view[...] = 0
-            elif self._weight == 1.0:
-                xp.copyto(view, p.grad)
-            else:
-                xp.multiply(p.grad, self._weight, out=view)
+        bucket.gather_grads(self._weight)
         bucket.request = self.comm.iallreduce(bucket.flat, op="mean", algorithm=self.algorithm)
 
     def step(self):
         """Average the gradients over all ranks, then apply the wrapped optimizer's update."""
-        if self.comm.size > 1:
+        if self.compressed is not None:
+            start = time.perf_counter()
+            self.whole.flat[...] = self.compressed.mean(self.whole.gather_grads(self._weight))
+            self.whole.scatter_grads()
+            self.stats["comm_seconds"] += time.perf_counter() - start
+            self.stats["bytes_reduced"] += self.compressed.encoder.wire_bytes
+        elif self.comm.size > 1:
             backward_done = time.perf_counter()
             for bucket in self.buckets:  # buckets no hook completed start now, in order
                 bucket.ready.update(id(p) for p in bucket.params)
@@ -183,8 +189,7 @@ class DistributedOptimizer:
                     # start (gradient accumulation): reduce the final values again
                     self._launch(bucket)
                     bucket.request.wait()
-                for p, view in zip(bucket.params, bucket.views):
-                    p.grad = view
+                bucket.scatter_grads()
                 bucket.ready.clear()
                 bucket.request = None
             self.stats["exposed_seconds"] += time.perf_counter() - backward_done
@@ -199,6 +204,10 @@ class DistributedOptimizer:
         self.stats["overlapped_seconds"] += max(0.0, min(request.finished, backward_done)
                                                 - request.started)
         self.stats["bytes_reduced"] += bucket.flat.nbytes
+
+    def compression_record(self, epoch):
+        """The compression's metrics record for ``epoch`` (see ``CompressedAllreduce.record``)."""
+        return self.compressed.record(epoch)
 
     def overlap_fraction(self):
         """Share of allreduce time that ran while backward was still computing (0..1)."""

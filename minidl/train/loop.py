@@ -35,10 +35,17 @@ def _global_sums(comm, *values):
     return tuple(total)
 
 
-def train_epoch(model, optimizer, loader, epoch=0, device="cpu", progress=False, comm=None):
-    """One pass over ``loader``; returns {"loss", "acc", "images", "seconds", "images_per_s"}."""
+def train_epoch(model, optimizer, loader, epoch=0, device="cpu", progress=False, comm=None,
+                straggler=None):
+    """One pass over ``loader``; returns {"loss", "acc", "images", "seconds", "images_per_s",
+    "compute_seconds", "slept_seconds"}.
+
+    ``straggler`` (a ``minidl.dist.straggler.Straggler``) sleeps after each
+    step's forward and backward, before the update, to simulate a slow rank.
+    """
     model.train()
     loss_sum = correct = seen = 0.0
+    compute = slept = 0.0
     start = time.perf_counter()
     bar = _progress(loader, f"epoch {epoch}", progress)
     weigh = getattr(optimizer, "set_batch_weight", None)  # data parallel: uneven local batches
@@ -46,11 +53,13 @@ def train_epoch(model, optimizer, loader, epoch=0, device="cpu", progress=False,
         if weigh is not None:
             weigh(len(y), loader.global_batch_size(step))
         optimizer.zero_grad()
+        began = time.perf_counter()
         loss, value = None, 0.0  # an empty share of a short last batch still joins the step
         if len(y):
             logits = model(Tensor(to_device(x, device)))
             loss = F.cross_entropy(logits, y)
             value = loss.item()
+        spent = time.perf_counter() - began
         # every rank must take the same decision, or the others would wait forever
         total = value if comm is None else sum(_global_sums(comm, value))
         if not math.isfinite(total):
@@ -58,7 +67,12 @@ def train_epoch(model, optimizer, loader, epoch=0, device="cpu", progress=False,
                 f"epoch {epoch}, step {step}: the loss is {total}; training stopped before "
                 "this update (the last checkpoint is kept). Lower --lr, or clip gradients")
         if loss is not None:
+            began = time.perf_counter()
             loss.backward()
+            spent += time.perf_counter() - began
+        compute += spent
+        if straggler is not None:
+            slept += straggler.pause(spent)
         optimizer.step()
         if loss is None:
             continue
@@ -72,8 +86,9 @@ def train_epoch(model, optimizer, loader, epoch=0, device="cpu", progress=False,
                             img_s=f"{rate:.0f}")
     seconds = time.perf_counter() - start
     loss_sum, correct, seen = _global_sums(comm, loss_sum, correct, seen)
-    return {"loss": loss_sum / seen, "acc": correct / seen, "images": int(seen),
-            "seconds": seconds, "images_per_s": seen / seconds}
+    return {"loss": loss_sum / max(seen, 1), "acc": correct / max(seen, 1), "images": int(seen),
+            "seconds": seconds, "images_per_s": seen / seconds,
+            "compute_seconds": compute, "slept_seconds": slept}
 
 
 def evaluate(model, loader, num_classes, device="cpu", comm=None):

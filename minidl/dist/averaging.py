@@ -1,0 +1,150 @@
+"""Model consolidation: periodic model averaging (avg:H) and elastic averaging SGD (easgd).
+
+**avg:H** (local SGD; survey §6.4.2, "aggregating the parameters ... every few
+iterations"): every rank runs its own optimizer on its own shard of the
+data and, every H steps, the replicas are replaced by their average
+w <- (1/n) sum_i w_i (one allreduce of the weights). With plain SGD and H = 1
+this is synchronous SGD: the mean of w - lr g_i is w - lr mean(g_i).
+
+**easgd** (Zhang, Choromanska & LeCun 2015, Algorithm 1, asynchronous EASGD):
+a center variable x~ lives on the parameter server(s); each worker runs plain
+local steps of its own optimizer and, every tau steps, makes the elastic
+exchange with the center, atomically on the server:
+
+    d   = alpha (x_i - x~)
+    x_i <- x_i - d
+    x~  <- x~ + d
+
+so x_i + x~ is unchanged by an exchange (the elastic force is symmetric).
+alpha = eta rho in the paper's notation; it suggests beta = n alpha ~ 0.9.
+Here the exchange follows the local update of every tau-th step. Evaluation
+and checkpoints use the center.
+"""
+import time
+
+import numpy as np
+
+from minidl.backend import get_array_module
+from minidl.dist.flat import FlatBuffer
+from minidl.dist.ps import TrainingAborted
+from minidl.dist.ps_worker import ServerClient
+from minidl.dist.telemetry import RankCounters
+
+
+def elastic_difference(local, center, alpha):
+    """d = alpha (x_i - x~): what moves from the worker to the center in one exchange."""
+    return alpha * (local - center)
+
+
+class _LocalOptimizerWrapper:
+    """Forward everything but ``step`` to the wrapped (local) optimizer."""
+
+    def __init__(self, optimizer, params):
+        self.optimizer = optimizer
+        self.buffer = FlatBuffer(list(params))
+        self.steps = 0
+
+    def __getattr__(self, name):
+        return getattr(self.optimizer, name)
+
+    def zero_grad(self):
+        self.optimizer.zero_grad()
+
+
+class ModelAveraging(_LocalOptimizerWrapper):
+    """avg:H: the local optimizer's step, and every ``period`` steps the replicas' average.
+
+    The averaged vector carries one extra value, a stop flag, so that a rank
+    whose loss became NaN stops every rank at their next common average.
+    """
+
+    def __init__(self, optimizer, comm, period, params=None, algorithm="auto"):
+        super().__init__(optimizer, optimizer.params if params is None else params)
+        if int(period) < 1:
+            raise ValueError(f"avg:H: the period H must be >= 1, got {period}")
+        self.comm, self.period, self.algorithm = comm, int(period), algorithm
+        xp = get_array_module(self.buffer.flat)
+        self.message = xp.empty(self.buffer.size + 1, dtype=self.buffer.flat.dtype)
+        self.counters = RankCounters()
+        self.stopped = False
+
+    def step(self):
+        self.optimizer.step()
+        self.steps += 1
+        self.counters.add("gradients", 1)
+        if self.steps % self.period == 0:
+            self.buffer.scatter_weights(self.average())
+
+    def average(self, stop=False):
+        """The replicas' mean weights (a view of the message buffer); raises if a rank stopped."""
+        self.message[:-1] = self.buffer.gather_weights()
+        self.message[-1] = 1.0 if stop else 0.0
+        start = time.perf_counter()
+        self.comm.allreduce(self.message, op="mean", algorithm=self.algorithm)
+        self.counters.add("wait_s", time.perf_counter() - start)
+        self.counters.add("bytes_sent", self.message.nbytes)
+        self.counters.add("updates", 1)
+        if float(self.message[-1]) > 0:
+            self.stopped = True
+            if not stop:
+                raise TrainingAborted("another rank stopped training (its loss was not finite)")
+        return self.message[:-1]
+
+    def abandon(self):
+        """Join the next average with the stop flag set (once), so every rank stops."""
+        if not self.stopped:
+            self.average(stop=True)
+
+
+class ElasticRule:
+    """The server's half of the EASGD exchange on its shard of the center variable."""
+
+    def __init__(self, center, alpha):
+        self.center = center
+        self.alpha = float(alpha)
+        self.version = 0
+
+    @property
+    def weights(self):
+        return self.center
+
+    def push(self, worker, clock, read_version, payload):
+        xp = get_array_module(self.center)
+        local = xp.asarray(payload.view(np.float32))
+        difference = elastic_difference(local, self.center, self.alpha).astype(np.float32)
+        self.center += difference
+        staleness = self.version - read_version
+        self.version += 1
+        return difference, [(worker, staleness)]
+
+    def check_epoch_end(self):
+        """Exchanges are applied on arrival: nothing can be pending."""
+
+
+class ElasticAveragingOptimizer(_LocalOptimizerWrapper, ServerClient):
+    """The worker's half of EASGD: local steps, and every ``period`` steps the elastic exchange."""
+
+    def __init__(self, optimizer, link, period, params=None):
+        super().__init__(optimizer, optimizer.params if params is None else params)
+        if int(period) < 1:
+            raise ValueError(f"easgd: the period tau must be >= 1, got {period}")
+        self.period = int(period)
+        self._connect(link)
+
+    def step(self):
+        self.optimizer.step()
+        self.steps += 1
+        self.link.counters.add("gradients", 1)
+        if self.steps % self.period == 0:
+            self.exchange()
+
+    def exchange(self):
+        """x_i <- x_i - d, with d = alpha (x_i - x~) computed and added to x~ by the servers."""
+        layout = self.link.layout
+        local = self.buffer.gather_weights()
+        headers = self.push([local[layout.shard(k)] for k in range(layout.servers)])
+        for k, header in enumerate(headers):
+            self.versions[k] = header[1]
+            local[layout.shard(k)] -= self.link.inbox[k].body().view(np.float32)
+        self.buffer.scatter_weights()
+        self.link.counters.add("updates", 1)

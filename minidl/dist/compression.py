@@ -1,0 +1,393 @@
+"""Gradient compression: what a rank puts on the wire instead of 4 bytes per float.
+
+Each scheme turns a float32 vector of n elements into a byte string of a
+fixed length ``wire_bytes(n)`` (indices and scales included: these are the
+bytes that travel) and back. The survey (Ben-Nun & Hoefler 2018, §6.3) names
+the schemes; the formulas are the primary sources':
+
+* ``none``: float32, 4n bytes.
+* ``fp16``: IEEE half precision (round to nearest), 2n bytes; halves can be
+  summed, so a synchronous job reduces them directly.
+* ``qsgd:S[:BUCKET]``: QSGD (Alistarh et al. 2017). Per bucket of d values
+  with norm ||v||_2: Q(v_i) = ||v|| sgn(v_i) xi_i / S, where with
+  l = floor(S |v_i| / ||v||), xi_i = l + 1 with probability S|v_i|/||v|| - l and
+  l otherwise; unbiased, E[Q(v)] = v. A signed level in [-S, S] packs into
+  the smallest of 2/4/8/16 bits; 4 bytes of norm per bucket.
+* ``terngrad[:BUCKET]``: TernGrad (Wen et al. 2017). Per bucket, s = max|v_i|,
+  Q(v_i) = s sgn(v_i) b_i with b_i ~ Bernoulli(|v_i|/s); unbiased. 2 bits per
+  value plus a 4-byte scale per bucket.
+* ``topk:RATIO``: the k = ceil(RATIO n) largest |v_i| (Aji & Heafield 2017;
+  Lin et al. 2018), sent as k uint32 indices and k float32 values: 8k bytes.
+* ``sign[:BUCKET]``: 1-bit SGD (Seide et al. 2014). One bit per value says
+  v_i >= 0; each bucket sends two reconstruction values, the mean of its
+  non-negative and of its negative entries: n/8 bytes plus 8 per bucket.
+
+QSGD and TernGrad are unbiased; top-k and sign are biased and need *error
+feedback* (survey §6.3.1: "carry the quantization error to the next
+gradient"): ``GradientEncoder`` adds the carried residual before
+compressing and keeps what was not sent, so sent + residual = accumulated.
+"""
+import math
+
+import numpy as np
+
+from minidl.backend import get_array_module, to_numpy
+
+DEFAULT_BUCKET = 512
+SCHEMES = ("none", "fp16", "qsgd", "terngrad", "topk", "sign")
+SPEC_HELP = ("none, fp16, qsgd:LEVELS[:BUCKET], terngrad[:BUCKET], topk:RATIO or "
+             "sign[:BUCKET] (e.g. qsgd:4, topk:0.01)")
+
+
+# ---- bit packing ----------------------------------------------------------------------------
+def code_bits(levels):
+    """Bits per code for ``levels`` distinct unsigned codes: 1, 2, 4, 8 or 16."""
+    for bits in (1, 2, 4, 8, 16):
+        if levels <= 1 << bits:
+            return bits
+    raise ValueError(f"{levels} levels do not fit in 16 bits")
+
+
+def packed_bytes(n, bits):
+    """Bytes that ``n`` codes of ``bits`` bits occupy."""
+    return (n * bits + 7) // 8
+
+
+def pack_codes(codes, bits):
+    """Unsigned codes < 2**bits -> bytes, little-endian within each byte (host uint8)."""
+    codes = to_numpy(codes)
+    if bits == 16:
+        return codes.astype("<u2").view(np.uint8)
+    if bits == 8:
+        return codes.astype(np.uint8)
+    if bits == 1:
+        return np.packbits(codes.astype(np.uint8), bitorder="little")
+    per_byte = 8 // bits
+    padded = np.zeros(-(-codes.size // per_byte) * per_byte, dtype=np.uint8)
+    padded[:codes.size] = codes
+    shifts = (np.arange(per_byte) * bits).astype(np.uint8)
+    return np.bitwise_or.reduce(padded.reshape(-1, per_byte) << shifts, axis=1).astype(np.uint8)
+
+
+def unpack_codes(packed, n, bits):
+    """The inverse of ``pack_codes``: ``n`` codes (uint16 for 16 bits, uint8 otherwise)."""
+    if bits == 16:
+        return packed[:2 * n].view("<u2").astype(np.uint16)
+    if bits == 8:
+        return packed[:n].copy()
+    if bits == 1:
+        return np.unpackbits(packed, count=n, bitorder="little")
+    per_byte = 8 // bits
+    shifts = (np.arange(per_byte) * bits).astype(np.uint8)
+    codes = (packed[:, None] >> shifts) & np.uint8((1 << bits) - 1)
+    return codes.reshape(-1)[:n]
+
+
+def _buckets(v, bucket):
+    """``v`` zero-padded to whole buckets, shaped (buckets, bucket)."""
+    xp = get_array_module(v)
+    count = -(-v.size // bucket)
+    padded = xp.zeros(count * bucket, dtype=np.float32)
+    padded[:v.size] = v
+    return padded.reshape(count, bucket)
+
+
+def _uniform(rng, shape):
+    """Uniform [0, 1) float32 draws from a NumPy or CuPy generator."""
+    return rng.random(shape, dtype=np.float32)
+
+
+# ---- the schemes ----------------------------------------------------------------------------
+class Compressor:
+    """A wire format for float32 vectors; subclasses define the three methods below."""
+
+    name = "none"
+    summable = False          # payloads of several ranks can be added as they are
+    unbiased = True           # E[decode(encode(v))] = v
+    error_feedback = False    # the default for GradientEncoder
+
+    def wire_bytes(self, n):
+        """Exact length of ``encode(v)`` for ``v`` of ``n`` elements."""
+        return 4 * n
+
+    def encode(self, v, rng=None):
+        """``v`` (float32, flat) -> uint8 host array of ``wire_bytes(v.size)`` bytes."""
+        return np.ascontiguousarray(to_numpy(v), dtype=np.float32).view(np.uint8)
+
+    def decode(self, payload, n):
+        """The float32 vector (host) that ``payload`` stands for."""
+        return payload[:4 * n].view(np.float32).copy()
+
+    def __repr__(self):
+        return self.name
+
+
+class Float16(Compressor):
+    """IEEE half precision, round to nearest: 2 bytes per value, summable."""
+
+    name, summable, unbiased = "fp16", True, False
+
+    def wire_bytes(self, n):
+        return 2 * n
+
+    def encode(self, v, rng=None):
+        return to_numpy(v).astype(np.float16).view(np.uint8)
+
+    def decode(self, payload, n):
+        return payload[:2 * n].view(np.float16).astype(np.float32)
+
+
+class _BucketScaled(Compressor):
+    """Codes per value plus ``scales_per_bucket`` float32 scales per bucket of ``bucket`` values."""
+
+    scales_per_bucket = 1
+    zero_code = 0
+
+    def __init__(self, bucket=DEFAULT_BUCKET):
+        if int(bucket) < 1:
+            raise ValueError(f"{self.name}: the bucket size must be >= 1, got {bucket}")
+        self.bucket = int(bucket)
+
+    def bits(self):
+        raise NotImplementedError
+
+    def wire_bytes(self, n):
+        buckets = -(-n // self.bucket)
+        return 4 * self.scales_per_bucket * buckets + packed_bytes(n, self.bits())
+
+    def _payload(self, scales, codes, n):
+        """Scales, then the first ``n`` codes (the rest is bucket padding)."""
+        return np.concatenate([np.ascontiguousarray(to_numpy(scales), dtype=np.float32)
+                               .reshape(-1).view(np.uint8),
+                               pack_codes(codes.reshape(-1)[:n], self.bits())])
+
+    def _split(self, payload, n):
+        """(scales shaped (buckets, scales_per_bucket), codes shaped (buckets, bucket)).
+
+        The padding after the ``n`` codes gets ``zero_code``, the code of 0.
+        """
+        buckets = -(-n // self.bucket)
+        head = 4 * self.scales_per_bucket * buckets
+        scales = payload[:head].view(np.float32).reshape(buckets, self.scales_per_bucket)
+        codes = np.full(buckets * self.bucket, self.zero_code, dtype=np.int32)
+        codes[:n] = unpack_codes(payload[head:], n, self.bits())
+        return scales, codes.reshape(buckets, self.bucket)
+
+
+class QSGD(_BucketScaled):
+    """QSGD with ``levels`` = s quantisation levels per sign (Alistarh et al. 2017)."""
+
+    name = "qsgd"
+
+    def __init__(self, levels, bucket=DEFAULT_BUCKET):
+        super().__init__(bucket)
+        if int(levels) < 1 or int(levels) > 32767:
+            raise ValueError(f"qsgd: levels must be in 1..32767, got {levels}")
+        self.levels = self.zero_code = int(levels)
+        self.name = f"qsgd:{self.levels}"
+
+    def bits(self):
+        return code_bits(2 * self.levels + 1)
+
+    def encode(self, v, rng=None):
+        xp = get_array_module(v)
+        s = self.levels
+        blocks = _buckets(v, self.bucket)
+        norms = xp.sqrt((blocks.astype(np.float64) ** 2).sum(axis=1)).astype(np.float32)
+        safe = xp.where(norms > 0, norms, 1)[:, None]
+        scaled = xp.abs(blocks) / safe * s                       # in [0, s]
+        lower = xp.floor(scaled)
+        level = lower + (_uniform(rng, scaled.shape) < scaled - lower)
+        level = xp.minimum(level, s)                             # float rounding at |v_i| = ||v||
+        signed = xp.where(blocks < 0, -level, level)
+        return self._payload(norms, (signed + s).astype(np.uint16), v.size)
+
+    def decode(self, payload, n):
+        norms, codes = self._split(payload, n)
+        signed = codes.astype(np.float32) - self.levels
+        return (signed * (norms / self.levels)).reshape(-1)[:n]
+
+
+class TernGrad(_BucketScaled):
+    """TernGrad: s * sign(v) * Bernoulli(|v|/s) with s = max |v| per bucket (Wen et al. 2017)."""
+
+    name, zero_code = "terngrad", 1
+
+    def bits(self):
+        return 2
+
+    def encode(self, v, rng=None):
+        xp = get_array_module(v)
+        blocks = _buckets(v, self.bucket)
+        scale = xp.abs(blocks).max(axis=1)
+        safe = xp.where(scale > 0, scale, 1)[:, None]
+        keep = _uniform(rng, blocks.shape) < xp.abs(blocks) / safe
+        codes = xp.where(keep, xp.where(blocks < 0, 0, 2), 1)
+        return self._payload(scale, codes.astype(np.uint8), v.size)
+
+    def decode(self, payload, n):
+        scale, codes = self._split(payload, n)
+        return ((codes.astype(np.float32) - 1) * scale).reshape(-1)[:n]
+
+
+class Sign(_BucketScaled):
+    """1-bit SGD: one bit per value, two reconstruction means per bucket (Seide et al. 2014)."""
+
+    name, unbiased, error_feedback, scales_per_bucket = "sign", False, True, 2
+
+    def bits(self):
+        return 1
+
+    def encode(self, v, rng=None):
+        xp = get_array_module(v)
+        n = v.size
+        blocks = _buckets(v, self.bucket)
+        real = (xp.arange(blocks.size) < n).reshape(blocks.shape)   # not padding
+        positive = (blocks >= 0) & real
+        negative = (blocks < 0) & real
+        means = xp.stack([(blocks * positive).sum(axis=1) / xp.maximum(positive.sum(axis=1), 1),
+                          (blocks * negative).sum(axis=1) / xp.maximum(negative.sum(axis=1), 1)],
+                         axis=1)
+        return self._payload(means, positive, n)
+
+    def decode(self, payload, n):
+        means, bits = self._split(payload, n)
+        return np.where(bits == 1, means[:, :1], means[:, 1:]).reshape(-1)[:n]
+
+
+class TopK(Compressor):
+    """The k = ceil(ratio * n) largest magnitudes as (uint32 index, float32 value) pairs."""
+
+    name, unbiased, error_feedback = "topk", False, True
+
+    def __init__(self, ratio):
+        if not 0 < float(ratio) <= 1:
+            raise ValueError(f"topk: the ratio must be in (0, 1], got {ratio}")
+        self.ratio = float(ratio)
+        self.name = f"topk:{ratio}"
+
+    def count(self, n):
+        """How many values are sent from a vector of ``n``."""
+        return min(n, max(1, math.ceil(self.ratio * n))) if n else 0
+
+    def wire_bytes(self, n):
+        return 8 * self.count(n)
+
+    def encode(self, v, rng=None):
+        xp = get_array_module(v)
+        k = self.count(v.size)
+        index = xp.sort(xp.argpartition(xp.abs(v), v.size - k)[v.size - k:]) if k else \
+            xp.zeros(0, dtype=np.int64)
+        return np.concatenate([to_numpy(index).astype(np.uint32).view(np.uint8),
+                               np.ascontiguousarray(to_numpy(v[index]), dtype=np.float32)
+                               .view(np.uint8)])
+
+    def decode(self, payload, n):
+        k = self.count(n)
+        index = payload[:4 * k].view(np.uint32)
+        out = np.zeros(n, dtype=np.float32)
+        out[index] = payload[4 * k:8 * k].view(np.float32)
+        return out
+
+
+def make_compressor(spec):
+    """A ``Compressor`` from its command-line spelling (see ``SPEC_HELP``)."""
+    if isinstance(spec, Compressor):
+        return spec
+    name, *fields = str(spec or "none").split(":")
+    try:
+        if name == "none" and not fields:
+            return Compressor()
+        if name == "fp16" and not fields:
+            return Float16()
+        if name == "qsgd" and 1 <= len(fields) <= 2:
+            return QSGD(int(fields[0]), *map(int, fields[1:]))
+        if name == "terngrad" and len(fields) <= 1:
+            return TernGrad(*map(int, fields))
+        if name == "sign" and len(fields) <= 1:
+            return Sign(*map(int, fields))
+        if name == "topk" and len(fields) == 1:
+            return TopK(float(fields[0]))
+    except ValueError as exc:
+        raise ValueError(f"compression {spec!r}: {exc}; use {SPEC_HELP}") from None
+    raise ValueError(f"unknown compression {spec!r}; use {SPEC_HELP}")
+
+
+class GradientEncoder:
+    """One rank's compressor for a vector of ``n`` values, with optional error feedback.
+
+    With error feedback (Seide et al. 2014; Lin et al. 2018), each call sends
+    the compression of v = g + r and keeps r <- v - sent, so that over any run
+    of steps sum(sent) + r = sum(g) (to float rounding). ``error_feedback=None``
+    takes the scheme's default (on for the biased top-k and sign).
+    """
+
+    def __init__(self, compressor, n, error_feedback=None, seed=0, xp=np):
+        self.compressor = make_compressor(compressor)
+        self.n = int(n)
+        if error_feedback is None:
+            error_feedback = self.compressor.error_feedback
+        self.residual = xp.zeros(self.n, dtype=np.float32) if error_feedback else None
+        self.rng = xp.random.default_rng(seed)
+        self.bytes_sent = 0
+
+    @property
+    def wire_bytes(self):
+        return self.compressor.wire_bytes(self.n)
+
+    def encode(self, g):
+        """Compress ``g`` (plus the residual); returns (payload bytes, the vector they decode to)."""
+        if g.size != self.n:
+            raise ValueError(f"GradientEncoder: expected {self.n} values, got {g.size}")
+        v = g + self.residual if self.residual is not None else g
+        payload = self.compressor.encode(v, self.rng)
+        sent = self.compressor.decode(payload, self.n)
+        if self.residual is not None:
+            xp = get_array_module(self.residual)
+            self.residual = v - xp.asarray(sent)
+        self.bytes_sent += payload.nbytes
+        return payload, sent
+
+
+class CompressedAllreduce:
+    """Average a gradient vector over all ranks through a compressed wire format.
+
+    fp16 halves can be added, so they are allreduced as they are. The other
+    formats cannot be summed without decoding them (a sum of two top-k vectors
+    is not a top-k vector), so every rank's payload is allgathered and each
+    rank decodes all n and averages them in rank order: every replica gets the
+    same bits. ``bytes_sent`` counts this rank's payloads (what the collective
+    spreads); an allgather then carries n - 1 of them into each rank.
+    """
+
+    def __init__(self, comm, size, compressor, error_feedback=None, seed=0, algorithm="auto"):
+        self.comm, self.algorithm = comm, algorithm
+        self.encoder = GradientEncoder(compressor, size, error_feedback, seed=[seed, comm.rank])
+        self.gathered = None if self.encoder.compressor.summable else \
+            np.empty((comm.size, self.encoder.wire_bytes), dtype=np.uint8)
+        self.steps = 0
+
+    def mean(self, grad):
+        """The average over ranks of every rank's compressed ``grad`` (float32, host)."""
+        payload, _ = self.encoder.encode(grad)
+        self.steps += 1
+        compressor, n = self.encoder.compressor, self.encoder.n
+        if self.gathered is None:
+            halves = payload.view(np.float16).copy()
+            self.comm.allreduce(halves, op="mean", algorithm=self.algorithm)
+            return halves.astype(np.float32)
+        self.comm.mpi.Allgather(payload, self.gathered)
+        total = compressor.decode(self.gathered[0], n)
+        for rank in range(1, self.comm.size):
+            total += compressor.decode(self.gathered[rank], n)
+        total /= np.float32(self.comm.size)
+        return total
+
+    def record(self, epoch):
+        """A metrics record: scheme, error feedback, bytes per step against float32."""
+        n = self.encoder.n
+        return {"kind": "compression", "epoch": epoch, "scheme": self.encoder.compressor.name,
+                "error_feedback": self.encoder.residual is not None, "steps": self.steps,
+                "payload_bytes_per_step": self.encoder.wire_bytes,
+                "float32_bytes_per_step": 4 * n,
+                "ratio": self.encoder.wire_bytes / (4 * n) if n else 0.0}

@@ -1,0 +1,292 @@
+"""Training under a consistency model: the ``--dist`` modes and their epochs.
+
+Modes (survey §6.1 and §6.4.2; seed 002's spectrum of communication completeness):
+
+* ``sync``: decentralised synchronous SGD, gradients averaged by allreduce
+  (``DistributedOptimizer``; not handled here).
+* ``bsp`` (= ``ssp:0``), ``ssp:S``, ``asp``: a parameter server (ranks
+  0..K-1) holds the weights and runs the optimizer; workers push gradients
+  and pull weights. ssp:S bounds staleness by S clocks (Ho et al. 2013); asp
+  never waits (Downpour, Dean et al. 2012) and takes batches from a shared
+  queue, so a fast worker does more of the epoch.
+* ``avg:H``: local SGD on every rank, weights averaged by allreduce every H steps.
+* ``easgd[:ALPHA[:TAU]]``: asynchronous elastic averaging with a center
+  variable on the server(s) (Zhang et al. 2015); defaults alpha = 0.9 / n,
+  tau = 4.
+
+A session object per rank hides the roles from the training loop: workers
+train with ``session.optimizer`` on ``session.train_loader(...)``; servers
+serve. ``run_epoch`` runs one epoch on this rank, and ``finish_epoch`` (a
+collective) agrees on whether anyone stopped, puts the consensus model (the
+servers' weights, the center, or the replicas' average) into every rank's
+model for evaluation, and gathers every rank's counters.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from minidl.data import DataLoader
+from minidl.dist.averaging import ElasticAveragingOptimizer, ElasticRule, ModelAveraging
+from minidl.dist.compression import make_compressor
+from minidl.dist.flat import FlatBuffer
+from minidl.dist.ps import NO_TICKET, Layout, TrainingAborted
+from minidl.dist.ps_server import DEFAULT_POLL_INTERVAL, GradientRule, ParameterServer
+from minidl.dist.ps_worker import ParameterServerOptimizer, ServerLink, TicketBatches
+from minidl.layers import Parameter
+
+MODES_HELP = "sync, bsp, ssp:S, asp, avg:H or easgd[:ALPHA[:TAU]]"
+EASGD_BETA, EASGD_TAU = 0.9, 4
+
+
+@dataclass(frozen=True)
+class DistMode:
+    """A parsed ``--dist`` value."""
+
+    text: str
+    name: str                 # sync, bsp, ssp, asp, avg, easgd
+    staleness: int = None     # bsp/ssp: S; None: unbounded
+    period: int = 1           # avg: H; easgd: tau
+    alpha: float = None       # easgd; None: 0.9 / workers
+
+    @property
+    def uses_server(self):
+        return self.name in ("bsp", "ssp", "asp", "easgd")
+
+
+def _field(text, value, kind, what):
+    try:
+        return kind(value)
+    except ValueError:
+        raise ValueError(f"--dist {text!r}: {what} must be a number, got {value!r}; "
+                         f"use {MODES_HELP}") from None
+
+
+def parse_dist_mode(text):
+    """``--dist`` text -> ``DistMode``; errors list the modes."""
+    name, *fields = str(text).split(":")
+    if name in ("sync", "asp") and not fields:
+        return DistMode(text, name)
+    if name == "bsp" and not fields:
+        return DistMode(text, "bsp", staleness=0)
+    if name == "ssp" and len(fields) == 1:
+        staleness = _field(text, fields[0], int, "S")
+        if staleness < 0:
+            raise ValueError(f"--dist {text!r}: the staleness bound S must be >= 0")
+        return DistMode(text, "ssp", staleness=staleness)
+    if name == "avg" and len(fields) == 1:
+        period = _field(text, fields[0], int, "H")
+        if period < 1:
+            raise ValueError(f"--dist {text!r}: the averaging period H must be >= 1")
+        return DistMode(text, "avg", period=period)
+    if name == "easgd" and len(fields) <= 2:
+        alpha = _field(text, fields[0], float, "ALPHA") if fields else None
+        period = _field(text, fields[1], int, "TAU") if len(fields) > 1 else EASGD_TAU
+        if alpha is not None and not 0 < alpha < 1:
+            raise ValueError(f"--dist {text!r}: ALPHA must be in (0, 1)")
+        if period < 1:
+            raise ValueError(f"--dist {text!r}: TAU must be >= 1")
+        return DistMode(text, "easgd", period=period, alpha=alpha)
+    raise ValueError(f"unknown --dist {text!r}; use {MODES_HELP}")
+
+
+def make_session(mode, comm, model, make_optimizer, servers=1, compression=None,
+                 error_feedback=None, poll_interval=DEFAULT_POLL_INTERVAL, seed=0,
+                 allreduce="auto"):
+    """The session of this rank for a non-sync ``mode`` (see the module docstring)."""
+    if mode.uses_server:
+        return ParameterServerSession(mode, comm, model, make_optimizer, servers, compression,
+                                      error_feedback, poll_interval, seed)
+    if servers != 1:
+        raise ValueError(f"--servers applies to bsp, ssp, asp and easgd, not --dist {mode.text}")
+    if compression not in (None, "none"):
+        raise ValueError(f"--compress applies to sync, bsp, ssp and asp, not --dist {mode.text}")
+    if mode.name == "avg":
+        return AveragingSession(mode, comm, model, make_optimizer, allreduce)
+    raise ValueError(f"--dist {mode.text}: not a session mode (sync uses DistributedOptimizer)")
+
+
+class _Session:
+    """What every mode shares: the model as one vector, the epoch-end gather."""
+
+    is_server = False
+
+    def __init__(self, mode, comm, model):
+        self.mode, self.comm, self.model = mode, comm, model
+        self.buffer = FlatBuffer(list(model.parameters()))
+        comm.bcast(self.buffer.gather_weights(), root=0)  # every replica starts from rank 0's
+        self.buffer.scatter_weights()
+        self.local = None  # a worker's own weights while the consensus is being evaluated
+
+    def _gather(self, counters):
+        return self.comm.mpi.allgather(dict(counters))
+
+    def _hold_consensus(self, consensus, keep_local):
+        """Load ``consensus`` into the model; with ``keep_local``, until ``restore_local()``."""
+        if keep_local:
+            self.local = self.buffer.gather_weights().copy()
+        self.buffer.scatter_weights(consensus)
+
+    def restore_local(self):
+        """Put back the worker's own weights after evaluating the consensus (avg, easgd)."""
+        if self.local is not None:
+            self.buffer.scatter_weights(self.local)
+            self.local = None
+
+
+def _worker_counters(stats, counters, rank, lr):
+    """A worker's epoch record: its link/averaging counters and its training sums."""
+    record = dict(counters, role="worker", rank=rank, lr=lr)
+    if stats is not None:
+        record.update(loss_sum=stats["loss"] * stats["images"], correct=stats["acc"] * stats["images"],
+                      images=stats["images"], seconds=stats["seconds"],
+                      compute_s=stats.get("compute_seconds", 0.0),
+                      slept_s=stats.get("slept_seconds", 0.0))
+    return record
+
+
+def global_train_stats(records):
+    """Loss, accuracy and images over all workers, from the gathered records."""
+    workers = [r for r in records if r["role"] == "worker"]
+    images = sum(r.get("images", 0) for r in workers)
+    seconds = max((r.get("seconds", 0.0) for r in workers), default=0.0)
+    return {"loss": sum(r.get("loss_sum", 0.0) for r in workers) / max(images, 1),
+            "acc": sum(r.get("correct", 0.0) for r in workers) / max(images, 1),
+            "images": images, "seconds": seconds,
+            "images_per_s": images / seconds if seconds else 0.0}
+
+
+class ParameterServerSession(_Session):
+    """bsp / ssp:S / asp / easgd on one rank: a server of one shard, or a worker."""
+
+    def __init__(self, mode, comm, model, make_optimizer, servers=1, compression=None,
+                 error_feedback=None, poll_interval=DEFAULT_POLL_INTERVAL, seed=0):
+        super().__init__(mode, comm, model)
+        self.layout = layout = Layout(comm.size, servers, self.buffer.size, mode.text)
+        compressor = make_compressor(compression)
+        if mode.name == "easgd" and compressor.name != "none":
+            raise ValueError("--compress applies to gradients (sync, bsp, ssp, asp), not easgd")
+        elastic = mode.name == "easgd"
+        push_capacity = [4 * layout.shard_size(k) if elastic
+                         else compressor.wire_bytes(layout.shard_size(k))
+                         for k in range(layout.servers)]
+        self.mpi = comm.mpi.Dup()  # the protocol's messages never meet other traffic
+        rank = comm.rank
+        self.is_server = layout.is_server(rank)
+        self.tickets = None
+        self.schedulable = None  # the optimizer an LR schedule drives on this rank
+        if self.is_server:
+            shard = self.buffer.flat[layout.shard(rank)].copy()
+            if elastic:
+                alpha = mode.alpha if mode.alpha is not None else EASGD_BETA / layout.workers
+                rule = ElasticRule(shard, alpha)
+            else:
+                self.schedulable = make_optimizer([Parameter(shard)])
+                rule = GradientRule(self.schedulable, compressor, layout.workers,
+                                    per_clock=mode.staleness is not None)
+            self.server = ParameterServer(self.mpi, layout, rank, rule, mode.staleness,
+                                          push_capacity[rank], poll_interval)
+            self.optimizer = None
+        else:
+            link = ServerLink(self.mpi, layout, rank, push_capacity, poll_interval)
+            params = list(model.parameters())
+            if elastic:
+                self.schedulable = make_optimizer(params)
+                self.optimizer = ElasticAveragingOptimizer(self.schedulable, link, mode.period)
+            else:
+                self.optimizer = ParameterServerOptimizer(params, link, compressor,
+                                                          error_feedback, seed)
+
+    @property
+    def worker(self):
+        return self.layout.worker_index(self.comm.rank)
+
+    def train_loader(self, dataset, batch_size, seed=0, transform=None):
+        """This worker's batches: its fixed shard, or (asp) the shared queue's."""
+        workers = self.layout.workers
+        if self.mode.name == "asp":
+            loader = TicketBatches(dataset, batch_size, workers, self.optimizer, seed=seed,
+                                   transform=transform, worker=0 if self.is_server else self.worker)
+            self.tickets = loader.tickets
+            return loader
+        return DataLoader(dataset, batch_size, shuffle=True, seed=seed, drop_last=False,
+                          rank=0 if self.is_server else self.worker, world_size=workers,
+                          transform=transform)
+
+    def run_epoch(self, train):
+        """Serve, or train with ``train()`` -> stats; returns (stats or None, stopped)."""
+        if self.is_server:
+            tickets = self.tickets if self.comm.rank == 0 else None
+            return None, not self.server.serve_epoch(tickets)
+        first = self.worker if self.tickets is not None and self.worker < self.tickets \
+            else NO_TICKET
+        self.optimizer.begin_epoch(first)
+        try:
+            stats = train()
+        except TrainingAborted:
+            self.optimizer.abandon()
+            return None, True
+        self.optimizer.end_epoch()
+        return stats, False
+
+    def finish_epoch(self, stats, stopped, lr=None):
+        """Collective: None if any rank stopped, else every rank's counters (consensus loaded).
+
+        ``lr``: this rank's current learning rate, recorded with its counters.
+        """
+        flag = np.array([1.0 if stopped else 0.0])
+        if self.comm.allreduce(flag, op="sum")[0] > 0:
+            return None
+        consensus = self.buffer.flat.copy()
+        if self.is_server:
+            consensus[self.layout.shard(self.comm.rank)] = self.server.rule.weights
+        for k in range(self.layout.servers):
+            self.comm.bcast(consensus[self.layout.shard(k)], root=k)
+        if self.is_server:
+            records = self._gather(dict(self.server.counters, lr=lr))
+        else:
+            records = self._gather(_worker_counters(stats, self.optimizer.link.counters,
+                                                    self.comm.rank, lr))
+            self.optimizer.link.counters.clear()
+            self.optimizer.versions = [r["version"] for r in records if r["role"] == "server"]
+        self._hold_consensus(consensus, keep_local=self.mode.name == "easgd" and not self.is_server)
+        return records
+
+    def close(self):
+        if self.is_server:
+            self.server.close()
+
+
+class AveragingSession(_Session):
+    """avg:H on one rank: every rank a worker, no server."""
+
+    def __init__(self, mode, comm, model, make_optimizer, allreduce="auto"):
+        super().__init__(mode, comm, model)
+        self.schedulable = make_optimizer(list(model.parameters()))
+        self.optimizer = ModelAveraging(self.schedulable, comm, mode.period, algorithm=allreduce)
+
+    def train_loader(self, dataset, batch_size, seed=0, transform=None):
+        return DataLoader(dataset, batch_size, shuffle=True, seed=seed, drop_last=False,
+                          rank=self.comm.rank, world_size=self.comm.size, transform=transform)
+
+    def run_epoch(self, train):
+        try:
+            return train(), False
+        except TrainingAborted:
+            self.optimizer.abandon()
+            return None, True
+
+    def finish_epoch(self, stats, stopped, lr=None):
+        """Collective (the replicas' average); None if any rank stopped."""
+        if self.optimizer.stopped:
+            return None
+        try:
+            consensus = self.optimizer.average().copy()
+        except TrainingAborted:
+            return None
+        records = self._gather(_worker_counters(stats, self.optimizer.counters, self.comm.rank, lr))
+        self.optimizer.counters.clear()
+        self._hold_consensus(consensus, keep_local=True)
+        return records
+
+    def close(self):
+        pass

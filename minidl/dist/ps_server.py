@@ -1,0 +1,208 @@
+"""The server side of the parameter server: one rank, one shard of the master weights.
+
+The server keeps a receive pre-posted for every worker and serves whichever
+worker's message arrives first (``Testsome``, or ``Waitany`` with a zero poll
+interval). A push goes to the update rule; the reply (the shard's current
+weights) leaves as soon as the SSP gate lets that worker start its next step
+(``ssp.ClockTable``): at once under asp, after the slowest worker caught up
+to within S clocks under ssp:S. Between polls the server sleeps
+``poll_interval`` seconds: on a machine with fewer cores than ranks, MPI's
+blocking waits busy-poll and take a core away from the workers.
+
+Update rules: ``GradientRule`` here (bsp/ssp/asp) and
+``averaging.ElasticRule`` (easgd). Both expose ``version`` (updates applied
+so far), ``weights`` (the shard) and ``push(worker, clock, read_version,
+payload) -> (reply or None, [(worker, staleness), ...])``.
+"""
+import time
+
+import numpy as np
+
+from minidl.backend import get_array_module, to_numpy
+from minidl.dist.collectives import divide_in_place
+from minidl.dist.comm import mpi_module
+from minidl.dist.ps import (ABORT, DONE, END, HEADER_BYTES, NO_TICKET, OK, PUSH, STOP,
+                            TAG_PUSH, TAG_REPLY, Message)
+from minidl.dist.ssp import ClockedGradients, ClockTable
+from minidl.dist.telemetry import RankCounters, StalenessHistogram
+
+DEFAULT_POLL_INTERVAL = 2e-4  # seconds; chosen with benchmarks/bench_consistency.py --poll
+
+
+class GradientRule:
+    """Apply pushed gradients to a shard with any minidl optimizer.
+
+    ``per_clock=True`` (bsp, ssp): the n gradients of a clock are averaged and
+    applied as one optimizer step once all have arrived (``ssp.ClockedGradients``),
+    so bsp is synchronous SGD on the global batch. ``per_clock=False`` (asp):
+    each push is applied on arrival as g / n, one n-th of a global batch
+    (Downpour, Dean et al. 2012, with the sync learning-rate convention).
+    """
+
+    def __init__(self, optimizer, compressor, workers, per_clock):
+        if len(optimizer.params) != 1:
+            raise ValueError("GradientRule: the optimizer must hold the one flat shard parameter")
+        self.optimizer = optimizer
+        self.param = optimizer.params[0]
+        self.compressor = compressor
+        self.workers = workers
+        self.clocked = ClockedGradients(workers) if per_clock else None
+        self.version = 0
+
+    @property
+    def weights(self):
+        return self.param.data
+
+    def push(self, worker, clock, read_version, payload):
+        xp = get_array_module(self.param.data)
+        grad = xp.asarray(self.compressor.decode(payload, self.param.size))
+        if self.clocked is None:
+            divide_in_place(grad, self.workers)
+            applied = [(worker, self.version - read_version)]
+            self._apply(grad)
+            return None, applied
+        applied = []
+        self.clocked.add(worker, clock, read_version, grad)
+        for mean, reads in self.clocked.pop_complete():
+            applied += [(w, self.version - version) for w, version in reads]
+            self._apply(mean)
+        return None, applied
+
+    def _apply(self, grad):
+        self.param.grad = grad
+        self.optimizer.step()
+        self.param.grad = None
+        self.version += 1
+
+    def check_epoch_end(self):
+        """Every pushed gradient must have been applied by the end of an epoch."""
+        if self.clocked is not None and self.clocked.incomplete():
+            raise RuntimeError(f"epoch ended with incomplete clocks {self.clocked.incomplete()}: "
+                               "every worker must take the same number of steps per epoch")
+
+
+class ParameterServer:
+    """Serve one shard to every worker until each has said DONE (or ABORT) for the epoch."""
+
+    def __init__(self, mpi, layout, rank, rule, staleness, push_capacity,
+                 poll_interval=DEFAULT_POLL_INTERVAL):
+        self.mpi, self.layout, self.rank = mpi, layout, rank
+        self.rule = rule
+        self.poll_interval = float(poll_interval)
+        workers = layout.workers
+        self.clocks = ClockTable(workers, staleness)
+        self.inbox = [Message(push_capacity) for _ in range(workers)]
+        self.outbox = [Message(4 * layout.shard_size(rank)) for _ in range(workers)]
+        self.receives = [self._post(w) for w in range(workers)]
+        self.sends = [None] * workers
+        self.aborted = False
+        self.counters = None
+
+    def _post(self, worker):
+        return self.mpi.Irecv(self.inbox[worker].buffer, source=self.layout.worker_rank(worker),
+                              tag=TAG_PUSH)
+
+    # ---- one epoch -------------------------------------------------------------------------
+    def serve_epoch(self, tickets=None):
+        """Serve until every worker ended the epoch; returns False when one aborted.
+
+        ``tickets``: asp's shared batch queue (server 0 only): the epoch has that
+        many batches, worker w starts with batch w, and each reply hands out the
+        next one (``END`` when none is left).
+        """
+        workers = self.layout.workers
+        self.counters = RankCounters(role="server", rank=self.rank, applied=0,
+                                     bytes_sent=0, bytes_received=0, idle_s=0.0,
+                                     gate_wait_s=[0.0] * workers)
+        self.staleness = StalenessHistogram()
+        self.tickets, self.next_ticket = tickets, workers
+        start_version = self.rule.version
+        finished, self.pending = set(), {}
+        while len(finished) < workers:
+            for worker in self._arrivals():
+                if self._handle(worker):
+                    finished.add(worker)
+            self._release()
+        mpi_module().Request.Waitall([s for s in self.sends if s is not None])
+        if not self.aborted:
+            self.rule.check_epoch_end()
+        self.counters.update(staleness=self.staleness.to_dict()["histogram"],
+                             updates=self.rule.version - start_version, version=self.rule.version)
+        return not self.aborted
+
+    def _arrivals(self):
+        """Worker indices whose message has arrived (waits until there is one)."""
+        MPI = mpi_module()
+        start = time.perf_counter()
+        if self.poll_interval <= 0:
+            ready = [MPI.Request.Waitany(self.receives)]
+        else:
+            while True:
+                ready = MPI.Request.Testsome(self.receives)
+                if ready:
+                    break
+                time.sleep(self.poll_interval)
+        self.counters.add("idle_s", time.perf_counter() - start)
+        return sorted(ready)
+
+    def _handle(self, worker):
+        """Process worker's message and re-post its receive; True when it ended its epoch."""
+        message = self.inbox[worker]
+        kind, clock, read_version, _, size = message.fields()
+        self.counters.add("bytes_received", HEADER_BYTES + size)
+        ended = kind in (DONE, ABORT)
+        if kind == ABORT:
+            self.aborted = True
+        elif kind == PUSH:
+            if clock != self.clocks.clocks[worker]:
+                raise RuntimeError(f"server {self.rank}: worker {worker} pushed clock {clock}, "
+                                   f"expected {self.clocks.clocks[worker]}")
+            if self.aborted:
+                self._reply(worker, STOP)
+            else:
+                reply, applied = self.rule.push(worker, clock, read_version, message.body())
+                for _, staleness in applied:
+                    self.staleness.add(staleness)
+                self.counters.add("applied", len(applied))
+                self.clocks.tick(worker)
+                if reply is not None:
+                    self._reply(worker, OK, reply)
+                else:
+                    self.pending[worker] = time.perf_counter()
+        elif kind != DONE:
+            raise RuntimeError(f"server {self.rank}: unknown message kind {kind} from worker {worker}")
+        self.receives[worker] = self._post(worker)
+        return ended
+
+    def _release(self):
+        """Reply to every waiting worker whose gate is open (or that must stop or end)."""
+        for worker in sorted(self.pending):
+            if self.aborted:
+                self._reply(worker, STOP)
+            elif self.tickets is not None:
+                if self.next_ticket < self.tickets:
+                    self._reply(worker, OK, self.rule.weights, ticket=self.next_ticket)
+                    self.next_ticket += 1
+                else:
+                    self._reply(worker, END)
+            elif self.clocks.may_start(self.clocks.clocks[worker]):
+                self._reply(worker, OK, self.rule.weights)
+            else:
+                continue
+            self.counters["gate_wait_s"][worker] += time.perf_counter() - self.pending.pop(worker)
+
+    def _reply(self, worker, status, payload=None, ticket=NO_TICKET):
+        if self.sends[worker] is not None:
+            self.sends[worker].Wait()  # the previous reply: the worker has pushed since
+        data = self.outbox[worker].fill(
+            [status, self.rule.version, ticket, 0],
+            None if payload is None else np.ascontiguousarray(to_numpy(payload), dtype=np.float32))
+        self.sends[worker] = self.mpi.Isend(data, dest=self.layout.worker_rank(worker),
+                                            tag=TAG_REPLY)
+        self.counters.add("bytes_sent", data.nbytes)
+
+    def close(self):
+        """Withdraw the receives still posted for a next epoch that will not come."""
+        for request in self.receives:
+            request.Cancel()
+            request.Wait()
