@@ -15,11 +15,16 @@ COMMANDS = {
     "train": ("minidl.train.cli", "train", "train a model (add --dist under mpiexec)"),
     "eval": ("minidl.train.cli", "eval", "accuracy and confusion matrix of a checkpoint"),
     "data": ("minidl.data.cli", "data", "get and locate datasets"),
+    "report": ("minidl.dist.report", "report", "tables and plots of distributed training runs"),
 }
 
 BENCHMARKS = {
     # name: (module, prefix, help)
     "allreduce": ("minidl.dist.bench", "allreduce", "allreduce algorithms: measured vs the cost model"),
+    "consistency": ("minidl.dist.consistency_bench", "consistency",
+                    "bsp, ssp, asp, avg with a straggler: time, accuracy, staleness, bytes"),
+    "compression": ("minidl.dist.consistency_bench", "compression",
+                    "sync SGD with compressed gradients: accuracy and bytes vs float32"),
 }
 
 

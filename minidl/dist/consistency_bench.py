@@ -1,0 +1,182 @@
+"""``minidl bench consistency`` and ``minidl bench compression``: the experiments, one command each.
+
+consistency: LeNet-5 on Fashion-MNIST under bsp, ssp:2, asp and avg:4 with n
+workers, the last one slowed FACTOR times (sleep-based, so 2 cores give
+meaningful ratios); per mode the median over repeats of epoch time and
+throughput, the final test accuracy, staleness, waiting and bytes, then the
+target ratios (ssp:2 / bsp and asp / ssp:2 throughput, accuracy gaps to bsp).
+The parameter-server modes run on n + 1 ranks (rank 0 serves), avg on n.
+
+compression: synchronous SGD (n ranks) with each gradient compressor against
+float32: final accuracy and bytes per step; the target is top-k 1% with error
+feedback within 1 point of float32 on <= 5% of its bytes.
+
+Each configuration is a real ``mpiexec ... minidl train`` run; its run
+directory stays under ``--out`` for ``minidl report``.
+"""
+import os
+import statistics
+import sys
+
+from minidl.dist.launch import run_mpi
+from minidl.dist.report import load_run, run_row
+from minidl.dist.telemetry import format_table
+
+CONSISTENCY_COLUMNS = [
+    ("mode", "mode", "{}"), ("poll s", "poll", "{}"), ("epoch s", "epoch_seconds", "{:.1f}"),
+    ("img/s", "images_per_s", "{:.0f}"), ("vs bsp", "speedup", "{:.2f}x"),
+    ("final acc %", "final_acc_pct", "{:.2f}"), ("acc - bsp", "acc_gap", "{:+.2f}"),
+    ("staleness mean", "staleness_mean", "{:.2f}"), ("staleness max", "staleness_max", "{}"),
+    ("wait s/epoch", "wait_s", "{:.1f}"), ("MiB/epoch", "mib_sent", "{:.1f}")]
+COMPRESSION_COLUMNS = [
+    ("scheme", "scheme", "{}"), ("final acc %", "final_acc_pct", "{:.2f}"),
+    ("acc - fp32", "acc_gap", "{:+.2f}"), ("bytes/step", "bytes_per_step", "{:.0f}"),
+    ("% of fp32", "bytes_pct", "{:.2f}"), ("epoch s", "epoch_seconds", "{:.1f}")]
+
+
+def _add_common(p, epochs):
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--epochs", type=int, default=epochs)
+    p.add_argument("--subset", type=int, default=None, help="first N training images")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--optimizer", default="momentum")
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--repeats", type=int, default=1, help="runs per configuration (medians)")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--out", default="runs/bench", help="folder of the run directories")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds per run")
+
+
+def add_consistency_arguments(p):
+    _add_common(p, epochs=3)
+    p.add_argument("--modes", default="bsp,ssp:2,asp,avg:4")
+    p.add_argument("--factor", type=float, default=2.0, help="slowdown of the last worker")
+    p.add_argument("--jitter", type=float, default=0.0, help="seconds, mean, every worker")
+    p.add_argument("--poll-intervals", default=None,
+                   help="comma-separated --poll-interval values to compare (0: blocking waits)")
+
+
+def add_compression_arguments(p):
+    _add_common(p, epochs=2)
+    p.add_argument("--schemes", default="none,topk:0.01,fp16,qsgd:4,terngrad,sign")
+
+
+def train(nprocs, options, out, timeout):
+    """One ``mpiexec -n nprocs minidl train`` run into ``out``; returns its run row."""
+    args = ["-m", "minidl", "train", "--model", "lenet5", "--conv-algo", "im2col",
+            "--no-progress", "--out", out, *options]
+    result = run_mpi(nprocs, args, timeout=timeout, env={"OPENBLAS_NUM_THREADS": "1"})
+    if result.timed_out or result.returncode != 0:
+        raise RuntimeError(f"minidl train {' '.join(options)} failed "
+                           f"({'timed out' if result.timed_out else result.returncode}):\n"
+                           f"{result.output[-3000:]}")
+    return load_run(out)
+
+
+def _common_options(args):
+    options = ["--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
+               "--optimizer", args.optimizer, "--lr", str(args.lr)]
+    if args.subset:
+        options += ["--subset", str(args.subset)]
+    if args.data_dir:
+        options += ["--data-dir", args.data_dir]
+    return options
+
+
+def _median_row(runs):
+    """Medians over repeats of the numeric columns of ``run_row``."""
+    rows = [run_row(run) for run in runs]
+    merged = dict(rows[0])
+    for key, value in rows[0].items():
+        if isinstance(value, (int, float)) and value is not None:
+            merged[key] = statistics.median(r[key] for r in rows)
+    return merged
+
+
+def run_consistency(args):
+    """Run every mode (and poll interval) ``--repeats`` times; print the table and the targets."""
+    polls = args.poll_intervals.split(",") if args.poll_intervals else [None]
+    straggler = args.workers - 1
+    rows = []
+    for mode in args.modes.split(","):
+        uses_server = not (mode.startswith("avg") or mode == "sync")
+        nprocs = args.workers + (1 if uses_server else 0)
+        for poll in polls:
+            options = _common_options(args) + [
+                "--dist", mode, "--straggler", f"{nprocs - 1}:{args.factor}"]
+            if args.jitter:
+                options += ["--jitter", str(args.jitter)]
+            if poll is not None:
+                options += ["--poll-interval", poll]
+            runs = []
+            for repeat in range(args.repeats):
+                name = f"{mode.replace(':', '')}-poll{poll or 'default'}-{repeat}"
+                runs.append(train(nprocs, options, os.path.join(args.out, name), args.timeout))
+                print(f"  {name}: {run_row(runs[-1])['images_per_s']:.0f} img/s", flush=True)
+            rows.append(dict(_median_row(runs), mode=mode, poll=poll or "default"))
+    print(f"\n{args.workers} workers, worker {straggler} slowed {args.factor}x, "
+          f"{args.epochs} epochs, medians of {args.repeats} run(s) (python {sys.version.split()[0]})")
+    print(format_table(_with_baseline(rows), CONSISTENCY_COLUMNS))
+    print(consistency_targets(rows))
+    return 0
+
+
+def _with_baseline(rows):
+    """Add speed-up and accuracy gap against the bsp row of the same poll interval."""
+    for row in rows:
+        base = next((r for r in rows if r["mode"] == "bsp" and r["poll"] == row["poll"]), None)
+        if base is not None:
+            row["speedup"] = row["images_per_s"] / base["images_per_s"]
+            row["acc_gap"] = row["final_acc_pct"] - base["final_acc_pct"]
+    return rows
+
+
+def consistency_targets(rows):
+    """The brief's targets, measured: throughput ratios and accuracy gaps."""
+    by_mode = {r["mode"]: r for r in rows if r["poll"] == rows[0]["poll"]}
+    lines = ["targets:"]
+    if {"bsp", "ssp:2"} <= by_mode.keys():
+        ratio = by_mode["ssp:2"]["images_per_s"] / by_mode["bsp"]["images_per_s"]
+        lines.append(f"  ssp:2 / bsp throughput {ratio:.2f}x (target >= 1.3x): "
+                     f"{'met' if ratio >= 1.3 else 'missed'}")
+    if {"asp", "ssp:2"} <= by_mode.keys():
+        ratio = by_mode["asp"]["images_per_s"] / by_mode["ssp:2"]["images_per_s"]
+        lines.append(f"  asp / ssp:2 throughput {ratio:.2f}x (target >= 1): "
+                     f"{'met' if ratio >= 1 else 'missed'}")
+    for mode in ("ssp:2", "asp", "avg:4"):
+        if mode in by_mode and "bsp" in by_mode:
+            gap = by_mode[mode]["final_acc_pct"] - by_mode["bsp"]["final_acc_pct"]
+            lines.append(f"  {mode} accuracy {gap:+.2f} points vs bsp (target within 1.5): "
+                         f"{'met' if abs(gap) <= 1.5 or gap > 0 else 'missed'}")
+    return "\n".join(lines)
+
+
+def run_compression(args):
+    """Synchronous SGD with each scheme; print accuracy and bytes against float32."""
+    rows = []
+    for scheme in args.schemes.split(","):
+        runs = []
+        for repeat in range(args.repeats):
+            name = f"sync-{scheme.replace(':', '')}-{repeat}"
+            options = _common_options(args) + ["--dist", "sync", "--compress", scheme]
+            runs.append(train(args.workers, options, os.path.join(args.out, name), args.timeout))
+        row = _median_row(runs)
+        record = next(iter(runs[0]["compression"].values()), None)
+        nbytes = record["payload_bytes_per_step"] if record else None
+        rows.append(dict(row, scheme=scheme, bytes_per_step=nbytes, float32=(
+            record["float32_bytes_per_step"] if record else nbytes)))
+    float32 = next((r for r in rows if r["scheme"] == "none"), None)
+    for row in rows:
+        if float32 is not None:
+            row["acc_gap"] = row["final_acc_pct"] - float32["final_acc_pct"]
+            full = next((r["float32"] for r in rows if r["float32"]), None)
+            row["bytes_per_step"] = row["bytes_per_step"] or full
+            row["bytes_pct"] = 100 * row["bytes_per_step"] / full if full else None
+    print(f"\nsync SGD on {args.workers} ranks, {args.epochs} epochs, medians of {args.repeats}")
+    print(format_table(rows, COMPRESSION_COLUMNS))
+    top = next((r for r in rows if r["scheme"] == "topk:0.01"), None)
+    if top is not None and float32 is not None:
+        print(f"target: top-k 1% with error feedback {top['acc_gap']:+.2f} points vs float32 "
+              f"(within 1), {top['bytes_pct']:.2f}% of the bytes (<= 5%): "
+              f"{'met' if top['acc_gap'] >= -1 and top['bytes_pct'] <= 5 else 'missed'}")
+    return 0
