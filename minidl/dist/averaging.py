@@ -143,8 +143,9 @@ class ElasticAveragingOptimizer(_LocalOptimizerWrapper, ServerClient):
         layout = self.link.layout
         local = self.buffer.gather_weights()
         headers = self.push([local[layout.shard(k)] for k in range(layout.servers)])
+        xp = get_array_module(local)
         for k, header in enumerate(headers):
             self.versions[k] = header[1]
-            local[layout.shard(k)] -= self.link.inbox[k].body().view(np.float32)
+            local[layout.shard(k)] -= xp.asarray(self.link.inbox[k].body().view(np.float32))
         self.buffer.scatter_weights()
         self.link.counters.add("updates", 1)

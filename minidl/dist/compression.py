@@ -360,9 +360,11 @@ class CompressedAllreduce:
     spreads); an allgather then carries n - 1 of them into each rank.
     """
 
-    def __init__(self, comm, size, compressor, error_feedback=None, seed=0, algorithm="auto"):
+    def __init__(self, comm, size, compressor, error_feedback=None, seed=0, algorithm="auto",
+                 xp=np):
         self.comm, self.algorithm = comm, algorithm
-        self.encoder = GradientEncoder(compressor, size, error_feedback, seed=[seed, comm.rank])
+        self.encoder = GradientEncoder(compressor, size, error_feedback, seed=[seed, comm.rank],
+                                       xp=xp)
         self.gathered = None if self.encoder.compressor.summable else \
             np.empty((comm.size, self.encoder.wire_bytes), dtype=np.uint8)
         self.steps = 0

@@ -21,6 +21,7 @@ collective) agrees on whether anyone stopped, puts the consensus model (the
 servers' weights, the center, or the replicas' average) into every rank's
 model for evaluation, and gathers every rank's counters.
 """
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -117,6 +118,13 @@ class _Session:
         self.buffer.scatter_weights()
         self.local = None  # a worker's own weights while the consensus is being evaluated
 
+    @staticmethod
+    def _train(train):
+        """``train()``'s stats plus the CPU seconds this process used meanwhile."""
+        cpu = time.process_time()
+        stats = train()
+        return dict(stats, cpu_seconds=time.process_time() - cpu)
+
     def _gather(self, counters):
         return self.comm.mpi.allgather(dict(counters))
 
@@ -137,7 +145,7 @@ def _worker_counters(stats, counters, rank, lr):
     """A worker's epoch record: its link/averaging counters and its training sums."""
     record = dict(counters, role="worker", rank=rank, lr=lr)
     if stats is not None:
-        record.update(loss_sum=stats["loss"] * stats["images"], correct=stats["acc"] * stats["images"],
+        record.update(cpu_s=stats["cpu_seconds"],loss_sum=stats["loss"] * stats["images"], correct=stats["acc"] * stats["images"],
                       images=stats["images"], seconds=stats["seconds"],
                       compute_s=stats.get("compute_seconds", 0.0),
                       slept_s=stats.get("slept_seconds", 0.0))
@@ -221,7 +229,7 @@ class ParameterServerSession(_Session):
             else NO_TICKET
         self.optimizer.begin_epoch(first)
         try:
-            stats = train()
+            stats = self._train(train)
         except TrainingAborted:
             self.optimizer.abandon()
             return None, True
@@ -270,7 +278,7 @@ class AveragingSession(_Session):
 
     def run_epoch(self, train):
         try:
-            return train(), False
+            return self._train(train), False
         except TrainingAborted:
             self.optimizer.abandon()
             return None, True

@@ -16,7 +16,6 @@ directory stays under ``--out`` for ``minidl report``.
 """
 import os
 import statistics
-import sys
 
 from minidl.dist.launch import run_mpi
 from minidl.dist.report import load_run, run_row
@@ -27,7 +26,8 @@ CONSISTENCY_COLUMNS = [
     ("img/s", "images_per_s", "{:.0f}"), ("vs bsp", "speedup", "{:.2f}x"),
     ("final acc %", "final_acc_pct", "{:.2f}"), ("acc - bsp", "acc_gap", "{:+.2f}"),
     ("staleness mean", "staleness_mean", "{:.2f}"), ("staleness max", "staleness_max", "{}"),
-    ("wait s/epoch", "wait_s", "{:.1f}"), ("MiB/epoch", "mib_sent", "{:.1f}")]
+    ("wait s/epoch", "wait_s", "{:.1f}"), ("server cpu s/epoch", "server_cpu_s", "{:.1f}"),
+    ("MiB/epoch", "mib_sent", "{:.1f}")]
 COMPRESSION_COLUMNS = [
     ("scheme", "scheme", "{}"), ("final acc %", "final_acc_pct", "{:.2f}"),
     ("acc - fp32", "acc_gap", "{:+.2f}"), ("bytes/step", "bytes_per_step", "{:.0f}"),
@@ -94,28 +94,33 @@ def _median_row(runs):
 
 
 def run_consistency(args):
-    """Run every mode (and poll interval) ``--repeats`` times; print the table and the targets."""
+    """Run every mode (and poll interval) ``--repeats`` times; print the table and the targets.
+
+    Repeats are interleaved (every configuration once, then again), so that
+    load from other processes on the machine falls on all of them alike.
+    """
     polls = args.poll_intervals.split(",") if args.poll_intervals else [None]
-    straggler = args.workers - 1
-    rows = []
-    for mode in args.modes.split(","):
-        uses_server = not (mode.startswith("avg") or mode == "sync")
-        nprocs = args.workers + (1 if uses_server else 0)
-        for poll in polls:
+    configs = [(mode, poll) for mode in args.modes.split(",") for poll in polls]
+    runs = {config: [] for config in configs}
+    for repeat in range(args.repeats):
+        for mode, poll in configs:
+            uses_server = not (mode.startswith("avg") or mode == "sync")
+            nprocs = args.workers + (1 if uses_server else 0)
             options = _common_options(args) + [
                 "--dist", mode, "--straggler", f"{nprocs - 1}:{args.factor}"]
             if args.jitter:
                 options += ["--jitter", str(args.jitter)]
             if poll is not None:
                 options += ["--poll-interval", poll]
-            runs = []
-            for repeat in range(args.repeats):
-                name = f"{mode.replace(':', '')}-poll{poll or 'default'}-{repeat}"
-                runs.append(train(nprocs, options, os.path.join(args.out, name), args.timeout))
-                print(f"  {name}: {run_row(runs[-1])['images_per_s']:.0f} img/s", flush=True)
-            rows.append(dict(_median_row(runs), mode=mode, poll=poll or "default"))
-    print(f"\n{args.workers} workers, worker {straggler} slowed {args.factor}x, "
-          f"{args.epochs} epochs, medians of {args.repeats} run(s) (python {sys.version.split()[0]})")
+            name = f"{mode.replace(':', '')}-poll{poll or 'default'}-{repeat}"
+            run = train(nprocs, options, os.path.join(args.out, name), args.timeout)
+            runs[(mode, poll)].append(run)
+            print(f"  {name}: {run_row(run)['images_per_s']:.0f} img/s", flush=True)
+    rows = [dict(_median_row(runs[(mode, poll)]), mode=mode, poll=poll or "default")
+            for mode, poll in configs]
+    print(f"\n{args.workers} workers, the last slowed {args.factor}x"
+          + (f", jitter {args.jitter} s" if args.jitter else "")
+          + f", {args.epochs} epochs, medians of {args.repeats} run(s)")
     print(format_table(_with_baseline(rows), CONSISTENCY_COLUMNS))
     print(consistency_targets(rows))
     return 0

@@ -22,6 +22,7 @@ every rank issues the same collectives in the same order.
 """
 import time
 
+from minidl.backend import get_array_module
 from minidl.dist.collectives import check_algorithm
 from minidl.dist.compression import CompressedAllreduce, make_compressor
 from minidl.dist.flat import FlatBuffer
@@ -85,9 +86,9 @@ class DistributedOptimizer:
         object.__setattr__(self, "_bucket_of", {id(p): b for b in self.buckets for p in b.params})
         compressed = None
         if make_compressor(compression).name != "none":
-            compressed = CompressedAllreduce(comm, sum(p.size for p in params), compression,
-                                             error_feedback, seed, allreduce)
             object.__setattr__(self, "whole", FlatBuffer(params))
+            compressed = CompressedAllreduce(comm, self.whole.size, compression, error_feedback,
+                                             seed, allreduce, xp=get_array_module(self.whole.flat))
         object.__setattr__(self, "compressed", compressed)
         self.broadcast_state()
         if overlap and comm.size > 1 and compressed is None:
@@ -172,7 +173,8 @@ class DistributedOptimizer:
         """Average the gradients over all ranks, then apply the wrapped optimizer's update."""
         if self.compressed is not None:
             start = time.perf_counter()
-            self.whole.flat[...] = self.compressed.mean(self.whole.gather_grads(self._weight))
+            mean = self.compressed.mean(self.whole.gather_grads(self._weight))
+            self.whole.flat[...] = get_array_module(self.whole.flat).asarray(mean)
             self.whole.scatter_grads()
             self.stats["comm_seconds"] += time.perf_counter() - start
             self.stats["bytes_reduced"] += self.compressed.encoder.wire_bytes

@@ -116,7 +116,7 @@ class ParameterServer:
                                      gate_wait_s=[0.0] * workers)
         self.staleness = StalenessHistogram()
         self.tickets, self.next_ticket = tickets, workers
-        start_version = self.rule.version
+        start_version, cpu = self.rule.version, time.process_time()
         finished, self.pending = set(), {}
         while len(finished) < workers:
             for worker in self._arrivals():
@@ -127,7 +127,8 @@ class ParameterServer:
         if not self.aborted:
             self.rule.check_epoch_end()
         self.counters.update(staleness=self.staleness.to_dict()["histogram"],
-                             updates=self.rule.version - start_version, version=self.rule.version)
+                             updates=self.rule.version - start_version, version=self.rule.version,
+                             cpu_s=time.process_time() - cpu)
         return not self.aborted
 
     def _arrivals(self):

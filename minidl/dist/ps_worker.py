@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from minidl.backend import get_array_module
 from minidl.data import DataLoader
 from minidl.dist.compression import GradientEncoder, make_compressor
 from minidl.dist.flat import FlatBuffer
@@ -118,8 +119,9 @@ class ParameterServerOptimizer(ServerClient):
                              f"values, the layout {layout.nparams}")
         self._connect(link)
         compressor = make_compressor(compression)
+        xp = get_array_module(self.buffer.flat)
         self.encoders = [GradientEncoder(compressor, layout.shard_size(k), error_feedback,
-                                         seed=[seed, link.rank, k])
+                                         seed=[seed, link.rank, k], xp=xp)
                          for k in range(layout.servers)]
         self._weight = 1.0
 
@@ -143,9 +145,10 @@ class ParameterServerOptimizer(ServerClient):
             self.ticket, self.ended = NO_TICKET, True
             return
         self.ticket = headers[0][2]
+        xp = get_array_module(self.buffer.flat)
         for k, header in enumerate(headers):
             self.versions[k] = header[1]
-            self.buffer.flat[layout.shard(k)] = self.link.inbox[k].body().view(np.float32)
+            self.buffer.flat[layout.shard(k)] = xp.asarray(self.link.inbox[k].body().view(np.float32))
         self.buffer.scatter_weights()
 
 

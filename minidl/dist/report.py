@@ -64,6 +64,7 @@ def epoch_rows(run):
                      "wait_s": sum(dist["per_worker"]["wait_s"]) if dist else None,
                      "gate_wait_s": sum(dist["gate_wait_s"]) if "gate_wait_s" in dist else None,
                      "mib_sent": dist["bytes_sent"] / 2**20 if dist else None,
+                     "server_cpu_s": sum(dist["server_cpu_s"]) if "server_cpu_s" in dist else None,
                      "gradients": dist.get("gradients")})
     return rows
 
@@ -80,7 +81,8 @@ def run_row(run):
             "images_per_s": mean("images_per_s"), "final_acc_pct": rows[-1]["test_acc_pct"],
             "staleness_mean": histogram.mean if histogram.count else None,
             "staleness_max": histogram.max if histogram.count else None,
-            "wait_s": mean("wait_s"), "mib_sent": mean("mib_sent")}
+            "wait_s": mean("wait_s"), "mib_sent": mean("mib_sent"),
+            "server_cpu_s": mean("server_cpu_s")}
 
 
 def staleness_histogram(run):

@@ -69,7 +69,7 @@ def summarize_epoch(mode, records, images):
         "bytes_sent": sum(r.get("bytes_sent", 0) for r in records),
         "worker_bytes_sent": sum(w.get("bytes_sent", 0) for w in workers),
         "per_worker": {name: [w.get(name, 0.0) for w in workers]
-                       for name in ("compute_s", "wait_s", "slept_s", "gradients")},
+                       for name in ("compute_s", "wait_s", "slept_s", "cpu_s", "gradients")},
     }
     summary["bytes_per_gradient"] = summary["worker_bytes_sent"] / gradients if gradients else 0.0
     if servers:
@@ -81,6 +81,7 @@ def summarize_epoch(mode, records, images):
             "updates": updates, "updates_per_s": updates / seconds if seconds else 0.0,
             "applied_gradients": servers[0].get("applied", 0),
             "version": servers[0].get("version", 0),
+            "server_cpu_s": [s.get("cpu_s", 0.0) for s in servers],
             "gate_wait_s": [sum(s.get("gate_wait_s", [0.0] * len(workers))[i] for s in servers)
                             for i in range(len(workers))],
         })

@@ -128,14 +128,19 @@ def check_ssp0_is_bsp_under_delays(comm):
 
 
 def check_ssp_staleness_is_bounded(comm):
-    """Under a 4x straggler, ssp:S staleness reaches S and never exceeds it; asp's exceeds it."""
-    slow = f"{comm.size - 1}:4"
+    """Under a 10x straggler, ssp:S staleness reaches S and never exceeds it; asp's exceeds it.
+
+    (The model's steps take well under a millisecond: a large factor keeps the
+    slow worker slow through the machine's scheduling noise.)
+    """
+    slow = f"{comm.size - 1}:10"
     for bound in (1, 2):
         _, _, records = run(comm, f"ssp:{bound}", stragglers=[slow], epochs=1)
         observed = max(int(s) for s in server_record(records)["staleness"])
         assert observed == bound, f"ssp:{bound}: max staleness {observed}"
         fast = [r for r in records if r["role"] == "worker"][0]
-        assert server_record(records)["gate_wait_s"][0] > 0 and fast["wait_s"] > 0
+        assert server_record(records)["gate_wait_s"][0] > 0 and fast["wait_s"] > 0, \
+            "the fast worker never waited at the gate"
     _, _, records = run(comm, "asp", stragglers=[slow], epochs=1)
     assert max(int(s) for s in server_record(records)["staleness"]) > 2
 
