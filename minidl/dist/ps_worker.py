@@ -12,7 +12,6 @@ the data, each reply from server 0 names the next unclaimed batch of the
 epoch (same global order and cuts as ``DataLoader``), so a fast worker
 processes more batches than a slow one and no batch is processed twice.
 """
-import time
 
 import numpy as np
 

@@ -167,6 +167,9 @@ def check_dist_options(args, mode):
     if args.servers != 1 and (mode is None or not mode.uses_server):
         raise SystemExit(f"minidl train: --servers applies to --dist bsp, ssp:S, asp and easgd, "
                          f"not to {what}")
+    if args.servers > 1 and args.clip_grad_norm is not None:
+        raise SystemExit("minidl train: --clip-grad-norm needs the whole gradient's norm, which "
+                         "no shard server sees; use --servers 1")
     if args.compress != "none" and (mode is None or mode.name in ("avg", "easgd")):
         raise SystemExit(f"minidl train: --compress applies to --dist sync, bsp, ssp:S and asp, "
                          f"not to {what}")
