@@ -1,0 +1,64 @@
+"""`mpiexec -n N minidl train --dist sync`: sharded data, rank-0 outputs, global metrics, resume."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from minidl.cli import main
+from minidl.data import DatasetNotFoundError, FashionMNIST
+from minidl.train.checkpoint import load_checkpoint
+
+pytestmark = pytest.mark.mpi
+
+try:
+    FashionMNIST(train=False)
+except DatasetNotFoundError:
+    pytest.skip("Fashion-MNIST not found (make data)", allow_module_level=True)
+
+COMMON = ["--model", "lenet5", "--subset", "1280", "--conv-algo", "im2col", "--no-progress"]
+
+
+def train_mpi(mpi_run, nprocs, *args):
+    result = mpi_run(nprocs, "-m", "minidl", "train", *COMMON, *args, timeout=180)
+    assert not result.timed_out and result.returncode == 0, result.output
+    return result
+
+
+def weights(run_dir):
+    return load_checkpoint(os.path.join(run_dir, "checkpoint.npz")).model_state
+
+
+def test_two_ranks_equal_one_process_with_twice_the_batch_across_a_resume(mpi_run, tmp_path):
+    """1 epoch on 2 ranks x 32, resumed for a 2nd on 1 process x 64 == 2 epochs of 1 x 64."""
+    split, straight = str(tmp_path / "split"), str(tmp_path / "straight")
+    result = train_mpi(mpi_run, 2, "--dist", "sync", "--batch-size", "32", "--epochs", "1",
+                       "--out", split)
+    assert result.output.count("epoch 1/1") == 1  # only rank 0 reports
+    assert main(["train", *COMMON, "--batch-size", "64", "--epochs", "2",
+                 "--resume", os.path.join(split, "checkpoint.npz")]) == 0
+    assert main(["train", *COMMON, "--batch-size", "64", "--epochs", "2", "--out", straight]) == 0
+    a, b = weights(split), weights(straight)
+    for k in a:
+        err = np.linalg.norm(a[k] - b[k]) / np.linalg.norm(b[k])
+        assert err < 1e-4, f"{k}: {err:.2e}"
+    records = [json.loads(line) for line in open(os.path.join(split, "metrics.jsonl"))]
+    assert [r["epoch"] for r in records] == [1, 2]
+
+
+def test_three_ranks_count_every_test_image_once(mpi_run, tmp_path):
+    out = str(tmp_path / "three")
+    train_mpi(mpi_run, 3, "--dist", "sync", "--batch-size", "16", "--epochs", "1",
+              "--allreduce", "ring", "--bucket-mb", "0.05", "--out", out)
+    record = json.loads(open(os.path.join(out, "metrics.jsonl")).readline())
+    config = json.load(open(os.path.join(out, "config.json")))
+    assert config["world_size"] == 3
+    assert record["test_images"] == 10000 and record["train_images"] == 1280
+    assert sorted(os.listdir(out)) == ["checkpoint.npz", "config.json", "curves.png",
+                                       "metrics.jsonl"]
+
+
+def test_mpiexec_without_dist_is_refused(mpi_run):
+    result = mpi_run(2, "-m", "minidl", "train", *COMMON, "--epochs", "1", timeout=60)
+    assert result.returncode != 0
+    assert "add --dist sync" in result.output
