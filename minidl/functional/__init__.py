@@ -10,6 +10,7 @@ from .shape_ops import reshape, transpose, flatten, getitem, concatenate, stack,
 from .elementwise import exp, log, sqrt, relu, tanh, sigmoid
 from .loss import softmax, log_softmax, cross_entropy, mse_loss
 from .linear import linear
+from .conv import conv2d
 from .dropout import dropout
 from .pooling import max_pool2d, avg_pool2d
 from .normalization import batch_norm, local_response_norm
@@ -20,5 +21,5 @@ __all__ = [
     "reshape", "transpose", "flatten", "getitem", "concatenate", "stack", "to",
     "exp", "log", "sqrt", "relu", "tanh", "sigmoid",
     "softmax", "log_softmax", "cross_entropy", "mse_loss",
-    "linear", "dropout", "max_pool2d", "avg_pool2d", "batch_norm", "local_response_norm",
+    "linear", "conv2d", "dropout", "max_pool2d", "avg_pool2d", "batch_norm", "local_response_norm",
 ]

@@ -1,0 +1,56 @@
+"""2-D convolution with four algorithms: direct, im2col, FFT and Winograd (survey §4.3).
+
+``conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1, algo="auto")``
+computes the cross-correlation of survey Eq. 2 on NCHW tensors with weights
+(out, in/groups, kh, kw). ``algo`` is one of ``ALGORITHMS``, a Winograd tile
+(``"winograd_f2x2_3x3"``, ``"winograd_f4x4_3x3"``) or ``"auto"``, which
+times the algorithms that can compute the shape, once per (shape, dtype,
+device, pass), and keeps the fastest (see ``autotune``; ``print(report())``).
+Each algorithm also reports its multiply count and workspace:
+``multiplies(name, geometry)``, ``workspace_bytes(name, geometry, pass_)``.
+"""
+from ..autograd import Tensor
+from .autotune import TUNER
+from .base import PASSES, Unsupported
+from .function import Conv2dFunction
+from .geometry import ConvGeometry, make_geometry
+from .registry import (ALGORITHMS, NAMES, applicable, implementation, multiplies, require,
+                       workspace_bytes)
+
+__all__ = ["conv2d", "ALGORITHMS", "NAMES", "PASSES", "Unsupported", "ConvGeometry",
+           "make_geometry", "implementation", "applicable", "multiplies", "workspace_bytes", "configure", "report",
+           "clear_cache", "choices"]
+
+
+def conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1, algo="auto"):
+    """Convolve x (N, C, H, W) with w (K, C/groups, KH, KW); differentiable in x, w and b."""
+    geometry = make_geometry(x.shape, w.shape, stride, padding, dilation, groups)
+    return apply_conv2d(x, w, b, geometry, algo)
+
+
+def apply_conv2d(x, w, b, geometry, algo="auto", label=None):
+    """conv2d for a validated geometry; ``label`` names the calling layer in ``report()``."""
+    if algo != "auto":
+        require(algo, geometry)
+    inputs = [t if isinstance(t, Tensor) else Tensor(t) for t in (x, w, b) if t is not None]
+    return Conv2dFunction.apply(*inputs, geometry=geometry, algo=algo, label=label)
+
+
+def configure(enabled=None, workspace_limit=..., repeats=None):
+    """Autotuner settings: tuning on/off, workspace limit in bytes (None: none), repetitions."""
+    TUNER.configure(enabled=enabled, workspace_limit=workspace_limit, repeats=repeats)
+
+
+def report():
+    """Which algorithm each tuned key (layer shape and pass) chose, and the timings behind it."""
+    return TUNER.report()
+
+
+def clear_cache():
+    """Forget every tuned choice (the next call of each shape tunes again)."""
+    TUNER.choices.clear()
+
+
+def choices():
+    """The tuned choices: {(geometry, dtype, device, pass): Choice}."""
+    return dict(TUNER.choices)

@@ -1,0 +1,140 @@
+"""``algo="auto"``: time the applicable algorithms once per shape and pass, keep the fastest.
+
+The key is (geometry, dtype, device, pass), so every layer shape is tuned
+separately for the forward pass, the input gradient and the weight gradient
+(as cuDNN's algorithm search does; seeds: "~16 convolution implementations;
+performance depends on temporary memory (workspace) size"). Each candidate
+runs once to warm up and then ``repeats`` times; the best time wins. A
+candidate whose warm-up is already ``give_up`` times slower than the best so
+far is not repeated (it was measured, and cannot win). Algorithms whose
+workspace exceeds ``workspace_limit`` bytes are not candidates.
+
+Configuration: ``configure(enabled=..., workspace_limit=..., repeats=...)``
+or the environment: ``MINIDL_CONV_AUTOTUNE=0`` turns tuning off (``auto``
+then always takes ``im2col``, which computes every case: deterministic
+tests), ``MINIDL_CONV_WORKSPACE_MB`` sets the limit. ``report()`` prints
+each key's choice, the layers that used it and the timings behind it.
+"""
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import backend
+from .registry import IMPLEMENTATIONS, applicable
+
+UNTUNED_CHOICE = "im2col"
+
+
+@dataclass
+class Choice:
+    """The outcome of tuning one key: the winner and what every candidate measured."""
+
+    algorithm: str
+    seconds: dict = field(default_factory=dict)      # name -> best measured time
+    excluded: dict = field(default_factory=dict)     # name -> why it was not a candidate
+    layers: set = field(default_factory=set)         # labels of the layers that used it
+
+
+def _env_limit():
+    mb = os.environ.get("MINIDL_CONV_WORKSPACE_MB")
+    return None if mb in (None, "") else int(float(mb) * 2 ** 20)
+
+
+class Autotuner:
+    """Per-process cache of measured algorithm choices."""
+
+    def __init__(self):
+        self.enabled = os.environ.get("MINIDL_CONV_AUTOTUNE", "1") != "0"
+        self.workspace_limit = _env_limit()
+        self.repeats = 2
+        self.give_up = 4.0
+        self.choices = {}
+
+    def configure(self, enabled=None, workspace_limit=..., repeats=None):
+        """Change settings; ``workspace_limit=None`` removes the limit. Clears the cache."""
+        if enabled is not None:
+            self.enabled = bool(enabled)
+        if workspace_limit is not ...:
+            self.workspace_limit = workspace_limit
+        if repeats is not None:
+            self.repeats = int(repeats)
+        self.choices.clear()
+
+    def known(self, geom, dtype, device, pass_):
+        """The implementation already chosen for this key, or None."""
+        choice = self.choices.get((geom, str(dtype), device, pass_))
+        return None if choice is None else IMPLEMENTATIONS[choice.algorithm]
+
+    def choose(self, geom, dtype, device, pass_, run, label=None):
+        """The implementation for this key; on the first call, time ``run(impl)`` for each candidate."""
+        key = (geom, str(dtype), device, pass_)
+        choice = self.choices.get(key)
+        if choice is None:
+            choice = self._tune(geom, dtype, device, pass_, run)
+            self.choices[key] = choice
+        if label is not None:
+            choice.layers.add(label)
+        return IMPLEMENTATIONS[choice.algorithm]
+
+    def _candidates(self, geom, dtype, pass_):
+        group = geom.per_group()
+        itemsize = np.dtype(dtype).itemsize
+        fits, excluded = [], {}
+        for impl in applicable(group):
+            need = impl.workspace_bytes(group, pass_, itemsize)
+            if self.workspace_limit is not None and need > self.workspace_limit:
+                excluded[impl.name] = f"workspace {need / 2 ** 20:.1f} MB > limit"
+            else:
+                fits.append(impl)
+        if not fits:   # nothing fits: the leanest algorithm, and say so
+            leanest = min(applicable(group), key=lambda i: i.workspace_bytes(group, pass_, itemsize))
+            excluded.pop(leanest.name)
+            fits = [leanest]
+        return fits, excluded
+
+    def _tune(self, geom, dtype, device, pass_, run):
+        candidates, excluded = self._candidates(geom, dtype, pass_)
+        if not self.enabled:
+            names = [impl.name for impl in candidates]
+            name = UNTUNED_CHOICE if UNTUNED_CHOICE in names else names[0]
+            return Choice(name, {}, excluded)
+        seconds = {}
+        for impl in candidates:
+            seconds[impl.name] = self._measure(impl, run, device, min(seconds.values(), default=None))
+        return Choice(min(seconds, key=seconds.get), seconds, excluded)
+
+    def _measure(self, impl, run, device, best):
+        times = []
+        for i in range(1 + self.repeats):
+            start = time.perf_counter()
+            run(impl)
+            backend.synchronize(device)
+            times.append(time.perf_counter() - start)
+            if i == 0 and best is not None and times[0] > self.give_up * best:
+                break
+        return min(times[1:] or times)
+
+    def report(self):
+        """A table: per key, the layers, the chosen algorithm and every candidate's time."""
+        if not self.choices:
+            return "conv autotuner: no convolution has run with algo='auto' yet"
+        lines = [f"conv autotuner ({'tuning' if self.enabled else 'tuning disabled'}; "
+                 f"workspace limit {self._limit_text()})"]
+        for (geom, dtype, device, pass_), choice in self.choices.items():
+            layers = ", ".join(sorted(choice.layers)) or "-"
+            lines.append(f"{geom.describe()} {dtype} {device} {pass_}: {choice.algorithm}"
+                         f"   [layers: {layers}]")
+            for name, sec in sorted(choice.seconds.items(), key=lambda item: item[1]):
+                mark = "*" if name == choice.algorithm else " "
+                lines.append(f"    {mark} {name:20s} {sec * 1e3:9.3f} ms")
+            for name, why in choice.excluded.items():
+                lines.append(f"      {name:20s} not a candidate: {why}")
+        return "\n".join(lines)
+
+    def _limit_text(self):
+        return "none" if self.workspace_limit is None else f"{self.workspace_limit / 2 ** 20:.1f} MB"
+
+
+TUNER = Autotuner()

@@ -1,0 +1,48 @@
+"""What every convolution algorithm provides: the three passes, its costs, its limits.
+
+An algorithm computes ``y = conv2d(x, w)`` (cross-correlation, survey Eq. 2)
+for one group (``geom.groups == 1``; the dispatcher loops over groups) and
+both gradients: ``dx`` from ``dy`` and ``w``, ``dw`` from ``dy`` and ``x``.
+The bias is added, and its gradient summed, once for all algorithms in
+``function.py``. ``forward(..., keep=True)`` may return state (transformed
+input or weights) that the same algorithm's backward passes reuse.
+"""
+PASSES = ("forward", "backward_input", "backward_weight")
+
+
+class Unsupported(ValueError):
+    """An algorithm was asked for a case it cannot compute; the message names alternatives."""
+
+
+class ConvAlgorithm:
+    """Interface of one convolution algorithm; subclasses live one per file."""
+
+    name = None
+    reuses = frozenset()   # backward passes that can use ``forward(..., keep=True)``'s state
+
+    def unsupported(self, geom):
+        """Why this algorithm cannot compute ``geom`` (a phrase), or None when it can."""
+        return None
+
+    def forward(self, x, w, geom, keep=False):
+        """``(y, saved)``: the output (N, K, OH, OW) and reusable state (or None)."""
+        raise NotImplementedError
+
+    def backward_input(self, dy, w, geom, saved=None):
+        """Gradient of the input (N, C, H, W) from the output gradient."""
+        raise NotImplementedError
+
+    def backward_weight(self, dy, x, geom, saved=None):
+        """Gradient of the weight (K, C, KH, KW) from the output gradient."""
+        raise NotImplementedError
+
+    def multiplies(self, geom):
+        """Real multiplies of the forward pass, by stage, with their ``"total"``."""
+        raise NotImplementedError
+
+    def workspace_bytes(self, geom, pass_, itemsize=4):
+        """Temporary memory of one pass beyond its inputs and output, in bytes."""
+        raise NotImplementedError
+
+    def __repr__(self):
+        return f"<conv algorithm {self.name}>"

@@ -1,0 +1,177 @@
+"""FFT convolution: pointwise products in the Fourier domain (Mathieu et al. 2014; Vasilache et al. 2015).
+
+Survey §4.3 / App. B.3: y[n, k] = IFFT( sum_c FFT(x[n, c]) o conj(FFT(w[k, c])) ).
+The conjugate makes it a cross-correlation (Eq. 2 has no kernel flip). With
+the padded input of size Hp x Wp and FFT size L >= Hp (a fast length), the
+circular correlation equals the linear one on the Hp - KH + 1 valid outputs,
+so no wrap-around reaches them; the rest is cropped.
+At every frequency the channel sum is a complex matrix product, so all of
+them run as one batched GEMM: (N x C) @ (C x K) for each of the
+Lh*(Lw/2+1) frequencies of the real FFT.
+
+* stride s: the stride-1 output is computed, then subsampled ``[::s, ::s]``
+  (the work does not shrink with the stride); the input gradient
+  zero-inserts dy back to the stride-1 grid first.
+* dilation d: the kernel is dilated (zeros inserted between taps) before its
+  FFT; the weight gradient is read back at the taps.
+* input gradient: a full convolution, dX = IFFT( sum_k FFT(dy[n, k]) o FFT(w[k, c]) ).
+* weight gradient: a correlation of x with dy, dW = IFFT( sum_n conj(FFT(dy[n, k])) o FFT(x[n, c]) ).
+
+The kernel and the gradient FFTs are pruned (Zlateski et al. 2016): the
+first 1-D pass transforms only the rows that hold data, the inverse only
+the rows that are kept. Uses scipy.fft (all cores) on CPU, cupyx.scipy.fft
+on GPU. Best for large kernels: the work does not grow with KH*KW.
+"""
+import numpy as np
+
+from ..backend import get_array_module
+from .base import ConvAlgorithm
+from .layout import padded_nchw, symmetric_pads
+
+
+def _fft_module(xp):
+    """(scipy-like fft module, extra keyword arguments) for NumPy or CuPy arrays."""
+    if xp is np:
+        import scipy.fft
+        return scipy.fft, {"workers": -1}
+    import cupyx.scipy.fft
+    return cupyx.scipy.fft, {}
+
+
+def fast_length(n):
+    """The smallest length >= n that the FFT library computes quickly (2^a 3^b 5^c ...)."""
+    import scipy.fft
+    return scipy.fft.next_fast_len(n, real=True)
+
+
+def rfft2_padded(a, size):
+    """2-D real FFT of the last two axes of ``a``, zero-padded to ``size``; rows pass pruned."""
+    fft, kw = _fft_module(get_array_module(a))
+    rows = fft.rfft(a, n=size[1], axis=-1, **kw)      # only the rows that hold data
+    return fft.fft(rows, n=size[0], axis=-2, overwrite_x=True, **kw)
+
+
+def irfft2_cropped(af, size, rows, cols):
+    """Inverse of ``rfft2_padded``, keeping only ``[rows, cols]``; the second pass is pruned."""
+    fft, kw = _fft_module(get_array_module(af))
+    kept = fft.ifft(af, axis=-2, **kw)[..., rows, :]
+    return fft.irfft(kept, n=size[1], axis=-1, overwrite_x=True, **kw)[..., cols]
+
+
+def dilate_kernel(w, dilation):
+    """w (K, C, KH, KW) with d-1 zeros between taps: (K, C, d*(KH-1)+1, d*(KW-1)+1)."""
+    dh, dw = dilation
+    if (dh, dw) == (1, 1):
+        return w
+    xp = get_array_module(w)
+    k, c, kh, kw = w.shape
+    out = xp.zeros((k, c, dh * (kh - 1) + 1, dw * (kw - 1) + 1), dtype=w.dtype)
+    out[:, :, ::dh, ::dw] = w
+    return out
+
+
+def _frequency_major(af):
+    """(A, B, Lh, Lf) spectra -> (Lh*Lf, A, B): one matrix per frequency, contiguous."""
+    xp = get_array_module(af)
+    a, b = af.shape[:2]
+    out = xp.empty((af.shape[2] * af.shape[3], a, b), dtype=af.dtype)
+    out[...] = af.reshape(a, b, -1).transpose(2, 0, 1)
+    return out
+
+
+def _spatial_major(tf, size):
+    """(Lh*Lf, A, B) -> (A, B, Lh, Lf), the inverse of ``_frequency_major``."""
+    xp = get_array_module(tf)
+    a, b = tf.shape[1:]
+    out = xp.empty((a, b, tf.shape[0]), dtype=tf.dtype)
+    out[...] = tf.transpose(1, 2, 0)
+    return out.reshape(a, b, size[0], size[1] // 2 + 1)
+
+
+class FFT(ConvAlgorithm):
+    """Fourier-domain convolution; any kernel size, stride (by subsampling) and dilation."""
+
+    name = "fft"
+    reuses = frozenset({"backward_input", "backward_weight"})   # kernel and input spectra
+
+    def _sizes(self, geom):
+        """Padded input size, stride-1 output size, dilated kernel size and FFT size."""
+        hp, wp = geom.height + 2 * geom.padding[0], geom.width + 2 * geom.padding[1]
+        kh = geom.dilation[0] * (geom.kernel_h - 1) + 1
+        kw = geom.dilation[1] * (geom.kernel_w - 1) + 1
+        return (hp, wp), (hp - kh + 1, wp - kw + 1), (kh, kw), (fast_length(hp), fast_length(wp))
+
+    def _input_spectra(self, x, geom, size):
+        """Spectra of the padded input, frequency-major: (F, N, C)."""
+        return _frequency_major(rfft2_padded(padded_nchw(x, symmetric_pads(geom)), size))
+
+    def _weight_spectra(self, w, geom, size):
+        """Conjugated spectra of the (dilated) kernel, frequency-major: (F, C, K)."""
+        xp = get_array_module(w)
+        w_f = rfft2_padded(dilate_kernel(w, geom.dilation), size)
+        w_c = xp.empty((w_f.shape[2] * w_f.shape[3], w_f.shape[1], w_f.shape[0]), dtype=w_f.dtype)
+        w_c[...] = xp.conj(w_f).reshape(w_f.shape[0], w_f.shape[1], -1).transpose(2, 1, 0)
+        return w_c
+
+    def forward(self, x, w, geom, keep=False):
+        xp = get_array_module(x)
+        _, out1, _, size = self._sizes(geom)
+        (sh, sw) = geom.stride
+        x_f, w_c = self._input_spectra(x, geom, size), self._weight_spectra(w, geom, size)
+        y_f = _spatial_major(xp.matmul(x_f, w_c), size)            # (N, K, Lh, Lf)
+        y = irfft2_cropped(y_f, size, slice(0, out1[0], sh), slice(0, out1[1], sw))
+        return xp.ascontiguousarray(y, dtype=x.dtype), ((x_f, w_c) if keep else None)
+
+    def _stride_one_gradient_spectra(self, dy, geom, size):
+        """dy on the stride-1 output grid (zeros between strided samples), as (F, N, K) spectra."""
+        xp = get_array_module(dy)
+        out1 = self._sizes(geom)[1]
+        if geom.stride != (1, 1):
+            full = xp.zeros(dy.shape[:2] + tuple(out1), dtype=dy.dtype)
+            full[:, :, ::geom.stride[0], ::geom.stride[1]] = dy
+            dy = full
+        return _frequency_major(rfft2_padded(dy, size))
+
+    def backward_input(self, dy, w, geom, saved=None):
+        xp = get_array_module(dy)
+        size = self._sizes(geom)[3]
+        w_c = self._weight_spectra(w, geom, size) if saved is None else saved[1]
+        dy_f = self._stride_one_gradient_spectra(dy, geom, size)
+        dx_f = _spatial_major(xp.matmul(dy_f, xp.conj(w_c).transpose(0, 2, 1)), size)
+        ph, pw = geom.padding
+        dx = irfft2_cropped(dx_f, size, slice(ph, ph + geom.height), slice(pw, pw + geom.width))
+        return xp.ascontiguousarray(dx, dtype=dy.dtype)
+
+    def backward_weight(self, dy, x, geom, saved=None):
+        xp = get_array_module(dy)
+        _, _, kernel, size = self._sizes(geom)
+        x_f = self._input_spectra(x, geom, size) if saved is None else saved[0]
+        dy_f = self._stride_one_gradient_spectra(dy, geom, size)
+        dw_f = _spatial_major(xp.matmul(xp.conj(dy_f).transpose(0, 2, 1), x_f), size)
+        dh, dw = geom.dilation
+        grad = irfft2_cropped(dw_f, size, slice(0, kernel[0], dh), slice(0, kernel[1], dw))
+        return xp.ascontiguousarray(grad, dtype=dy.dtype)
+
+    def multiplies(self, geom):
+        size = self._sizes(geom)[3]
+        n, k, c = geom.batch, geom.out_channels, geom.in_channels
+        freqs = size[0] * (size[1] // 2 + 1)
+        points = size[0] * size[1]
+        # estimate: L*log2(L) real multiplies per real 2-D FFT of L points (half a radix-2
+        # complex FFT); transforms of x (N*C), w (K*C) and the inverse of y (N*K).
+        transforms = int(points * np.log2(points)) * (n * c + k * c + n * k)
+        counts = {"pointwise": 4 * freqs * n * k * c, "transforms": transforms}
+        counts["total"] = sum(counts.values())
+        return counts
+
+    def workspace_bytes(self, geom, pass_, itemsize=4):
+        (hp, wp), _, _, size = self._sizes(geom)
+        n, k, c = geom.batch, geom.out_channels, geom.in_channels
+        freqs = size[0] * (size[1] // 2 + 1)
+        spectra = {"forward": n * c + k * c + n * k, "backward_input": n * k + k * c + n * c,
+                   "backward_weight": n * k + n * c + k * c}[pass_]
+        # complex spectra, twice (library output and the frequency-major copy), plus the padded input
+        return itemsize * (2 * 2 * freqs * spectra + n * c * hp * wp)
+
+
+FFT_ALGORITHM = FFT()

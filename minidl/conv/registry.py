@@ -1,0 +1,63 @@
+"""The algorithm names users pass as ``algo=``, and which of them can compute a shape.
+
+``ALGORITHMS`` are the four families. ``"winograd"`` means the default tile,
+F(4x4, 3x3): it does 4x fewer multiplies than direct in its GEMM stage
+(F(2x2, 3x3): 2.25x), and its float32 error (measured in tests/conv, about
+an order of magnitude above im2col's) is far below what SGD notices. Ask for
+``"winograd_f2x2_3x3"`` for the more accurate tile, which also wastes less on
+small images (a 13x13 output needs 4x4 tiles of 4 = 16x16, or 7x7 tiles of 2 = 14x14).
+"""
+from .base import Unsupported
+from .direct import DIRECT
+from .fft import FFT_ALGORITHM
+from .im2col import IM2COL
+from .winograd import WINOGRAD_F2X2_3X3, WINOGRAD_F4X4_3X3
+
+ALGORITHMS = ("direct", "im2col", "fft", "winograd")
+DEFAULT_WINOGRAD = WINOGRAD_F4X4_3X3.name
+
+IMPLEMENTATIONS = {impl.name: impl for impl in
+                   (DIRECT, IM2COL, FFT_ALGORITHM, WINOGRAD_F2X2_3X3, WINOGRAD_F4X4_3X3)}
+ALIASES = {"winograd": DEFAULT_WINOGRAD}
+NAMES = ("auto",) + ALGORITHMS + tuple(n for n in IMPLEMENTATIONS if n not in ALGORITHMS)
+
+
+def implementation(name):
+    """The algorithm object for a name or alias; unknown names list the valid ones."""
+    name = ALIASES.get(name, name)
+    if name not in IMPLEMENTATIONS:
+        raise ValueError(f"conv2d: unknown algo {name!r}; choose one of {NAMES}")
+    return IMPLEMENTATIONS[name]
+
+
+def applicable(geom):
+    """The implementations that can compute ``geom`` (per-group geometry)."""
+    return [impl for impl in IMPLEMENTATIONS.values() if impl.unsupported(geom) is None]
+
+
+def require(name, geom):
+    """The implementation for an explicit request; raises ``Unsupported`` naming the alternatives."""
+    impl = implementation(name)
+    reason = impl.unsupported(geom.per_group())
+    if reason is not None:
+        others = [n for n in ALGORITHMS
+                  if implementation(n).unsupported(geom.per_group()) is None]
+        raise Unsupported(f"conv2d (algo={name!r}): {reason} for {geom.describe()}; "
+                          f"use {_either(others)}")
+    return impl
+
+
+def multiplies(name, geom):
+    """Forward-pass multiplies of algorithm ``name`` for ``geom``, all groups, by stage."""
+    per_group = implementation(name).multiplies(geom.per_group())
+    return {stage: count * geom.groups for stage, count in per_group.items()}
+
+
+def workspace_bytes(name, geom, pass_, itemsize=4):
+    """Temporary memory of one pass (one group at a time: the groups run one after another)."""
+    return implementation(name).workspace_bytes(geom.per_group(), pass_, itemsize)
+
+
+def _either(names):
+    quoted = [repr(n) for n in names]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]

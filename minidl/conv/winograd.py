@@ -1,0 +1,202 @@
+"""Winograd minimal filtering F(m x m, 3 x 3) (Lavin & Gray 2016; survey §4.3, App. B.4).
+
+Each m x m output tile is computed from an alpha x alpha input tile
+(alpha = m + r - 1 = m + 2; neighbouring tiles overlap by 2):
+
+    Y = A^T [ sum_c (G w_kc G^T) o (B^T d_c B) ] A
+
+Both transforms are applied to all tiles at once as one GEMM with a Kronecker
+matrix (``(B^T kron B^T) vec(d)``), so the elementwise stage is alpha^2
+independent (K x C) @ (C x P) products over the P = N*ceil(OH/m)*ceil(OW/m)
+tiles: alpha^2*K*C*P multiplies instead of the direct 9*m^2*K*C*P, i.e.
+2.25x fewer for F(2x2,3x3) (alpha=4) and 4x fewer for F(4x4,3x3) (alpha=6).
+(Survey Table 6's Winograd work formula counts each transform once and leaves
+out these per-channel/per-tile multiplicities; ``multiplies`` counts them.)
+
+Gradients, with Z = U o V the elementwise products of one tile:
+
+* input:  dx is the stride-1 correlation of dy, padded by 2 - p, with the
+  kernel flipped in space and transposed in channels, w'[c, k] = rot180(w[k, c]);
+  it runs through the same forward machinery (negative padding crops).
+* weight: the adjoint of the forward in the transformed domain,
+  dZ = A dY A^T (per m x m output-gradient tile), dU = sum_tiles dZ o V,
+  dW = G^T dU G. This is Winograd F(3x3, m x m) with the roles of filter and
+  output exchanged: the output-gradient tile is the "filter", the same alpha x
+  alpha input tiles are the data, and the products are again alpha^2 (K x P) @ (P x C)
+  GEMMs. The forward's V can be kept and reused.
+
+Transform matrices (checked numerically against direct correlation in the tests):
+F(2,3): B^T = [[1,0,-1,0],[0,1,1,0],[0,-1,1,0],[0,1,0,-1]],
+        G = [[1,0,0],[1/2,1/2,1/2],[1/2,-1/2,1/2],[0,0,1]], A^T = [[1,1,1,0],[0,1,-1,-1]].
+F(4,3): see ``_MATRICES``; larger entries (8, 1/24) cost accuracy (survey §4.3):
+F(4x4) errors are measurably larger than F(2x2) errors in float32.
+
+Only 3x3 kernels with stride 1 and dilation 1 are supported.
+"""
+from fractions import Fraction
+
+import numpy as np
+
+from ..backend import get_array_module
+from .base import ConvAlgorithm
+from .layout import as_strided, padded_nhwc
+
+_F = Fraction
+_MATRICES = {  # m: (B^T, G, A^T), exact
+    2: ([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
+        [[1, 0, 0], [_F(1, 2), _F(1, 2), _F(1, 2)], [_F(1, 2), _F(-1, 2), _F(1, 2)], [0, 0, 1]],
+        [[1, 1, 1, 0], [0, 1, -1, -1]]),
+    4: ([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+         [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]],
+        [[_F(1, 4), 0, 0], [_F(-1, 6), _F(-1, 6), _F(-1, 6)], [_F(-1, 6), _F(1, 6), _F(-1, 6)],
+         [_F(1, 24), _F(1, 12), _F(1, 6)], [_F(1, 24), _F(-1, 12), _F(1, 6)], [0, 0, 1]],
+        [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]]),
+}
+
+
+def winograd_matrices(m):
+    """(B^T, G, A^T) of F(m, 3) as float64 NumPy arrays."""
+    bt, g, at = _MATRICES[m]
+    return tuple(np.array([[float(v) for v in row] for row in mat]) for mat in (bt, g, at))
+
+
+_kron_cache = {}
+
+
+def _kron_matrices(m, dtype, xp):
+    """Kronecker forms (B^T kron B^T, G kron G, A^T kron A^T) in ``dtype`` on xp's device."""
+    key = (m, np.dtype(dtype).str, xp.__name__)
+    if key not in _kron_cache:
+        bt, g, at = winograd_matrices(m)
+        _kron_cache[key] = tuple(xp.asarray(np.kron(a, a), dtype=dtype) for a in (bt, g, at))
+    return _kron_cache[key]
+
+
+def _tile_counts(out_h, out_w, m):
+    return -(-out_h // m), -(-out_w // m)
+
+
+def transform_input(x, pads, tiles, m):
+    """V (alpha^2, P, C) = (B^T kron B^T) applied to every alpha x alpha input tile."""
+    xp = get_array_module(x)
+    alpha = m + 2
+    th, tw = tiles
+    n, c = x.shape[0], x.shape[1]
+    xpad = padded_nhwc(x, pads)                      # (N, m*th + 2, m*tw + 2, C)
+    sn, sh, sw, sc = xpad.strides
+    view = as_strided(xpad, (alpha, alpha, n, th, tw, c), (sh, sw, sn, m * sh, m * sw, sc))
+    d = xp.empty((alpha * alpha, n * th * tw * c), dtype=x.dtype)
+    d.reshape(view.shape)[...] = view
+    kron_b = _kron_matrices(m, x.dtype, xp)[0]
+    return (kron_b @ d).reshape(alpha * alpha, n * th * tw, c)
+
+
+def transform_weight(w, m):
+    """U (alpha^2, K, C) = (G kron G) applied to every 3x3 kernel."""
+    xp = get_array_module(w)
+    k, c = w.shape[:2]
+    kron_g = _kron_matrices(m, w.dtype, xp)[1]
+    return (kron_g @ w.transpose(2, 3, 0, 1).reshape(9, k * c)).reshape(-1, k, c)
+
+
+def winograd_correlation(x, w, pads, out_hw, m, keep=False):
+    """Stride-1 3x3 correlation of x (N, C, H, W) padded by ``pads`` = (t, b, l, r).
+
+    Returns ``(y, V)`` with y (N, K, *out_hw) and the transformed input V when ``keep``.
+    """
+    xp = get_array_module(x)
+    n, k = x.shape[0], w.shape[0]
+    oh, ow = out_hw
+    th, tw = _tile_counts(oh, ow, m)
+    top, _, left, _ = pads
+    full_pads = (top, m * th + 2 - x.shape[2] - top, left, m * tw + 2 - x.shape[3] - left)
+    v = transform_input(x, full_pads, (th, tw), m)
+    z = xp.matmul(transform_weight(w, m), v.transpose(0, 2, 1))   # (alpha^2, K, P)
+    kron_a = _kron_matrices(m, x.dtype, xp)[2]
+    y_tiles = (kron_a @ z.reshape(z.shape[0], -1)).reshape(m, m, k, n, th, tw)
+    y = xp.empty((n, k, th, m, tw, m), dtype=x.dtype)
+    y[...] = y_tiles.transpose(3, 2, 4, 0, 5, 1)
+    y = y.reshape(n, k, m * th, m * tw)
+    if (m * th, m * tw) != (oh, ow):
+        y = xp.ascontiguousarray(y[:, :, :oh, :ow])
+    return y, (v if keep else None)
+
+
+class Winograd(ConvAlgorithm):
+    """Winograd F(m x m, 3 x 3) for 3x3 kernels, stride 1, dilation 1, any padding."""
+
+    reuses = frozenset({"backward_weight"})   # the transformed input tiles V
+
+    def __init__(self, m):
+        self.m = m
+        self.alpha = m + 2
+        self.name = f"winograd_f{m}x{m}_3x3"
+
+    def unsupported(self, geom):
+        if (geom.kernel_h, geom.kernel_w) != (3, 3):
+            return f"a {geom.kernel_h}x{geom.kernel_w} kernel is not supported (3x3 only)"
+        if geom.stride != (1, 1):
+            return f"stride {geom.stride} is not supported (stride 1 only)"
+        if geom.dilation != (1, 1):
+            return f"dilation {geom.dilation} is not supported (dilation 1 only)"
+        return None
+
+    def _pads(self, geom):
+        ph, pw = geom.padding
+        return (ph, ph, pw, pw)
+
+    def forward(self, x, w, geom, keep=False):
+        return winograd_correlation(x, w, self._pads(geom), (geom.out_h, geom.out_w), self.m, keep)
+
+    def backward_input(self, dy, w, geom, saved=None):
+        xp = get_array_module(dy)
+        w_flipped = xp.ascontiguousarray(w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3))
+        ph, pw = geom.padding
+        pads = (2 - ph, 2 - ph, 2 - pw, 2 - pw)
+        return winograd_correlation(dy, w_flipped, pads, (geom.height, geom.width), self.m)[0]
+
+    def backward_weight(self, dy, x, geom, saved=None):
+        xp = get_array_module(dy)
+        m, alpha = self.m, self.alpha
+        n, k, oh, ow = dy.shape
+        th, tw = _tile_counts(oh, ow, m)
+        if saved is None:
+            ph, pw = geom.padding
+            pads = (ph, m * th + 2 - geom.height - ph, pw, m * tw + 2 - geom.width - pw)
+            saved = transform_input(x, pads, (th, tw), m)
+        if (oh, ow) != (m * th, m * tw):   # zero output gradient on the partial tiles
+            dy = xp.pad(dy, ((0, 0), (0, 0), (0, m * th - oh), (0, m * tw - ow)))
+        tiles = xp.empty((m, m, k, n, th, tw), dtype=dy.dtype)
+        tiles[...] = dy.reshape(n, k, th, m, tw, m).transpose(3, 5, 1, 0, 2, 4)
+        kron_b, kron_g, kron_a = _kron_matrices(m, dy.dtype, xp)
+        dz = (kron_a.T @ tiles.reshape(m * m, -1)).reshape(alpha * alpha, k, n * th * tw)
+        du = xp.matmul(dz, saved)                                      # (alpha^2, K, C)
+        dw = (kron_g.T @ du.reshape(alpha * alpha, -1)).reshape(3, 3, k, -1)
+        return xp.ascontiguousarray(dw.transpose(2, 3, 0, 1))
+
+    def multiplies(self, geom):
+        m, a = self.m, self.alpha
+        th, tw = _tile_counts(geom.out_h, geom.out_w, m)
+        p = geom.batch * th * tw
+        k, c = geom.out_channels, geom.in_channels
+        counts = {"elementwise": a * a * k * c * p,          # the alpha^2 batched GEMMs
+                  "input_transform": a ** 4 * c * p,         # dense Kronecker GEMM per tile
+                  "weight_transform": a * a * 9 * k * c,
+                  "output_transform": m * m * a * a * k * p}
+        counts["total"] = sum(counts.values())
+        return counts
+
+    def workspace_bytes(self, geom, pass_, itemsize=4):
+        m, a = self.m, self.alpha
+        th, tw = _tile_counts(geom.out_h, geom.out_w, m)
+        p = geom.batch * th * tw
+        k, c = geom.out_channels, geom.in_channels
+        if pass_ == "backward_input":
+            k, c = c, k
+        padded = geom.batch * (m * th + 2) * (m * tw + 2) * c
+        elements = padded + 2 * a * a * p * c + a * a * k * (c + p) + m * m * k * p
+        return itemsize * elements
+
+
+WINOGRAD_F2X2_3X3 = Winograd(2)
+WINOGRAD_F4X4_3X3 = Winograd(4)

@@ -1,0 +1,62 @@
+"""2-D convolution layer over NCHW inputs (see ``minidl.conv``)."""
+import numpy as np
+
+from ..autograd import as_dtype
+from ..conv import apply_conv2d, make_geometry
+from ..conv.autotune import TUNER
+from ..conv.base import PASSES
+from ..conv.geometry import pair
+from . import init
+from .module import Module, Parameter
+
+
+class Conv2d(Module):
+    """Weight (out, in/groups, kh, kw) and bias (out,), PyTorch's default initialisation.
+
+    ``algo`` picks the convolution algorithm for every pass (``"auto"``: the
+    autotuner's per-shape choice). After a forward pass, ``algorithms()``
+    says which algorithm each pass used for the last input shape.
+    """
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
+                 groups=1, bias=True, algo="auto", dtype="float32"):
+        super().__init__()
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"Conv2d: in_channels {in_channels} and out_channels {out_channels} "
+                             f"must both be divisible by groups={groups}")
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size = pair(kernel_size, "kernel_size")
+        self.stride, self.padding = pair(stride, "stride"), pair(padding, "padding")
+        self.dilation, self.groups, self.algo = pair(dilation, "dilation"), groups, algo
+        dtype = as_dtype(dtype)
+        self.weight = Parameter(np.empty((out_channels, in_channels // groups) + self.kernel_size,
+                                         dtype=dtype))
+        self.bias = Parameter(np.empty(out_channels, dtype=dtype)) if bias else None
+        init.default_init_(self.weight, self.bias)
+        self._last = None   # (geometry, dtype, device) of the last forward
+
+    def forward(self, x):
+        geometry = make_geometry(x.shape, self.weight.shape, self.stride, self.padding,
+                                 self.dilation, self.groups)
+        self._last = (geometry, str(x.dtype), x.device)
+        return apply_conv2d(x, self.weight, self.bias, geometry, self.algo, label=self._label())
+
+    def algorithms(self):
+        """{pass: algorithm name} used for the last input shape (None where not yet run)."""
+        if self._last is None:
+            return {}
+        if self.algo != "auto":
+            return {p: self.algo for p in PASSES}
+        return {p: getattr(TUNER.known(*self._last, p), "name", None) for p in PASSES}
+
+    def _label(self):
+        return f"Conv2d({self.extra_repr()})"
+
+    def extra_repr(self):
+        text = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding}")
+        if self.dilation != (1, 1):
+            text += f", dilation={self.dilation}"
+        if self.groups != 1:
+            text += f", groups={self.groups}"
+        return text + f", bias={self.bias is not None}, algo={self.algo!r}"

@@ -1,0 +1,91 @@
+"""Operation counts (survey Table 6 / App. B, with correct multiplicities) and workspace sizes."""
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import minidl as md
+from minidl.conv import PASSES, make_geometry, multiplies, workspace_bytes
+from minidl.conv.function import run_backward_input, run_backward_weight, run_forward
+from minidl.conv.registry import IMPLEMENTATIONS, implementation
+
+LAYERS = {  # name: (x shape, w shape, conv kwargs)
+    "lenet_conv2": ((64, 6, 14, 14), (16, 6, 5, 5), {}),
+    "alexnet_conv1": ((16, 3, 224, 224), (64, 3, 11, 11), dict(stride=4, padding=2)),
+    "vgg_3x3": ((16, 64, 56, 56), (64, 64, 3, 3), dict(padding=1)),
+    "grouped": ((2, 8, 13, 13), (12, 4, 3, 3), dict(padding=1, groups=2)),
+}
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_direct_and_im2col_count_the_definition(name):
+    x, w, kw = LAYERS[name]
+    geom = make_geometry(x, w, **kw)
+    n, c = x[:2]
+    k, _, r, s = w
+    expected = n * k * (c // geom.groups) * r * s * geom.out_h * geom.out_w
+    assert multiplies("direct", geom)["total"] == expected
+    assert multiplies("im2col", geom)["total"] == expected
+
+
+@pytest.mark.parametrize("algo,ratio", [("winograd_f2x2_3x3", 2.25), ("winograd_f4x4_3x3", 4.0)])
+def test_winograd_elementwise_stage_saves_the_known_factor(algo, ratio):
+    """Lavin & Gray: F(2x2,3x3) uses 16 multiplies per 4 outputs instead of 36; F(4x4,3x3) 36 per 16."""
+    geom = make_geometry(*LAYERS["vgg_3x3"][:2], padding=1)   # 56x56: whole tiles for m = 2 and 4
+    direct = multiplies("direct", geom)["total"]
+    counts = multiplies(algo, geom)
+    assert direct / counts["elementwise"] == ratio
+    assert counts["total"] == sum(v for k, v in counts.items() if k != "total")
+    assert counts["total"] < direct       # transforms included, still fewer multiplies
+
+
+def test_winograd_counts_partial_tiles():
+    """A 13x13 output needs ceil(13/4)^2 = 16 F(4x4) tiles per image: the wasted outputs count."""
+    geom = make_geometry((2, 8, 13, 13), (4, 8, 3, 3), padding=1)
+    assert multiplies("winograd_f4x4_3x3", geom)["elementwise"] == 36 * 4 * 8 * (2 * 16)
+
+
+def test_fft_pointwise_count_does_not_grow_with_the_kernel():
+    small = make_geometry((4, 8, 28, 28), (8, 8, 3, 3), padding=1)
+    large = make_geometry((4, 8, 28, 28), (8, 8, 9, 9), padding=1)   # same padded size
+    assert multiplies("fft", small)["pointwise"] == multiplies("fft", large)["pointwise"]
+    lh = lw = 30   # the fast FFT length for 28 + 2 (5 * 3 * 2)
+    assert multiplies("fft", small)["pointwise"] == 4 * 4 * 8 * 8 * lh * (lw // 2 + 1)
+    assert multiplies("direct", large)["total"] > 5 * multiplies("direct", small)["total"]
+
+
+def _traced_peak(fn):
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("algo", tuple(IMPLEMENTATIONS))
+@pytest.mark.parametrize("pass_", PASSES)
+def test_workspace_estimate_bounds_the_measured_peak(algo, pass_):
+    """NumPy reports its buffers to tracemalloc: the estimate must cover each pass's peak."""
+    rng = np.random.default_rng(0)
+    geom = make_geometry((4, 16, 20, 20), (24, 16, 3, 3), padding=1)
+    x = rng.standard_normal(geom.input_shape).astype(np.float32)
+    w = rng.standard_normal(geom.weight_shape).astype(np.float32)
+    dy = rng.standard_normal(geom.output_shape).astype(np.float32)
+    impl = implementation(algo)
+    run = {"forward": lambda: run_forward(impl, x, w, geom),
+           "backward_input": lambda: run_backward_input(impl, dy, w, geom),
+           "backward_weight": lambda: run_backward_weight(impl, dy, x, geom)}[pass_]
+    run()   # warm caches (transform matrices, FFT plans)
+    result_bytes = {"forward": dy.nbytes, "backward_input": x.nbytes, "backward_weight": w.nbytes}
+    peak = _traced_peak(run) - result_bytes[pass_]
+    estimate = workspace_bytes(algo, geom, pass_)
+    assert peak <= 1.25 * estimate + 65536, f"{algo} {pass_}: peak {peak} > estimate {estimate}"
+    assert estimate <= 4 * peak + 65536, f"{algo} {pass_}: estimate {estimate} far above peak {peak}"
+
+
+def test_im2col_workspace_holds_the_column_matrix():
+    geom = make_geometry(*LAYERS["vgg_3x3"][:2], padding=1)
+    cols = 16 * 56 * 56 * 64 * 9 * 4
+    assert cols <= workspace_bytes("im2col", geom, "forward") < 1.2 * cols
+    assert workspace_bytes("direct", geom, "forward") < cols / 2   # no KH*KW-fold blow-up
