@@ -26,7 +26,7 @@ from .machine import machine_named
 from .model_costs import count_model
 from .network import NETWORKS, SCHEMES, Network, comm_time
 from .summary import human_bytes
-from .zoo import MODEL_NAMES, build_named, parse_shape
+from .zoo import add_model_arguments, build_named, limit_threads
 
 LOSSES = ("serial fraction", "small local batch", "communication")
 
@@ -77,20 +77,24 @@ def predict_scaling(compute, global_batch, nodes, nbytes, network, scheme="ring"
         losses = {"serial fraction": s * single * (1 - 1 / n),
                   "small local batch": (1 - s) * (step.total_s - single / n),
                   "communication": visible}
-        points.append(ScalingPoint(n, b, t_comp, visible, total, single / total,
-                                   single / total / n, losses))
+        speedup = single / total if total > 0 else math.nan
+        points.append(ScalingPoint(n, b, t_comp, visible, total, speedup, speedup / n, losses))
     return points
 
 
-def efficiency_by_kind(compute, big, small):
-    """{layer type: per-sample efficiency at local batch ``small`` relative to ``big``} (1 = ideal)."""
+def efficiency_by_kind(compute, big, small, min_share=0.0):
+    """{layer type: per-sample efficiency at local batch ``small`` relative to ``big``} (1 = ideal).
+
+    (t(big) / big) / (t(small) / small) summed over the layers of each type;
+    types with less than ``min_share`` of the compute time at ``small`` are left out.
+    """
     kinds = compute.kinds
     at_big, at_small = compute.step_time(big), compute.step_time(small)
     out = {}
     for kind in dict.fromkeys(kinds.values()):
         t_big = sum(sum(at_big.layers[n]) for n, k in kinds.items() if k == kind)
         t_small = sum(sum(at_small.layers[n]) for n, k in kinds.items() if k == kind)
-        if t_small > 0 and t_big > 0:
+        if t_small > max(min_share * at_small.total_s, 0.0) and t_big > 0:
             out[kind] = (t_big / big) / (t_small / small)
     return out
 
@@ -116,10 +120,11 @@ def explain(points, compute, global_batch, nbytes, scheme, serial_fraction):
                      f"from {low.main_loss} (losses over the ideal: {share})")
     for b in sorted({p.local_batch for p in (low, min(valid, key=lambda p: p.local_batch))
                      if p is not None and p.local_batch < global_batch}, reverse=True):
-        eff = efficiency_by_kind(compute, global_batch, b)
+        eff = efficiency_by_kind(compute, global_batch, b, min_share=0.05)
         text = ", ".join(f"{k} {100 * v:.0f}%" for k, v in sorted(eff.items(), key=lambda kv: kv[1]))
         poor = [k for k, v in eff.items() if v < 0.5]
-        lines.append(f"per-sample efficiency at b={b} relative to b={global_batch}: {text}"
+        lines.append(f"per-sample efficiency at b={b} relative to b={global_batch} (layer types "
+                     f"with 5% of the time or more): {text}"
                      + (f"; below 50%: {', '.join(poor)} (too few samples to fill their operations)"
                         if poor else ""))
     if serial_fraction > 0:
@@ -160,8 +165,7 @@ def parse_nodes(text, global_batch):
 
 
 def add_predict_arguments(p):
-    p.add_argument("--model", default="alexnet-original", choices=MODEL_NAMES)
-    p.add_argument("--input", default=None, metavar="CxHxW")
+    add_model_arguments(p)
     p.add_argument("--batch", type=int, default=256, help="global batch B")
     p.add_argument("--nodes", default=None, help="node counts, e.g. 1,2,4,8 (default powers of 2 up to 2B)")
     p.add_argument("--scheme", default="tree", choices=SCHEMES)
@@ -209,8 +213,8 @@ def compute_from_args(args, model, shape, nodes):
 
 
 def run_predict(args):
-    shape = parse_shape(args.input) if args.input else None
-    model, shape = build_named(args.model, shape)
+    threads = limit_threads(args.threads)  # noqa: F841  (kept alive while measuring)
+    model, shape = build_named(args.model, args.input)
     nodes = parse_nodes(args.nodes, args.batch)
     compute, source = compute_from_args(args, model, shape, nodes)
     nbytes = model.num_parameters() * next(model.parameters()).dtype.itemsize / args.compression

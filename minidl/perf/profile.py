@@ -22,7 +22,7 @@ from ..backend import cupy_module, synchronize, to_device
 from .instrument import leaf_modules, wrapped_forwards
 from .layer_timer import LayerTimer
 from .summary import human_bytes
-from .zoo import MODEL_NAMES, build_named, parse_shape
+from .zoo import add_model_arguments, build_named, limit_threads
 
 
 @dataclass
@@ -175,17 +175,17 @@ def profile_model(model, input_shape, batch, steps=5, warmup=2, device="cpu", me
 
 
 def format_profile(profile, title=""):
-    """Layers sorted by time, with their share of a plain step and the coverage check."""
+    """Layers sorted by time, with their share of all rows and the check against a plain step."""
     head = ("layer", "type", "fwd ms", "bwd ms", "total ms", "share", "output", "retained", "peak")
-    step = profile.step_s
+    step, total = profile.step_s, profile.rows_s()
     rows = []
     for layer in sorted(profile.layers, key=lambda l: -l.total_s):
         rows.append((layer.name, layer.kind, f"{layer.forward_s * 1e3:.3f}",
                      f"{layer.backward_s * 1e3:.3f}", f"{layer.total_s * 1e3:.3f}",
-                     f"{100 * layer.total_s / step:.1f}%", human_bytes(layer.output_bytes),
+                     f"{100 * layer.total_s / total:.1f}%", human_bytes(layer.output_bytes),
                      human_bytes(layer.retained_bytes), human_bytes(layer.peak_bytes)))
     for label, seconds in (("loss", profile.loss_s), ("update", profile.update_s)):
-        rows.append((label, "", "", "", f"{seconds * 1e3:.3f}", f"{100 * seconds / step:.1f}%",
+        rows.append((label, "", "", "", f"{seconds * 1e3:.3f}", f"{100 * seconds / total:.1f}%",
                      "", "", ""))
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
     fmt = lambda r: "  ".join(c.ljust(w) if i < 2 else c.rjust(w)  # noqa: E731
@@ -193,16 +193,14 @@ def format_profile(profile, title=""):
     rule = "-" * len(fmt(head))
     lines = [f"{title} batch {profile.batch}, medians over the profiled steps".strip(),
              fmt(head), rule] + [fmt(r) for r in rows] + [rule]
-    lines.append(f"sum of rows {profile.rows_s() * 1e3:.3f} ms; plain step {step * 1e3:.3f} ms "
+    lines.append(f"sum of rows {total * 1e3:.3f} ms (the shares' 100%); plain step {step * 1e3:.3f} ms "
                  f"(median, not profiled); the rows cover {100 * profile.coverage():.0f}% of it; "
                  f"a profiled step takes {profile.profiled_step_s * 1e3:.3f} ms")
     return "\n".join(lines)
 
 
 def add_profile_arguments(p):
-    p.add_argument("--model", default="lenet5", choices=MODEL_NAMES)
-    p.add_argument("--input", default=None, metavar="CxHxW",
-                   help="input shape without the batch (default: the model's own)")
+    add_model_arguments(p)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--steps", type=int, default=5, help="profiled steps (medians are reported)")
     p.add_argument("--warmup", type=int, default=2)
@@ -212,8 +210,8 @@ def add_profile_arguments(p):
 
 
 def run_profile(args):
-    shape = parse_shape(args.input) if args.input else None
-    model, shape = build_named(args.model, shape, conv_algo=args.conv_algo)
+    threads = limit_threads(args.threads)  # noqa: F841  (kept alive while profiling)
+    model, shape = build_named(args.model, args.input, conv_algo=args.conv_algo)
     model.to(args.device)
     profile = profile_model(model, shape, args.batch, args.steps, args.warmup, args.device,
                             memory=not args.no_memory)

@@ -7,7 +7,7 @@ the numbers of its LeNet example.
 """
 from .costs import CONVENTIONS
 from .model_costs import count_model
-from .zoo import MODEL_NAMES, build_named, parse_shape
+from .zoo import add_model_arguments, build_named
 
 COLUMNS = ("layer", "type", "output", "params", "MACs", "fwd FLOPs", "bwd FLOPs",
            "activations", "W", "D", "bwd W", "bwd D")
@@ -67,16 +67,13 @@ def summarize(name, input_shape=None, batch=1, convention="corrected"):
 
 
 def add_summary_arguments(p):
-    p.add_argument("--model", default="lenet5", choices=MODEL_NAMES)
-    p.add_argument("--input", default=None, metavar="CxHxW",
-                   help="input shape without the batch (default: the model's own)")
+    add_model_arguments(p)
     p.add_argument("--batch", type=int, default=1, help="batch size the counts are for")
     p.add_argument("--convention", default="corrected", choices=CONVENTIONS,
                    help="'paper' reproduces the survey's LeNet example (W=665,832, D=41)")
 
 
 def run_summary(args):
-    shape = parse_shape(args.input) if args.input else None
-    costs = summarize(args.model, shape, args.batch, args.convention)
+    costs = summarize(args.model, args.input, args.batch, args.convention)
     print(format_summary(costs, title=args.model + ":"))
     return 0

@@ -60,6 +60,8 @@ def add_train_arguments(p):
     p.add_argument("--threads", type=positive_int, default=None,
                    help="BLAS/FFT threads (default: all cores)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--trace", action="store_true",  # perf: timeline
+                   help="write a Chrome-trace timeline (trace.json) of the run to the run directory")
 
 
 def _limit_threads(n):
@@ -128,6 +130,9 @@ def run_train(args, comm=None):
             json.dump(vars(args) | {"world_size": size}, f, indent=2, default=str)
     paths = {name: os.path.join(out, name) for name in ("metrics.jsonl", "checkpoint.npz", "curves.png")}
     result = None
+    if args.trace:  # perf: timeline of per-layer compute and the optimizer step, every rank
+        from ..perf.training_trace import TrainingTrace
+        tracing = TrainingTrace(model, opt, rank, args.device).start()
     for epoch in range(start_epoch + 1, args.epochs + 1):
         train_loader.set_epoch(epoch - 1)
         lr = opt.lr
@@ -155,6 +160,10 @@ def run_train(args, comm=None):
                             rng=md_random.get_state(), config=vars(args),
                             scheduler=scheduler.state_dict() if scheduler else None)
             plot_curves(read_metrics(paths["metrics.jsonl"]), paths["curves.png"])
+    if args.trace:  # perf: every rank writes its part, rank 0 merges them
+        trace_path = tracing.finish(out, comm)
+        if rank == 0:
+            print(f"timeline: {trace_path} (open it in https://ui.perfetto.dev)")
     if rank == 0:
         if result is not None:
             print(f"test accuracy {100 * result['acc']:.2f}% after epoch {args.epochs}; "
