@@ -5,7 +5,7 @@ Two sources:
 * ``MeasuredCompute``: per-layer forward/backward times profiled on this
   machine at a few local batch sizes (``measure_compute``), interpolated
   linearly in b between them (times are close to affine in b: a fixed cost
-  plus a per-sample cost) and extrapolated along the last segment.
+  plus a per-sample cost) and extrapolated along the end segments.
 * ``RooflineCompute``: per-layer counts (``count_model``) on a ``Machine``:
   each pass takes max(FLOPs / peak, bytes / bandwidth) + overhead, where the
   bytes are the layer's weights plus its input and output activations. A
@@ -47,13 +47,20 @@ class StepTime:
 
 
 def _interpolate(b, batches, values):
-    """Piecewise-linear in b; the last segment's slope beyond the largest b, flat below the smallest."""
-    if b <= batches[-1] or len(batches) == 1:
-        if len(batches) == 1:
-            return values[0] * b / batches[0]
+    """Piecewise-linear in b through the measured points, extended along the end segments.
+
+    Below the smallest measured b the time is not allowed under the ideal
+    t(b_min) * b / b_min (fewer samples never run more efficiently); one
+    measured point alone scales in proportion to b.
+    """
+    if len(batches) == 1:
+        return values[0] * b / batches[0]
+    if batches[0] <= b <= batches[-1]:
         return float(np.interp(b, batches, values))
-    slope = (values[-1] - values[-2]) / (batches[-1] - batches[-2])
-    return values[-1] + slope * (b - batches[-1])
+    i = 0 if b < batches[0] else -2
+    slope = (values[i + 1] - values[i]) / (batches[i + 1] - batches[i])
+    line = values[i] + slope * (b - batches[i])
+    return max(line, values[0] * b / batches[0]) if b < batches[0] else line
 
 
 class MeasuredCompute:

@@ -50,11 +50,13 @@ def fake_profile(batch, per_sample, fixed):
     return Profile(batch, [layer], loss_s=0.0, update_s=fixed, step_s=1.0, profiled_step_s=1.0)
 
 
-def test_measurements_are_interpolated_linearly_and_extrapolated_along_the_last_segment():
+def test_measurements_are_interpolated_linearly_and_extrapolated_along_the_end_segments():
     compute = MeasuredCompute({b: fake_profile(b, 1e-3, 2e-3) for b in (64, 16, 32)})
-    for b in (16, 24, 48, 64, 256):
+    for b in (4, 16, 24, 48, 64, 256):
         assert compute.step_time(b).total_s == pytest.approx(3 * 2e-3 + 1e-3 * b)
-    assert compute.step_time(4).total_s == pytest.approx(compute.step_time(16).total_s)  # flat below
+    superlinear = MeasuredCompute({b: fake_profile(b, 1e-3, 0.0) for b in (16, 32)})
+    superlinear.profiles[16].layers[0].forward_s = 0.005     # 16 -> 32 costs more than 2x
+    assert superlinear.step_time(4).total_s == pytest.approx(0.005 * 4 / 16)   # never below ideal
 
 
 class PlainStep:

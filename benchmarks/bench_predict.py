@@ -1,0 +1,73 @@
+"""How well the compute models predict measured training-step times on this machine.
+
+For each model and local batch b: the median time of plain training steps
+(forward, cross-entropy, backward, momentum update), the measured compute
+model's prediction from per-layer profiles at the *other* batch sizes only
+(leave-one-out: b is interpolated or extrapolated, never looked up), its
+prediction when b itself is profiled (the per-layer sum), and the roofline
+on this machine's measured peak and bandwidth. Ratios predicted/measured.
+
+Run: ``python benchmarks/bench_predict.py [--threads 1] [--repeats 7]``.
+"""
+import argparse
+import time
+
+import numpy as np
+
+import minidl as md
+from minidl import functional as F, optim
+from minidl.perf import count_model
+from minidl.perf.compute_model import MeasuredCompute, RooflineCompute
+from minidl.perf.machine import measure_machine
+from minidl.perf.profile import profile_model
+from minidl.perf.zoo import build_named, limit_threads
+
+BATCHES = (8, 16, 32, 64, 128)
+
+
+def plain_step_median(model, shape, batch, repeats):
+    rng = np.random.default_rng(0)
+    x = md.tensor(rng.standard_normal((batch,) + shape))
+    y = rng.integers(0, 10, batch)
+    opt = optim.Momentum(model.parameters(), lr=1e-3)
+    times = []
+    for i in range(repeats + 2):
+        start = time.perf_counter()
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if i >= 2:
+            times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="lenet5,alexnet-small,mlp")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    threads = limit_threads(args.threads)  # noqa: F841
+    machine = measure_machine()
+    print(f"this machine: {machine.peak_flops / 1e9:.0f} GFLOP/s, {machine.bandwidth / 1e9:.1f} GB/s, "
+          f"{machine.overhead_s * 1e6:.1f} us per op; BLAS threads: {args.threads or 'all'}")
+    print(f"{'model':14} {'b':>4} {'measured ms':>12} {'leave-one-out':>14} {'profiled b':>11} "
+          f"{'roofline':>9}")
+    for name in args.models.split(","):
+        model, shape = build_named(name, conv_algo="im2col")
+        profiles = {b: profile_model(model, shape, b, steps=args.repeats, warmup=2, memory=False)
+                    for b in BATCHES}
+        roof = RooflineCompute(count_model(model, shape, 1), machine)
+        for b in BATCHES:
+            measured = plain_step_median(model, shape, b, args.repeats)
+            others = MeasuredCompute({k: p for k, p in profiles.items() if k != b})
+            own = MeasuredCompute({b: profiles[b]})
+            print(f"{name:14} {b:>4} {measured * 1e3:12.2f} "
+                  f"{others.step_time(b).total_s / measured:14.2f} "
+                  f"{own.step_time(b).total_s / measured:11.2f} "
+                  f"{roof.step_time(b).total_s / measured:9.2f}")
+
+
+if __name__ == "__main__":
+    main()
