@@ -11,31 +11,14 @@ memory-bound and stops getting faster.
 Run: ``python benchmarks/bench_predict_gemm.py [--threads 1]``.
 """
 import argparse
-import time
-
 import numpy as np
 
-from minidl.perf.machine import measure_machine
+from minidl.perf.compute_model import roofline_time
+from minidl.perf.machine import measure_machine, median_seconds
 from minidl.perf.zoo import limit_threads
 
 SHAPES = {"their 4096x9192": (4096, 9192), "fc6 9216x4096": (9216, 4096)}
 BATCHES = (256, 128, 64, 32, 16, 8, 4, 2, 1)
-
-
-def median_seconds(fn, repeats):
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
-
-
-def roofline_seconds(machine, b, k, n):
-    flops = 2 * b * k * n
-    nbytes = 4 * (k * n + b * k + b * n)
-    return max(flops / machine.peak_flops, nbytes / machine.bandwidth)
 
 
 def main():
@@ -64,9 +47,10 @@ def main():
         for b in BATCHES:
             x = rng.standard_normal((b, k)).astype(np.float32)
             t = median_seconds(lambda: x @ w, args.repeats)
-            base = base or (t, roofline_seconds(machine, b, k, n))
+            roof = roofline_time(machine, 2 * b * k * n, 4 * (k * n + b * k + b * n))
+            base = base or (t, roof)
             line = (f"{b:>4} {t * 1e3:9.2f} {2 * b * k * n / t / 1e9:8.1f} {base[0] / t:8.1f} "
-                    f"{BATCHES[0] / b:6.0f} {base[1] / roofline_seconds(machine, b, k, n):9.1f}")
+                    f"{BATCHES[0] / b:6.0f} {base[1] / roof:9.1f}")
             if torch:
                 tx = torch.from_numpy(x)
                 tt = median_seconds(lambda: tx @ tw, args.repeats)

@@ -94,7 +94,8 @@ def measure_compute(model, input_shape, batches, steps=3, warmup=1, device="cpu"
                                              memory=False) for b in sorted(set(batches))})
 
 
-def _pass_time(machine, flops, nbytes):
+def roofline_time(machine, flops, nbytes):
+    """max(flops / peak, bytes / bandwidth) + the fixed cost of one operation (0 for no work)."""
     if flops == 0 and nbytes == 0:
         return 0.0
     return max(flops / machine.peak_flops, nbytes / machine.bandwidth) + machine.overhead_s
@@ -117,9 +118,9 @@ class RooflineCompute:
             return 0.0, 0.0
         acts = b * (elements(layer.input_shape) + elements(layer.output_shape)) * size
         weights = layer.params * size
-        forward = _pass_time(m, layer.forward_flops * b, weights + acts)
+        forward = roofline_time(m, layer.forward_flops * b, weights + acts)
         passes = (layer.params > 0) + layer.input_grad
-        backward = _pass_time(m, layer.backward_flops * b, passes * (weights + acts))
+        backward = roofline_time(m, layer.backward_flops * b, passes * (weights + acts))
         return forward * self.scale, backward * self.scale
 
     def step_time(self, b):

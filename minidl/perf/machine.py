@@ -37,7 +37,8 @@ PRESETS = {
 }
 
 
-def _median_time(fn, repeats):
+def median_seconds(fn, repeats):
+    """Median wall time of ``repeats`` calls of ``fn()`` after one warm-up call."""
     fn()
     times = []
     for _ in range(repeats):
@@ -55,12 +56,12 @@ def measure_machine(repeats=5, gemm_size=1024, stream_bytes=1 << 26):
     rng = np.random.default_rng(0)
     a = rng.standard_normal((gemm_size, gemm_size)).astype(np.float32)
     b = rng.standard_normal((gemm_size, gemm_size)).astype(np.float32)
-    peak = 2 * gemm_size ** 3 / _median_time(lambda: a @ b, repeats)
+    peak = 2 * gemm_size ** 3 / median_seconds(lambda: a @ b, repeats)
     n = stream_bytes // 4
     x, y, z = np.ones(n, np.float32), np.ones(n, np.float32), np.empty(n, np.float32)
-    bandwidth = 3 * stream_bytes / _median_time(lambda: np.add(x, y, out=z), repeats)
+    bandwidth = 3 * stream_bytes / median_seconds(lambda: np.add(x, y, out=z), repeats)
     tiny = Tensor(np.ones((1, 1), np.float32), requires_grad=True)
-    overhead = _median_time(lambda: F.relu(tiny).sum().backward(), 5 * repeats) / 4
+    overhead = median_seconds(lambda: F.relu(tiny).sum().backward(), 5 * repeats) / 4
     return Machine("here", peak, bandwidth, overhead)
 
 
