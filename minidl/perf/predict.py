@@ -18,6 +18,7 @@ the serial part s T(B)(1 - 1/n), the small local batch (1 - s)(T(b) -
 T(B)/n) (GEMMs on b rows run less efficiently, fully connected layers
 most), and the visible communication. n > B leaves nodes without samples.
 """
+import argparse
 from dataclasses import dataclass
 import math
 
@@ -26,7 +27,7 @@ from .machine import machine_named
 from .model_costs import count_model
 from .network import NETWORKS, SCHEMES, Network, comm_time
 from .summary import human_bytes
-from .zoo import add_model_arguments, build_named, limit_threads
+from .zoo import add_model_arguments, build_named, limit_threads, positive_int
 
 LOSSES = ("serial fraction", "small local batch", "communication")
 
@@ -99,6 +100,16 @@ def efficiency_by_kind(compute, big, small, min_share=0.0):
     return out
 
 
+def _efficiency_line(compute, global_batch, b):
+    eff = efficiency_by_kind(compute, global_batch, b, min_share=0.05)
+    text = ", ".join(f"{k} {100 * v:.0f}%" for k, v in sorted(eff.items(), key=lambda kv: kv[1]))
+    poor = [k for k, v in eff.items() if v < 0.5]
+    return (f"per-sample efficiency at b={b} relative to b={global_batch} (layer types with 5% of "
+            f"the time or more): {text}"
+            + (f"; below 50%: {', '.join(poor)} (too few samples to fill their operations)"
+               if poor else ""))
+
+
 def explain(points, compute, global_batch, nbytes, scheme, serial_fraction):
     """Sentences on where scaling stalls and why."""
     valid = [p for p in points if p.valid]
@@ -118,15 +129,10 @@ def explain(points, compute, global_batch, nbytes, scheme, serial_fraction):
         share = {k: f"{1e3 * v:.1f} ms" for k, v in low.losses.items()}
         lines.append(f"efficiency falls below 50% at n={low.nodes} (b={low.local_batch}), mainly "
                      f"from {low.main_loss} (losses over the ideal: {share})")
-    for b in sorted({p.local_batch for p in (low, min(valid, key=lambda p: p.local_batch))
+    smallest = min(valid, key=lambda p: p.local_batch)
+    for b in sorted({p.local_batch for p in (low, smallest)
                      if p is not None and p.local_batch < global_batch}, reverse=True):
-        eff = efficiency_by_kind(compute, global_batch, b, min_share=0.05)
-        text = ", ".join(f"{k} {100 * v:.0f}%" for k, v in sorted(eff.items(), key=lambda kv: kv[1]))
-        poor = [k for k, v in eff.items() if v < 0.5]
-        lines.append(f"per-sample efficiency at b={b} relative to b={global_batch} (layer types "
-                     f"with 5% of the time or more): {text}"
-                     + (f"; below 50%: {', '.join(poor)} (too few samples to fill their operations)"
-                        if poor else ""))
+        lines.append(_efficiency_line(compute, global_batch, b))
     if serial_fraction > 0:
         lines.append(f"Amdahl: the non-scaling fraction {serial_fraction:g} caps the speedup at "
                      f"{1 / serial_fraction:.0f}")
@@ -151,23 +157,28 @@ def format_prediction(points):
     return "\n".join([fmt(head), "-" * len(fmt(head))] + [fmt(r) for r in rows])
 
 
-def parse_nodes(text, global_batch):
-    """'1,2,8' -> [1, 2, 8]; None -> powers of two up to 2B (one beyond n = B shows the limit)."""
-    if text is None:
-        return [2 ** k for k in range(int(math.log2(global_batch)) + 2)]
+def parse_nodes(text):
+    """'1,2,8' -> [1, 2, 8] (an argparse type: bad input is a usage error)."""
     try:
         nodes = sorted({int(part) for part in text.split(",")})
     except ValueError:
         nodes = []
     if not nodes or nodes[0] < 1:
-        raise ValueError(f"--nodes {text!r}: give positive integers separated by commas, e.g. 1,2,4,8")
+        raise argparse.ArgumentTypeError(f"{text!r}: give positive integers separated by commas, "
+                                         "e.g. 1,2,4,8")
     return nodes
+
+
+def default_nodes(global_batch):
+    """Powers of two up to 2B: one beyond n = B shows that limit."""
+    return [2 ** k for k in range(int(math.log2(global_batch)) + 2)]
 
 
 def add_predict_arguments(p):
     add_model_arguments(p)
-    p.add_argument("--batch", type=int, default=256, help="global batch B")
-    p.add_argument("--nodes", default=None, help="node counts, e.g. 1,2,4,8 (default powers of 2 up to 2B)")
+    p.add_argument("--batch", type=positive_int, default=256, help="global batch B")
+    p.add_argument("--nodes", type=parse_nodes, default=None,
+                   help="node counts, e.g. 1,2,4,8 (default powers of 2 up to 2B)")
     p.add_argument("--scheme", default="tree", choices=SCHEMES)
     p.add_argument("--network", default="fdr-infiniband", choices=list(NETWORKS))
     p.add_argument("--latency-us", type=float, default=None, help="overrides the network's latency")
@@ -182,9 +193,9 @@ def add_predict_arguments(p):
     p.add_argument("--machine", default="here", help="roofline device: here, k80, haswell-2x12")
     p.add_argument("--time-per-iteration", type=float, default=None, metavar="SECONDS",
                    help="calibrate the roofline so one node takes this long at the global batch")
-    p.add_argument("--max-measured-batch", type=int, default=64,
+    p.add_argument("--max-measured-batch", type=positive_int, default=64,
                    help="measure local batches up to this size, extrapolate beyond")
-    p.add_argument("--steps", type=int, default=3, help="profiled steps per measured batch size")
+    p.add_argument("--steps", type=positive_int, default=3, help="profiled steps per measured batch size")
 
 
 def network_from_args(args):
@@ -215,7 +226,7 @@ def compute_from_args(args, model, shape, nodes):
 def run_predict(args):
     threads = limit_threads(args.threads)  # noqa: F841  (kept alive while measuring)
     model, shape = build_named(args.model, args.input)
-    nodes = parse_nodes(args.nodes, args.batch)
+    nodes = args.nodes or default_nodes(args.batch)
     compute, source = compute_from_args(args, model, shape, nodes)
     nbytes = model.num_parameters() * next(model.parameters()).dtype.itemsize / args.compression
     network = network_from_args(args)

@@ -22,7 +22,7 @@ from ..backend import cupy_module, synchronize, to_device
 from .instrument import leaf_modules, wrapped_forwards
 from .layer_timer import LayerTimer
 from .summary import human_bytes
-from .zoo import add_model_arguments, build_named, limit_threads
+from .zoo import add_model_arguments, build_named, limit_threads, positive_int
 
 
 @dataclass
@@ -201,8 +201,8 @@ def format_profile(profile, title=""):
 
 def add_profile_arguments(p):
     add_model_arguments(p)
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--steps", type=int, default=5, help="profiled steps (medians are reported)")
+    p.add_argument("--batch", type=positive_int, default=64)
+    p.add_argument("--steps", type=positive_int, default=5, help="profiled steps (medians are reported)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--conv-algo", default="auto")

@@ -7,7 +7,7 @@ the numbers of its LeNet example.
 """
 from .costs import CONVENTIONS
 from .model_costs import count_model
-from .zoo import add_model_arguments, build_named
+from .zoo import add_model_arguments, build_named, positive_int
 
 COLUMNS = ("layer", "type", "output", "params", "MACs", "fwd FLOPs", "bwd FLOPs",
            "activations", "W", "D", "bwd W", "bwd D")
@@ -68,7 +68,7 @@ def summarize(name, input_shape=None, batch=1, convention="corrected"):
 
 def add_summary_arguments(p):
     add_model_arguments(p)
-    p.add_argument("--batch", type=int, default=1, help="batch size the counts are for")
+    p.add_argument("--batch", type=positive_int, default=1, help="batch size the counts are for")
     p.add_argument("--convention", default="corrected", choices=CONVENTIONS,
                    help="'paper' reproduces the survey's LeNet example (W=665,832, D=41)")
 

@@ -42,6 +42,17 @@ def test_predict_with_a_roofline(capsys):
     assert "- n <= B: 128 nodes exceed the global batch 64 (b = B/n < 1)" in lines
 
 
+def test_predict_measures_each_local_batch_here(capsys):
+    pytest.importorskip("minidl.dist.costmodel")
+    out = run(capsys, "predict", "--model", "mlp", "--batch", "16", "--nodes", "1,2,4",
+              "--steps", "1", "--threads", "1")
+    assert "compute: measured here at b = 4, 8, 16" in out.splitlines()[0]
+    assert out.splitlines()[-1].startswith("- per-sample efficiency at b=4 relative to b=16")
+    with pytest.raises(SystemExit):
+        main(["predict", "--nodes", "0,2"])
+    assert "positive integers separated by commas" in capsys.readouterr().err
+
+
 def test_train_trace_writes_a_timeline_of_every_layer(tmp_path, capsys):
     from minidl.data import DatasetNotFoundError, FashionMNIST
     try:
