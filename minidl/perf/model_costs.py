@@ -65,8 +65,7 @@ def count_model(model, input_shape, batch=1, convention="corrected"):
             needs_grad = isinstance(x, Tensor) and x.requires_grad
             if counter is None or args or kwargs or not isinstance(x, Tensor):
                 y = original(x, *args, **kwargs)
-                y_shape = y.shape
-                records.append((name, module, None, tuple(x.shape), tuple(y_shape), needs_grad))
+                records.append((name, module, None, tuple(x.shape), tuple(y.shape), needs_grad))
                 return y
             y_shape = tuple(counter.output_shape(module, tuple(x.shape)))
             records.append((name, module, counter, tuple(x.shape), y_shape, needs_grad))

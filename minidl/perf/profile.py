@@ -46,7 +46,7 @@ class Profile:
 
     batch: int
     layers: list
-    loss_s: float          # cross-entropy forward and backward
+    loss_s: float          # cross-entropy forward and backward, zero_grad, the engine between layers
     update_s: float        # optimizer step (zero_grad included)
     step_s: float          # median of plain, uninstrumented steps
     profiled_step_s: float  # median of the profiled steps
