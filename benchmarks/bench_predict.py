@@ -6,6 +6,8 @@ model's prediction from per-layer profiles at the *other* batch sizes only
 (leave-one-out: b is interpolated or extrapolated, never looked up), its
 prediction when b itself is profiled (the per-layer sum), and the roofline
 on this machine's measured peak and bandwidth. Ratios predicted/measured.
+Profiles and plain steps alternate round by round, and each column is a
+median over the rounds, so that load from other processes hits both sides.
 
 Run: ``python benchmarks/bench_predict.py [--threads 1] [--repeats 7]``.
 """
@@ -25,21 +27,25 @@ from minidl.perf.zoo import build_named, limit_threads
 BATCHES = (8, 16, 32, 64, 128)
 
 
-def plain_step_median(model, shape, batch, repeats):
-    rng = np.random.default_rng(0)
-    x = md.tensor(rng.standard_normal((batch,) + shape))
-    y = rng.integers(0, 10, batch)
-    opt = optim.Momentum(model.parameters(), lr=1e-3)
-    times = []
-    for i in range(repeats + 2):
+class PlainStep:
+    """An ordinary training step at one batch size; calling it returns its seconds."""
+
+    def __init__(self, model, shape, batch):
+        rng = np.random.default_rng(0)
+        self.model = model
+        self.x = md.tensor(rng.standard_normal((batch,) + shape))
+        self.y = rng.integers(0, 10, batch)
+        self.opt = optim.Momentum(model.parameters(), lr=1e-3)
+        for _ in range(2):
+            self()
+
+    def __call__(self):
         start = time.perf_counter()
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad()
+        loss = F.cross_entropy(self.model(self.x), self.y)
+        self.opt.zero_grad()
         loss.backward()
-        opt.step()
-        if i >= 2:
-            times.append(time.perf_counter() - start)
-    return float(np.median(times))
+        self.opt.step()
+        return time.perf_counter() - start
 
 
 def main():
@@ -56,18 +62,22 @@ def main():
           f"{'roofline':>9}")
     for name in args.models.split(","):
         model, shape = build_named(name, conv_algo="im2col")
-        profiles = {b: profile_model(model, shape, b, steps=args.repeats, warmup=2, memory=False)
-                    for b in BATCHES}
         roof = RooflineCompute(count_model(model, shape, 1), machine)
+        plain = {b: PlainStep(model, shape, b) for b in BATCHES}
+        rows = {b: {"measured": [], "others": [], "own": []} for b in BATCHES}
+        for _ in range(args.repeats):
+            profiles = {b: profile_model(model, shape, b, steps=1, warmup=1, memory=False)
+                        for b in BATCHES}
+            for b in BATCHES:
+                rows[b]["measured"].append(plain[b]())
+                others = MeasuredCompute({k: p for k, p in profiles.items() if k != b})
+                rows[b]["others"].append(others.step_time(b).total_s)
+                rows[b]["own"].append(MeasuredCompute({b: profiles[b]}).step_time(b).total_s)
         for b in BATCHES:
-            measured = plain_step_median(model, shape, b, args.repeats)
-            others = MeasuredCompute({k: p for k, p in profiles.items() if k != b})
-            own = MeasuredCompute({b: profiles[b]})
-            print(f"{name:14} {b:>4} {measured * 1e3:12.2f} "
-                  f"{others.step_time(b).total_s / measured:14.2f} "
-                  f"{own.step_time(b).total_s / measured:11.2f} "
-                  f"{roof.step_time(b).total_s / measured:9.2f}")
-
+            med = {key: float(np.median(values)) for key, values in rows[b].items()}
+            measured = med["measured"]
+            print(f"{name:14} {b:>4} {measured * 1e3:12.2f} {med['others'] / measured:14.2f} "
+                  f"{med['own'] / measured:11.2f} {roof.step_time(b).total_s / measured:9.2f}")
 
 if __name__ == "__main__":
     main()
