@@ -12,40 +12,16 @@ median over the rounds, so that load from other processes hits both sides.
 Run: ``python benchmarks/bench_predict.py [--threads 1] [--repeats 7]``.
 """
 import argparse
-import time
 
 import numpy as np
 
-import minidl as md
-from minidl import functional as F, optim
 from minidl.perf import count_model
 from minidl.perf.compute_model import MeasuredCompute, RooflineCompute
 from minidl.perf.machine import measure_machine
-from minidl.perf.profile import profile_model
+from minidl.perf.profile import TrainingStep, profile_model
 from minidl.perf.zoo import build_named, limit_threads
 
 BATCHES = (8, 16, 32, 64, 128)
-
-
-class PlainStep:
-    """An ordinary training step at one batch size; calling it returns its seconds."""
-
-    def __init__(self, model, shape, batch):
-        rng = np.random.default_rng(0)
-        self.model = model
-        self.x = md.tensor(rng.standard_normal((batch,) + shape))
-        self.y = rng.integers(0, 10, batch)
-        self.opt = optim.Momentum(model.parameters(), lr=1e-3)
-        for _ in range(2):
-            self()
-
-    def __call__(self):
-        start = time.perf_counter()
-        loss = F.cross_entropy(self.model(self.x), self.y)
-        self.opt.zero_grad()
-        loss.backward()
-        self.opt.step()
-        return time.perf_counter() - start
 
 
 def main():
@@ -63,13 +39,15 @@ def main():
     for name in args.models.split(","):
         model, shape = build_named(name, conv_algo="im2col")
         roof = RooflineCompute(count_model(model, shape, 1), machine)
-        plain = {b: PlainStep(model, shape, b) for b in BATCHES}
+        plain = {b: TrainingStep(model, shape, b) for b in BATCHES}
+        for step in plain.values():
+            step.run()
         rows = {b: {"measured": [], "others": [], "own": []} for b in BATCHES}
         for _ in range(args.repeats):
             profiles = {b: profile_model(model, shape, b, steps=1, warmup=1, memory=False)
                         for b in BATCHES}
             for b in BATCHES:
-                rows[b]["measured"].append(plain[b]())
+                rows[b]["measured"].append(plain[b].run())
                 others = MeasuredCompute({k: p for k, p in profiles.items() if k != b})
                 rows[b]["others"].append(others.step_time(b).total_s)
                 rows[b]["own"].append(MeasuredCompute({b: profiles[b]}).step_time(b).total_s)

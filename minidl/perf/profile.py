@@ -64,8 +64,12 @@ def _median(values):
     return float(np.median(values)) if values else 0.0
 
 
-class _Step:
-    """A synthetic training step of ``model``: fixed inputs, momentum SGD."""
+class TrainingStep:
+    """A synthetic training step of ``model``: fixed random inputs and labels, momentum SGD.
+
+    ``run()`` does forward, cross-entropy, backward and the update, and
+    returns its seconds; it is the plain step the profile is checked against.
+    """
 
     def __init__(self, model, input_shape, batch, device="cpu", seed=0):
         rng = np.random.default_rng(seed)
@@ -140,7 +144,7 @@ def profile_model(model, input_shape, batch, steps=5, warmup=2, device="cpu", me
     """``Profile`` of ``steps`` training steps (after ``warmup``) at ``batch``."""
     if steps < 1 or batch < 1:
         raise ValueError(f"profile: steps ({steps}) and batch ({batch}) must be >= 1")
-    step = _Step(model, input_shape, batch, device)
+    step = TrainingStep(model, input_shape, batch, device)
     for _ in range(warmup):
         step.run()
     per_step = []

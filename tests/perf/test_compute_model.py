@@ -1,22 +1,19 @@
 """Compute models: the roofline formula, interpolation of measurements, and accuracy here.
 
 The accuracy test compares the measured compute model's prediction with
-plain training steps timed in the same process (written out here, not the
-profiler's own step), one BLAS thread so that other processes on the
-machine slow both sides alike, medians, and up to three attempts so that a
-burst of load elsewhere does not fail it.
+plain (uninstrumented) training steps timed in the same process,
+interleaved with the measurements, on one BLAS thread so that other
+processes on the machine slow both sides alike; medians, and up to three
+attempts so that a burst of load elsewhere does not fail it.
 """
-import time
-
 import numpy as np
 import pytest
 
-import minidl as md
-from minidl import functional as F, layers as L, models, optim
+from minidl import layers as L, models
 from minidl.perf import count_model
 from minidl.perf.compute_model import MeasuredCompute, RooflineCompute, measure_compute
 from minidl.perf.machine import Machine
-from minidl.perf.profile import LayerProfile, Profile
+from minidl.perf.profile import LayerProfile, Profile, TrainingStep
 
 MACHINE = Machine("test", peak_flops=1e12, bandwidth=1e11, overhead_s=1e-6)
 
@@ -59,39 +56,20 @@ def test_measurements_are_interpolated_linearly_and_extrapolated_along_the_end_s
     assert superlinear.step_time(4).total_s == pytest.approx(0.005 * 4 / 16)   # never below ideal
 
 
-class PlainStep:
-    """An ordinary training step of ``model`` at one batch size: forward, loss, backward, update."""
-
-    def __init__(self, model, batch, rng):
-        self.model = model
-        self.x = md.tensor(rng.standard_normal((batch, 1, 28, 28)))
-        self.y = rng.integers(0, 10, batch)
-        self.opt = optim.Momentum(model.parameters(), lr=1e-3)
-        for _ in range(2):
-            self()
-
-    def __call__(self):
-        start = time.perf_counter()
-        loss = F.cross_entropy(self.model(self.x), self.y)
-        self.opt.zero_grad()
-        loss.backward()
-        self.opt.step()
-        return time.perf_counter() - start
-
-
 def test_measured_compute_predicts_lenet_iteration_times_within_20_percent():
     threadpoolctl = pytest.importorskip("threadpoolctl")
-    rng = np.random.default_rng(0)
     with threadpoolctl.threadpool_limits(1):
         model = models.lenet5(conv_algo="im2col")
-        plain = {b: PlainStep(model, b, rng) for b in (48, 64)}   # 48 is interpolated, 64 measured
+        plain = {b: TrainingStep(model, (1, 28, 28), b) for b in (48, 64)}   # 48 interpolated
+        for step in plain.values():
+            step.run()
         for attempt in range(3):
             predicted, measured = {b: [] for b in plain}, {b: [] for b in plain}
             for _ in range(7):          # interleaved, so that both sides see the same load
                 compute = measure_compute(model, (1, 28, 28), [32, 64], steps=1, warmup=1)
                 for b, step in plain.items():
                     predicted[b].append(compute.step_time(b).total_s)
-                    measured[b].append(step())
+                    measured[b].append(step.run())
             errors = {b: np.median(predicted[b]) / np.median(measured[b]) - 1 for b in plain}
             if all(abs(e) < 0.2 for e in errors.values()):
                 return
