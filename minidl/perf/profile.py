@@ -59,6 +59,19 @@ class Profile:
         """rows_s() / step_s: how much of a plain step the rows account for."""
         return self.rows_s() / self.step_s
 
+    def by_type(self):
+        """One row per layer type, summing its layers (Keuper & Pfreundt's Figs. 5 and 6 view)."""
+        kinds = {}
+        for layer in self.layers:
+            row = kinds.setdefault(layer.kind, LayerProfile(layer.kind, ""))
+            row.forward_s += layer.forward_s
+            row.backward_s += layer.backward_s
+            row.output_bytes += layer.output_bytes
+            row.retained_bytes += layer.retained_bytes
+            row.peak_bytes = max(row.peak_bytes, layer.peak_bytes)
+            row.kind = f"{sum(1 for l in self.layers if l.kind == layer.kind)} layers"
+        return list(kinds.values())
+
 
 def _median(values):
     return float(np.median(values)) if values else 0.0
@@ -178,12 +191,13 @@ def profile_model(model, input_shape, batch, steps=5, warmup=2, device="cpu", me
                    _median(profiled))
 
 
-def format_profile(profile, title=""):
-    """Layers sorted by time, with their share of all rows and the check against a plain step."""
+def format_profile(profile, title="", by_type=False):
+    """Layers (or layer types) sorted by time, with their share of all rows and the check
+    against a plain step."""
     head = ("layer", "type", "fwd ms", "bwd ms", "total ms", "share", "output", "retained", "peak")
     step, total = profile.step_s, profile.rows_s()
     rows = []
-    for layer in sorted(profile.layers, key=lambda l: -l.total_s):
+    for layer in sorted(profile.by_type() if by_type else profile.layers, key=lambda l: -l.total_s):
         rows.append((layer.name, layer.kind, f"{layer.forward_s * 1e3:.3f}",
                      f"{layer.backward_s * 1e3:.3f}", f"{layer.total_s * 1e3:.3f}",
                      f"{100 * layer.total_s / total:.1f}%", human_bytes(layer.output_bytes),
@@ -211,6 +225,7 @@ def add_profile_arguments(p):
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--conv-algo", default="auto")
     p.add_argument("--no-memory", action="store_true", help="skip the tracemalloc pass")
+    p.add_argument("--by-type", action="store_true", help="one row per layer type")
 
 
 def run_profile(args):
@@ -219,5 +234,5 @@ def run_profile(args):
     model.to(args.device)
     profile = profile_model(model, shape, args.batch, args.steps, args.warmup, args.device,
                             memory=not args.no_memory)
-    print(format_profile(profile, title=f"{args.model}:"))
+    print(format_profile(profile, title=f"{args.model}:", by_type=args.by_type))
     return 0

@@ -6,6 +6,7 @@ so the expected times are known independently of the machine's speed.
 import time
 
 import numpy as np
+import pytest
 
 from minidl import layers as L
 from minidl.autograd import Function
@@ -82,3 +83,15 @@ def test_report_is_sorted_by_time_with_shares():
     assert 50 < share <= 100
     assert "the rows cover" in lines[-1]
     assert np.isfinite(float(lines[-1].split("cover ")[1].split("%")[0]))
+
+
+def test_rows_by_layer_type_add_up_the_layers():
+    model = L.Sequential(L.Linear(8, 16), Sleeper(), L.ReLU(), L.Linear(16, 4), Sleeper())
+    profile = profile_model(model, (8,), batch=4, steps=1, warmup=1, memory=False)
+    types = {row.name: row for row in profile.by_type()}
+    assert set(types) == {"Linear", "Sleeper", "ReLU"} and types["Sleeper"].kind == "2 layers"
+    for kind, row in types.items():
+        members = [layer for layer in profile.layers if layer.kind == kind]
+        assert row.total_s == pytest.approx(sum(layer.total_s for layer in members))
+    assert types["Sleeper"].total_s >= 2 * (FORWARD_S + BACKWARD_S)
+    assert format_profile(profile, by_type=True).splitlines()[3].startswith("Sleeper")
