@@ -8,6 +8,8 @@ from . import functional
 from . import layers
 from . import optim
 from . import data
+from . import conv
+from . import models
 from . import random
 from .random import manual_seed
 from .gradcheck import gradcheck, GradcheckError

@@ -34,6 +34,7 @@ def positive_int(text):
 
 def add_train_arguments(p):
     p.add_argument("--model", default="lenet5", choices=list(models.MODELS))
+    p.add_argument("--activation", default="relu", choices=list(models.ACTIVATIONS))
     p.add_argument("--dataset", default="fashion-mnist", choices=list(DATASETS))
     p.add_argument("--epochs", type=positive_int, default=3)
     p.add_argument("--batch-size", type=positive_int, default=64,
@@ -110,7 +111,8 @@ def run_train(args, comm=None):
     md_random.manual_seed(args.seed)
     train_set, test_set = load_datasets(args)
     model = models.build(args.model, num_classes=len(train_set.classes),
-                         in_channels=train_set.images.shape[1], conv_algo=args.conv_algo)
+                         in_channels=train_set.images.shape[1], conv_algo=args.conv_algo,
+                         activation=args.activation)
     model.to(args.device)
     opt = make_optimizer(args, model)
     scheduler = make_scheduler(args, opt)
@@ -177,7 +179,7 @@ def run_train(args, comm=None):
 def resume_from(ckpt, args, model, opt, scheduler):
     """Load a checkpoint into the run; returns the epoch it ended."""
     saved = ckpt.meta.get("config", {})
-    for key in ("model", "dataset", "optimizer"):
+    for key in ("model", "activation", "dataset", "optimizer"):
         if saved.get(key) not in (None, getattr(args, key)):
             raise ValueError(f"--resume: the checkpoint was trained with --{key} {saved[key]}, "
                              f"this run asks for {getattr(args, key)}; use the same {key}")
@@ -203,7 +205,8 @@ def run_eval(args):
     config = ckpt.meta["config"]
     test_set = DATASETS[config["dataset"]](root=args.data_dir or config.get("data_dir"), train=False)
     model = models.build(config["model"], num_classes=len(test_set.classes),
-                         in_channels=test_set.images.shape[1], conv_algo=config["conv_algo"])
+                         in_channels=test_set.images.shape[1], conv_algo=config["conv_algo"],
+                         activation=config.get("activation", "relu"))
     model.load_state_dict(ckpt.model_state)
     model.to(args.device)
     result = evaluate(model, DataLoader(test_set, args.batch_size), len(test_set.classes),
