@@ -10,6 +10,7 @@ from . import optim
 from . import data
 from . import conv
 from . import models
+from . import dist
 from . import random
 from .random import manual_seed
 from .gradcheck import gradcheck, GradcheckError

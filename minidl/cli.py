@@ -25,6 +25,7 @@ COMMANDS = {
 
 BENCHMARKS = {
     # name: (module, prefix, help)
+    "allreduce": ("minidl.dist.bench", "allreduce", "allreduce algorithms: measured vs the cost model"),
 }
 
 

@@ -17,11 +17,14 @@ from .. import random as md_random
 from ..conv import ALGORITHMS as CONV_ALGORITHMS
 from ..data import ArrayDataset, DataLoader, FashionMNIST, MNIST
 from ..data import Compose, RandomCrop, RandomHorizontalFlip
+from .. import dist
+from ..dist import ALLREDUCE_ALGORITHMS
 from .checkpoint import load_checkpoint, save_checkpoint
 from .loop import NonFiniteLossError, evaluate, train_epoch
 from .metrics import append_metrics, plot_curves, read_metrics
 
 DATASETS = {"fashion-mnist": FashionMNIST, "mnist": MNIST}
+DIST_MODES = ("sync",)
 SCHEDULES = ("constant", "step", "cosine")
 
 
@@ -61,6 +64,14 @@ def add_train_arguments(p):
     p.add_argument("--threads", type=positive_int, default=None,
                    help="BLAS/FFT threads (default: all cores)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--dist", default=None, choices=DIST_MODES,
+                   help="sync: data-parallel SGD with gradients averaged over all ranks "
+                        "(start under mpiexec); the batch size is per rank")
+    p.add_argument("--allreduce", default="auto", choices=("auto",) + ALLREDUCE_ALGORITHMS)
+    p.add_argument("--bucket-mb", type=float, default=4.0,
+                   help="size of the fused gradient buffers (--dist sync)")
+    p.add_argument("--no-overlap", action="store_true",
+                   help="average gradients after backward instead of during it (--dist sync)")
     p.add_argument("--trace", action="store_true",  # perf: timeline
                    help="write a Chrome-trace timeline (trace.json) of the run to the run directory")
 
@@ -104,10 +115,27 @@ def default_run_dir(args):
     return os.path.join("runs", f"{args.model}-{args.dataset}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
-def run_train(args, comm=None):
+def mpiexec_ranks():
+    """How many ranks mpiexec started (from the launcher's environment), 1 outside mpiexec."""
+    for name in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return 1
+
+
+def run_train(args):
     """Train as ``args`` says; returns 0, or 3 when the loss became NaN/inf."""
-    threads = _limit_threads(args.threads)  # noqa: F841  (kept alive for the run)
+    comm = None
+    if args.dist:
+        comm = dist.init()
+    elif mpiexec_ranks() > 1:
+        raise SystemExit(f"minidl train: started by mpiexec with {mpiexec_ranks()} ranks but "
+                         "without --dist; add --dist sync to train one model together")
     rank, size = (comm.rank, comm.size) if comm is not None else (0, 1)
+    threads = args.threads
+    if threads is None and size > 1 and size >= (os.cpu_count() or 1):
+        threads = 1  # as many ranks as cores: more BLAS threads would only contend
+    threads = _limit_threads(threads)  # noqa: F841  (kept alive for the run)
     md_random.manual_seed(args.seed)
     train_set, test_set = load_datasets(args)
     model = models.build(args.model, num_classes=len(train_set.classes),
@@ -122,6 +150,11 @@ def run_train(args, comm=None):
         start_epoch = resume_from(ckpt, args, model, opt, scheduler)
         out = out or os.path.dirname(os.path.abspath(args.resume))
     out = out or default_run_dir(args)
+    if comm is not None:
+        opt = dist.DistributedOptimizer(opt, comm, allreduce=args.allreduce,
+                                        bucket_mb=args.bucket_mb, overlap=not args.no_overlap,
+                                        model=model)
+        out = comm.bcast_object(out)  # one run directory, named by rank 0
     transform = Compose([RandomCrop(28, padding=2), RandomHorizontalFlip()]) if args.augment else None
     train_loader = DataLoader(train_set, args.batch_size, shuffle=True, seed=args.seed,
                               drop_last=False, rank=rank, world_size=size, transform=transform)
@@ -152,6 +185,7 @@ def run_train(args, comm=None):
             record = {"kind": "epoch", "epoch": epoch, "lr": lr,
                       "train_loss": stats["loss"], "train_acc": stats["acc"],
                       "test_loss": result["loss"], "test_acc": result["acc"],
+                      "train_images": stats["images"], "test_images": result["images"],
                       "seconds": stats["seconds"], "images_per_s": stats["images_per_s"]}
             append_metrics(paths["metrics.jsonl"], record)
             print(f"epoch {epoch}/{args.epochs}: train loss {stats['loss']:.4f} "

@@ -41,17 +41,27 @@ def train_epoch(model, optimizer, loader, epoch=0, device="cpu", progress=False,
     loss_sum = correct = seen = 0.0
     start = time.perf_counter()
     bar = _progress(loader, f"epoch {epoch}", progress)
+    weigh = getattr(optimizer, "set_batch_weight", None)  # data parallel: uneven local batches
     for step, (x, y) in enumerate(bar):
-        logits = model(Tensor(to_device(x, device)))
-        loss = F.cross_entropy(logits, y)
-        value = loss.item()
-        if not math.isfinite(value):
-            raise NonFiniteLossError(
-                f"epoch {epoch}, step {step}: the loss is {value}; training stopped before "
-                "this update (the last checkpoint is kept). Lower --lr, or clip gradients")
+        if weigh is not None:
+            weigh(len(y), loader.global_batch_size(step))
         optimizer.zero_grad()
-        loss.backward()
+        loss, value = None, 0.0  # an empty share of a short last batch still joins the step
+        if len(y):
+            logits = model(Tensor(to_device(x, device)))
+            loss = F.cross_entropy(logits, y)
+            value = loss.item()
+        # every rank must take the same decision, or the others would wait forever
+        total = value if comm is None else sum(_global_sums(comm, value))
+        if not math.isfinite(total):
+            raise NonFiniteLossError(
+                f"epoch {epoch}, step {step}: the loss is {total}; training stopped before "
+                "this update (the last checkpoint is kept). Lower --lr, or clip gradients")
+        if loss is not None:
+            loss.backward()
         optimizer.step()
+        if loss is None:
+            continue
         n = len(y)
         loss_sum += value * n
         correct += int((to_numpy(logits.data.argmax(axis=1)) == y).sum())

@@ -1,0 +1,108 @@
+"""``mpiexec -n N minidl bench allreduce``: every allreduce algorithm, measured vs the cost model.
+
+For each message size, each algorithm's time is the median over repetitions
+of the slowest rank's time (all ranks start after a barrier); next to it is
+the time ``costmodel.predict`` gives with the alpha, beta, gamma fitted on
+this machine at start-up.
+"""
+import re
+
+import numpy as np
+
+from minidl.dist import collectives, costmodel
+
+DEFAULT_SIZES = "1K,4K,16K,64K,256K,1M,4M,16M,64M,256M"
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text):
+    """``"256K"`` -> 262144 bytes (K, M, G are powers of 1024; a trailing B is allowed)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]?)i?B?\s*", text, re.I)
+    if not match:
+        raise ValueError(f"size {text!r}: write a byte count like 4096, 64K, 16M or 1G")
+    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+
+
+def format_size(nbytes):
+    """262144 -> ``"256 KiB"``."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:g} {unit}"
+    return f"{nbytes} B"
+
+
+def auto_repeats(predicted_seconds, budget=0.05, low=5, high=100):
+    """Repetitions that fit ``budget`` seconds; same on every rank (the prediction is)."""
+    return int(np.clip(budget / max(predicted_seconds, 1e-9), low, high))
+
+
+def sweep(comm, sizes, algorithms, dtype="float32", repeats=None):
+    """Median seconds ``{nbytes: {algorithm: t}}``; collective (rank order of calls is fixed).
+
+    ``repeats=None`` picks them from the model so small sizes get more.
+    """
+    params = comm.cost_params()
+    itemsize = np.dtype(dtype).itemsize
+    results = {}
+    for nbytes in sizes:
+        array = np.zeros(nbytes // itemsize, dtype=dtype)
+        slowest = max(costmodel.predict(name, array.nbytes, comm.size, params)
+                      for name in costmodel.MODELLED_ALGORITHMS)
+        count = repeats or auto_repeats(slowest)
+        results[nbytes] = {name: float(np.median(costmodel.time_allreduce(comm, array, name, count)))
+                           for name in algorithms}
+    return results
+
+
+def describe_params(params):
+    """One line with the fitted alpha, beta, gamma and the bandwidths they imply."""
+    alpha, beta, gamma = params
+    def rate(seconds_per_byte):
+        return f"{1e-9 / seconds_per_byte:.1f} GB/s" if seconds_per_byte > 0 else "-"
+    return (f"alpha = {alpha * 1e6:.2f} us, beta = {beta * 1e9:.4f} ns/B ({rate(beta)}), "
+            f"gamma = {gamma * 1e9:.4f} ns/B ({rate(gamma)})")
+
+
+def format_table(results, size, params, algorithms):
+    """The sweep as text: measured and modelled ms per algorithm, the fastest and the model's pick."""
+    modelled = [name for name in algorithms if name in costmodel.MODELLED_ALGORITHMS]
+    lines = ["size       " + "".join(f"{name:>22s}" for name in algorithms)
+             + "   fastest       model picks",
+             "           " + "".join(f"{'measured (model) ms':>22s}" for _ in algorithms)]
+    for nbytes, times in results.items():
+        cells = []
+        for name in algorithms:
+            model = (f"({costmodel.predict(name, nbytes, size, params) * 1e3:.3f})"
+                     if name in modelled else "(-)")
+            cells.append(f"{times[name] * 1e3:>12.3f} {model:>9s}")
+        fastest = min(times, key=times.get)
+        pick = costmodel.choose(nbytes, size, params, modelled) if modelled else "-"
+        lines.append(f"{format_size(nbytes):<11s}" + "".join(f"{c:>22s}" for c in cells)
+                     + f"   {fastest:<13s} {pick}")
+    return "\n".join(lines)
+
+
+def add_allreduce_arguments(parser):
+    parser.add_argument("--sizes", default=DEFAULT_SIZES,
+                        help=f"comma-separated message sizes in bytes (default {DEFAULT_SIZES})")
+    parser.add_argument("--algorithms", default=",".join(collectives.ALLREDUCE_ALGORITHMS),
+                        help="comma-separated algorithms (default: all)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="repetitions per point (default: from the model, 5 to 100)")
+
+
+def run_allreduce(args):
+    from minidl.dist import init
+    comm = init()
+    algorithms = [collectives.check_algorithm(name.strip(), allow_auto=False)
+                  for name in args.algorithms.split(",")]
+    sizes = [parse_size(text) for text in args.sizes.split(",")]
+    params = comm.cost_params()
+    results = sweep(comm, sizes, algorithms, args.dtype, args.repeats)
+    if comm.rank == 0:
+        print(f"allreduce on {comm.size} ranks, {args.dtype}: median over repetitions of the "
+              "slowest rank's time, after a barrier")
+        print("fitted cost model: " + describe_params(params))
+        print(format_table(results, comm.size, params, algorithms))
+    return 0

@@ -1,0 +1,302 @@
+"""Allreduce algorithms written on MPI point-to-point messages.
+
+Each algorithm reduces a flat, contiguous array in place, for any number of
+ranks P (not only powers of two) and any length n (0 and n < P included).
+The algorithms are the classic ones of Thakur, Rabenseifner & Gropp (2005),
+costed in ``costmodel.py`` with the formulas of Ben-Nun & Hoefler (2018, §2.5):
+
+* ``ring``: reduce-scatter then allgather around a ring, P-1 steps each;
+  bandwidth-optimal, linear latency term.
+* ``butterfly``: recursive doubling; every rank exchanges the whole array
+  log2(P) times.
+* ``tree``: binomial reduce to rank 0, then binomial broadcast.
+* ``rabenseifner``: recursive-halving reduce-scatter, recursive-doubling
+  allgather; bandwidth-optimal with a logarithmic latency term.
+* ``mpi``: the library's own ``Allreduce`` (``MPI_IN_PLACE``).
+
+Ranks beyond the largest power of two ``p2 <= P`` are *folded*: rank
+``p2 + i`` first adds its array into rank ``i`` and gets the result back at
+the end, so the butterfly and Rabenseifner run on ``p2`` ranks.
+
+Every rank ends with bit-identical results: ring, Rabenseifner and tree
+compute each element on one rank and copy it; the butterfly computes every
+element on every rank, but each step adds the same two partial sums on both
+partners and IEEE addition is commutative, so both get the same bits.
+
+Messages are *pipelined* in segments of ``SEGMENT_BYTES``: a reduced segment
+is received into a small scratch buffer that stays in cache and is added at
+once (``np.add(target, tmp, out=target)``), instead of receiving a whole block
+into a block-sized buffer and reading it back from memory; copies go in
+segments too, which MPICH's shared-memory transport moves faster than one
+huge message.
+"""
+import numpy as np
+
+from minidl import backend
+
+ALLREDUCE_ALGORITHMS = ("mpi", "ring", "butterfly", "tree", "rabenseifner")
+
+SEGMENT_BYTES = 1 << 19  # host arrays; tuned with benchmarks/bench_allreduce.py --segments
+
+
+class Scratch:
+    """Receive buffers kept between calls, one per (array module, dtype).
+
+    A freshly allocated 100 MB buffer costs page faults worth about as much
+    as copying it, so an allreduce never allocates on its hot path.
+    """
+
+    def __init__(self):
+        self._buffers = {}
+
+    def get(self, like, count):
+        """A flat buffer of ``count`` elements of ``like``'s dtype and array module."""
+        key = (type(like), like.dtype)
+        buffer = self._buffers.get(key)
+        if buffer is None or buffer.size < count:
+            buffer = backend.get_array_module(like).empty(max(count, 1), dtype=like.dtype)
+            self._buffers[key] = buffer
+        return buffer[:count]
+
+
+class Exchange:
+    """The point-to-point steps of one allreduce on one rank, cut into segments.
+
+    Every message is sent as segments of ``segment`` elements: a segment
+    received into scratch is still in cache when it is added, and even a
+    plain copy runs faster in segments than as one 100 MB message. Both sides
+    cut a message the same way (a function of its length only), so every
+    ``Recv`` meets its ``Send``. ``add=True`` adds what arrives into the
+    target instead of overwriting it.
+    """
+
+    def __init__(self, comm, array, scratch):
+        self.comm = comm
+        self.on_device = not isinstance(array, np.ndarray)
+        # On a GPU every segment would cost a stream synchronisation: send whole blocks.
+        self.segment = array.size if self.on_device else max(1, SEGMENT_BYTES // array.itemsize)
+        self.tmp = scratch.get(array, min(self.segment, array.size))
+        self.nothing = array[:0]
+
+    def _ready(self):
+        """GPU kernels that wrote a buffer must finish before MPI reads it."""
+        if self.on_device:
+            backend.synchronize("cuda")
+
+    def _move(self, out, dest, part, source, add):
+        """One segment: send ``out`` (may be empty) while receiving ``part`` (may be empty)."""
+        into = self.tmp[:part.size] if add else part
+        self._ready()
+        if out.size and part.size:
+            self.comm.Sendrecv(out, dest, 0, into, source, 0)
+        elif out.size:
+            self.comm.Send(out, dest)
+        elif part.size:
+            self.comm.Recv(into, source)
+        if add and part.size:
+            backend.get_array_module(part).add(part, into, out=part)
+
+    def sendrecv(self, send_view, dest, recv_view, source, add=False):
+        """Send ``send_view`` to ``dest`` while receiving ``recv_view`` from ``source``.
+
+        With ``add``, ``recv_view += received``; ``send_view`` may then be
+        ``recv_view`` itself (the butterfly): each segment leaves before it is
+        overwritten. The two lengths may differ, so the tail of the longer
+        one goes alone.
+        """
+        step = self.segment
+        for start in range(0, max(send_view.size, recv_view.size), step):
+            self._move(send_view[start:start + step], dest,
+                       recv_view[start:start + step], source, add)
+
+    def reduce_then_forward(self, send_view, target, forward_into, dest, source, divide_by):
+        """The last reduce step fused with the first copy step, segment by segment.
+
+        Per segment: send ``send_view`` while ``target += received``; divide
+        the finished ``target`` segment for a mean; send it on while receiving
+        ``forward_into``'s segment. The finished segment is still in cache when
+        it leaves, which saves a pass over memory.
+        """
+        step = self.segment
+        for start in range(0, max(send_view.size, target.size, forward_into.size), step):
+            part = target[start:start + step]
+            self._move(send_view[start:start + step], dest, part, source, add=True)
+            divide_in_place(part, divide_by)
+            self._move(part, dest, forward_into[start:start + step], source, add=False)
+
+    def send(self, view, dest):
+        self.sendrecv(view, dest, self.nothing, None)
+
+    def recv(self, view, source, add=False):
+        self.sendrecv(self.nothing, None, view, source, add)
+
+
+def divide_in_place(view, divide_by):
+    """The mean's division (None: a sum), done where each element is final, once."""
+    if divide_by is not None and view.size:
+        view /= divide_by
+
+
+def _block_bounds(count, parts):
+    """Start offsets of ``parts`` nearly equal blocks of ``count`` elements (plus the end)."""
+    return [i * count // parts for i in range(parts + 1)]
+
+
+def _power_of_two_below(size):
+    """The largest power of two <= size."""
+    return 1 << (size.bit_length() - 1)
+
+
+def _fold_in(ex, x, rank, size):
+    """Fold ranks >= p2 into ranks < p2; returns p2 and whether this rank goes on."""
+    p2 = _power_of_two_below(size)
+    if rank >= p2:
+        ex.send(x, rank - p2)
+        return p2, False
+    if rank + p2 < size:
+        ex.recv(x, rank + p2, add=True)
+    return p2, True
+
+
+def _fold_out(ex, x, rank, size, p2):
+    """Give the folded ranks their result."""
+    if rank >= p2:
+        ex.recv(x, rank - p2)
+    elif rank + p2 < size:
+        ex.send(x, rank + p2)
+
+
+def ring(comm, x, ex, divide_by=None):
+    """Pipelined ring: reduce-scatter then allgather, 2(P-1) steps of n/P elements.
+
+    After reduce-scatter step s, rank r's block (r-s-1) mod P holds s+2
+    contributions; after P-1 steps rank r owns the finished block (r+1) mod P,
+    which the allgather passes around the ring. The last reduce step and the
+    first allgather step run fused, segment by segment.
+    """
+    rank, size = comm.Get_rank(), comm.Get_size()
+    bounds = _block_bounds(x.size, size)
+
+    def block(i):
+        i %= size
+        return x[bounds[i]:bounds[i + 1]]
+
+    right, left = (rank + 1) % size, (rank - 1) % size
+    for step in range(size - 2):
+        ex.sendrecv(block(rank - step), right, block(rank - step - 1), left, add=True)
+    # reduce-scatter step P-2 completes block r+1, which allgather step 0 sends on
+    ex.reduce_then_forward(block(rank + 2), block(rank + 1), block(rank), right, left, divide_by)
+    for step in range(1, size - 1):
+        ex.sendrecv(block(rank + 1 - step), right, block(rank - step), left)
+
+
+def butterfly(comm, x, ex, divide_by=None):
+    """Recursive doubling: log2(p2) whole-array exchanges with partners rank XOR 2^k."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    p2, active = _fold_in(ex, x, rank, size)
+    if active:
+        distance = 1
+        while distance < p2:
+            partner = rank ^ distance
+            ex.sendrecv(x, partner, x, partner, add=True)
+            distance <<= 1
+        divide_in_place(x, divide_by)
+    _fold_out(ex, x, rank, size, p2)
+
+
+def tree(comm, x, ex, divide_by=None):
+    """Binomial reduce to rank 0, then binomial broadcast: 2 ceil(log2 P) rounds.
+
+    Rank r's parent is r minus its lowest set bit; rank 0 finishes the sum
+    and every other rank receives a copy, so the bits agree everywhere.
+    """
+    rank, size = comm.Get_rank(), comm.Get_size()
+    distance = 1
+    while distance < size:
+        if rank & distance:
+            ex.send(x, rank - distance)
+            break
+        if rank + distance < size:
+            ex.recv(x, rank + distance, add=True)
+        distance <<= 1
+    lowest_bit = rank & -rank
+    if rank == 0:
+        divide_in_place(x, divide_by)
+        child = _power_of_two_below(size - 1) if size > 1 else 0
+    else:
+        ex.recv(x, rank - lowest_bit)
+        child = lowest_bit >> 1
+    while child:
+        if rank + child < size:
+            ex.send(x, rank + child)
+        child >>= 1
+
+
+def rabenseifner(comm, x, ex, divide_by=None):
+    """Recursive-halving reduce-scatter, then recursive-doubling allgather.
+
+    At distance d (p2/2, p2/4, ..., 1) partners r and r XOR d share a
+    segment; each keeps one half, sends the other and adds the partner's
+    copy of its half. The allgather replays the halvings backwards; its
+    first step is fused with the last halving (same partner, same halves).
+    """
+    rank, size = comm.Get_rank(), comm.Get_size()
+    p2, active = _fold_in(ex, x, rank, size)
+    if active:
+        lo, hi = 0, x.size
+        halvings = []
+        distance = p2 >> 1
+        while distance:
+            partner = rank ^ distance
+            mid = lo + (hi - lo) // 2
+            keep, give = ((mid, hi), (lo, mid)) if rank & distance else ((lo, mid), (mid, hi))
+            halvings.append((partner, lo, hi))
+            if distance > 1:
+                ex.sendrecv(x[give[0]:give[1]], partner, x[keep[0]:keep[1]], partner, add=True)
+            else:  # the last halving and the first doubling pair the same ranks
+                ex.reduce_then_forward(x[give[0]:give[1]], x[keep[0]:keep[1]],
+                                       x[give[0]:give[1]], partner, partner, divide_by)
+            lo, hi = keep
+            distance >>= 1
+        _, lo, hi = halvings.pop()  # the fused step already gathered the last halving
+        for partner, parent_lo, parent_hi in reversed(halvings):
+            other = (parent_lo, lo) if lo > parent_lo else (hi, parent_hi)
+            ex.sendrecv(x[lo:hi], partner, x[other[0]:other[1]], partner)
+            lo, hi = parent_lo, parent_hi
+    _fold_out(ex, x, rank, size, p2)
+
+
+def mpi_native(comm, x, ex, divide_by=None):
+    """The MPI library's ``Allreduce`` with ``MPI_IN_PLACE`` (its own algorithm choice)."""
+    from mpi4py import MPI
+    ex._ready()
+    comm.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM)
+    divide_in_place(x, divide_by)
+
+
+_IMPLEMENTATIONS = {"mpi": mpi_native, "ring": ring, "butterfly": butterfly,
+                    "tree": tree, "rabenseifner": rabenseifner}
+
+
+def check_algorithm(algorithm, allow_auto=True):
+    """Return ``algorithm`` if known, else raise an error that lists the choices."""
+    choices = ALLREDUCE_ALGORITHMS + (("auto",) if allow_auto else ())
+    if algorithm not in choices:
+        raise ValueError(f"allreduce: unknown algorithm {algorithm!r}; "
+                         f"choose one of {', '.join(choices)}")
+    return algorithm
+
+
+def allreduce(comm, array, algorithm, divide_by, scratch):
+    """Sum (then divide by ``divide_by`` unless None) ``array`` over ``comm`` in place.
+
+    ``comm`` is an mpi4py communicator, ``array`` a C-contiguous NumPy array
+    (or a CuPy array when the MPI library is CUDA-aware).
+    """
+    check_algorithm(algorithm, allow_auto=False)
+    flat = array.reshape(-1)
+    if flat.size == 0 or comm.Get_size() == 1:
+        divide_in_place(flat, divide_by)
+        return array
+    _IMPLEMENTATIONS[algorithm](comm, flat, Exchange(comm, flat, scratch), divide_by)
+    return array

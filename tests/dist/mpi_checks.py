@@ -1,0 +1,191 @@
+"""Checks that run under ``mpiexec -n N python mpi_checks.py CHECK``; launched by the tests.
+
+Each check asserts on every rank; a failed assertion aborts the whole job
+through minidl's exception hook (non-zero exit). A passing rank prints
+``CHECK <name> OK rank <r>``, which the test counts.
+"""
+import hashlib
+import sys
+
+import numpy as np
+
+import minidl.dist as dist
+from minidl import backend
+from minidl.dist import collectives
+
+ALGORITHMS = dist.ALLREDUCE_ALGORITHMS + ("auto",)
+
+
+def lengths(size):
+    """0, 1, fewer than P, P, primes, and lengths of several pipeline segments."""
+    return sorted({0, 1, 2, size - 1, size, size + 1, 3, 5, 7, 13, 31, 97, 1009,
+                   65537, 300007})
+
+
+def rank_array(seed, rank, length, dtype):
+    """Rank ``rank``'s input: reproducible on every rank, so each can build the oracle."""
+    rng = np.random.default_rng([seed, rank, length])
+    if np.dtype(dtype).kind == "i":
+        return rng.integers(-1000, 1000, length).astype(dtype)
+    return rng.standard_normal(length).astype(dtype)
+
+
+def digests(comm, array):
+    """Every rank's SHA-1 of ``array``'s bytes, in rank order."""
+    return comm.mpi.allgather(hashlib.sha1(backend.to_numpy(array).tobytes()).hexdigest())
+
+
+def check_rank_idiom(comm, xp=np):
+    """ChainerMN's test: each rank holds its rank; mean -> (P-1)/2, sum -> P(P-1)/2, exactly."""
+    size = comm.size
+    for algorithm in ALGORITHMS:
+        for length in (0, 1, size - 1, 5, 1000):
+            for dtype in ("float32", "float64"):
+                x = xp.full(length, comm.rank, dtype=dtype)
+                assert comm.allreduce(x, "mean", algorithm) is x
+                assert bool((x == (size - 1) / 2).all()), (algorithm, length, dtype, x[:5])
+            x = xp.full((length, 2), comm.rank, dtype="int64")
+            comm.allreduce(x, "sum", algorithm)
+            assert bool((x == size * (size - 1) // 2).all()), (algorithm, length, x[:5])
+
+
+def check_random_sums(comm, xp=np):
+    """Every algorithm equals the NumPy sum (and mean) of all ranks' random arrays.
+
+    Runs twice: with the default pipeline segment, and with a 24-byte segment
+    so that blocks split into unequal numbers of segments.
+    """
+    size = comm.size
+    default_segment = collectives.SEGMENT_BYTES
+    for segment in (default_segment, 24):
+        collectives.SEGMENT_BYTES = segment
+        for algorithm in ALGORITHMS:
+            for length in lengths(size):
+                if segment == 24 and length > 1009:
+                    continue  # thousands of tiny messages: slow and adds nothing
+                for dtype, op in (("float64", "sum"), ("float32", "sum"),
+                                  ("float32", "mean"), ("int32", "sum")):
+                    inputs = [rank_array(7, r, length, dtype) for r in range(size)]
+                    exact = np.sum([a.astype(np.float64) for a in inputs], axis=0)
+                    if op == "mean":
+                        exact /= size
+                    x = xp.asarray(inputs[comm.rank].copy())
+                    comm.allreduce(x, op, algorithm)
+                    got = backend.to_numpy(x)
+                    assert got.dtype == np.dtype(dtype)
+                    if dtype == "int32":
+                        assert np.array_equal(got, exact.astype(np.int64)), (algorithm, length)
+                    else:
+                        eps = np.finfo(dtype).eps
+                        bound = size * eps * np.sum([np.abs(a) for a in inputs], axis=0) + eps
+                        err = np.abs(got - exact)
+                        assert bool((err <= bound).all()), (algorithm, length, dtype, err.max())
+                    hashes = digests(comm, x)
+                    assert len(set(hashes)) == 1, f"{algorithm} n={length} {dtype}: ranks differ"
+    collectives.SEGMENT_BYTES = default_segment
+
+
+def check_bcast_p2p(comm, xp=np):
+    """bcast from each end, a ring of send/recv/sendrecv, isend/irecv, and iallreduce."""
+    rank, size = comm.rank, comm.size
+    for root in (0, size - 1):
+        x = xp.full(17, rank, dtype="float64")
+        assert comm.bcast(x, root=root) is x
+        assert bool((x == root).all())
+    assert comm.bcast_object({"lr": 0.1 * (rank + 1)}, root=0) == {"lr": 0.1}
+
+    right, left = (rank + 1) % size, (rank - 1) % size
+    got = xp.zeros(5, dtype="float32")
+    if rank % 2 == 0:
+        comm.send(xp.full(5, rank, dtype="float32"), right, tag=3)
+        comm.recv(got, left, tag=3)
+    else:
+        comm.recv(got, left, tag=3)
+        comm.send(xp.full(5, rank, dtype="float32"), right, tag=3)
+    assert bool((got == left).all())
+    got[:] = -1
+    comm.sendrecv(xp.full(5, rank, dtype="float32"), right, got, left, sendtag=4, recvtag=4)
+    assert bool((got == left).all())
+    got[:] = -1
+    receive = comm.irecv(got, left, tag=5)
+    send = comm.isend(xp.full(5, rank, dtype="float32"), right, tag=5)
+    assert send.wait() is not None and receive.wait() is got
+    assert bool((got == left).all()) and receive.test() and send.test()
+
+    for algorithm in ALGORITHMS:
+        arrays = [xp.full(n, rank, dtype="float64") for n in (0, 3, 100003)]
+        requests = [comm.iallreduce(a, "mean", algorithm) for a in arrays]
+        while not all(request.test() for request in requests):
+            pass
+        for array, request in zip(arrays, requests):
+            assert request.wait() is array
+            assert bool((array == (size - 1) / 2).all()), algorithm
+
+
+def check_thread_level(comm, xp=np):
+    """Report whether iallreduce may use its background thread (the test compares)."""
+    print(f"rank {comm.rank} background thread: {comm.threaded}", flush=True)
+
+
+def check_auto(comm, xp=np):
+    """``algorithm="auto"`` (model and measurement) picks the same algorithm on every rank."""
+    for mode in ("model", "measure"):
+        comm.auto = mode
+        for length in (1, 1000, 300007):
+            x = xp.full(length, comm.rank, dtype="float32")
+            picked = comm.choose_algorithm(x)
+            assert picked in dist.ALLREDUCE_ALGORITHMS
+            assert len(set(comm.mpi.allgather(picked))) == 1, comm.mpi.allgather(picked)
+            comm.allreduce(x, "mean")
+            assert bool((x == (comm.size - 1) / 2).all())
+    comm.auto = "model"
+    alpha, beta, gamma = comm.cost_params()
+    assert alpha >= 0 and beta > 0 and gamma > 0
+    assert len(set(comm.mpi.allgather(comm.cost_params()))) == 1
+
+
+def check_errors(comm, xp=np):
+    """Bad arguments raise errors that name the problem and the fix, on every rank alike."""
+    x = xp.zeros(4, dtype="float32")
+    cases = [
+        (lambda: comm.allreduce(x, algorithm="hypercube"), "ring, butterfly, tree, rabenseifner"),
+        (lambda: comm.allreduce(x, op="max"), "sum, mean"),
+        (lambda: comm.allreduce(xp.zeros(3, dtype="int32"), op="mean"), "float"),
+        (lambda: comm.allreduce(xp.zeros((4, 4), dtype="float32").T), "ascontiguousarray"),
+    ]
+    for call, hint in cases:
+        try:
+            call()
+        except ValueError as exc:
+            assert hint in str(exc), str(exc)
+        else:
+            raise AssertionError(f"no error; expected one mentioning {hint!r}")
+
+
+def check_raise_on_one_rank(comm, xp=np):
+    """Rank 1 raises while the others wait in a barrier: the hook must end the job."""
+    if comm.rank == 1:
+        raise RuntimeError("deliberate failure on rank 1")
+    comm.barrier()
+
+
+def check_gpu(comm):
+    """The checks above on CuPy arrays (staged or CUDA-aware, whichever this MPI is)."""
+    cupy = backend.cupy_module()
+    assert cupy is not None, "the GPU check needs CuPy and a GPU"
+    cupy.cuda.Device(comm.rank % cupy.cuda.runtime.getDeviceCount()).use()
+    for check in (check_rank_idiom, check_random_sums, check_bcast_p2p):
+        check(comm, cupy)
+
+
+def run_named_checks(namespace, argv):
+    """Run the ``check_<name>`` functions of ``namespace`` named in ``argv``, in order."""
+    checks = {n[len("check_"):]: f for n, f in namespace.items() if n.startswith("check_")}
+    comm = dist.init()
+    for name in argv:
+        checks[name](comm)
+        print(f"CHECK {name} OK rank {comm.rank}", flush=True)
+
+
+if __name__ == "__main__":
+    run_named_checks(globals(), sys.argv[1:])
