@@ -167,7 +167,7 @@ def run_train(args):
     result = None
     if args.trace:  # perf: timeline of per-layer compute and the optimizer step, every rank
         from ..perf.training_trace import TrainingTrace
-        tracing = TrainingTrace(model, opt, rank, args.device).start()
+        tracing = TrainingTrace(model, opt, rank, args.device, comm=comm).start()
     for epoch in range(start_epoch + 1, args.epochs + 1):
         train_loader.set_epoch(epoch - 1)
         lr = opt.lr

@@ -33,7 +33,6 @@ def test_profile_rows_and_coverage(capsys):
 
 
 def test_predict_with_a_roofline(capsys):
-    pytest.importorskip("minidl.dist.costmodel")
     out = run(capsys, "predict", "--model", "lenet5", "--batch", "64", "--nodes", "1,2,8,128",
               "--compute", "roofline", "--machine", "k80", "--scheme", "ring", "--compression", "4")
     lines = out.splitlines()
@@ -43,7 +42,6 @@ def test_predict_with_a_roofline(capsys):
 
 
 def test_predict_measures_each_local_batch_here(capsys):
-    pytest.importorskip("minidl.dist.costmodel")
     out = run(capsys, "predict", "--model", "mlp", "--batch", "16", "--nodes", "1,2,4",
               "--steps", "1", "--threads", "1")
     assert "compute: measured here at b = 4, 8, 16" in out.splitlines()[0]

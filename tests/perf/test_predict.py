@@ -9,14 +9,12 @@ import math
 
 import pytest
 
-pytest.importorskip("minidl.dist.costmodel")
-
-from minidl.perf import count_model  # noqa: E402
-from minidl.perf.compute_model import RooflineCompute, StepTime  # noqa: E402
-from minidl.perf.machine import PRESETS  # noqa: E402
-from minidl.perf.network import NETWORKS, Network  # noqa: E402
-from minidl.perf.predict import efficiency_by_kind, explain, predict_scaling  # noqa: E402
-from minidl.perf.zoo import build_named  # noqa: E402
+from minidl.perf import count_model
+from minidl.perf.compute_model import RooflineCompute, StepTime
+from minidl.perf.machine import PRESETS
+from minidl.perf.network import NETWORKS, Network
+from minidl.perf.predict import efficiency_by_kind, explain, predict_scaling
+from minidl.perf.zoo import build_named
 
 FREE = Network(0.0, float("inf"))
 POWERS = [2 ** k for k in range(9)]
