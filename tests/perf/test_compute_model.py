@@ -8,6 +8,7 @@ attempts so that a burst of load elsewhere does not fail it.
 """
 import numpy as np
 import pytest
+import threadpoolctl
 
 from minidl import layers as L, models
 from minidl.perf import count_model
@@ -57,7 +58,6 @@ def test_measurements_are_interpolated_linearly_and_extrapolated_along_the_end_s
 
 
 def test_measured_compute_predicts_lenet_iteration_times_within_20_percent():
-    threadpoolctl = pytest.importorskip("threadpoolctl")
     with threadpoolctl.threadpool_limits(1):
         model = models.lenet5(conv_algo="im2col")
         plain = {b: TrainingStep(model, (1, 28, 28), b) for b in (48, 64)}   # 48 interpolated
