@@ -72,6 +72,8 @@ def add_train_arguments(p):
                    help="size of the fused gradient buffers (--dist sync)")
     p.add_argument("--no-overlap", action="store_true",
                    help="average gradients after backward instead of during it (--dist sync)")
+    p.add_argument("--trace", action="store_true",  # perf: timeline
+                   help="write a Chrome-trace timeline (trace.json) of the run to the run directory")
 
 
 def _limit_threads(n):
@@ -163,6 +165,9 @@ def run_train(args):
             json.dump(vars(args) | {"world_size": size}, f, indent=2, default=str)
     paths = {name: os.path.join(out, name) for name in ("metrics.jsonl", "checkpoint.npz", "curves.png")}
     result = None
+    if args.trace:  # perf: timeline of per-layer compute and the optimizer step, every rank
+        from ..perf.training_trace import TrainingTrace
+        tracing = TrainingTrace(model, opt, rank, args.device, comm=comm).start()
     for epoch in range(start_epoch + 1, args.epochs + 1):
         train_loader.set_epoch(epoch - 1)
         lr = opt.lr
@@ -191,6 +196,10 @@ def run_train(args):
                             rng=md_random.get_state(), config=vars(args),
                             scheduler=scheduler.state_dict() if scheduler else None)
             plot_curves(read_metrics(paths["metrics.jsonl"]), paths["curves.png"])
+    if args.trace:  # perf: every rank writes its part, rank 0 merges them
+        trace_path = tracing.finish(out, comm)
+        if rank == 0:
+            print(f"timeline: {trace_path} (open it in https://ui.perfetto.dev)")
     if rank == 0:
         if result is not None:
             print(f"test accuracy {100 * result['acc']:.2f}% after epoch {args.epochs}; "
