@@ -17,6 +17,7 @@ COMMANDS = {
 
 BENCHMARKS = {
     # name: (module, prefix, help)
+    "conv": ("minidl.conv.bench", "conv", "convolution algorithms side by side"),
 }
 
 

@@ -173,5 +173,11 @@ class FFT(ConvAlgorithm):
         # complex spectra, twice (library output and the frequency-major copy), plus the padded input
         return itemsize * (2 * 2 * freqs * spectra + n * c * hp * wp)
 
+    def saved_bytes(self, geom, itemsize=4):
+        size = self._sizes(geom)[3]
+        freqs = size[0] * (size[1] // 2 + 1)
+        n, k, c = geom.batch, geom.out_channels, geom.in_channels
+        return 2 * itemsize * freqs * (n * c + c * k)   # input and kernel spectra
+
 
 FFT_ALGORITHM = FFT()

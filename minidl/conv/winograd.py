@@ -39,6 +39,7 @@ import numpy as np
 
 from ..backend import get_array_module
 from .base import ConvAlgorithm
+from .chunks import batch_chunks, chunk_length
 from .layout import as_strided, padded_nhwc
 
 _F = Fraction
@@ -77,18 +78,27 @@ def _tile_counts(out_h, out_w, m):
 
 
 def transform_input(x, pads, tiles, m):
-    """V (alpha^2, P, C) = (B^T kron B^T) applied to every alpha x alpha input tile."""
+    """V (alpha^2, N, T, C): (B^T kron B^T) applied to every alpha x alpha input tile.
+
+    ``pads`` = (top, bottom, left, right) make the input exactly m*th + 2 by
+    m*tw + 2; T = th*tw tiles per image. Chunk by chunk: pad to NHWC, gather
+    the overlapping tiles, one GEMM.
+    """
     xp = get_array_module(x)
     alpha = m + 2
     th, tw = tiles
     n, c = x.shape[0], x.shape[1]
-    xpad = padded_nhwc(x, pads)                      # (N, m*th + 2, m*tw + 2, C)
-    sn, sh, sw, sc = xpad.strides
-    view = as_strided(xpad, (alpha, alpha, n, th, tw, c), (sh, sw, sn, m * sh, m * sw, sc))
-    d = xp.empty((alpha * alpha, n * th * tw * c), dtype=x.dtype)
-    d.reshape(view.shape)[...] = view
     kron_b = _kron_matrices(m, x.dtype, xp)[0]
-    return (kron_b @ d).reshape(alpha * alpha, n * th * tw, c)
+    v = xp.empty((alpha * alpha, n, th * tw, c), dtype=x.dtype)
+    for part in batch_chunks(n, alpha * alpha * th * tw * c * x.itemsize, x):
+        xpad = padded_nhwc(x[part], pads)              # (n', m*th + 2, m*tw + 2, C)
+        sn, sh, sw, sc = xpad.strides
+        view = as_strided(xpad, (alpha, alpha, xpad.shape[0], th, tw, c),
+                          (sh, sw, sn, m * sh, m * sw, sc))
+        d = xp.empty(view.shape, dtype=x.dtype)
+        d[...] = view
+        xp.matmul(kron_b, d.reshape(alpha * alpha, -1), out=v[:, part].reshape(alpha * alpha, -1))
+    return v
 
 
 def transform_weight(w, m):
@@ -97,6 +107,12 @@ def transform_weight(w, m):
     k, c = w.shape[:2]
     kron_g = _kron_matrices(m, w.dtype, xp)[1]
     return (kron_g @ w.transpose(2, 3, 0, 1).reshape(9, k * c)).reshape(-1, k, c)
+
+
+def _full_tile_pads(pads, in_hw, tiles, m):
+    """Pads that make the input exactly m*th + 2 by m*tw + 2 (bottom/right may crop)."""
+    top, _, left, _ = pads
+    return (top, m * tiles[0] + 2 - in_hw[0] - top, left, m * tiles[1] + 2 - in_hw[1] - left)
 
 
 def winograd_correlation(x, w, pads, out_hw, m, keep=False):
@@ -108,17 +124,20 @@ def winograd_correlation(x, w, pads, out_hw, m, keep=False):
     n, k = x.shape[0], w.shape[0]
     oh, ow = out_hw
     th, tw = _tile_counts(oh, ow, m)
-    top, _, left, _ = pads
-    full_pads = (top, m * th + 2 - x.shape[2] - top, left, m * tw + 2 - x.shape[3] - left)
-    v = transform_input(x, full_pads, (th, tw), m)
-    z = xp.matmul(transform_weight(w, m), v.transpose(0, 2, 1))   # (alpha^2, K, P)
+    v = transform_input(x, _full_tile_pads(pads, x.shape[2:], (th, tw), m), (th, tw), m)
+    a2 = v.shape[0]
+    z = xp.matmul(v.reshape(a2, n * th * tw, -1), transform_weight(w, m).transpose(0, 2, 1))
+    z = z.reshape(a2, n, th * tw, k)                                  # (alpha^2, N, T, K)
     kron_a = _kron_matrices(m, x.dtype, xp)[2]
-    y_tiles = (kron_a @ z.reshape(z.shape[0], -1)).reshape(m, m, k, n, th, tw)
-    y = xp.empty((n, k, th, m, tw, m), dtype=x.dtype)
-    y[...] = y_tiles.transpose(3, 2, 4, 0, 5, 1)
-    y = y.reshape(n, k, m * th, m * tw)
-    if (m * th, m * tw) != (oh, ow):
-        y = xp.ascontiguousarray(y[:, :, :oh, :ow])
+    y = xp.empty((n, k, oh, ow), dtype=x.dtype)
+    whole = (m * th, m * tw) == (oh, ow)
+    for part in batch_chunks(n, m * m * th * tw * k * x.itemsize, x):
+        y_tiles = (kron_a @ z[:, part].reshape(a2, -1)).reshape(m, m, -1, th, tw, k)
+        y_tiles = y_tiles.transpose(2, 5, 3, 0, 4, 1)               # (n', K, th, m, tw, m)
+        if whole:
+            y[part].reshape(y_tiles.shape)[...] = y_tiles
+        else:
+            y[part] = xp.ascontiguousarray(y_tiles).reshape(-1, k, m * th, m * tw)[:, :, :oh, :ow]
     return y, (v if keep else None)
 
 
@@ -149,29 +168,31 @@ class Winograd(ConvAlgorithm):
         return winograd_correlation(x, w, self._pads(geom), (geom.out_h, geom.out_w), self.m, keep)
 
     def backward_input(self, dy, w, geom, saved=None):
-        xp = get_array_module(dy)
-        w_flipped = xp.ascontiguousarray(w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3))
+        w_flipped = w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)
         ph, pw = geom.padding
         pads = (2 - ph, 2 - ph, 2 - pw, 2 - pw)
         return winograd_correlation(dy, w_flipped, pads, (geom.height, geom.width), self.m)[0]
 
     def backward_weight(self, dy, x, geom, saved=None):
         xp = get_array_module(dy)
-        m, alpha = self.m, self.alpha
+        m, a2 = self.m, self.alpha ** 2
         n, k, oh, ow = dy.shape
         th, tw = _tile_counts(oh, ow, m)
         if saved is None:
-            ph, pw = geom.padding
-            pads = (ph, m * th + 2 - geom.height - ph, pw, m * tw + 2 - geom.width - pw)
+            pads = _full_tile_pads(self._pads(geom), (geom.height, geom.width), (th, tw), m)
             saved = transform_input(x, pads, (th, tw), m)
-        if (oh, ow) != (m * th, m * tw):   # zero output gradient on the partial tiles
-            dy = xp.pad(dy, ((0, 0), (0, 0), (0, m * th - oh), (0, m * tw - ow)))
-        tiles = xp.empty((m, m, k, n, th, tw), dtype=dy.dtype)
-        tiles[...] = dy.reshape(n, k, th, m, tw, m).transpose(3, 5, 1, 0, 2, 4)
         kron_b, kron_g, kron_a = _kron_matrices(m, dy.dtype, xp)
-        dz = (kron_a.T @ tiles.reshape(m * m, -1)).reshape(alpha * alpha, k, n * th * tw)
-        du = xp.matmul(dz, saved)                                      # (alpha^2, K, C)
-        dw = (kron_g.T @ du.reshape(alpha * alpha, -1)).reshape(3, 3, k, -1)
+        dz = xp.empty((a2, n, th * tw, k), dtype=dy.dtype)        # A dY A^T per output tile
+        for part in batch_chunks(n, a2 * th * tw * k * dy.itemsize, dy):
+            block = dy[part]
+            if (oh, ow) != (m * th, m * tw):   # zero output gradient on the partial tiles
+                block = xp.pad(block, ((0, 0), (0, 0), (0, m * th - oh), (0, m * tw - ow)))
+            tiles = xp.empty((m, m, block.shape[0], th, tw, k), dtype=dy.dtype)
+            tiles[...] = block.reshape(-1, k, th, m, tw, m).transpose(3, 5, 0, 2, 4, 1)
+            xp.matmul(kron_a.T, tiles.reshape(m * m, -1), out=dz[:, part].reshape(a2, -1))
+        du = xp.matmul(dz.reshape(a2, n * th * tw, k).transpose(0, 2, 1),
+                       saved.reshape(a2, n * th * tw, -1))                  # (alpha^2, K, C)
+        dw = (kron_g.T @ du.reshape(a2, -1)).reshape(3, 3, k, -1)
         return xp.ascontiguousarray(dw.transpose(2, 3, 0, 1))
 
     def multiplies(self, geom):
@@ -187,15 +208,37 @@ class Winograd(ConvAlgorithm):
         return counts
 
     def workspace_bytes(self, geom, pass_, itemsize=4):
-        m, a = self.m, self.alpha
-        th, tw = _tile_counts(geom.out_h, geom.out_w, m)
-        p = geom.batch * th * tw
-        k, c = geom.out_channels, geom.in_channels
-        if pass_ == "backward_input":
-            k, c = c, k
-        padded = geom.batch * (m * th + 2) * (m * tw + 2) * c
-        elements = padded + 2 * a * a * p * c + a * a * k * (c + p) + m * m * k * p
+        n, c, k = geom.batch, geom.in_channels, geom.out_channels
+        if pass_ == "backward_input":    # a correlation of dy (K channels) giving H x W
+            return itemsize * self._correlation_elements(n, k, c, geom.height, geom.width)
+        elements = self._correlation_elements(n, c, k, geom.out_h, geom.out_w)
+        if pass_ == "backward_weight":   # V, plus A dY A^T for every tile, plus the 6x6 dW
+            t = self._tiles(geom.out_h, geom.out_w)
+            elements = self._input_elements(n, c, geom.out_h, geom.out_w) + self.alpha ** 2 * (
+                n * t * k + k * c)
         return itemsize * elements
+
+    def saved_bytes(self, geom, itemsize=4):
+        return itemsize * self.alpha ** 2 * geom.batch * self._tiles(geom.out_h, geom.out_w) * \
+            geom.in_channels
+
+    def _tiles(self, out_h, out_w):
+        th, tw = _tile_counts(out_h, out_w, self.m)
+        return th * tw
+
+    def _input_elements(self, n, c, out_h, out_w):
+        """Padded chunk + gathered chunk + V (all tiles)."""
+        m, a2, t = self.m, self.alpha ** 2, self._tiles(out_h, out_w)
+        th, tw = _tile_counts(out_h, out_w, m)
+        chunk = chunk_length(n, a2 * t * c * 4)
+        return chunk * ((m * th + 2) * (m * tw + 2) * c + a2 * t * c) + a2 * n * t * c
+
+    def _correlation_elements(self, n, c, k, out_h, out_w):
+        """Input side, U, Z (all tiles), and one chunk of output tiles (twice when cropping)."""
+        m, a2, t = self.m, self.alpha ** 2, self._tiles(out_h, out_w)
+        chunk = chunk_length(n, m * m * t * k * 4)
+        return self._input_elements(n, c, out_h, out_w) + a2 * (k * c + n * t * k) + \
+            2 * chunk * m * m * t * k
 
 
 WINOGRAD_F2X2_3X3 = Winograd(2)
