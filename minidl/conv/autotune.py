@@ -5,8 +5,8 @@ separately for the forward pass, the input gradient and the weight gradient
 (as cuDNN's algorithm search does; seeds: "~16 convolution implementations;
 performance depends on temporary memory (workspace) size"). Each candidate
 runs once to warm up and then ``repeats`` times; the best time wins. A
-candidate whose warm-up is already ``give_up`` times slower than the best so
-far is not repeated (it was measured, and cannot win). Algorithms whose
+candidate whose first timed run is already ``give_up`` times slower than the
+best so far is not repeated (it was measured, and cannot win). Algorithms whose
 workspace exceeds ``workspace_limit`` bytes are not candidates.
 
 Configuration: ``configure(enabled=..., workspace_limit=..., repeats=...)``
@@ -48,7 +48,7 @@ class Autotuner:
     def __init__(self):
         self.enabled = os.environ.get("MINIDL_CONV_AUTOTUNE", "1") != "0"
         self.workspace_limit = _env_limit()
-        self.repeats = 2
+        self.repeats = 3
         self.give_up = 4.0
         self.choices = {}
 
@@ -106,15 +106,17 @@ class Autotuner:
         return Choice(min(seconds, key=seconds.get), seconds, excluded)
 
     def _measure(self, impl, run, device, best):
+        """Best of ``repeats`` timed runs after a warm-up (plans, caches, page faults)."""
         times = []
         for i in range(1 + self.repeats):
             start = time.perf_counter()
             run(impl)
             backend.synchronize(device)
-            times.append(time.perf_counter() - start)
-            if i == 0 and best is not None and times[0] > self.give_up * best:
-                break
-        return min(times[1:] or times)
+            if i > 0:
+                times.append(time.perf_counter() - start)
+                if best is not None and times[0] > self.give_up * best:
+                    break
+        return min(times)
 
     def report(self):
         """A table: per key, the layers, the chosen algorithm and every candidate's time."""
