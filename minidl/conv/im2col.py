@@ -1,17 +1,27 @@
 """im2col: unroll the receptive fields into a matrix, then one GEMM (Chellapilla et al. 2006).
 
-Columns are gathered channel-innermost, ``cols[n, i, j, u, v, c] =
-xpad[n, c, i*sh + u*dh, j*sw + v*dw]``, so the gather copies contiguous runs of
-C values, and the weight is reshaped to match, ``W[k, (u, v, c)]``
-(survey App. B.2: A is (C*KH*KW) x (N*OH*OW), F is K x (C*KH*KW), B = F A).
+Survey App. B.2: the column matrix A is (C*KH*KW) x (N*OH*OW), the kernel
+matrix F = w reshaped to K x (C*KH*KW), and the output B = F A. The rows of
+A are ordered (u, v, c); its columns are the output positions, in one of two
+memory layouts, whichever gives the gather the longer contiguous runs:
 
-* forward:         ``y[n] = W @ cols[n]^T``                    (K x OH*OW per image)
-* weight gradient: ``dW = dY @ cols``, dY as K x (N*OH*OW)
-* input gradient:  ``dcols[n] = dY[n]^T @ W`` then col2im, the scatter-add of
-  every column back onto the pixels it came from (one strided add per (u, v)).
+* channel-innermost (NHWC), columns (n, i, j): each window row is KW*C
+  contiguous values (6x faster than the channel-outermost order on this
+  machine, notes: machine-baselines §8); A is stored transposed, (N*OH*OW, R).
+* batch-innermost (CHWN), columns (i, j, n): runs of OW*N values, which wins
+  for small images with few channels and large batches (LeNet: 5 or 30 values
+  per run against 640 or more); A is stored (R, OH*OW*N).
 
-Multiplies: N*K*C*KH*KW*OH*OW, the same as direct (Table 6); workspace: the
-padded input plus the N*OH*OW x C*KH*KW column matrix.
+Passes, each computed in the order A is stored:
+
+* forward:         B = F A       (B^T = A^T F^T for NHWC)
+* weight gradient: dF = dB A^T   (dB: dy arranged like A's columns)
+* input gradient:  dA = F^T dB, then col2im: every column of dA is added back
+  onto the pixels it came from, one strided add per kernel offset (u, v).
+
+The batch runs in chunks (``chunks.py``) so that a chunk's columns are still
+in cache for its GEMM; ``keep=True`` keeps every chunk's columns for the
+weight gradient. Multiplies: N*K*C*KH*KW*OH*OW, as direct (Table 6).
 """
 from ..backend import get_array_module
 from .base import ConvAlgorithm
@@ -20,81 +30,112 @@ from .layout import nhwc_windows, padded_nhwc, symmetric_pads
 
 
 def weight_matrix(w):
-    """w (K, C, KH, KW) -> W (K, KH*KW*C), the column order of the gather."""
+    """F (K, KH*KW*C) with columns in the (u, v, c) order of A's rows."""
     k = w.shape[0]
     xp = get_array_module(w)
     return xp.ascontiguousarray(w.transpose(0, 2, 3, 1)).reshape(k, -1)
 
 
-def gather_columns(x, geom, out):
-    """Fill ``out`` (n*OH*OW, KH*KW*C) with the columns of x (n, C, H, W), channel innermost."""
-    xpad = padded_nhwc(x, symmetric_pads(geom))
+def batch_innermost(geom, n):
+    """True when the CHWN gather has longer contiguous runs than the NHWC one."""
+    nhwc_run = geom.in_channels * (geom.kernel_w if geom.dilation[1] == 1 else 1)
+    chwn_run = n * (geom.out_w if geom.stride[1] == 1 else 1)
+    return chwn_run > nhwc_run
+
+
+def columns(x, geom, buffer):
+    """The column matrix A (KH*KW*C, n*OH*OW) of x (n, C, H, W), stored in ``buffer`` (1-D).
+
+    Its columns are ordered (i, j, n) when ``batch_innermost``, else (n, i, j).
+    """
+    n = x.shape[0]
+    last = batch_innermost(geom, n)
+    xpad = padded_nhwc(x, symmetric_pads(geom), batch_last=last)
     view = nhwc_windows(xpad, (geom.kernel_h, geom.kernel_w), (geom.out_h, geom.out_w),
                         geom.stride, geom.dilation)
-    out.reshape(view.shape)[...] = view
-    return out
+    size = n * geom.out_h * geom.out_w * _row_length(geom)
+    if last:
+        view = view.transpose(3, 4, 0, 1, 2, 5)                 # (u, v, c, i, j, n)
+    out = buffer[:size].reshape(view.shape)
+    out[...] = view
+    return out.reshape(_row_length(geom), -1) if last else out.reshape(-1, _row_length(geom)).T
 
 
-def _column_chunks(geom, like):
-    return batch_chunks(geom.batch, geom.out_h * geom.out_w * _row_length(geom) * like.itemsize, like)
+def output_rows(dy, geom):
+    """dy (n, K, OH, OW) as dB (K, n*OH*OW), its columns in the order ``columns`` uses."""
+    xp = get_array_module(dy)
+    n, k = dy.shape[:2]
+    block = dy.reshape(n, k, -1)
+    if batch_innermost(geom, n):
+        order = (1, 2, 0)
+    elif n == 1:
+        return block[0]
+    else:
+        order = (1, 0, 2)
+    rows = xp.empty(tuple(block.shape[i] for i in order), dtype=dy.dtype)
+    rows[...] = block.transpose(order)
+    return rows.reshape(k, -1)
 
 
 def _row_length(geom):
     return geom.kernel_h * geom.kernel_w * geom.in_channels
 
 
-class Im2col(ConvAlgorithm):
-    """Unroll + GEMM; supports every stride, padding, dilation and kernel size.
+def _chunks(geom, like):
+    return batch_chunks(geom.batch, geom.out_h * geom.out_w * _row_length(geom) * like.itemsize, like)
 
-    The batch is processed in chunks (see ``chunks.py``) so that each chunk's
-    columns are still in cache when the GEMM reads them; ``keep=True`` fills
-    one full column matrix instead, for the weight gradient to reuse.
-    """
+
+class Im2col(ConvAlgorithm):
+    """Unroll + GEMM; supports every stride, padding, dilation and kernel size."""
 
     name = "im2col"
-    reuses = frozenset({"backward_weight"})   # the column matrix
+    reuses = frozenset({"backward_weight"})   # the column matrices
 
     def forward(self, x, w, geom, keep=False):
         xp = get_array_module(x)
         n, k, p = geom.batch, geom.out_channels, geom.out_h * geom.out_w
-        wmat = weight_matrix(w)
-        parts = _column_chunks(geom, x)
-        rows = (n if keep else parts[0].stop) * p
-        cols = xp.empty((rows, _row_length(geom)), dtype=x.dtype)
+        f = weight_matrix(w)
+        f_t = f.T.copy()
+        parts = _chunks(geom, x)
+        per_image = p * _row_length(geom)
+        buffer = xp.empty((n if keep else parts[0].stop) * per_image, dtype=x.dtype)
         y = xp.empty((n, k, p), dtype=x.dtype)
+        saved = []
         for part in parts:
-            block = cols[part.start * p:part.stop * p] if keep else cols[:(part.stop - part.start) * p]
-            gather_columns(x[part], geom, block)
-            xp.matmul(wmat, block.reshape(-1, p, block.shape[1]).transpose(0, 2, 1), out=y[part])
-        return y.reshape(geom.output_shape), (cols if keep else None)
+            a = columns(x[part], geom, buffer[part.start * per_image if keep else 0:])
+            if batch_innermost(geom, part.stop - part.start):
+                y[part] = (f @ a).reshape(k, p, -1).transpose(2, 0, 1)
+            else:
+                y[part] = (a.T @ f_t).reshape(-1, p, k).transpose(0, 2, 1)
+            saved.append(a)
+        return y.reshape(geom.output_shape), (saved if keep else None)
 
     def backward_weight(self, dy, x, geom, saved=None):
         xp = get_array_module(dy)
-        n, k, p = geom.batch, geom.out_channels, geom.out_h * geom.out_w
-        dy = dy.reshape(n, k, p)
-        dw = xp.zeros((k, _row_length(geom)), dtype=dy.dtype)
-        parts = _column_chunks(geom, dy)
-        scratch = None if saved is not None else xp.empty(
-            ((parts[0].stop - parts[0].start) * p, _row_length(geom)), dtype=dy.dtype)
-        for part in parts:
+        k, r = geom.out_channels, _row_length(geom)
+        dw = xp.zeros((k, r), dtype=dy.dtype)
+        scratch = None
+        for i, part in enumerate(_chunks(geom, dy)):
             if saved is not None:
-                block = saved[part.start * p:part.stop * p]
+                a = saved[i]
             else:
-                block = gather_columns(x[part], geom, scratch[:(part.stop - part.start) * p])
-            dw += xp.matmul(dy[part], block.reshape(-1, p, block.shape[1])).sum(axis=0)
+                if scratch is None:
+                    scratch = xp.empty(_columns_size(geom, part), dtype=dy.dtype)
+                a = columns(x[part], geom, scratch)
+            db = output_rows(dy[part], geom)
+            # a very long, thin product (LeNet conv1: 6 x 41552 x 25) runs ~3x faster in blocks
+            step = 4096 if a.shape[1] > 8 * k * r else a.shape[1]
+            for start in range(0, a.shape[1], step):
+                dw += db[:, start:start + step] @ a[:, start:start + step].T
         dw = dw.reshape(k, geom.kernel_h, geom.kernel_w, -1).transpose(0, 3, 1, 2)
         return xp.ascontiguousarray(dw)
 
     def backward_input(self, dy, w, geom, saved=None):
         xp = get_array_module(dy)
-        n, k = geom.batch, geom.out_channels
-        oh, ow = geom.out_h, geom.out_w
-        wmat = weight_matrix(w)
+        f_t = weight_matrix(w).T
         dx = xp.empty(geom.input_shape, dtype=dy.dtype)
-        for part in _column_chunks(geom, dy):
-            dcols = xp.matmul(dy[part].reshape(-1, k, oh * ow).transpose(0, 2, 1), wmat)
-            dx[part] = col2im(dcols.reshape(-1, oh, ow, geom.kernel_h, geom.kernel_w,
-                                            geom.in_channels), geom)
+        for part in _chunks(geom, dy):
+            dx[part] = col2im(f_t @ output_rows(dy[part], geom), geom, part.stop - part.start)
         return dx
 
     def multiplies(self, geom):
@@ -106,27 +147,42 @@ class Im2col(ConvAlgorithm):
         chunk = chunk_length(n, p * _row_length(geom) * itemsize)
         padded = chunk * c * (h + 2 * geom.padding[0]) * (w + 2 * geom.padding[1])
         cols = chunk * p * _row_length(geom)              # one chunk of columns
-        extra = {"forward": 0,
-                 "backward_weight": chunk * geom.out_channels * _row_length(geom),
-                 "backward_input": cols + chunk * c * h * w}[pass_]   # dcols + col2im's sum
+        outputs = 2 * chunk * geom.out_channels * p       # GEMM result before its NCHW copy
+        extra = {"forward": outputs,
+                 "backward_weight": outputs + geom.out_channels * _row_length(geom),
+                 "backward_input": outputs + cols + chunk * c * h * w}[pass_]   # dA + col2im
         return itemsize * (padded + cols + extra + geom.out_channels * _row_length(geom))
 
     def saved_bytes(self, geom, itemsize=4):
         return itemsize * geom.batch * geom.out_h * geom.out_w * _row_length(geom)
 
 
-def col2im(dcols, geom):
-    """Scatter-add columns (n, OH, OW, KH, KW, C) back onto the input: (n, C, H, W)."""
-    xp = get_array_module(dcols)
+def _columns_size(geom, part):
+    """Elements of the column matrix of a chunk of the batch."""
+    return (part.stop - part.start) * geom.out_h * geom.out_w * _row_length(geom)
+
+
+def col2im(da, geom, n):
+    """Add the columns dA (KH*KW*C, n*OH*OW) back onto the input: dx (n, C, H, W).
+
+    dA's rows are (u, v, c), so each kernel offset is one contiguous block,
+    added into an accumulator laid out like A's columns: (C, H, W, n) when
+    ``batch_innermost`` (runs of OW*n values), else (C, n, H, W).
+    """
+    xp = get_array_module(da)
     (sh, sw), (dh, dw), (ph, pw) = geom.stride, geom.dilation, geom.padding
-    oh, ow = geom.out_h, geom.out_w
-    dxpad = xp.zeros((dcols.shape[0], geom.height + 2 * ph, geom.width + 2 * pw, dcols.shape[-1]),
-                     dtype=dcols.dtype)
+    oh, ow, c = geom.out_h, geom.out_w, geom.in_channels
+    hp, wp = geom.height + 2 * ph, geom.width + 2 * pw
+    last = batch_innermost(geom, n)
+    blocks = da.reshape((geom.kernel_h, geom.kernel_w, c) + ((oh, ow, n) if last else (n, oh, ow)))
+    acc = xp.zeros((c, hp, wp, n) if last else (c, n, hp, wp), dtype=da.dtype)
+    spatial = acc.transpose(0, 3, 1, 2) if last else acc        # (C, n, H', W') views
     for u in range(geom.kernel_h):
         for v in range(geom.kernel_w):
-            dxpad[:, u * dh:u * dh + sh * (oh - 1) + 1:sh,
-                  v * dw:v * dw + sw * (ow - 1) + 1:sw] += dcols[:, :, :, u, v]
-    return dxpad[:, ph:ph + geom.height, pw:pw + geom.width].transpose(0, 3, 1, 2)
+            block = blocks[u, v].transpose(0, 3, 1, 2) if last else blocks[u, v]
+            spatial[:, :, u * dh:u * dh + sh * (oh - 1) + 1:sh,
+                    v * dw:v * dw + sw * (ow - 1) + 1:sw] += block
+    return spatial[:, :, ph:ph + geom.height, pw:pw + geom.width].transpose(1, 0, 2, 3)
 
 
 IM2COL = Im2col()

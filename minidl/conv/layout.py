@@ -31,17 +31,18 @@ def _zero_borders(out, t, b, l, r):
     out[:, t:h - b, w - r:] = 0
 
 
-def padded_nhwc(x, pads):
-    """x (N, C, H, W) -> (N, t+H+b, l+W+r, C) with zero borders.
+def padded_nhwc(x, pads, batch_last=False):
+    """x (N, C, H, W) -> (N, t+H+b, l+W+r, C) with zero borders; (C, H', W', N) if ``batch_last``.
 
     ``pads = (top, bottom, left, right)``; a negative pad crops that side.
     """
     xp = get_array_module(x)
     view, (t, b, l, r) = _crop_and_pads(x, pads)
     n, c, h, w = view.shape
-    out = xp.empty((n, t + h + b, l + w + r, c), dtype=x.dtype)
+    outer, inner = (c, n) if batch_last else (n, c)
+    out = xp.empty((outer, t + h + b, l + w + r, inner), dtype=x.dtype)
     _zero_borders(out, t, b, l, r)
-    out[:, t:t + h, l:l + w] = view.transpose(0, 2, 3, 1)
+    out[:, t:t + h, l:l + w] = view.transpose((1, 2, 3, 0) if batch_last else (0, 2, 3, 1))
     return out
 
 
@@ -57,7 +58,8 @@ def padded_nchw(x, pads):
 def nhwc_windows(xpad, kernel, out_size, stride, dilation):
     """View (N, OH, OW, KH, KW, C) of the receptive fields of an NHWC array (no copy).
 
-    Element ``[n, i, j, u, v, c] = xpad[n, i*sh + u*dh, j*sw + v*dw, c]``.
+    Element ``[n, i, j, u, v, c] = xpad[n, i*sh + u*dh, j*sw + v*dw, c]``; the
+    same for a (C, H, W, N) array, with the roles of N and C exchanged.
     """
     sn, sh, sw, sc = xpad.strides
     n, c = xpad.shape[0], xpad.shape[3]
