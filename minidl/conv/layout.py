@@ -14,7 +14,7 @@ def as_strided(a, shape, strides):
     return xp.lib.stride_tricks.as_strided(a, shape=shape, strides=strides)
 
 
-def _crop_and_pads(x, pads):
+def crop_and_pads(x, pads):
     """Split (top, bottom, left, right) pads into a cropped NCHW view and non-negative pads."""
     top, bottom, left, right = pads
     h, w = x.shape[2], x.shape[3]
@@ -37,7 +37,7 @@ def padded_nhwc(x, pads, batch_last=False):
     ``pads = (top, bottom, left, right)``; a negative pad crops that side.
     """
     xp = get_array_module(x)
-    view, (t, b, l, r) = _crop_and_pads(x, pads)
+    view, (t, b, l, r) = crop_and_pads(x, pads)
     n, c, h, w = view.shape
     outer, inner = (c, n) if batch_last else (n, c)
     out = xp.empty((outer, t + h + b, l + w + r, inner), dtype=x.dtype)
@@ -49,7 +49,7 @@ def padded_nhwc(x, pads, batch_last=False):
 def padded_nchw(x, pads):
     """x (N, C, H, W) -> (N, C, t+H+b, l+W+r) with zero borders (negative pads crop)."""
     xp = get_array_module(x)
-    view, (t, b, l, r) = _crop_and_pads(x, pads)
+    view, (t, b, l, r) = crop_and_pads(x, pads)
     if not (t or b or l or r):
         return view
     return xp.pad(view, ((0, 0), (0, 0), (t, b), (l, r)))
