@@ -1,24 +1,47 @@
 # The README's commands. Each target builds what it needs: a fresh machine
-# only has python3.
+# only needs python3 (and, for the Debian dataset package, root).
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.minidl-installed
+MINIDL := $(VENV)/bin/minidl
+RUN    ?= runs/lenet5-fashion-mnist
 
-.PHONY: setup test bench clean
+.PHONY: install setup data train test bench clean
 
-setup: $(STAMP)
+# minidl itself, with MPI and plotting: what `make train` needs.
+install: $(VENV)/.minidl-installed
+$(VENV)/.minidl-installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e ".[mpi,plot]"
+	touch $@
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+# Plus the test tools and PyTorch, the oracle the tests compare against.
+setup: $(VENV)/.minidl-test-installed
+$(VENV)/.minidl-test-installed: $(VENV)/.minidl-installed
 	$(PY) -m pip install -q -e ".[test,mpi,plot]" torch==2.13.0
-	touch $(STAMP)
+	touch $@
 
-test: setup
+# Fashion-MNIST: found where minidl looks, else Debian's package (as root), else downloaded.
+data: install
+	@if $(MINIDL) data where fashion-mnist >/dev/null 2>&1; then \
+		echo "Fashion-MNIST: $$($(MINIDL) data where fashion-mnist)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	     (apt-get install -y -qq dataset-fashion-mnist >/dev/null 2>&1 || \
+	      (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist)); then \
+		echo "Fashion-MNIST: installed Debian's dataset-fashion-mnist"; \
+	else \
+		$(MINIDL) data download fashion-mnist; \
+	fi
+
+# The main job: LeNet-5 on Fashion-MNIST.
+train: install data
+	$(MINIDL) train --model lenet5 --dataset fashion-mnist --epochs 5 --batch-size 64 \
+		--optimizer momentum --lr 0.01 --out $(RUN)
+
+test: setup data
 	$(PY) -m pytest -q
 
-bench: setup
+bench: setup data
 	$(PY) benchmarks/bench_mlp.py
 
 clean:

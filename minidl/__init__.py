@@ -7,6 +7,9 @@ from .autograd import Tensor, Function, no_grad, is_grad_enabled, tensor, ShapeE
 from . import functional
 from . import layers
 from . import optim
+from . import data
+from . import conv
+from . import models
 from . import random
 from .random import manual_seed
 from .gradcheck import gradcheck, GradcheckError

@@ -82,8 +82,10 @@ def to_device(array, device):
 
 
 def to_numpy(array):
-    """A NumPy copy (or the array itself) of a host or device array."""
-    return array if isinstance(array, np.ndarray) else array.get()
+    """A NumPy array of a host array (itself), a device array (a copy) or a number."""
+    if isinstance(array, np.ndarray):
+        return array
+    return array.get() if hasattr(array, "get") else np.asarray(array)
 
 
 def synchronize(array_or_device="cuda"):

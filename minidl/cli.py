@@ -12,6 +12,8 @@ import sys
 
 COMMANDS = {
     # name: (module, prefix, help)
+    "train": ("minidl.train.cli", "train", "train a model (add --dist under mpiexec)"),
+    "eval": ("minidl.train.cli", "eval", "accuracy and confusion matrix of a checkpoint"),
     "data": ("minidl.data.cli", "data", "get and locate datasets"),
 }
 

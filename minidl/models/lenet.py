@@ -6,15 +6,12 @@ original's 32x32 input) -> pool 2 -> conv 16@5x5 -> pool 2 -> fc 120 -> fc 84
 61,706 parameters for 28x28 inputs and 10 classes.
 """
 from .. import layers as L
-
-ACTIVATIONS = {"relu": L.ReLU, "tanh": L.Tanh}
+from .activations import activation_layer
 
 
 def lenet5(num_classes=10, in_channels=1, activation="relu", conv_algo="auto"):
     """LeNet-5 for (N, in_channels, 28, 28) inputs."""
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"lenet5: activation {activation!r} is not one of {tuple(ACTIVATIONS)}")
-    act = ACTIVATIONS[activation]
+    act = activation_layer(activation, "lenet5")
     return L.Sequential(
         L.Conv2d(in_channels, 6, 5, padding=2, algo=conv_algo), act(), L.MaxPool2d(2),
         L.Conv2d(6, 16, 5, algo=conv_algo), act(), L.MaxPool2d(2),

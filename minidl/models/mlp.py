@@ -1,11 +1,13 @@
 """A multi-layer perceptron for flattened images: the course's first model."""
 from .. import layers as L
+from .activations import activation_layer
 
 
-def mlp(num_classes=10, in_features=784, hidden=(256, 256)):
-    """Flatten -> (Linear -> ReLU) per hidden width -> Linear."""
+def mlp(num_classes=10, in_features=784, hidden=(256, 256), activation="relu"):
+    """Flatten -> (Linear -> activation) per hidden width -> Linear."""
+    act = activation_layer(activation, "mlp")
     widths = (in_features,) + tuple(hidden)
     layers = [L.Flatten()]
     for a, b in zip(widths[:-1], widths[1:]):
-        layers += [L.Linear(a, b), L.ReLU()]
+        layers += [L.Linear(a, b), act()]
     return L.Sequential(*layers, L.Linear(widths[-1], num_classes))

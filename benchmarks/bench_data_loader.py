@@ -1,6 +1,6 @@
 """Load Fashion-MNIST and run one epoch of the DataLoader, timing both.
 
-    python examples/data_load_and_iterate.py [--data-dir DIR] [--batch-size 64] [--repeats 5]
+    python benchmarks/bench_data_loader.py [--data-dir DIR] [--batch-size 64] [--repeats 5]
 
 Prints medians over ``--repeats`` runs: the first (cold) load of train+test,
 a reload that hits the per-process decode cache, and one shuffled epoch of
