@@ -23,10 +23,12 @@ The batch runs in chunks (``chunks.py``) so that a chunk's columns are still
 in cache for its GEMM; ``keep=True`` keeps every chunk's columns for the
 weight gradient. Multiplies: N*K*C*KH*KW*OH*OW, as direct (Table 6).
 """
+from dataclasses import replace
+
 from ..backend import get_array_module
 from .base import ConvAlgorithm
 from .chunks import batch_chunks, chunk_length
-from .layout import nhwc_windows, padded_nhwc, symmetric_pads
+from .layout import nhwc_rows, nhwc_windows, padded_nhwc, symmetric_pads
 
 
 def weight_matrix(w):
@@ -62,18 +64,11 @@ def columns(x, geom, buffer):
 
 
 def output_rows(dy, geom):
-    """dy (n, K, OH, OW) as dB (K, n*OH*OW), its columns in the order ``columns`` uses."""
+    """dy (n, K, OH, OW) as dB (K, n*OH*OW) with columns (i, j, n), for batch-innermost A."""
     xp = get_array_module(dy)
     n, k = dy.shape[:2]
-    block = dy.reshape(n, k, -1)
-    if batch_innermost(geom, n):
-        order = (1, 2, 0)
-    elif n == 1:
-        return block[0]
-    else:
-        order = (1, 0, 2)
-    rows = xp.empty(tuple(block.shape[i] for i in order), dtype=dy.dtype)
-    rows[...] = block.transpose(order)
+    rows = xp.empty((k, dy.shape[2] * dy.shape[3], n), dtype=dy.dtype)
+    rows[...] = dy.reshape(n, k, -1).transpose(1, 2, 0)
     return rows.reshape(k, -1)
 
 
@@ -92,6 +87,7 @@ class Im2col(ConvAlgorithm):
     reuses = frozenset({"backward_weight"})   # the column matrices
 
     def forward(self, x, w, geom, keep=False):
+        """y in NHWC memory (an NCHW view) for channel-innermost A, NCHW for batch-innermost."""
         xp = get_array_module(x)
         n, k, p = geom.batch, geom.out_channels, geom.out_h * geom.out_w
         f = weight_matrix(w)
@@ -99,44 +95,84 @@ class Im2col(ConvAlgorithm):
         parts = _chunks(geom, x)
         per_image = p * _row_length(geom)
         buffer = xp.empty((n if keep else parts[0].stop) * per_image, dtype=x.dtype)
-        y = xp.empty((n, k, p), dtype=x.dtype)
-        saved = []
+        y_nchw = xp.empty((n, k, p), dtype=x.dtype)
+        y_nhwc = xp.empty((n * p, k), dtype=x.dtype)
+        saved = []                                  # (part, A) pairs
         for part in parts:
             a = columns(x[part], geom, buffer[part.start * per_image if keep else 0:])
             if batch_innermost(geom, part.stop - part.start):
-                y[part] = (f @ a).reshape(k, p, -1).transpose(2, 0, 1)
-            else:
-                y[part] = (a.T @ f_t).reshape(-1, p, k).transpose(0, 2, 1)
-            saved.append(a)
-        return y.reshape(geom.output_shape), (saved if keep else None)
+                y_nchw[part] = (f @ a).reshape(k, p, -1).transpose(2, 0, 1)
+            else:                                   # B^T = A^T F^T, rows (n, i, j): NHWC
+                xp.matmul(a.T, f_t, out=y_nhwc[part.start * p:part.stop * p])
+            saved.append((part, a))
+        if batch_innermost(geom, parts[0].stop):
+            return y_nchw.reshape(geom.output_shape), (saved if keep else None)
+        if keep:   # the chunks' NHWC columns are consecutive: one matrix, one GEMM later
+            saved = [(slice(0, n), buffer.reshape(n * p, -1).T)]
+        y = y_nhwc.reshape(n, geom.out_h, geom.out_w, k).transpose(0, 3, 1, 2)
+        return y, (saved if keep else None)
 
     def backward_weight(self, dy, x, geom, saved=None):
         xp = get_array_module(dy)
-        k, r = geom.out_channels, _row_length(geom)
-        dw = xp.zeros((k, r), dtype=dy.dtype)
-        scratch = None
-        for i, part in enumerate(_chunks(geom, dy)):
-            if saved is not None:
-                a = saved[i]
-            else:
+        k, r, p = geom.out_channels, _row_length(geom), geom.out_h * geom.out_w
+        dw = xp.zeros((k, geom.in_channels, geom.kernel_h, geom.kernel_w), dtype=dy.dtype)
+        dw_rows = dw_cols = dy_rows = scratch = None     # dF (K, R), dF^T (R, K) accumulators
+        for part, a in (saved or ((part, None) for part in _chunks(geom, dy))):
+            if a is None:
                 if scratch is None:
                     scratch = xp.empty(_columns_size(geom, part), dtype=dy.dtype)
                 a = columns(x[part], geom, scratch)
-            db = output_rows(dy[part], geom)
-            # a very long, thin product (LeNet conv1: 6 x 41552 x 25) runs ~3x faster in blocks
-            step = 4096 if a.shape[1] > 8 * k * r else a.shape[1]
-            for start in range(0, a.shape[1], step):
-                dw += db[:, start:start + step] @ a[:, start:start + step].T
-        dw = dw.reshape(k, geom.kernel_h, geom.kernel_w, -1).transpose(0, 3, 1, 2)
-        return xp.ascontiguousarray(dw)
+            if batch_innermost(geom, part.stop - part.start):
+                db = output_rows(dy[part], geom)
+                if dw_rows is None:
+                    dw_rows = xp.zeros((k, r), dtype=dy.dtype)
+                # a very long, thin product (LeNet conv1: 6 x 41552 x 25) runs ~3x faster in blocks
+                step = 4096 if a.shape[1] > 8 * k * r else a.shape[1]
+                for start in range(0, a.shape[1], step):
+                    dw_rows += db[:, start:start + step] @ a[:, start:start + step].T
+            else:                                   # dF^T = A dB^T, dB^T = dy in NHWC rows
+                if dy_rows is None:
+                    dy_rows, dw_cols = nhwc_rows(dy), xp.zeros((r, k), dtype=dy.dtype)
+                dw_cols += a @ dy_rows[part.start * p:part.stop * p]
+        shape = (geom.kernel_h, geom.kernel_w, geom.in_channels)
+        if dw_rows is not None:
+            dw += dw_rows.reshape((k,) + shape).transpose(0, 3, 1, 2)
+        if dw_cols is not None:
+            dw += dw_cols.reshape(shape + (k,)).transpose(3, 2, 0, 1)
+        return dw
 
     def backward_input(self, dy, w, geom, saved=None):
+        """dx in the memory layout of the columns: NHWC (an NCHW view) or NCHW.
+
+        At stride 1, dx is the correlation of dy, padded by d*(KH-1) - p,
+        with the kernel flipped in space and transposed in channels: a
+        forward pass (one gather, no scatter-adds); used when its column
+        matrix (H*W*K per image) is not larger than col2im's (OH*OW*C).
+        """
+        if geom.stride == (1, 1) and (geom.height * geom.width * geom.out_channels
+                                      <= geom.out_h * geom.out_w * geom.in_channels):
+            return self.forward(dy, w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3),
+                                transposed_geometry(geom))[0]
         xp = get_array_module(dy)
-        f_t = weight_matrix(w).T
-        dx = xp.empty(geom.input_shape, dtype=dy.dtype)
-        for part in _chunks(geom, dy):
-            dx[part] = col2im(f_t @ output_rows(dy[part], geom), geom, part.stop - part.start)
-        return dx
+        f = weight_matrix(w)
+        p = geom.out_h * geom.out_w
+        parts = _chunks(geom, dy)
+        if batch_innermost(geom, parts[0].stop):
+            dx = xp.empty(geom.input_shape, dtype=dy.dtype)
+            for part in parts:
+                acc = col2im((f.T @ output_rows(dy[part], geom)).reshape(
+                    geom.kernel_h, geom.kernel_w, geom.in_channels, geom.out_h, geom.out_w, -1),
+                    geom, batch_last=True)
+                dx[part] = crop_padding(acc, geom).transpose(3, 0, 1, 2)
+            return dx
+        dy_rows = nhwc_rows(dy)
+        acc = xp.empty((geom.batch, geom.height + 2 * geom.padding[0],
+                        geom.width + 2 * geom.padding[1], geom.in_channels), dtype=dy.dtype)
+        for part in parts:                          # dA^T = dB^T F, rows (n, i, j)
+            da_t = dy_rows[part.start * p:part.stop * p] @ f
+            col2im(da_t.reshape(-1, geom.out_h, geom.out_w, geom.kernel_h, geom.kernel_w,
+                                geom.in_channels).transpose(3, 4, 0, 1, 2, 5), geom, out=acc[part])
+        return crop_padding(acc, geom).transpose(0, 3, 1, 2)
 
     def multiplies(self, geom):
         return {"gemm": geom.direct_multiplies(), "total": geom.direct_multiplies()}
@@ -157,32 +193,48 @@ class Im2col(ConvAlgorithm):
         return itemsize * geom.batch * geom.out_h * geom.out_w * _row_length(geom)
 
 
+def transposed_geometry(geom):
+    """The stride-1 correlation that gives dx: dy (N, K, OH, OW) with the flipped, transposed kernel.
+
+    Its padding d*(KH-1) - p may be negative (the padded input is then cropped).
+    """
+    (dh, dw), (ph, pw) = geom.dilation, geom.padding
+    return replace(geom, in_channels=geom.out_channels, out_channels=geom.in_channels,
+                   height=geom.out_h, width=geom.out_w,
+                   padding=(dh * (geom.kernel_h - 1) - ph, dw * (geom.kernel_w - 1) - pw))
+
+
 def _columns_size(geom, part):
     """Elements of the column matrix of a chunk of the batch."""
     return (part.stop - part.start) * geom.out_h * geom.out_w * _row_length(geom)
 
 
-def col2im(da, geom, n):
-    """Add the columns dA (KH*KW*C, n*OH*OW) back onto the input: dx (n, C, H, W).
+def col2im(blocks, geom, batch_last=False, out=None):
+    """Add the columns back onto the (padded) input: blocks (KH, KW, A, OH, OW, B) -> (A, H', W', B).
 
-    dA's rows are (u, v, c), so each kernel offset is one contiguous block,
-    added into an accumulator laid out like A's columns: (C, H, W, n) when
-    ``batch_innermost`` (runs of OW*n values), else (C, n, H, W).
+    ``blocks[u, v]`` holds kernel offset (u, v)'s columns; (A, B) is (n, C)
+    for NHWC columns or (C, n) for batch-innermost ones; one strided add per
+    offset, each with runs of B (or OW*B) contiguous values. Returns the
+    accumulator ``out`` (zeroed here), still padded.
     """
-    xp = get_array_module(da)
+    xp = get_array_module(blocks)
     (sh, sw), (dh, dw), (ph, pw) = geom.stride, geom.dilation, geom.padding
-    oh, ow, c = geom.out_h, geom.out_w, geom.in_channels
-    hp, wp = geom.height + 2 * ph, geom.width + 2 * pw
-    last = batch_innermost(geom, n)
-    blocks = da.reshape((geom.kernel_h, geom.kernel_w, c) + ((oh, ow, n) if last else (n, oh, ow)))
-    acc = xp.zeros((c, hp, wp, n) if last else (c, n, hp, wp), dtype=da.dtype)
-    spatial = acc.transpose(0, 3, 1, 2) if last else acc        # (C, n, H', W') views
+    oh, ow = geom.out_h, geom.out_w
+    if out is None:
+        out = xp.empty((blocks.shape[2], geom.height + 2 * ph, geom.width + 2 * pw, blocks.shape[5]),
+                       dtype=blocks.dtype)
+    out[...] = 0
     for u in range(geom.kernel_h):
         for v in range(geom.kernel_w):
-            block = blocks[u, v].transpose(0, 3, 1, 2) if last else blocks[u, v]
-            spatial[:, :, u * dh:u * dh + sh * (oh - 1) + 1:sh,
-                    v * dw:v * dw + sw * (ow - 1) + 1:sw] += block
-    return spatial[:, :, ph:ph + geom.height, pw:pw + geom.width].transpose(1, 0, 2, 3)
+            out[:, u * dh:u * dh + sh * (oh - 1) + 1:sh,
+                v * dw:v * dw + sw * (ow - 1) + 1:sw] += blocks[u, v]
+    return out
+
+
+def crop_padding(acc, geom):
+    """The unpadded (A, H, W, B) view of a padded accumulator."""
+    ph, pw = geom.padding
+    return acc[:, ph:ph + geom.height, pw:pw + geom.width]
 
 
 IM2COL = Im2col()

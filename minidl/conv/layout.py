@@ -67,13 +67,14 @@ def nhwc_windows(xpad, kernel, out_size, stride, dilation):
                       (sn, stride[0] * sh, stride[1] * sw, dilation[0] * sh, dilation[1] * sw, sc))
 
 
-def nchw_from_nhwc(a, out=None):
-    """An NCHW copy of an NHWC array (or view)."""
+def nhwc_rows(a):
+    """a (N, C, H, W) as the (N*H*W, C) matrix of its NHWC rows: a view when ``a`` is
+    channels-last in memory (as im2col and Winograd outputs are), else a copy."""
     xp = get_array_module(a)
-    if out is None:
-        out = xp.empty((a.shape[0], a.shape[3], a.shape[1], a.shape[2]), dtype=a.dtype)
-    out[...] = a.transpose(0, 3, 1, 2)
-    return out
+    rows = a.transpose(0, 2, 3, 1)
+    if not rows.flags.c_contiguous:
+        rows = xp.ascontiguousarray(rows)
+    return rows.reshape(-1, a.shape[1])
 
 
 def symmetric_pads(geom):

@@ -119,6 +119,9 @@ def winograd_correlation(x, w, pads, out_hw, m, keep=False):
     """Stride-1 3x3 correlation of x (N, C, H, W) padded by ``pads`` = (t, b, l, r).
 
     Returns ``(y, V)`` with y (N, K, *out_hw) and the transformed input V when ``keep``.
+    y is NCHW-indexed but NHWC in memory: the output tiles come out of the
+    GEMMs channel-innermost, and writing them NCHW would cost a transposing
+    copy (measured: 9 of 31 ms on 16x64x56x56).
     """
     xp = get_array_module(x)
     n, k = x.shape[0], w.shape[0]
@@ -129,16 +132,11 @@ def winograd_correlation(x, w, pads, out_hw, m, keep=False):
     z = xp.matmul(v.reshape(a2, n * th * tw, -1), transform_weight(w, m).transpose(0, 2, 1))
     z = z.reshape(a2, n, th * tw, k)                                  # (alpha^2, N, T, K)
     kron_a = _kron_matrices(m, x.dtype, xp)[2]
-    y = xp.empty((n, k, oh, ow), dtype=x.dtype)
-    whole = (m * th, m * tw) == (oh, ow)
+    y = xp.empty((n, m * th, m * tw, k), dtype=x.dtype)               # NHWC, whole tiles
     for part in batch_chunks(n, m * m * th * tw * k * x.itemsize, x):
         y_tiles = (kron_a @ z[:, part].reshape(a2, -1)).reshape(m, m, -1, th, tw, k)
-        y_tiles = y_tiles.transpose(2, 5, 3, 0, 4, 1)               # (n', K, th, m, tw, m)
-        if whole:
-            y[part].reshape(y_tiles.shape)[...] = y_tiles
-        else:
-            y[part] = xp.ascontiguousarray(y_tiles).reshape(-1, k, m * th, m * tw)[:, :, :oh, :ow]
-    return y, (v if keep else None)
+        y[part].reshape(-1, th, m, tw, m, k)[...] = y_tiles.transpose(2, 3, 0, 4, 1, 5)
+    return y[:, :oh, :ow].transpose(0, 3, 1, 2), (v if keep else None)
 
 
 class Winograd(ConvAlgorithm):
@@ -184,11 +182,12 @@ class Winograd(ConvAlgorithm):
         kron_b, kron_g, kron_a = _kron_matrices(m, dy.dtype, xp)
         dz = xp.empty((a2, n, th * tw, k), dtype=dy.dtype)        # A dY A^T per output tile
         for part in batch_chunks(n, a2 * th * tw * k * dy.itemsize, dy):
-            block = dy[part]
-            if (oh, ow) != (m * th, m * tw):   # zero output gradient on the partial tiles
-                block = xp.pad(block, ((0, 0), (0, 0), (0, m * th - oh), (0, m * tw - ow)))
+            if (oh, ow) == (m * th, m * tw):
+                block = dy[part].transpose(0, 2, 3, 1)             # NHWC view, no copy
+            else:                              # zero output gradient on the partial tiles
+                block = padded_nhwc(dy[part], (0, m * th - oh, 0, m * tw - ow))
             tiles = xp.empty((m, m, block.shape[0], th, tw, k), dtype=dy.dtype)
-            tiles[...] = block.reshape(-1, k, th, m, tw, m).transpose(3, 5, 0, 2, 4, 1)
+            tiles[...] = block.reshape(-1, th, m, tw, m, k).transpose(2, 4, 0, 1, 3, 5)
             xp.matmul(kron_a.T, tiles.reshape(m * m, -1), out=dz[:, part].reshape(a2, -1))
         du = xp.matmul(dz.reshape(a2, n * th * tw, k).transpose(0, 2, 1),
                        saved.reshape(a2, n * th * tw, -1))                  # (alpha^2, K, C)
