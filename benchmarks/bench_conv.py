@@ -35,13 +35,13 @@ def numpy_gemm_gflops(n=2048, repeats=9):
     return 2 * n ** 3 / statistics.median(times) / 1e9
 
 
-def one_run(batch_size, repeats, verbose):
+def one_run(batch_size, repeats, verbose, max_busy=None):
     """{layer: {algo: Row}} for every layer, and NumPy's GEMM rate."""
     md.conv.clear_cache()
     results = {}
     gemm = numpy_gemm_gflops()
     for name, *_ in LAYERS:
-        rows = bench_layer(name, batch_size, repeats=repeats)
+        rows = bench_layer(name, batch_size, repeats=repeats, max_busy=max_busy)
         if verbose:
             print(format_rows(rows), flush=True)
         results[name] = {r.algo: r for r in rows}
@@ -77,11 +77,14 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--quiet", action="store_true", help="only the ratios")
+    parser.add_argument("--max-busy", type=float, default=None,
+                        help="time only when other processes use less than this CPU fraction")
     args = parser.parse_args()
     collected = {}
     for run in range(args.runs):
         print(f"--- run {run + 1} of {args.runs}", flush=True)
-        for label, value in ratios(*one_run(args.batch_size, args.repeats, not args.quiet)).items():
+        results = one_run(args.batch_size, args.repeats, not args.quiet, args.max_busy)
+        for label, value in ratios(*results).items():
             collected.setdefault(label, []).append(value)
     print(f"\nTarget ratios, median over {args.runs} runs (all runs in brackets):")
     for label, values in collected.items():

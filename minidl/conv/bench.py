@@ -47,12 +47,43 @@ def layer_batch(name, batch_size):
     return LENET_BATCH if name.startswith("lenet") else batch_size
 
 
-def interleaved_medians(fns, repeats):
-    """Median seconds of each function over ``repeats`` interleaved rounds (after one warm-up)."""
+def busy_fraction(interval=0.2):
+    """Fraction of the machine's CPU time spent by any process over ``interval`` s (Linux; else 0)."""
+    def sample():
+        with open("/proc/stat") as stat:
+            fields = [int(v) for v in stat.readline().split()[1:]]
+        return sum(fields), fields[3] + fields[4]          # total, idle + iowait
+    try:
+        total0, idle0 = sample()
+        time.sleep(interval)
+        total1, idle1 = sample()
+    except OSError:
+        return 0.0
+    return 1.0 - (idle1 - idle0) / max(total1 - total0, 1)
+
+
+def wait_until_idle(max_busy, patience):
+    """Wait up to ``patience`` seconds for other processes to leave the CPUs; True if they did."""
+    deadline = time.perf_counter() + patience
+    while busy_fraction() > max_busy:
+        if time.perf_counter() > deadline:
+            return False
+    return True
+
+
+def interleaved_medians(fns, repeats, max_busy=None, patience=30.0):
+    """Median seconds of each function over ``repeats`` interleaved rounds (after one warm-up).
+
+    With ``max_busy`` (a fraction of all CPUs), each round first waits, up to
+    ``patience`` seconds, until other processes use less than that: on a
+    shared machine the timings then come from quiet moments.
+    """
     for fn in fns:
         fn()
     times = [[] for _ in fns]
     for _ in range(repeats):
+        if max_busy is not None:
+            wait_until_idle(max_busy, patience)
         for i, fn in enumerate(fns):
             start = time.perf_counter()
             fn()
@@ -91,7 +122,8 @@ def _torch_runners(torch, x, w, b, dy, kwargs, first):
     return forward, train
 
 
-def bench_layer(name, batch_size, algos=CANDIDATES, repeats=5, use_torch=True, seed=0):
+def bench_layer(name, batch_size, algos=CANDIDATES, repeats=5, use_torch=True, seed=0,
+                max_busy=None):
     """Rows for one layer of ``LAYERS``: every algorithm in ``algos`` (+ "torch")."""
     import minidl as md
     from minidl.conv.registry import implementation
@@ -130,7 +162,7 @@ def bench_layer(name, batch_size, algos=CANDIDATES, repeats=5, use_torch=True, s
         rows.append(row)
         runners.append((row, fwd, train))
     fns = [f for _, fwd, train in runners for f in (fwd, train)]
-    seconds = interleaved_medians(fns, repeats)
+    seconds = interleaved_medians(fns, repeats, max_busy)
     for i, (row, _, _) in enumerate(runners):
         row.forward_ms, row.train_ms = 1e3 * seconds[2 * i], 1e3 * seconds[2 * i + 1]
         row.gflops = flops / seconds[2 * i] / 1e9
@@ -174,6 +206,9 @@ def add_conv_arguments(parser):
                         help=f"algorithms to time (default: {' '.join(CANDIDATES)})")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds per layer (median)")
     parser.add_argument("--no-torch", action="store_true", help="do not time PyTorch")
+    parser.add_argument("--max-busy", type=float, default=None,
+                        help="before each timed round, wait (up to 30 s) until other processes "
+                             "use less than this fraction of the CPUs, e.g. 0.1 on a shared machine")
 
 
 def selected_layers(patterns):
@@ -190,7 +225,7 @@ def run_conv(args):
     all_rows = []
     for name in selected_layers(args.layers):
         rows = bench_layer(name, args.batch_size, tuple(args.algos), args.repeats,
-                           use_torch=not args.no_torch)
+                           use_torch=not args.no_torch, max_busy=args.max_busy)
         print(format_rows(rows) if not all_rows else format_rows(rows).split("\n", 2)[2], flush=True)
         all_rows += rows
     return 0

@@ -1,9 +1,10 @@
-"""Data-layout helpers shared by the algorithms: padding, NCHW<->NHWC, sliding windows.
+"""Data-layout helpers shared by the algorithms: padding, NCHW<->NHWC/CHWN, sliding windows.
 
 The GEMM-based algorithms gather with the channel innermost (NHWC): each
 gathered element then belongs to a contiguous run of C values, which made
 the im2col gather ~6x faster than the channel-outermost order on this
-machine (notes: machine-baselines §8).
+machine (notes: machine-baselines §8). For few channels and many small
+images, the batch innermost (CHWN) gives longer runs still.
 """
 from ..backend import get_array_module
 

@@ -31,7 +31,10 @@ F(2,3): B^T = [[1,0,-1,0],[0,1,1,0],[0,-1,1,0],[0,1,0,-1]],
 F(4,3): see ``_MATRICES``; larger entries (8, 1/24) cost accuracy (survey §4.3):
 F(4x4) errors are measurably larger than F(2x2) errors in float32.
 
-Only 3x3 kernels with stride 1 and dilation 1 are supported.
+Supported: 3x3 kernels at stride 1, and strided kernels whose polyphase
+components have 3x3 taps (ceil(K/s) = 3, e.g. AlexNet's 11x11 at stride 4),
+which ``space_to_depth`` turns into a stride-1 3x3 convolution over s*s*C
+channels; dilation 1 only.
 """
 from fractions import Fraction
 
@@ -41,6 +44,8 @@ from ..backend import get_array_module
 from .base import ConvAlgorithm
 from .chunks import batch_chunks, chunk_length
 from .layout import as_strided, padded_nhwc
+from .space_to_depth import (depth_to_space, kernel_from_depth, kernel_to_depth, phase_geometry,
+                             phase_taps, space_to_depth)
 
 _F = Fraction
 _MATRICES = {  # m: (B^T, G, A^T), exact
@@ -140,7 +145,7 @@ def winograd_correlation(x, w, pads, out_hw, m, keep=False):
 
 
 class Winograd(ConvAlgorithm):
-    """Winograd F(m x m, 3 x 3) for 3x3 kernels, stride 1, dilation 1, any padding."""
+    """Winograd F(m x m, 3 x 3): 3x3 kernels at stride 1 (or 3 taps per stride phase), any padding."""
 
     reuses = frozenset({"backward_weight"})   # the transformed input tiles V
 
@@ -150,28 +155,39 @@ class Winograd(ConvAlgorithm):
         self.name = f"winograd_f{m}x{m}_3x3"
 
     def unsupported(self, geom):
-        if (geom.kernel_h, geom.kernel_w) != (3, 3):
-            return f"a {geom.kernel_h}x{geom.kernel_w} kernel is not supported (3x3 only)"
-        if geom.stride != (1, 1):
-            return f"stride {geom.stride} is not supported (stride 1 only)"
+        kh, kw = geom.kernel_h, geom.kernel_w
         if geom.dilation != (1, 1):
             return f"dilation {geom.dilation} is not supported (dilation 1 only)"
-        return None
+        if (phase_taps(kh, geom.stride[0]), phase_taps(kw, geom.stride[1])) == (3, 3):
+            return None
+        if geom.stride == (1, 1):
+            return f"a {kh}x{kw} kernel is not supported (3x3 only at stride 1)"
+        return (f"stride {geom.stride} is not supported for a {kh}x{kw} kernel (3x3 at stride 1, "
+                "or a strided kernel with 3 taps per phase, ceil(K/s) = 3, e.g. 11x11 at stride 4)")
 
     def _pads(self, geom):
         ph, pw = geom.padding
         return (ph, ph, pw, pw)
 
     def forward(self, x, w, geom, keep=False):
+        if geom.stride != (1, 1):
+            return self.forward(space_to_depth(x, geom), kernel_to_depth(w, geom),
+                                phase_geometry(geom), keep)
         return winograd_correlation(x, w, self._pads(geom), (geom.out_h, geom.out_w), self.m, keep)
 
     def backward_input(self, dy, w, geom, saved=None):
+        if geom.stride != (1, 1):
+            phases = self.backward_input(dy, kernel_to_depth(w, geom), phase_geometry(geom))
+            return depth_to_space(phases, geom)
         w_flipped = w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)
         ph, pw = geom.padding
         pads = (2 - ph, 2 - ph, 2 - pw, 2 - pw)
         return winograd_correlation(dy, w_flipped, pads, (geom.height, geom.width), self.m)[0]
 
     def backward_weight(self, dy, x, geom, saved=None):
+        if geom.stride != (1, 1):
+            phases = None if saved is not None else space_to_depth(x, geom)
+            return kernel_from_depth(self.backward_weight(dy, phases, phase_geometry(geom), saved), geom)
         xp = get_array_module(dy)
         m, a2 = self.m, self.alpha ** 2
         n, k, oh, ow = dy.shape
@@ -195,6 +211,8 @@ class Winograd(ConvAlgorithm):
         return xp.ascontiguousarray(dw.transpose(2, 3, 0, 1))
 
     def multiplies(self, geom):
+        if geom.stride != (1, 1):
+            return self.multiplies(phase_geometry(geom))
         m, a = self.m, self.alpha
         th, tw = _tile_counts(geom.out_h, geom.out_w, m)
         p = geom.batch * th * tw
@@ -207,6 +225,11 @@ class Winograd(ConvAlgorithm):
         return counts
 
     def workspace_bytes(self, geom, pass_, itemsize=4):
+        if geom.stride != (1, 1):      # plus the phases of x (or dx) and of the kernel
+            inner = phase_geometry(geom)
+            phases = inner.batch * inner.in_channels * inner.height * inner.width
+            kernel = inner.out_channels * inner.in_channels * 9
+            return self.workspace_bytes(inner, pass_, itemsize) + itemsize * (phases + kernel)
         n, c, k = geom.batch, geom.in_channels, geom.out_channels
         if pass_ == "backward_input":    # a correlation of dy (K channels) giving H x W
             return itemsize * self._correlation_elements(n, k, c, geom.height, geom.width)
@@ -218,6 +241,8 @@ class Winograd(ConvAlgorithm):
         return itemsize * elements
 
     def saved_bytes(self, geom, itemsize=4):
+        if geom.stride != (1, 1):
+            return self.saved_bytes(phase_geometry(geom), itemsize)
         return itemsize * self.alpha ** 2 * geom.batch * self._tiles(geom.out_h, geom.out_w) * \
             geom.in_channels
 
