@@ -12,7 +12,10 @@ workspace exceeds ``workspace_limit`` bytes are not candidates.
 Configuration: ``configure(enabled=..., workspace_limit=..., repeats=...)``
 or the environment: ``MINIDL_CONV_AUTOTUNE=0`` turns tuning off (``auto``
 then always takes ``im2col``, which computes every case: deterministic
-tests), ``MINIDL_CONV_WORKSPACE_MB`` sets the limit. ``report()`` prints
+tests), ``MINIDL_CONV_WORKSPACE_MB`` sets the limit (default 1024 MB, so
+that tuning never tries, say, the FFT's 4.5 GB for AlexNet conv1 at batch
+128; ``none`` removes it). The same limit decides whether a forward pass may
+keep state (im2col's columns, Winograd's transformed tiles) for backward. ``report()`` prints
 each key's choice, the layers that used it and the timings behind it.
 """
 import os
@@ -37,9 +40,12 @@ class Choice:
     layers: set = field(default_factory=set)         # labels of the layers that used it
 
 
+DEFAULT_WORKSPACE_MB = 1024
+
+
 def _env_limit():
-    mb = os.environ.get("MINIDL_CONV_WORKSPACE_MB")
-    return None if mb in (None, "") else int(float(mb) * 2 ** 20)
+    mb = os.environ.get("MINIDL_CONV_WORKSPACE_MB", str(DEFAULT_WORKSPACE_MB))
+    return None if mb in ("", "none") else int(float(mb) * 2 ** 20)
 
 
 class Autotuner:

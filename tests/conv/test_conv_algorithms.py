@@ -151,3 +151,24 @@ def test_winograd_f4x4_is_less_accurate_than_f2x2():
         ratios.append(errors["winograd_f4x4_3x3"] / errors["winograd_f2x2_3x3"])
     assert np.median(ratios) > 3, f"median F(4x4)/F(2x2) error ratio {np.median(ratios):.2f}"
     assert min(ratios) > 1, f"F(4x4) was as accurate as F(2x2) on some input: {min(ratios):.2f}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("name", ["odd_3x3", "stride2", "groups2", "11x11_s4"])
+def test_gpu_matches_cpu(algo, name):
+    """The same xp code on CuPy: values and gradients equal the CPU's to float32 rounding."""
+    from minidl import backend
+    if not backend.cuda_available():
+        pytest.skip("needs CuPy and an NVIDIA GPU")
+    x, w, b, params = make_case(SHAPES[name], np.float32, seed=7)
+    skip_unsupported(algo, x, w, params)
+    results = {}
+    for device in ("cpu", "cuda"):
+        tx, tw, tb = (md.tensor(a, requires_grad=True, device=device) for a in (x, w, b))
+        y = md.conv.conv2d(tx, tw, tb, algo=algo, **params)
+        dy = np.random.default_rng(3).standard_normal(y.shape).astype(np.float32)
+        y.backward(md.tensor(dy, device=device))
+        results[device] = [backend.to_numpy(a) for a in (y.data, tx.grad, tw.grad, tb.grad)]
+    for label, gpu, cpu in zip(("y", "dx", "dw", "db"), results["cuda"], results["cpu"]):
+        assert rel_error(gpu, cpu) < FLOAT32_TOLERANCE[algo], f"{algo} {name} {label}"

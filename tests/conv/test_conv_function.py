@@ -188,3 +188,16 @@ def test_report_names_layers_choices_and_timings(fresh_tuner, rng):
                 assert name in text
     assert text.count(" ms") >= 2 * 3     # every candidate's time is listed
     assert "backward_input" in text       # the second layer's input gradient was tuned
+
+
+def test_environment_configures_the_tuner(monkeypatch):
+    from minidl.conv.autotune import Autotuner
+    monkeypatch.setenv("MINIDL_CONV_AUTOTUNE", "0")
+    monkeypatch.setenv("MINIDL_CONV_WORKSPACE_MB", "1.5")
+    tuner = Autotuner()
+    assert not tuner.enabled and tuner.workspace_limit == 1.5 * 2 ** 20
+    monkeypatch.setenv("MINIDL_CONV_WORKSPACE_MB", "none")
+    assert Autotuner().workspace_limit is None
+    monkeypatch.delenv("MINIDL_CONV_WORKSPACE_MB")
+    monkeypatch.delenv("MINIDL_CONV_AUTOTUNE")
+    assert Autotuner().enabled and Autotuner().workspace_limit == 1024 * 2 ** 20
