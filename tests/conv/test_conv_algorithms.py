@@ -172,3 +172,24 @@ def test_gpu_matches_cpu(algo, name):
         results[device] = [backend.to_numpy(a) for a in (y.data, tx.grad, tw.grad, tb.grad)]
     for label, gpu, cpu in zip(("y", "dx", "dw", "db"), results["cuda"], results["cpu"]):
         assert rel_error(gpu, cpu) < FLOAT32_TOLERANCE[algo], f"{algo} {name} {label}"
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_channels_last_and_strided_arrays(algo):
+    """Inputs and output gradients that are views (channels-last memory, slices) give the same results."""
+    x, w, b, params = make_case(SHAPES["odd_3x3"], np.float64, seed=21)
+    skip_unsupported(algo, x, w, params)
+    geom = md.conv.make_geometry(x.shape, w.shape, **params)
+    impl = IMPLEMENTATIONS[algo]
+    dy = np.random.default_rng(4).standard_normal(geom.output_shape)
+    x_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    dy_last = np.ascontiguousarray(dy.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    x_sliced = np.pad(x, ((0, 0), (0, 0), (0, 0), (1, 2)))[:, :, :, 1:-2]
+    ref_dx, ref_dw, _ = reference.conv2d_grads(x, w, dy, **pairs(params))
+    ref_y = reference.conv2d(x, w, **pairs(params))
+    for xv, dyv in ((x_last, dy_last), (x_sliced, dy_last[:, :, :, :])):
+        y, saved = impl.forward(xv, w, geom, keep=True)
+        assert rel_error(y, ref_y) < 1e-10
+        assert rel_error(impl.backward_input(dyv, w, geom, saved), ref_dx) < 1e-10
+        assert rel_error(impl.backward_weight(dyv, xv, geom, saved), ref_dw) < 1e-10
+        assert rel_error(impl.backward_weight(dyv, xv, geom), ref_dw) < 1e-10
