@@ -47,7 +47,7 @@ def layer_batch(name, batch_size):
     return LENET_BATCH if name.startswith("lenet") else batch_size
 
 
-def busy_fraction(interval=0.2):
+def busy_fraction(interval=0.1):
     """Fraction of the machine's CPU time spent by any process over ``interval`` s (Linux; else 0)."""
     def sample():
         with open("/proc/stat") as stat:
@@ -71,20 +71,25 @@ def wait_until_idle(max_busy, patience):
     return True
 
 
-def interleaved_medians(fns, repeats, max_busy=None, patience=30.0):
+def interleaved_medians(fns, repeats, max_busy=None, patience=10.0):
     """Median seconds of each function over ``repeats`` interleaved rounds (after one warm-up).
 
-    With ``max_busy`` (a fraction of all CPUs), each round first waits, up to
+    With ``max_busy`` (a fraction of all CPUs), every run first waits, up to
     ``patience`` seconds, until other processes use less than that: on a
-    shared machine the timings then come from quiet moments.
+    shared machine the timings (and the autotuner's, which runs in the
+    warm-up) then come from quiet moments.
     """
+    def quiet():
+        if max_busy is not None:
+            wait_until_idle(max_busy, patience)
+
     for fn in fns:
+        quiet()
         fn()
     times = [[] for _ in fns]
     for _ in range(repeats):
-        if max_busy is not None:
-            wait_until_idle(max_busy, patience)
         for i, fn in enumerate(fns):
+            quiet()
             start = time.perf_counter()
             fn()
             times[i].append(time.perf_counter() - start)
@@ -207,7 +212,7 @@ def add_conv_arguments(parser):
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds per layer (median)")
     parser.add_argument("--no-torch", action="store_true", help="do not time PyTorch")
     parser.add_argument("--max-busy", type=float, default=None,
-                        help="before each timed round, wait (up to 30 s) until other processes "
+                        help="before each timed run, wait (up to 10 s) until other processes "
                              "use less than this fraction of the CPUs, e.g. 0.1 on a shared machine")
 
 
