@@ -49,9 +49,19 @@ def configure(enabled=None, workspace_limit=..., repeats=None):
     TUNER.configure(enabled=enabled, workspace_limit=workspace_limit, repeats=repeats)
 
 
-def report():
-    """Which algorithm each tuned key (layer shape and pass) chose, and the timings behind it."""
-    return TUNER.report()
+def report(model=None):
+    """Which algorithm each tuned key (layer shape and pass) chose, and the timings behind it.
+
+    With a ``model``, only its convolution layers' keys, named by their paths
+    in the model (``"features.3"``), in the model's order.
+    """
+    if model is None:
+        return TUNER.report()
+    names = {}
+    for path, module in model.named_modules():
+        for key in getattr(module, "tuning_keys", dict)().values():
+            names.setdefault(key, []).append(path or type(module).__name__)
+    return TUNER.report(names)
 
 
 def clear_cache():

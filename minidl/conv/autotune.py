@@ -124,16 +124,24 @@ class Autotuner:
                     break
         return min(times)
 
-    def report(self):
-        """A table: per key, the layers, the chosen algorithm and every candidate's time."""
+    def report(self, layer_names=None):
+        """A table: per key, the layers, the chosen algorithm and every candidate's time.
+
+        ``layer_names`` ({key: [name, ...]}) replaces the layer labels and
+        limits the table to those keys, in that order.
+        """
         if not self.choices:
             return "conv autotuner: no convolution has run with algo='auto' yet"
         lines = [f"conv autotuner ({'tuning' if self.enabled else 'tuning disabled'}; "
                  f"workspace limit {self._limit_text()})"]
-        for (geom, dtype, device, pass_), choice in self.choices.items():
-            layers = ", ".join(sorted(choice.layers)) or "-"
+        keys = list(self.choices) if layer_names is None else [
+            k for k in layer_names if k in self.choices]
+        for key in keys:
+            geom, dtype, device, pass_ = key
+            choice = self.choices[key]
+            names = choice.layers if layer_names is None else layer_names[key]
             lines.append(f"{geom.describe()} {dtype} {device} {pass_}: {choice.algorithm}"
-                         f"   [layers: {layers}]")
+                         f"   [layers: {', '.join(sorted(names)) or '-'}]")
             for name, sec in sorted(choice.seconds.items(), key=lambda item: item[1]):
                 mark = "*" if name == choice.algorithm else " "
                 lines.append(f"    {mark} {name:20s} {sec * 1e3:9.3f} ms")

@@ -188,6 +188,10 @@ def test_report_names_layers_choices_and_timings(fresh_tuner, rng):
                 assert name in text
     assert text.count(" ms") >= 2 * 3     # every candidate's time is listed
     assert "backward_input" in text       # the second layer's input gradient was tuned
+    by_path = md.conv.report(net)
+    first, second = by_path.index("[layers: 0]"), by_path.index("[layers: 2]")
+    assert first < second                 # in the model's order, named by path
+    assert by_path.count("[layers:") == 2 + 3   # conv 0: forward + weight gradient; conv 2: all
 
 
 def test_environment_configures_the_tuner(monkeypatch):
