@@ -74,22 +74,21 @@ def wait_until_idle(max_busy, patience):
 def interleaved_medians(fns, repeats, max_busy=None, patience=10.0):
     """Median seconds of each function over ``repeats`` interleaved rounds (after one warm-up).
 
-    With ``max_busy`` (a fraction of all CPUs), every run first waits, up to
-    ``patience`` seconds, until other processes use less than that: on a
-    shared machine the timings (and the autotuner's, which runs in the
-    warm-up) then come from quiet moments.
+    With ``max_busy`` (a fraction of all CPUs), every timed run first waits,
+    up to ``patience`` seconds, until other processes use less than that, and
+    runs once untimed: on a shared machine the timings (and the autotuner's,
+    which runs in the warm-up) then come from quiet, warm moments.
     """
-    def quiet():
+    for fn in fns:
         if max_busy is not None:
             wait_until_idle(max_busy, patience)
-
-    for fn in fns:
-        quiet()
         fn()
     times = [[] for _ in fns]
     for _ in range(repeats):
         for i, fn in enumerate(fns):
-            quiet()
+            if max_busy is not None:    # after a wait, caches and clocks are cold: run once more
+                wait_until_idle(max_busy, patience)
+                fn()
             start = time.perf_counter()
             fn()
             times[i].append(time.perf_counter() - start)
