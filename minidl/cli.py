@@ -25,6 +25,7 @@ COMMANDS = {
 
 BENCHMARKS = {
     # name: (module, prefix, help)
+    "conv": ("minidl.conv.bench", "conv", "convolution algorithms side by side"),
     "allreduce": ("minidl.dist.bench", "allreduce", "allreduce algorithms: measured vs the cost model"),
 }
 
