@@ -15,11 +15,18 @@ COMMANDS = {
     "train": ("minidl.train.cli", "train", "train a model (add --dist under mpiexec)"),
     "eval": ("minidl.train.cli", "eval", "accuracy and confusion matrix of a checkpoint"),
     "data": ("minidl.data.cli", "data", "get and locate datasets"),
+    "summary": ("minidl.perf.summary", "summary",
+                "per-layer shapes, parameters, FLOPs, memory, work and depth"),
+    "profile": ("minidl.perf.profile", "profile",
+                "measured per-layer forward/backward time and memory of a training step"),
+    "predict": ("minidl.perf.predict", "predict",
+                "time per iteration, speedup and efficiency of data-parallel training on n nodes"),
     "report": ("minidl.dist.report", "report", "tables and plots of distributed training runs"),
 }
 
 BENCHMARKS = {
     # name: (module, prefix, help)
+    "conv": ("minidl.conv.bench", "conv", "convolution algorithms side by side"),
     "allreduce": ("minidl.dist.bench", "allreduce", "allreduce algorithms: measured vs the cost model"),
     "consistency": ("minidl.dist.consistency_bench", "consistency",
                     "bsp, ssp, asp, avg with a straggler: time, accuracy, staleness, bytes"),

@@ -8,6 +8,14 @@ times the algorithms that can compute the shape, once per (shape, dtype,
 device, pass), and keeps the fastest (see ``autotune``; ``print(report())``).
 Each algorithm also reports its multiply count and workspace:
 ``multiplies(name, geometry)``, ``workspace_bytes(name, geometry, pass_)``.
+
+Memory format: results are NCHW-indexed arrays, but im2col (for most
+shapes) and Winograd return them channels-last in memory (an NHWC array
+seen through ``transpose(0, 3, 1, 2)``, like PyTorch's channels_last),
+because their GEMMs produce channel-innermost rows and an NCHW copy would
+cost up to a third of the forward pass. Every NumPy/CuPy operation treats
+them as NCHW; a following convolution reads them without a transpose, and
+``reshape``/``flatten`` copy when they must.
 """
 from ..autograd import Tensor
 from .autotune import TUNER
@@ -41,9 +49,19 @@ def configure(enabled=None, workspace_limit=..., repeats=None):
     TUNER.configure(enabled=enabled, workspace_limit=workspace_limit, repeats=repeats)
 
 
-def report():
-    """Which algorithm each tuned key (layer shape and pass) chose, and the timings behind it."""
-    return TUNER.report()
+def report(model=None):
+    """Which algorithm each tuned key (layer shape and pass) chose, and the timings behind it.
+
+    With a ``model``, only its convolution layers' keys, named by their paths
+    in the model (``"features.3"``), in the model's order.
+    """
+    if model is None:
+        return TUNER.report()
+    names = {}
+    for path, module in model.named_modules():
+        for key in getattr(module, "tuning_keys", dict)().values():
+            names.setdefault(key, []).append(path or type(module).__name__)
+    return TUNER.report(names)
 
 
 def clear_cache():

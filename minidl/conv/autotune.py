@@ -5,14 +5,17 @@ separately for the forward pass, the input gradient and the weight gradient
 (as cuDNN's algorithm search does; seeds: "~16 convolution implementations;
 performance depends on temporary memory (workspace) size"). Each candidate
 runs once to warm up and then ``repeats`` times; the best time wins. A
-candidate whose warm-up is already ``give_up`` times slower than the best so
-far is not repeated (it was measured, and cannot win). Algorithms whose
+candidate whose first timed run is already ``give_up`` times slower than the
+best so far is not repeated (it was measured, and cannot win). Algorithms whose
 workspace exceeds ``workspace_limit`` bytes are not candidates.
 
 Configuration: ``configure(enabled=..., workspace_limit=..., repeats=...)``
 or the environment: ``MINIDL_CONV_AUTOTUNE=0`` turns tuning off (``auto``
 then always takes ``im2col``, which computes every case: deterministic
-tests), ``MINIDL_CONV_WORKSPACE_MB`` sets the limit. ``report()`` prints
+tests), ``MINIDL_CONV_WORKSPACE_MB`` sets the limit (default 1024 MB, so
+that tuning never tries, say, the FFT's 4.5 GB for AlexNet conv1 at batch
+128; ``none`` removes it). The same limit decides whether a forward pass may
+keep state (im2col's columns, Winograd's transformed tiles) for backward. ``report()`` prints
 each key's choice, the layers that used it and the timings behind it.
 """
 import os
@@ -37,9 +40,12 @@ class Choice:
     layers: set = field(default_factory=set)         # labels of the layers that used it
 
 
+DEFAULT_WORKSPACE_MB = 1024
+
+
 def _env_limit():
-    mb = os.environ.get("MINIDL_CONV_WORKSPACE_MB")
-    return None if mb in (None, "") else int(float(mb) * 2 ** 20)
+    mb = os.environ.get("MINIDL_CONV_WORKSPACE_MB", str(DEFAULT_WORKSPACE_MB))
+    return None if mb in ("", "none") else int(float(mb) * 2 ** 20)
 
 
 class Autotuner:
@@ -48,7 +54,7 @@ class Autotuner:
     def __init__(self):
         self.enabled = os.environ.get("MINIDL_CONV_AUTOTUNE", "1") != "0"
         self.workspace_limit = _env_limit()
-        self.repeats = 2
+        self.repeats = 3
         self.give_up = 4.0
         self.choices = {}
 
@@ -106,26 +112,36 @@ class Autotuner:
         return Choice(min(seconds, key=seconds.get), seconds, excluded)
 
     def _measure(self, impl, run, device, best):
+        """Best of ``repeats`` timed runs after a warm-up (plans, caches, page faults)."""
         times = []
         for i in range(1 + self.repeats):
             start = time.perf_counter()
             run(impl)
             backend.synchronize(device)
-            times.append(time.perf_counter() - start)
-            if i == 0 and best is not None and times[0] > self.give_up * best:
-                break
-        return min(times[1:] or times)
+            if i > 0:
+                times.append(time.perf_counter() - start)
+                if best is not None and times[0] > self.give_up * best:
+                    break
+        return min(times)
 
-    def report(self):
-        """A table: per key, the layers, the chosen algorithm and every candidate's time."""
+    def report(self, layer_names=None):
+        """A table: per key, the layers, the chosen algorithm and every candidate's time.
+
+        ``layer_names`` ({key: [name, ...]}) replaces the layer labels and
+        limits the table to those keys, in that order.
+        """
         if not self.choices:
             return "conv autotuner: no convolution has run with algo='auto' yet"
         lines = [f"conv autotuner ({'tuning' if self.enabled else 'tuning disabled'}; "
                  f"workspace limit {self._limit_text()})"]
-        for (geom, dtype, device, pass_), choice in self.choices.items():
-            layers = ", ".join(sorted(choice.layers)) or "-"
+        keys = list(self.choices) if layer_names is None else [
+            k for k in layer_names if k in self.choices]
+        for key in keys:
+            geom, dtype, device, pass_ = key
+            choice = self.choices[key]
+            names = choice.layers if layer_names is None else layer_names[key]
             lines.append(f"{geom.describe()} {dtype} {device} {pass_}: {choice.algorithm}"
-                         f"   [layers: {layers}]")
+                         f"   [layers: {', '.join(sorted(names)) or '-'}]")
             for name, sec in sorted(choice.seconds.items(), key=lambda item: item[1]):
                 mark = "*" if name == choice.algorithm else " "
                 lines.append(f"    {mark} {name:20s} {sec * 1e3:9.3f} ms")

@@ -44,5 +44,9 @@ class ConvAlgorithm:
         """Temporary memory of one pass beyond its inputs and output, in bytes."""
         raise NotImplementedError
 
+    def saved_bytes(self, geom, itemsize=4):
+        """Memory that ``forward(..., keep=True)`` holds for the backward passes."""
+        return 0
+
     def __repr__(self):
         return f"<conv algorithm {self.name}>"

@@ -95,7 +95,13 @@ class Conv2dFunction(Function):
         return TUNER.choose(self.geom, self.dtype, self.device, pass_, run, self.label)
 
     def _keep(self, impl, need_x, need_w):
-        """Keep the forward's reusable state when a backward pass will use the same algorithm."""
+        """Keep the forward's reusable state when a backward pass will use the same algorithm.
+
+        Not when the state is larger than the autotuner's workspace limit.
+        """
+        limit = TUNER.workspace_limit
+        if limit is not None and impl.saved_bytes(self.geom.per_group(), self.dtype.itemsize) > limit:
+            return False
         for pass_, needed in (("backward_input", need_x), ("backward_weight", need_w)):
             if needed and pass_ in impl.reuses:
                 later = (require(self.algo, self.geom) if self.algo != "auto"

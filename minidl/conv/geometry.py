@@ -76,6 +76,8 @@ class ConvGeometry:
         k, cg, kh, kw = self.weight_shape
         text = f"{n}x{c}x{h}x{w} * {k}x{cg}x{kh}x{kw}"
         for label, value in (("s", self.stride), ("p", self.padding), ("d", self.dilation)):
+            if label == "d" and value == (1, 1):
+                continue
             text += f" {label}{value[0]}" if value[0] == value[1] else f" {label}{value[0]},{value[1]}"
         if self.groups != 1:
             text += f" g{self.groups}"

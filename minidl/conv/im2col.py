@@ -1,97 +1,240 @@
 """im2col: unroll the receptive fields into a matrix, then one GEMM (Chellapilla et al. 2006).
 
-Columns are gathered channel-innermost, ``cols[n, i, j, u, v, c] =
-xpad[n, c, i*sh + u*dh, j*sw + v*dw]``, so the gather copies contiguous runs of
-C values, and the weight is reshaped to match, ``W[k, (u, v, c)]``
-(survey App. B.2: A is (C*KH*KW) x (N*OH*OW), F is K x (C*KH*KW), B = F A).
+Survey App. B.2: the column matrix A is (C*KH*KW) x (N*OH*OW), the kernel
+matrix F = w reshaped to K x (C*KH*KW), and the output B = F A. The rows of
+A are ordered (u, v, c); its columns are the output positions, in one of two
+memory layouts, whichever gives the gather the longer contiguous runs:
 
-* forward:         ``y[n] = W @ cols[n]^T``                    (K x OH*OW per image)
-* weight gradient: ``dW = dY @ cols``, dY as K x (N*OH*OW)
-* input gradient:  ``dcols[n] = dY[n]^T @ W`` then col2im, the scatter-add of
-  every column back onto the pixels it came from (one strided add per (u, v)).
+* channel-innermost (NHWC), columns (n, i, j): each window row is KW*C
+  contiguous values (6x faster than the channel-outermost order on this
+  machine, notes: machine-baselines §8); A is stored transposed, (N*OH*OW, R).
+* batch-innermost (CHWN), columns (i, j, n): runs of OW*N values, which wins
+  for small images with few channels and large batches (LeNet: 5 or 30 values
+  per run against 640 or more); A is stored (R, OH*OW*N).
 
-Multiplies: N*K*C*KH*KW*OH*OW, the same as direct (Table 6); workspace: the
-padded input plus the N*OH*OW x C*KH*KW column matrix.
+Passes, each computed in the order A is stored:
+
+* forward:         B = F A       (B^T = A^T F^T for NHWC)
+* weight gradient: dF = dB A^T   (dB: dy arranged like A's columns)
+* input gradient:  dA = F^T dB, then col2im: every column of dA is added back
+  onto the pixels it came from, one strided add per kernel offset (u, v).
+
+The batch runs in chunks (``chunks.py``) so that a chunk's columns are still
+in cache for its GEMM; ``keep=True`` keeps every chunk's columns for the
+weight gradient. Multiplies: N*K*C*KH*KW*OH*OW, as direct (Table 6).
 """
+from dataclasses import replace
+
 from ..backend import get_array_module
 from .base import ConvAlgorithm
-from .layout import nchw_from_nhwc, nhwc_windows, padded_nhwc, symmetric_pads
+from .chunks import batch_chunks, chunk_length
+from .layout import nhwc_rows, nhwc_windows, padded_nhwc, symmetric_pads
 
 
 def weight_matrix(w):
-    """w (K, C, KH, KW) -> W (K, KH*KW*C), the column order of the gather."""
+    """F (K, KH*KW*C) with columns in the (u, v, c) order of A's rows."""
     k = w.shape[0]
     xp = get_array_module(w)
     return xp.ascontiguousarray(w.transpose(0, 2, 3, 1)).reshape(k, -1)
 
 
-def columns(x, geom):
-    """The column matrix (N*OH*OW, KH*KW*C) of x, gathered channel-innermost."""
-    xp = get_array_module(x)
-    xpad = padded_nhwc(x, symmetric_pads(geom))
+def batch_innermost(geom, n):
+    """True when the CHWN gather has longer contiguous runs than the NHWC one."""
+    nhwc_run = geom.in_channels * (geom.kernel_w if geom.dilation[1] == 1 else 1)
+    chwn_run = n * (geom.out_w if geom.stride[1] == 1 else 1)
+    return chwn_run > nhwc_run
+
+
+def columns(x, geom, buffer):
+    """The column matrix A (KH*KW*C, n*OH*OW) of x (n, C, H, W), stored in ``buffer`` (1-D).
+
+    Its columns are ordered (i, j, n) when ``batch_innermost``, else (n, i, j).
+    """
+    n = x.shape[0]
+    last = batch_innermost(geom, n)
+    xpad = padded_nhwc(x, symmetric_pads(geom), batch_last=last)
     view = nhwc_windows(xpad, (geom.kernel_h, geom.kernel_w), (geom.out_h, geom.out_w),
                         geom.stride, geom.dilation)
-    cols = xp.empty(view.shape, dtype=x.dtype)
-    cols[...] = view
-    return cols.reshape(geom.batch * geom.out_h * geom.out_w, -1)
+    size = n * geom.out_h * geom.out_w * _row_length(geom)
+    if last:
+        view = view.transpose(3, 4, 0, 1, 2, 5)                 # (u, v, c, i, j, n)
+    out = buffer[:size].reshape(view.shape)
+    out[...] = view
+    return out.reshape(_row_length(geom), -1) if last else out.reshape(-1, _row_length(geom)).T
+
+
+def output_rows(dy, geom):
+    """dy (n, K, OH, OW) as dB (K, n*OH*OW) with columns (i, j, n), for batch-innermost A."""
+    xp = get_array_module(dy)
+    n, k = dy.shape[:2]
+    rows = xp.empty((k, dy.shape[2] * dy.shape[3], n), dtype=dy.dtype)
+    rows[...] = dy.reshape(n, k, -1).transpose(1, 2, 0)
+    return rows.reshape(k, -1)
+
+
+def _row_length(geom):
+    return geom.kernel_h * geom.kernel_w * geom.in_channels
+
+
+def _chunks(geom, like):
+    return batch_chunks(geom.batch, geom.out_h * geom.out_w * _row_length(geom) * like.itemsize, like)
 
 
 class Im2col(ConvAlgorithm):
     """Unroll + GEMM; supports every stride, padding, dilation and kernel size."""
 
     name = "im2col"
-    reuses = frozenset({"backward_weight"})   # the column matrix
+    reuses = frozenset({"backward_weight"})   # the column matrices
 
     def forward(self, x, w, geom, keep=False):
+        """y in NHWC memory (an NCHW view) for channel-innermost A, NCHW for batch-innermost."""
         xp = get_array_module(x)
         n, k, p = geom.batch, geom.out_channels, geom.out_h * geom.out_w
-        cols = columns(x, geom)
-        y = xp.empty((n, k, p), dtype=x.dtype)
-        xp.matmul(weight_matrix(w), cols.reshape(n, p, -1).transpose(0, 2, 1), out=y)
-        return y.reshape(geom.output_shape), (cols if keep else None)
+        f = weight_matrix(w)
+        f_t = f.T.copy()
+        parts = _chunks(geom, x)
+        per_image = p * _row_length(geom)
+        buffer = xp.empty((n if keep else parts[0].stop) * per_image, dtype=x.dtype)
+        y_nchw = xp.empty((n, k, p), dtype=x.dtype)
+        y_nhwc = xp.empty((n * p, k), dtype=x.dtype)
+        saved = []                                  # (part, A) pairs
+        for part in parts:
+            a = columns(x[part], geom, buffer[part.start * per_image if keep else 0:])
+            if batch_innermost(geom, part.stop - part.start):
+                y_nchw[part] = (f @ a).reshape(k, p, -1).transpose(2, 0, 1)
+            else:                                   # B^T = A^T F^T, rows (n, i, j): NHWC
+                xp.matmul(a.T, f_t, out=y_nhwc[part.start * p:part.stop * p])
+            saved.append((part, a))
+        if batch_innermost(geom, parts[0].stop):
+            return y_nchw.reshape(geom.output_shape), (saved if keep else None)
+        if keep:   # the chunks' NHWC columns are consecutive: one matrix, one GEMM later
+            saved = [(slice(0, n), buffer.reshape(n * p, -1).T)]
+        y = y_nhwc.reshape(n, geom.out_h, geom.out_w, k).transpose(0, 3, 1, 2)
+        return y, (saved if keep else None)
 
     def backward_weight(self, dy, x, geom, saved=None):
         xp = get_array_module(dy)
-        n, k, p = geom.batch, geom.out_channels, geom.out_h * geom.out_w
-        cols = columns(x, geom) if saved is None else saved
-        dy_rows = xp.empty((k, n, p), dtype=dy.dtype)   # K x (N*OH*OW), one contiguous copy
-        dy_rows[...] = dy.reshape(n, k, p).transpose(1, 0, 2)
-        dw = dy_rows.reshape(k, n * p) @ cols
-        dw = dw.reshape(k, geom.kernel_h, geom.kernel_w, -1).transpose(0, 3, 1, 2)
-        return xp.ascontiguousarray(dw)
+        k, r, p = geom.out_channels, _row_length(geom), geom.out_h * geom.out_w
+        dw = xp.zeros((k, geom.in_channels, geom.kernel_h, geom.kernel_w), dtype=dy.dtype)
+        dw_rows = dw_cols = dy_rows = scratch = None     # dF (K, R), dF^T (R, K) accumulators
+        for part, a in (saved or ((part, None) for part in _chunks(geom, dy))):
+            if a is None:
+                if scratch is None:
+                    scratch = xp.empty(_columns_size(geom, part), dtype=dy.dtype)
+                a = columns(x[part], geom, scratch)
+            if batch_innermost(geom, part.stop - part.start):
+                db = output_rows(dy[part], geom)
+                if dw_rows is None:
+                    dw_rows = xp.zeros((k, r), dtype=dy.dtype)
+                # a very long, thin product (LeNet conv1: 6 x 41552 x 25) runs ~3x faster in blocks
+                step = 4096 if a.shape[1] > 8 * k * r else a.shape[1]
+                for start in range(0, a.shape[1], step):
+                    dw_rows += db[:, start:start + step] @ a[:, start:start + step].T
+            else:                                   # dF^T = A dB^T, dB^T = dy in NHWC rows
+                if dy_rows is None:
+                    dy_rows, dw_cols = nhwc_rows(dy), xp.zeros((r, k), dtype=dy.dtype)
+                dw_cols += a @ dy_rows[part.start * p:part.stop * p]
+        shape = (geom.kernel_h, geom.kernel_w, geom.in_channels)
+        if dw_rows is not None:
+            dw += dw_rows.reshape((k,) + shape).transpose(0, 3, 1, 2)
+        if dw_cols is not None:
+            dw += dw_cols.reshape(shape + (k,)).transpose(3, 2, 0, 1)
+        return dw
 
     def backward_input(self, dy, w, geom, saved=None):
+        """dx in the memory layout of the columns: NHWC (an NCHW view) or NCHW.
+
+        At stride 1, dx is the correlation of dy, padded by d*(KH-1) - p,
+        with the kernel flipped in space and transposed in channels: a
+        forward pass (one gather, no scatter-adds); used when its column
+        matrix (H*W*K per image) is not larger than col2im's (OH*OW*C).
+        """
+        if geom.stride == (1, 1) and (geom.height * geom.width * geom.out_channels
+                                      <= geom.out_h * geom.out_w * geom.in_channels):
+            return self.forward(dy, w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3),
+                                transposed_geometry(geom))[0]
         xp = get_array_module(dy)
-        n, k = geom.batch, geom.out_channels
-        oh, ow = geom.out_h, geom.out_w
-        dcols = xp.matmul(dy.reshape(n, k, oh * ow).transpose(0, 2, 1), weight_matrix(w))
-        dcols = dcols.reshape(n, oh, ow, geom.kernel_h, geom.kernel_w, -1)
-        return col2im(dcols, geom)
+        f = weight_matrix(w)
+        p = geom.out_h * geom.out_w
+        parts = _chunks(geom, dy)
+        if batch_innermost(geom, parts[0].stop):
+            dx = xp.empty(geom.input_shape, dtype=dy.dtype)
+            for part in parts:
+                acc = col2im((f.T @ output_rows(dy[part], geom)).reshape(
+                    geom.kernel_h, geom.kernel_w, geom.in_channels, geom.out_h, geom.out_w, -1),
+                    geom, batch_last=True)
+                dx[part] = crop_padding(acc, geom).transpose(3, 0, 1, 2)
+            return dx
+        dy_rows = nhwc_rows(dy)
+        acc = xp.empty((geom.batch, geom.height + 2 * geom.padding[0],
+                        geom.width + 2 * geom.padding[1], geom.in_channels), dtype=dy.dtype)
+        for part in parts:                          # dA^T = dB^T F, rows (n, i, j)
+            da_t = dy_rows[part.start * p:part.stop * p] @ f
+            col2im(da_t.reshape(-1, geom.out_h, geom.out_w, geom.kernel_h, geom.kernel_w,
+                                geom.in_channels).transpose(3, 4, 0, 1, 2, 5), geom, out=acc[part])
+        return crop_padding(acc, geom).transpose(0, 3, 1, 2)
 
     def multiplies(self, geom):
         return {"gemm": geom.direct_multiplies(), "total": geom.direct_multiplies()}
 
     def workspace_bytes(self, geom, pass_, itemsize=4):
         n, c, h, w = geom.input_shape
-        padded = n * c * (h + 2 * geom.padding[0]) * (w + 2 * geom.padding[1])
-        cols = n * geom.out_h * geom.out_w * c * geom.kernel_h * geom.kernel_w
-        rows = geom.out_channels * n * geom.out_h * geom.out_w if pass_ == "backward_weight" else 0
-        weights = geom.out_channels * c * geom.kernel_h * geom.kernel_w
-        return itemsize * (padded + cols + rows + weights)
+        p = geom.out_h * geom.out_w
+        chunk = chunk_length(n, p * _row_length(geom) * itemsize)
+        padded = chunk * c * (h + 2 * geom.padding[0]) * (w + 2 * geom.padding[1])
+        cols = chunk * p * _row_length(geom)              # one chunk of columns
+        outputs = 2 * chunk * geom.out_channels * p       # GEMM result before its NCHW copy
+        extra = {"forward": outputs,
+                 "backward_weight": outputs + geom.out_channels * _row_length(geom),
+                 "backward_input": outputs + cols + chunk * c * h * w}[pass_]   # dA + col2im
+        return itemsize * (padded + cols + extra + geom.out_channels * _row_length(geom))
+
+    def saved_bytes(self, geom, itemsize=4):
+        return itemsize * geom.batch * geom.out_h * geom.out_w * _row_length(geom)
 
 
-def col2im(dcols, geom):
-    """Scatter-add columns (N, OH, OW, KH, KW, C) back onto the input (N, C, H, W)."""
-    xp = get_array_module(dcols)
+def transposed_geometry(geom):
+    """The stride-1 correlation that gives dx: dy (N, K, OH, OW) with the flipped, transposed kernel.
+
+    Its padding d*(KH-1) - p may be negative (the padded input is then cropped).
+    """
+    (dh, dw), (ph, pw) = geom.dilation, geom.padding
+    return replace(geom, in_channels=geom.out_channels, out_channels=geom.in_channels,
+                   height=geom.out_h, width=geom.out_w,
+                   padding=(dh * (geom.kernel_h - 1) - ph, dw * (geom.kernel_w - 1) - pw))
+
+
+def _columns_size(geom, part):
+    """Elements of the column matrix of a chunk of the batch."""
+    return (part.stop - part.start) * geom.out_h * geom.out_w * _row_length(geom)
+
+
+def col2im(blocks, geom, batch_last=False, out=None):
+    """Add the columns back onto the (padded) input: blocks (KH, KW, A, OH, OW, B) -> (A, H', W', B).
+
+    ``blocks[u, v]`` holds kernel offset (u, v)'s columns; (A, B) is (n, C)
+    for NHWC columns or (C, n) for batch-innermost ones; one strided add per
+    offset, each with runs of B (or OW*B) contiguous values. Returns the
+    accumulator ``out`` (zeroed here), still padded.
+    """
+    xp = get_array_module(blocks)
     (sh, sw), (dh, dw), (ph, pw) = geom.stride, geom.dilation, geom.padding
     oh, ow = geom.out_h, geom.out_w
-    dxpad = xp.zeros((geom.batch, geom.height + 2 * ph, geom.width + 2 * pw, dcols.shape[-1]),
-                     dtype=dcols.dtype)
+    if out is None:
+        out = xp.empty((blocks.shape[2], geom.height + 2 * ph, geom.width + 2 * pw, blocks.shape[5]),
+                       dtype=blocks.dtype)
+    out[...] = 0
     for u in range(geom.kernel_h):
         for v in range(geom.kernel_w):
-            dxpad[:, u * dh:u * dh + sh * (oh - 1) + 1:sh,
-                  v * dw:v * dw + sw * (ow - 1) + 1:sw] += dcols[:, :, :, u, v]
-    return nchw_from_nhwc(dxpad[:, ph:ph + geom.height, pw:pw + geom.width])
+            out[:, u * dh:u * dh + sh * (oh - 1) + 1:sh,
+                v * dw:v * dw + sw * (ow - 1) + 1:sw] += blocks[u, v]
+    return out
+
+
+def crop_padding(acc, geom):
+    """The unpadded (A, H, W, B) view of a padded accumulator."""
+    ph, pw = geom.padding
+    return acc[:, ph:ph + geom.height, pw:pw + geom.width]
 
 
 IM2COL = Im2col()

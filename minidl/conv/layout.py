@@ -1,9 +1,10 @@
-"""Data-layout helpers shared by the algorithms: padding, NCHW<->NHWC, sliding windows.
+"""Data-layout helpers shared by the algorithms: padding, NCHW<->NHWC/CHWN, sliding windows.
 
 The GEMM-based algorithms gather with the channel innermost (NHWC): each
 gathered element then belongs to a contiguous run of C values, which made
 the im2col gather ~6x faster than the channel-outermost order on this
-machine (notes: machine-baselines §8).
+machine (notes: machine-baselines §8). For few channels and many small
+images, the batch innermost (CHWN) gives longer runs still.
 """
 from ..backend import get_array_module
 
@@ -14,7 +15,7 @@ def as_strided(a, shape, strides):
     return xp.lib.stride_tricks.as_strided(a, shape=shape, strides=strides)
 
 
-def _crop_and_pads(x, pads):
+def crop_and_pads(x, pads):
     """Split (top, bottom, left, right) pads into a cropped NCHW view and non-negative pads."""
     top, bottom, left, right = pads
     h, w = x.shape[2], x.shape[3]
@@ -31,24 +32,25 @@ def _zero_borders(out, t, b, l, r):
     out[:, t:h - b, w - r:] = 0
 
 
-def padded_nhwc(x, pads):
-    """x (N, C, H, W) -> (N, t+H+b, l+W+r, C) with zero borders.
+def padded_nhwc(x, pads, batch_last=False):
+    """x (N, C, H, W) -> (N, t+H+b, l+W+r, C) with zero borders; (C, H', W', N) if ``batch_last``.
 
     ``pads = (top, bottom, left, right)``; a negative pad crops that side.
     """
     xp = get_array_module(x)
-    view, (t, b, l, r) = _crop_and_pads(x, pads)
+    view, (t, b, l, r) = crop_and_pads(x, pads)
     n, c, h, w = view.shape
-    out = xp.empty((n, t + h + b, l + w + r, c), dtype=x.dtype)
+    outer, inner = (c, n) if batch_last else (n, c)
+    out = xp.empty((outer, t + h + b, l + w + r, inner), dtype=x.dtype)
     _zero_borders(out, t, b, l, r)
-    out[:, t:t + h, l:l + w] = view.transpose(0, 2, 3, 1)
+    out[:, t:t + h, l:l + w] = view.transpose((1, 2, 3, 0) if batch_last else (0, 2, 3, 1))
     return out
 
 
 def padded_nchw(x, pads):
     """x (N, C, H, W) -> (N, C, t+H+b, l+W+r) with zero borders (negative pads crop)."""
     xp = get_array_module(x)
-    view, (t, b, l, r) = _crop_and_pads(x, pads)
+    view, (t, b, l, r) = crop_and_pads(x, pads)
     if not (t or b or l or r):
         return view
     return xp.pad(view, ((0, 0), (0, 0), (t, b), (l, r)))
@@ -57,7 +59,8 @@ def padded_nchw(x, pads):
 def nhwc_windows(xpad, kernel, out_size, stride, dilation):
     """View (N, OH, OW, KH, KW, C) of the receptive fields of an NHWC array (no copy).
 
-    Element ``[n, i, j, u, v, c] = xpad[n, i*sh + u*dh, j*sw + v*dw, c]``.
+    Element ``[n, i, j, u, v, c] = xpad[n, i*sh + u*dh, j*sw + v*dw, c]``; the
+    same for a (C, H, W, N) array, with the roles of N and C exchanged.
     """
     sn, sh, sw, sc = xpad.strides
     n, c = xpad.shape[0], xpad.shape[3]
@@ -65,13 +68,14 @@ def nhwc_windows(xpad, kernel, out_size, stride, dilation):
                       (sn, stride[0] * sh, stride[1] * sw, dilation[0] * sh, dilation[1] * sw, sc))
 
 
-def nchw_from_nhwc(a, out=None):
-    """An NCHW copy of an NHWC array (or view)."""
+def nhwc_rows(a):
+    """a (N, C, H, W) as the (N*H*W, C) matrix of its NHWC rows: a view when ``a`` is
+    channels-last in memory (as im2col and Winograd outputs are), else a copy."""
     xp = get_array_module(a)
-    if out is None:
-        out = xp.empty((a.shape[0], a.shape[3], a.shape[1], a.shape[2]), dtype=a.dtype)
-    out[...] = a.transpose(0, 3, 1, 2)
-    return out
+    rows = a.transpose(0, 2, 3, 1)
+    if not rows.flags.c_contiguous:
+        rows = xp.ascontiguousarray(rows)
+    return rows.reshape(-1, a.shape[1])
 
 
 def symmetric_pads(geom):

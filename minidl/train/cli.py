@@ -96,6 +96,8 @@ def add_train_arguments(p):
                    help="size of the fused gradient buffers (--dist sync)")
     p.add_argument("--no-overlap", action="store_true",
                    help="average gradients after backward instead of during it (--dist sync)")
+    p.add_argument("--trace", action="store_true",  # perf: timeline
+                   help="write a Chrome-trace timeline (trace.json) of the run to the run directory")
 
 
 def _argument_type(parse):
@@ -177,6 +179,9 @@ def check_dist_options(args, mode):
         raise SystemExit("minidl train: --error-feedback needs --compress")
     if (args.straggler or args.jitter) and mode is None:
         raise SystemExit("minidl train: --straggler and --jitter slow down ranks of a --dist run")
+    if args.trace and mode is not None and mode.name != "sync":
+        raise SystemExit(f"minidl train: --trace records --dist sync or single-process runs, "
+                         f"not {what}")
     if args.resume and mode is not None and mode.name != "sync":
         raise SystemExit(f"minidl train: --resume works with --dist sync or without --dist, "
                          f"not with {what}")
@@ -268,6 +273,9 @@ def run_train(args):
     test_loader = DataLoader(test_set, args.test_batch_size, rank=rank, world_size=size)
     paths = _prepare_run_dir(args, out, size) if rank == 0 else None
     result = None
+    if args.trace:  # perf: timeline of per-layer compute and the optimizer step, every rank
+        from ..perf.training_trace import TrainingTrace
+        tracing = TrainingTrace(model, opt, rank, args.device, comm=comm).start()
     for epoch in range(start_epoch + 1, args.epochs + 1):
         train_loader.set_epoch(epoch - 1)
         lr = opt.lr
@@ -286,6 +294,10 @@ def run_train(args):
             _report_epoch(paths, args, epoch, lr, stats, result, model, opt, scheduler)
             if args.compress != "none":
                 append_metrics(paths["metrics.jsonl"], opt.compression_record(epoch))
+    if args.trace:  # perf: every rank writes its part, rank 0 merges them
+        trace_path = tracing.finish(out, comm)
+        if rank == 0:
+            print(f"timeline: {trace_path} (open it in https://ui.perfetto.dev)")
     if rank == 0:
         if result is not None:
             print(f"test accuracy {100 * result['acc']:.2f}% after epoch {args.epochs}; "

@@ -42,6 +42,8 @@ SHAPES = {
     "nonsquare": (2, 3, 12, 13, 4, (3, 5), (1, 2), (1, 2), 1, 1),
     "mixed_s_d": (2, 2, 13, 11, 3, (2, 3), (2, 1), (1, 0), (2, 1), 1),
     "3x3_large_c": (2, 24, 10, 10, 20, (3, 3), 1, 1, 1, 1),
+    "5x5_s2_odd": (2, 3, 13, 12, 4, (5, 5), 2, 2, 1, 1),      # Winograd via space-to-depth
+    "7x7_s3": (1, 2, 17, 16, 3, (7, 7), 3, 1, 1, 1),
 }
 
 
@@ -105,9 +107,12 @@ def test_float32_against_float64_definition_and_torch(algo, name):
         assert err < tol, f"{algo} {name} {label} vs PyTorch: error {err:.2e}"
 
 
+@pytest.mark.parametrize("one_image_chunks", [False, True])
 @pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("name", SHAPES)
-def test_float64_matches_definition_exactly(algo, name):
+def test_float64_matches_definition_exactly(algo, name, one_image_chunks, monkeypatch):
+    if one_image_chunks:   # every chunked loop runs image by image
+        monkeypatch.setattr("minidl.conv.chunks.CHUNK_BYTES", 1)
     x, w, b, params = make_case(SHAPES[name], np.float64, seed=3 * len(name))
     skip_unsupported(algo, x, w, params)
     y, dx, dw, db, dy = run_minidl(x, w, b, params, algo)
@@ -146,3 +151,45 @@ def test_winograd_f4x4_is_less_accurate_than_f2x2():
         ratios.append(errors["winograd_f4x4_3x3"] / errors["winograd_f2x2_3x3"])
     assert np.median(ratios) > 3, f"median F(4x4)/F(2x2) error ratio {np.median(ratios):.2f}"
     assert min(ratios) > 1, f"F(4x4) was as accurate as F(2x2) on some input: {min(ratios):.2f}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("name", ["odd_3x3", "stride2", "groups2", "11x11_s4"])
+def test_gpu_matches_cpu(algo, name):
+    """The same xp code on CuPy: values and gradients equal the CPU's to float32 rounding."""
+    from minidl import backend
+    if not backend.cuda_available():
+        pytest.skip("needs CuPy and an NVIDIA GPU")
+    x, w, b, params = make_case(SHAPES[name], np.float32, seed=7)
+    skip_unsupported(algo, x, w, params)
+    results = {}
+    for device in ("cpu", "cuda"):
+        tx, tw, tb = (md.tensor(a, requires_grad=True, device=device) for a in (x, w, b))
+        y = md.conv.conv2d(tx, tw, tb, algo=algo, **params)
+        dy = np.random.default_rng(3).standard_normal(y.shape).astype(np.float32)
+        y.backward(md.tensor(dy, device=device))
+        results[device] = [backend.to_numpy(a) for a in (y.data, tx.grad, tw.grad, tb.grad)]
+    for label, gpu, cpu in zip(("y", "dx", "dw", "db"), results["cuda"], results["cpu"]):
+        assert rel_error(gpu, cpu) < FLOAT32_TOLERANCE[algo], f"{algo} {name} {label}"
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_channels_last_and_strided_arrays(algo):
+    """Inputs and output gradients that are views (channels-last memory, slices) give the same results."""
+    x, w, b, params = make_case(SHAPES["odd_3x3"], np.float64, seed=21)
+    skip_unsupported(algo, x, w, params)
+    geom = md.conv.make_geometry(x.shape, w.shape, **params)
+    impl = IMPLEMENTATIONS[algo]
+    dy = np.random.default_rng(4).standard_normal(geom.output_shape)
+    x_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    dy_last = np.ascontiguousarray(dy.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    x_sliced = np.pad(x, ((0, 0), (0, 0), (0, 0), (1, 2)))[:, :, :, 1:-2]
+    ref_dx, ref_dw, _ = reference.conv2d_grads(x, w, dy, **pairs(params))
+    ref_y = reference.conv2d(x, w, **pairs(params))
+    for xv, dyv in ((x_last, dy_last), (x_sliced, dy_last[:, :, :, :])):
+        y, saved = impl.forward(xv, w, geom, keep=True)
+        assert rel_error(y, ref_y) < 1e-10
+        assert rel_error(impl.backward_input(dyv, w, geom, saved), ref_dx) < 1e-10
+        assert rel_error(impl.backward_weight(dyv, xv, geom, saved), ref_dw) < 1e-10
+        assert rel_error(impl.backward_weight(dyv, xv, geom), ref_dw) < 1e-10

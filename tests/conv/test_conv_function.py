@@ -25,12 +25,17 @@ def fresh_tuner():
 
 @pytest.mark.parametrize("algo", tuple(IMPLEMENTATIONS) + ("auto",))
 @pytest.mark.parametrize("params", [dict(stride=1, padding=1), dict(stride=2, padding=1),
-                                    dict(padding=2, dilation=2), dict(padding=1, groups=2)])
+                                    dict(padding=2, dilation=2), dict(padding=1, groups=2),
+                                    dict(stride=2, padding=2, kernel=5)])
 def test_gradcheck_float64(algo, params, rng):
-    if algo.startswith("winograd") and (params.get("stride", 1) > 1 or params.get("dilation", 1) > 1):
-        pytest.skip("Winograd computes stride 1, dilation 1 only")
+    params = dict(params)
+    kernel = params.pop("kernel", 3)
+    if algo.startswith("winograd") and md.conv.implementation(algo).unsupported(
+            md.conv.make_geometry((2, 4, 7, 6), (4, 4 // params.get("groups", 1), kernel, kernel),
+                                  **params)):
+        pytest.skip("Winograd: 3 taps per stride phase, dilation 1 only")
     x = md.tensor(rng.standard_normal((2, 4, 7, 6)), requires_grad=True, dtype="float64")
-    w = md.tensor(rng.standard_normal((4, 4 // params.get("groups", 1), 3, 3)),
+    w = md.tensor(rng.standard_normal((4, 4 // params.get("groups", 1), kernel, kernel)),
                   requires_grad=True, dtype="float64")
     b = md.tensor(rng.standard_normal(4), requires_grad=True, dtype="float64")
     assert md.gradcheck(lambda x, w, b: F.conv2d(x, w, b, algo=algo, **params), x, w, b)
@@ -183,3 +188,20 @@ def test_report_names_layers_choices_and_timings(fresh_tuner, rng):
                 assert name in text
     assert text.count(" ms") >= 2 * 3     # every candidate's time is listed
     assert "backward_input" in text       # the second layer's input gradient was tuned
+    by_path = md.conv.report(net)
+    first, second = by_path.index("[layers: 0]"), by_path.index("[layers: 2]")
+    assert first < second                 # in the model's order, named by path
+    assert by_path.count("[layers:") == 2 + 3   # conv 0: forward + weight gradient; conv 2: all
+
+
+def test_environment_configures_the_tuner(monkeypatch):
+    from minidl.conv.autotune import Autotuner
+    monkeypatch.setenv("MINIDL_CONV_AUTOTUNE", "0")
+    monkeypatch.setenv("MINIDL_CONV_WORKSPACE_MB", "1.5")
+    tuner = Autotuner()
+    assert not tuner.enabled and tuner.workspace_limit == 1.5 * 2 ** 20
+    monkeypatch.setenv("MINIDL_CONV_WORKSPACE_MB", "none")
+    assert Autotuner().workspace_limit is None
+    monkeypatch.delenv("MINIDL_CONV_WORKSPACE_MB")
+    monkeypatch.delenv("MINIDL_CONV_AUTOTUNE")
+    assert Autotuner().enabled and Autotuner().workspace_limit == 1024 * 2 ** 20

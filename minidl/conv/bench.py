@@ -1,0 +1,235 @@
+"""``minidl bench conv``: the convolution algorithms side by side on LeNet, AlexNet and 3x3 layers.
+
+For every layer and algorithm: forward time, forward+backward time (the
+first layer of a net computes no input gradient, as in training), GFLOP/s
+counted as the direct convolution's 2*N*K*C*KH*KW*OH*OW flops, the largest
+error relative to a float64 direct convolution, max|y - y64| / max|y64|, and
+the forward workspace; plus PyTorch's times when torch is installed. All
+candidates of a layer are timed in interleaved rounds in one process and
+the median is reported (the machine is shared; see benchmarks/RESULTS.md).
+"""
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+LAYERS = (  # name, x shape without the batch, weight shape, conv arguments, first layer of its net
+    ("lenet.conv1", (1, 28, 28), (6, 1, 5, 5), dict(padding=2), True),
+    ("lenet.conv2", (6, 14, 14), (16, 6, 5, 5), {}, False),
+    ("alexnet.conv1", (3, 224, 224), (64, 3, 11, 11), dict(stride=4, padding=2), True),
+    ("alexnet.conv2", (64, 27, 27), (192, 64, 5, 5), dict(padding=2), False),
+    ("alexnet.conv3", (192, 13, 13), (384, 192, 3, 3), dict(padding=1), False),
+    ("alexnet.conv4", (384, 13, 13), (256, 384, 3, 3), dict(padding=1), False),
+    ("alexnet.conv5", (256, 13, 13), (256, 256, 3, 3), dict(padding=1), False),
+    ("3x3.c64.56px", (64, 56, 56), (64, 64, 3, 3), dict(padding=1), False),
+    ("3x3.c128.28px", (128, 28, 28), (128, 128, 3, 3), dict(padding=1), False),
+    ("3x3.c256.14px", (256, 14, 14), (256, 256, 3, 3), dict(padding=1), False),
+)
+LENET_BATCH = 64
+CANDIDATES = ("direct", "im2col", "fft", "winograd_f2x2_3x3", "winograd_f4x4_3x3", "auto")
+
+
+@dataclass
+class Row:
+    """One algorithm on one layer; times in ms (None: not applicable or not run)."""
+
+    layer: str
+    algo: str
+    forward_ms: float = None
+    train_ms: float = None
+    gflops: float = None
+    error: float = None
+    workspace_mb: float = None
+    note: str = ""
+
+
+def layer_batch(name, batch_size):
+    return LENET_BATCH if name.startswith("lenet") else batch_size
+
+
+def busy_fraction(interval=0.1):
+    """Fraction of the machine's CPU time spent by any process over ``interval`` s (Linux; else 0)."""
+    def sample():
+        with open("/proc/stat") as stat:
+            fields = [int(v) for v in stat.readline().split()[1:]]
+        return sum(fields), fields[3] + fields[4]          # total, idle + iowait
+    try:
+        total0, idle0 = sample()
+        time.sleep(interval)
+        total1, idle1 = sample()
+    except OSError:
+        return 0.0
+    return 1.0 - (idle1 - idle0) / max(total1 - total0, 1)
+
+
+def wait_until_idle(max_busy, patience):
+    """Wait up to ``patience`` seconds for other processes to leave the CPUs; True if they did."""
+    deadline = time.perf_counter() + patience
+    while busy_fraction() > max_busy:
+        if time.perf_counter() > deadline:
+            return False
+    return True
+
+
+def interleaved_medians(fns, repeats, max_busy=None, patience=10.0):
+    """Median seconds of each function over ``repeats`` interleaved rounds (after one warm-up).
+
+    With ``max_busy`` (a fraction of all CPUs), every timed run first waits,
+    up to ``patience`` seconds, until other processes use less than that, and
+    runs once untimed: on a shared machine the timings (and the autotuner's,
+    which runs in the warm-up) then come from quiet, warm moments.
+    """
+    for fn in fns:
+        if max_busy is not None:
+            wait_until_idle(max_busy, patience)
+        fn()
+    times = [[] for _ in fns]
+    for _ in range(repeats):
+        for i, fn in enumerate(fns):
+            if max_busy is not None:    # after a wait, caches and clocks are cold: run once more
+                wait_until_idle(max_busy, patience)
+                fn()
+            start = time.perf_counter()
+            fn()
+            times[i].append(time.perf_counter() - start)
+    return [float(np.median(t)) for t in times]
+
+
+def _minidl_runners(md, x, w, b, dy, kwargs, algo, first):
+    """(forward, forward+backward) closures for one algorithm."""
+    tx = md.tensor(x, requires_grad=not first)
+    tw, tb = md.tensor(w, requires_grad=True), md.tensor(b, requires_grad=True)
+    grad = md.tensor(dy)
+
+    def forward():
+        with md.no_grad():
+            return md.conv.conv2d(tx, tw, tb, algo=algo, **kwargs)
+
+    def train():
+        tx.grad = tw.grad = tb.grad = None
+        md.conv.conv2d(tx, tw, tb, algo=algo, **kwargs).backward(grad)
+    return forward, train
+
+
+def _torch_runners(torch, x, w, b, dy, kwargs, first):
+    tx = torch.tensor(x, requires_grad=not first)
+    tw, tb = torch.tensor(w, requires_grad=True), torch.tensor(b, requires_grad=True)
+    grad = torch.tensor(dy)
+
+    def forward():
+        with torch.no_grad():
+            return torch.nn.functional.conv2d(tx, tw, tb, **kwargs)
+
+    def train():
+        tx.grad = tw.grad = tb.grad = None
+        torch.nn.functional.conv2d(tx, tw, tb, **kwargs).backward(grad)
+    return forward, train
+
+
+def bench_layer(name, batch_size, algos=CANDIDATES, repeats=5, use_torch=True, seed=0,
+                max_busy=None):
+    """Rows for one layer of ``LAYERS``: every algorithm in ``algos`` (+ "torch")."""
+    import minidl as md
+    from minidl.conv.registry import implementation
+    _, x_shape, w_shape, kwargs, first = next(layer for layer in LAYERS if layer[0] == name)
+    n = layer_batch(name, batch_size)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n,) + x_shape).astype(np.float32)
+    w = (rng.standard_normal(w_shape) / np.sqrt(np.prod(w_shape[1:]))).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    geom = md.conv.make_geometry(x.shape, w.shape, **kwargs)
+    dy = rng.standard_normal(geom.output_shape).astype(np.float32)
+    with md.no_grad():
+        y64 = md.conv.conv2d(md.tensor(x, dtype="float64"), md.tensor(w, dtype="float64"),
+                             md.tensor(b, dtype="float64"), algo="direct", **kwargs).numpy()
+    flops = 2 * geom.direct_multiplies()
+    rows, runners = [], []
+    for algo in algos:
+        row = Row(name, algo)
+        if algo != "auto":
+            reason = implementation(algo).unsupported(geom.per_group())
+            if reason:
+                row.note = reason
+                rows.append(row)
+                continue
+            row.workspace_mb = md.conv.workspace_bytes(algo, geom, "forward") / 2 ** 20
+        fwd, train = _minidl_runners(md, x, w, b, dy, kwargs, algo, first)
+        y = fwd().numpy()
+        row.error = float(np.abs(y - y64).max() / np.abs(y64).max())
+        rows.append(row)
+        runners.append((row, fwd, train))
+    torch = _import_torch() if use_torch else None
+    if torch is not None:
+        row = Row(name, "torch")
+        fwd, train = _torch_runners(torch, x, w, b, dy, kwargs, first)
+        row.error = float(np.abs(fwd().numpy() - y64).max() / np.abs(y64).max())
+        rows.append(row)
+        runners.append((row, fwd, train))
+    fns = [f for _, fwd, train in runners for f in (fwd, train)]
+    seconds = interleaved_medians(fns, repeats, max_busy)
+    for i, (row, _, _) in enumerate(runners):
+        row.forward_ms, row.train_ms = 1e3 * seconds[2 * i], 1e3 * seconds[2 * i + 1]
+        row.gflops = flops / seconds[2 * i] / 1e9
+    for row in rows:
+        if row.algo == "auto":
+            chosen = {p: md.conv.choices()[(geom, "float32", "cpu", p)].algorithm
+                      for p in md.conv.PASSES if (geom, "float32", "cpu", p) in md.conv.choices()}
+            row.note = "chose " + ", ".join(f"{p}={a}" for p, a in chosen.items())
+    return rows
+
+
+def _import_torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def format_rows(rows):
+    """A fixed-width table of ``Row`` objects."""
+    head = (f"{'layer':14s} {'algorithm':18s} {'fwd ms':>8s} {'fwd+bwd ms':>10s} {'GFLOP/s':>8s} "
+            f"{'max rel err':>11s} {'wksp MB':>8s}  note")
+    lines = [head, "-" * len(head)]
+
+    def num(v, fmt):
+        return format(v, fmt) if v is not None else "-"
+    for r in rows:
+        lines.append(f"{r.layer:14s} {r.algo:18s} {num(r.forward_ms, '8.2f')} {num(r.train_ms, '10.2f')} "
+                     f"{num(r.gflops, '8.1f')} {num(r.error, '11.1e')} {num(r.workspace_mb, '8.1f')}  "
+                     f"{r.note}")
+    return "\n".join(lines)
+
+
+def add_conv_arguments(parser):
+    parser.add_argument("--batch-size", type=int, default=16,
+                        help="batch of the AlexNet and 3x3 layers (LeNet layers use 64)")
+    parser.add_argument("--layers", nargs="*", default=None,
+                        help=f"layer names or prefixes (default: all of {[n for n, *_ in LAYERS]})")
+    parser.add_argument("--algos", nargs="*", default=list(CANDIDATES),
+                        help=f"algorithms to time (default: {' '.join(CANDIDATES)})")
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds per layer (median)")
+    parser.add_argument("--no-torch", action="store_true", help="do not time PyTorch")
+    parser.add_argument("--max-busy", type=float, default=None,
+                        help="before each timed run, wait (up to 10 s) until other processes "
+                             "use less than this fraction of the CPUs, e.g. 0.1 on a shared machine")
+
+
+def selected_layers(patterns):
+    names = [n for n, *_ in LAYERS]
+    if not patterns:
+        return names
+    chosen = [n for n in names if any(n == p or n.startswith(p) for p in patterns)]
+    if not chosen:
+        raise SystemExit(f"bench conv: no layer matches {patterns}; layers are {names}")
+    return chosen
+
+
+def run_conv(args):
+    all_rows = []
+    for name in selected_layers(args.layers):
+        rows = bench_layer(name, args.batch_size, tuple(args.algos), args.repeats,
+                           use_torch=not args.no_torch, max_busy=args.max_busy)
+        print(format_rows(rows) if not all_rows else format_rows(rows).split("\n", 2)[2], flush=True)
+        all_rows += rows
+    return 0

@@ -1,0 +1,1 @@
+"""Tests of minidl.perf: counting, profiling, tracing and scalability prediction."""
