@@ -26,7 +26,8 @@ import numpy as np
 
 from minidl.backend import get_array_module
 from minidl.dist.flat import FlatBuffer
-from minidl.dist.ps import TrainingAborted
+from minidl.dist.ps import TrainingAborted, wait_for_everyone
+from minidl.dist.ps_server import DEFAULT_POLL_INTERVAL
 from minidl.dist.ps_worker import ServerClient
 from minidl.dist.telemetry import RankCounters
 
@@ -55,14 +56,18 @@ class ModelAveraging(_LocalOptimizerWrapper):
     """avg:H: the local optimizer's step, and every ``period`` steps the replicas' average.
 
     The averaged vector carries one extra value, a stop flag, so that a rank
-    whose loss became NaN stops every rank at their next common average.
+    whose loss became NaN stops every rank at their next common average. A
+    rank that arrives early waits in a sleeping barrier (``poll_interval``; 0:
+    in the allreduce itself, busy-polling a core).
     """
 
-    def __init__(self, optimizer, comm, period, params=None, algorithm="auto"):
+    def __init__(self, optimizer, comm, period, params=None, algorithm="auto",
+                 poll_interval=DEFAULT_POLL_INTERVAL):
         super().__init__(optimizer, optimizer.params if params is None else params)
         if int(period) < 1:
             raise ValueError(f"avg:H: the period H must be >= 1, got {period}")
         self.comm, self.period, self.algorithm = comm, int(period), algorithm
+        self.poll_interval = float(poll_interval)
         xp = get_array_module(self.buffer.flat)
         self.message = xp.empty(self.buffer.size + 1, dtype=self.buffer.flat.dtype)
         self.counters = RankCounters()
@@ -80,6 +85,8 @@ class ModelAveraging(_LocalOptimizerWrapper):
         self.message[:-1] = self.buffer.gather_weights()
         self.message[-1] = 1.0 if stop else 0.0
         start = time.perf_counter()
+        if self.poll_interval > 0:
+            wait_for_everyone(self.comm.mpi, self.poll_interval)
         self.comm.allreduce(self.message, op="mean", algorithm=self.algorithm)
         self.counters.add("wait_s", time.perf_counter() - start)
         self.counters.add("bytes_sent", self.message.nbytes)

@@ -30,7 +30,7 @@ from minidl.data import DataLoader
 from minidl.dist.averaging import ElasticAveragingOptimizer, ElasticRule, ModelAveraging
 from minidl.dist.compression import make_compressor
 from minidl.dist.flat import FlatBuffer
-from minidl.dist.ps import NO_TICKET, Layout, TrainingAborted
+from minidl.dist.ps import NO_TICKET, Layout, TrainingAborted, wait_for_everyone
 from minidl.dist.ps_server import DEFAULT_POLL_INTERVAL, GradientRule, ParameterServer
 from minidl.dist.ps_worker import ParameterServerOptimizer, ServerLink, TicketBatches
 from minidl.layers import Parameter
@@ -102,7 +102,7 @@ def make_session(mode, comm, model, make_optimizer, servers=1, compression=None,
     if compression not in (None, "none"):
         raise ValueError(f"--compress applies to sync, bsp, ssp and asp, not --dist {mode.text}")
     if mode.name == "avg":
-        return AveragingSession(mode, comm, model, make_optimizer, allreduce)
+        return AveragingSession(mode, comm, model, make_optimizer, allreduce, poll_interval)
     raise ValueError(f"--dist {mode.text}: not a session mode (sync uses DistributedOptimizer)")
 
 
@@ -178,6 +178,7 @@ class ParameterServerSession(_Session):
                          else compressor.wire_bytes(layout.shard_size(k))
                          for k in range(layout.servers)]
         self.mpi = comm.mpi.Dup()  # the protocol's messages never meet other traffic
+        self.poll_interval = poll_interval
         rank = comm.rank
         self.is_server = layout.is_server(rank)
         self.tickets = None
@@ -242,6 +243,8 @@ class ParameterServerSession(_Session):
         ``lr``: this rank's current learning rate, recorded with its counters.
         """
         flag = np.array([1.0 if stopped else 0.0])
+        if self.poll_interval > 0:  # ranks done early sleep instead of spinning in MPI
+            wait_for_everyone(self.comm.mpi, self.poll_interval)
         if self.comm.allreduce(flag, op="sum")[0] > 0:
             return None
         consensus = self.buffer.flat.copy()
@@ -267,10 +270,12 @@ class ParameterServerSession(_Session):
 class AveragingSession(_Session):
     """avg:H on one rank: every rank a worker, no server."""
 
-    def __init__(self, mode, comm, model, make_optimizer, allreduce="auto"):
+    def __init__(self, mode, comm, model, make_optimizer, allreduce="auto",
+                 poll_interval=DEFAULT_POLL_INTERVAL):
         super().__init__(mode, comm, model)
         self.schedulable = make_optimizer(list(model.parameters()))
-        self.optimizer = ModelAveraging(self.schedulable, comm, mode.period, algorithm=allreduce)
+        self.optimizer = ModelAveraging(self.schedulable, comm, mode.period, algorithm=allreduce,
+                                        poll_interval=poll_interval)
 
     def train_loader(self, dataset, batch_size, seed=0, transform=None):
         return DataLoader(dataset, batch_size, shuffle=True, seed=seed, drop_last=False,

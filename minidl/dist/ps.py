@@ -121,3 +121,13 @@ def wait_all(requests, poll_interval):
         while not mpi_module().Request.Testall(requests):
             time.sleep(poll_interval)
     return time.perf_counter() - start
+
+
+def wait_for_everyone(mpi_comm, poll_interval):
+    """Return once every rank of ``mpi_comm`` called this (a barrier that sleeps while it waits).
+
+    Put before a blocking collective, it moves the wait for late ranks out of
+    the collective, where MPI would busy-poll a core, into ``wait_all``'s
+    sleeps; the collective itself then starts with everyone present.
+    """
+    return wait_all([mpi_comm.Ibarrier()], poll_interval)

@@ -78,8 +78,9 @@ def add_train_arguments(p):
                    help="parameter-server ranks (bsp, ssp, asp, easgd); the weights are "
                         "sharded over them")
     p.add_argument("--poll-interval", type=float, default=DEFAULT_POLL_INTERVAL,
-                   metavar="SECONDS", help="how long servers and waiting workers sleep between "
-                   "polls; 0: blocking MPI waits, which busy-poll a core")
+                   metavar="SECONDS", help="how long servers and waiting workers (and avg:H "
+                   "ranks that reach an average early) sleep between polls; 0: blocking MPI "
+                   "waits, which busy-poll a core")
     p.add_argument("--compress", default="none", type=_compression, metavar="SPEC",
                    help=f"gradient compression for sync, bsp, ssp and asp: {SPEC_HELP}")
     p.add_argument("--error-feedback", default="auto", choices=("auto", "on", "off"),
