@@ -103,8 +103,7 @@ class Compressor:
 
     name = "none"
     summable = False          # payloads of several ranks can be added as they are
-    unbiased = True           # E[decode(encode(v))] = v
-    error_feedback = False    # the default for GradientEncoder
+    error_feedback = False    # the default for GradientEncoder (on for the biased schemes)
 
     def wire_bytes(self, n):
         """Exact length of ``encode(v)`` for ``v`` of ``n`` elements."""
@@ -125,7 +124,7 @@ class Compressor:
 class Float16(Compressor):
     """IEEE half precision, round to nearest: 2 bytes per value, summable."""
 
-    name, summable, unbiased = "fp16", True, False
+    name, summable = "fp16", True
 
     def wire_bytes(self, n):
         return 2 * n
@@ -233,7 +232,7 @@ class TernGrad(_BucketScaled):
 class Sign(_BucketScaled):
     """1-bit SGD: one bit per value, two reconstruction means per bucket (Seide et al. 2014)."""
 
-    name, unbiased, error_feedback, scales_per_bucket = "sign", False, True, 2
+    name, error_feedback, scales_per_bucket = "sign", True, 2
 
     def bits(self):
         return 1
@@ -258,7 +257,7 @@ class Sign(_BucketScaled):
 class TopK(Compressor):
     """The k = ceil(ratio * n) largest magnitudes as (uint32 index, float32 value) pairs."""
 
-    name, unbiased, error_feedback = "topk", False, True
+    name, error_feedback = "topk", True
 
     def __init__(self, ratio):
         if not 0 < float(ratio) <= 1:
