@@ -3,14 +3,15 @@
 Survey App. B.2: the column matrix A is (C*KH*KW) x (N*OH*OW), the kernel
 matrix F = w reshaped to K x (C*KH*KW), and the output B = F A. The rows of
 A are ordered (u, v, c); its columns are the output positions, in one of two
-memory layouts, whichever gives the gather the longer contiguous runs:
+memory layouts (``batch_innermost`` picks per pass):
 
 * channel-innermost (NHWC), columns (n, i, j): each window row is KW*C
   contiguous values (6x faster than the channel-outermost order on this
-  machine, notes: machine-baselines §8); A is stored transposed, (N*OH*OW, R).
+  machine, notes: machine-baselines §8); A is stored transposed, (N*OH*OW, R),
+  and the output comes out channels-last, with no transpose.
 * batch-innermost (CHWN), columns (i, j, n): runs of OW*N values, which wins
-  for small images with few channels and large batches (LeNet: 5 or 30 values
-  per run against 640 or more); A is stored (R, OH*OW*N).
+  when the NHWC runs are short (LeNet: 5 values for conv1's gather, 6 for
+  conv2's col2im, against 640 or more); A is stored (R, OH*OW*N).
 
 Passes, each computed in the order A is stored:
 
@@ -18,6 +19,8 @@ Passes, each computed in the order A is stored:
 * weight gradient: dF = dB A^T   (dB: dy arranged like A's columns)
 * input gradient:  dA = F^T dB, then col2im: every column of dA is added back
   onto the pixels it came from, one strided add per kernel offset (u, v).
+  At stride 1, when it is not larger, a forward pass of dy with the flipped
+  kernel instead (``backward_input``): one gather instead of KH*KW adds.
 
 The batch runs in chunks (``chunks.py``) so that a chunk's columns are still
 in cache for its GEMM; ``keep=True`` keeps every chunk's columns for the
