@@ -36,7 +36,7 @@ data: install
 # The main job: LeNet-5 on Fashion-MNIST.
 train: install data
 	$(MINIDL) train --model lenet5 --dataset fashion-mnist --epochs 5 --batch-size 64 \
-		--optimizer momentum --lr 0.01 --out $(RUN)
+		--optimizer adam --lr 0.002 --lr-schedule cosine --out $(RUN)
 
 test: setup data
 	$(PY) -m pytest -q

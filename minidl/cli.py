@@ -45,7 +45,9 @@ def _add_commands(subparsers, table):
 
 def build_parser(argv):
     """The parser; only the sub-command named in ``argv`` imports its module."""
-    parser = argparse.ArgumentParser(prog="minidl", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="minidl", description="minidl: train, measure and model deep networks on NumPy/CuPy "
+                                   "and MPI")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = argv[0] if argv else None
     for name, (module, prefix, help_text) in COMMANDS.items():

@@ -3,14 +3,15 @@
 Survey App. B.2: the column matrix A is (C*KH*KW) x (N*OH*OW), the kernel
 matrix F = w reshaped to K x (C*KH*KW), and the output B = F A. The rows of
 A are ordered (u, v, c); its columns are the output positions, in one of two
-memory layouts, whichever gives the gather the longer contiguous runs:
+memory layouts (``batch_innermost`` picks per pass):
 
 * channel-innermost (NHWC), columns (n, i, j): each window row is KW*C
   contiguous values (6x faster than the channel-outermost order on this
-  machine, notes: machine-baselines §8); A is stored transposed, (N*OH*OW, R).
+  machine, notes: machine-baselines §8); A is stored transposed, (N*OH*OW, R),
+  and the output comes out channels-last, with no transpose.
 * batch-innermost (CHWN), columns (i, j, n): runs of OW*N values, which wins
-  for small images with few channels and large batches (LeNet: 5 or 30 values
-  per run against 640 or more); A is stored (R, OH*OW*N).
+  when the NHWC runs are short (LeNet: 5 values for conv1's gather, 6 for
+  conv2's col2im, against 640 or more); A is stored (R, OH*OW*N).
 
 Passes, each computed in the order A is stored:
 
@@ -18,6 +19,8 @@ Passes, each computed in the order A is stored:
 * weight gradient: dF = dB A^T   (dB: dy arranged like A's columns)
 * input gradient:  dA = F^T dB, then col2im: every column of dA is added back
   onto the pixels it came from, one strided add per kernel offset (u, v).
+  At stride 1, when it is not larger, a forward pass of dy with the flipped
+  kernel instead (``backward_input``): one gather instead of KH*KW adds.
 
 The batch runs in chunks (``chunks.py``) so that a chunk's columns are still
 in cache for its GEMM; ``keep=True`` keeps every chunk's columns for the
@@ -38,20 +41,26 @@ def weight_matrix(w):
     return xp.ascontiguousarray(w.transpose(0, 2, 3, 1)).reshape(k, -1)
 
 
-def batch_innermost(geom, n):
-    """True when the CHWN gather has longer contiguous runs than the NHWC one."""
-    nhwc_run = geom.in_channels * (geom.kernel_w if geom.dilation[1] == 1 else 1)
+def batch_innermost(geom, n, scatter=False):
+    """True when the CHWN layout is the better one for a chunk of n images.
+
+    The NHWC copies move runs of KW*C values (the gather; C for col2im's
+    adds); when those are short (< 16 values, 64 bytes) and the CHWN runs of
+    OW*n values are longer, CHWN wins: LeNet conv1's gather (5 against 1792)
+    and conv2's col2im (6 against 640), measured 2-4x faster. Otherwise NHWC
+    wins, as its GEMMs write the output channels-last with no transpose.
+    """
+    nhwc_run = geom.in_channels * (1 if scatter or geom.dilation[1] != 1 else geom.kernel_w)
     chwn_run = n * (geom.out_w if geom.stride[1] == 1 else 1)
-    return chwn_run > nhwc_run
+    return nhwc_run < 16 and chwn_run > nhwc_run
 
 
-def columns(x, geom, buffer):
+def columns(x, geom, buffer, last):
     """The column matrix A (KH*KW*C, n*OH*OW) of x (n, C, H, W), stored in ``buffer`` (1-D).
 
-    Its columns are ordered (i, j, n) when ``batch_innermost``, else (n, i, j).
+    Its columns are ordered (i, j, n) when ``last`` (batch innermost), else (n, i, j).
     """
     n = x.shape[0]
-    last = batch_innermost(geom, n)
     xpad = padded_nhwc(x, symmetric_pads(geom), batch_last=last)
     view = nhwc_windows(xpad, (geom.kernel_h, geom.kernel_w), (geom.out_h, geom.out_w),
                         geom.stride, geom.dilation)
@@ -63,7 +72,7 @@ def columns(x, geom, buffer):
     return out.reshape(_row_length(geom), -1) if last else out.reshape(-1, _row_length(geom)).T
 
 
-def output_rows(dy, geom):
+def output_rows(dy):
     """dy (n, K, OH, OW) as dB (K, n*OH*OW) with columns (i, j, n), for batch-innermost A."""
     xp = get_array_module(dy)
     n, k = dy.shape[:2]
@@ -91,55 +100,53 @@ class Im2col(ConvAlgorithm):
         xp = get_array_module(x)
         n, k, p = geom.batch, geom.out_channels, geom.out_h * geom.out_w
         f = weight_matrix(w)
-        f_t = f.T.copy()
         parts = _chunks(geom, x)
+        last = batch_innermost(geom, parts[0].stop)     # one layout for every chunk
         per_image = p * _row_length(geom)
         buffer = xp.empty((n if keep else parts[0].stop) * per_image, dtype=x.dtype)
-        y_nchw = xp.empty((n, k, p), dtype=x.dtype)
-        y_nhwc = xp.empty((n * p, k), dtype=x.dtype)
         saved = []                                  # (part, A) pairs
+        if last:
+            y = xp.empty((n, k, p), dtype=x.dtype)
+            for part in parts:
+                a = columns(x[part], geom, buffer[part.start * per_image if keep else 0:], last)
+                y[part] = (f @ a).reshape(k, p, -1).transpose(2, 0, 1)
+                saved.append((part, a))
+            return y.reshape(geom.output_shape), (saved if keep else None)
+        f_t = f.T.copy()
+        y = xp.empty((n * p, k), dtype=x.dtype)      # B^T = A^T F^T, rows (n, i, j): NHWC
         for part in parts:
-            a = columns(x[part], geom, buffer[part.start * per_image if keep else 0:])
-            if batch_innermost(geom, part.stop - part.start):
-                y_nchw[part] = (f @ a).reshape(k, p, -1).transpose(2, 0, 1)
-            else:                                   # B^T = A^T F^T, rows (n, i, j): NHWC
-                xp.matmul(a.T, f_t, out=y_nhwc[part.start * p:part.stop * p])
-            saved.append((part, a))
-        if batch_innermost(geom, parts[0].stop):
-            return y_nchw.reshape(geom.output_shape), (saved if keep else None)
+            a = columns(x[part], geom, buffer[part.start * per_image if keep else 0:], last)
+            xp.matmul(a.T, f_t, out=y[part.start * p:part.stop * p])
         if keep:   # the chunks' NHWC columns are consecutive: one matrix, one GEMM later
             saved = [(slice(0, n), buffer.reshape(n * p, -1).T)]
-        y = y_nhwc.reshape(n, geom.out_h, geom.out_w, k).transpose(0, 3, 1, 2)
+        y = y.reshape(n, geom.out_h, geom.out_w, k).transpose(0, 3, 1, 2)
         return y, (saved if keep else None)
 
     def backward_weight(self, dy, x, geom, saved=None):
         xp = get_array_module(dy)
         k, r, p = geom.out_channels, _row_length(geom), geom.out_h * geom.out_w
-        dw = xp.zeros((k, geom.in_channels, geom.kernel_h, geom.kernel_w), dtype=dy.dtype)
-        dw_rows = dw_cols = dy_rows = scratch = None     # dF (K, R), dF^T (R, K) accumulators
-        for part, a in (saved or ((part, None) for part in _chunks(geom, dy))):
+        parts = _chunks(geom, dy)
+        last = batch_innermost(geom, parts[0].stop)     # the forward's layout
+        scratch = None
+        dw = xp.zeros((k, r) if last else (r, k), dtype=dy.dtype)   # dF, or dF^T for NHWC
+        dy_rows = None if last else nhwc_rows(dy)
+        for part, a in (saved or [(part, None) for part in parts]):
             if a is None:
                 if scratch is None:
                     scratch = xp.empty(_columns_size(geom, part), dtype=dy.dtype)
-                a = columns(x[part], geom, scratch)
-            if batch_innermost(geom, part.stop - part.start):
-                db = output_rows(dy[part], geom)
-                if dw_rows is None:
-                    dw_rows = xp.zeros((k, r), dtype=dy.dtype)
+                a = columns(x[part], geom, scratch, last)
+            if last:
+                db = output_rows(dy[part])
                 # a very long, thin product (LeNet conv1: 6 x 41552 x 25) runs ~3x faster in blocks
                 step = 4096 if a.shape[1] > 8 * k * r else a.shape[1]
                 for start in range(0, a.shape[1], step):
-                    dw_rows += db[:, start:start + step] @ a[:, start:start + step].T
+                    dw += db[:, start:start + step] @ a[:, start:start + step].T
             else:                                   # dF^T = A dB^T, dB^T = dy in NHWC rows
-                if dy_rows is None:
-                    dy_rows, dw_cols = nhwc_rows(dy), xp.zeros((r, k), dtype=dy.dtype)
-                dw_cols += a @ dy_rows[part.start * p:part.stop * p]
+                dw += a @ dy_rows[part.start * p:part.stop * p]
         shape = (geom.kernel_h, geom.kernel_w, geom.in_channels)
-        if dw_rows is not None:
-            dw += dw_rows.reshape((k,) + shape).transpose(0, 3, 1, 2)
-        if dw_cols is not None:
-            dw += dw_cols.reshape(shape + (k,)).transpose(3, 2, 0, 1)
-        return dw
+        if last:
+            return xp.ascontiguousarray(dw.reshape((k,) + shape).transpose(0, 3, 1, 2))
+        return xp.ascontiguousarray(dw.reshape(shape + (k,)).transpose(3, 2, 0, 1))
 
     def backward_input(self, dy, w, geom, saved=None):
         """dx in the memory layout of the columns: NHWC (an NCHW view) or NCHW.
@@ -157,10 +164,10 @@ class Im2col(ConvAlgorithm):
         f = weight_matrix(w)
         p = geom.out_h * geom.out_w
         parts = _chunks(geom, dy)
-        if batch_innermost(geom, parts[0].stop):
+        if batch_innermost(geom, parts[0].stop, scatter=True):
             dx = xp.empty(geom.input_shape, dtype=dy.dtype)
             for part in parts:
-                acc = col2im((f.T @ output_rows(dy[part], geom)).reshape(
+                acc = col2im((f.T @ output_rows(dy[part])).reshape(
                     geom.kernel_h, geom.kernel_w, geom.in_channels, geom.out_h, geom.out_w, -1),
                     geom, batch_last=True)
                 dx[part] = crop_padding(acc, geom).transpose(3, 0, 1, 2)

@@ -44,6 +44,8 @@ SHAPES = {
     "3x3_large_c": (2, 24, 10, 10, 20, (3, 3), 1, 1, 1, 1),
     "5x5_s2_odd": (2, 3, 13, 12, 4, (5, 5), 2, 2, 1, 1),      # Winograd via space-to-depth
     "7x7_s3": (1, 2, 17, 16, 3, (7, 7), 3, 1, 1, 1),
+    "wide_stride2": (2, 16, 11, 10, 8, (3, 3), 2, 1, 1, 1),  # im2col: NHWC gather and col2im
+    "wide_more_out": (2, 16, 9, 9, 24, (3, 3), 1, 1, 1, 1),
 }
 
 
