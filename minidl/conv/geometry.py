@@ -4,6 +4,7 @@ Output size (survey App. A.4, minus sign restored; dilation as in Yu & Koltun):
 ``OH = floor((H + 2*ph - dh*(KH - 1) - 1) / sh) + 1`` and likewise ``OW``.
 A ``ConvGeometry`` is hashable, so it doubles as the autotuner's cache key.
 """
+import functools
 from dataclasses import dataclass, replace
 
 from ..autograd import ShapeError
@@ -61,9 +62,8 @@ class ConvGeometry:
         return (self.batch, self.out_channels, self.out_h, self.out_w)
 
     def per_group(self):
-        """The geometry of one group: an ordinary (groups=1) convolution."""
-        return replace(self, in_channels=self.in_channels // self.groups,
-                       out_channels=self.out_channels // self.groups, groups=1)
+        """The geometry of one group: an ordinary (groups=1) convolution (cached: hot path)."""
+        return _per_group(self)
 
     def direct_multiplies(self):
         """Multiplies of the definition (survey Table 6, 'Direct'): N*K*(C/g)*KH*KW*OH*OW."""
@@ -111,3 +111,9 @@ def make_geometry(x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1):
                          f"dilated kernel {tuple(w_shape)} (dilation {dilation}); "
                          "use a larger input or more padding")
     return geom
+
+
+@functools.lru_cache(maxsize=1024)
+def _per_group(geom):
+    return replace(geom, in_channels=geom.in_channels // geom.groups,
+                   out_channels=geom.out_channels // geom.groups, groups=1)
