@@ -81,6 +81,16 @@ def output_rows(dy):
     return rows.reshape(k, -1)
 
 
+def column_blocks(count, k, r, block=4096):
+    """Column slices for a long, thin product (K x R by R x count).
+
+    When ``count`` dwarfs K*R (LeNet conv1: 6 x 25 by 25 x 50176), BLAS runs
+    such a product ~3x faster in blocks whose columns stay in the L2 cache.
+    """
+    step = block if count > 8 * k * r else count
+    return [slice(start, start + step) for start in range(0, count, step)]
+
+
 def _row_length(geom):
     return geom.kernel_h * geom.kernel_w * geom.in_channels
 
@@ -109,7 +119,10 @@ class Im2col(ConvAlgorithm):
             y = xp.empty((n, k, p), dtype=x.dtype)
             for part in parts:
                 a = columns(x[part], geom, buffer[part.start * per_image if keep else 0:], last)
-                y[part] = (f @ a).reshape(k, p, -1).transpose(2, 0, 1)
+                b = xp.empty((k, a.shape[1]), dtype=x.dtype)
+                for cols in column_blocks(a.shape[1], k, _row_length(geom)):
+                    xp.matmul(f, a[:, cols], out=b[:, cols])
+                y[part] = b.reshape(k, p, -1).transpose(2, 0, 1)
                 saved.append((part, a))
             return y.reshape(geom.output_shape), (saved if keep else None)
         f_t = f.T.copy()
@@ -137,10 +150,8 @@ class Im2col(ConvAlgorithm):
                 a = columns(x[part], geom, scratch, last)
             if last:
                 db = output_rows(dy[part])
-                # a very long, thin product (LeNet conv1: 6 x 41552 x 25) runs ~3x faster in blocks
-                step = 4096 if a.shape[1] > 8 * k * r else a.shape[1]
-                for start in range(0, a.shape[1], step):
-                    dw += db[:, start:start + step] @ a[:, start:start + step].T
+                for cols in column_blocks(a.shape[1], k, r):
+                    dw += db[:, cols] @ a[:, cols].T
             else:                                   # dF^T = A dB^T, dB^T = dy in NHWC rows
                 dw += a @ dy_rows[part.start * p:part.stop * p]
         shape = (geom.kernel_h, geom.kernel_w, geom.in_channels)
