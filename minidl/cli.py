@@ -75,6 +75,7 @@ def main(argv=None):
         parser.print_help()
         return 2
     module, prefix = args._run
+    args.argv = argv[1:]  # the sub-command's own arguments, for commands that relaunch themselves
     return getattr(importlib.import_module(module), f"run_{prefix}")(args) or 0
 
 

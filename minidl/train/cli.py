@@ -27,6 +27,7 @@ from ..dist.straggler import Straggler, parse_straggler
 from ..dist.telemetry import summarize_epoch
 from .checkpoint import load_checkpoint, save_checkpoint
 from .loop import NonFiniteLossError, evaluate, train_epoch
+from .workers import run_workers
 from .metrics import append_metrics, plot_curves, read_metrics
 
 DATASETS = {"fashion-mnist": FashionMNIST, "mnist": MNIST}
@@ -66,6 +67,9 @@ def add_train_arguments(p):
     p.add_argument("--resume", default=None, metavar="CKPT",
                    help="continue from a checkpoint.npz up to --epochs")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=positive_int, default=1,
+                   help="data-parallel processes on this machine (needs the mpi extra); "
+                        "--batch-size stays the samples per step")
     p.add_argument("--threads", type=positive_int, default=None,
                    help="BLAS/FFT threads (default: all cores)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -232,6 +236,11 @@ def _report_epoch(paths, args, epoch, lr, stats, result, model, opt, scheduler):
 
 def run_train(args):
     """Train as ``args`` says; returns 0, or 3 when the loss became NaN/inf."""
+    if args.workers > 1:
+        if args.dist or mpiexec_ranks() > 1:
+            raise SystemExit("minidl train: --workers starts its own processes; under mpiexec "
+                             "use --dist instead")
+        return run_workers(args.argv, args.workers, args.batch_size, args.threads is not None)
     mode = parse_dist_mode(args.dist) if args.dist else None
     check_dist_options(args, mode)
     comm = None
