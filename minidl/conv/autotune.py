@@ -70,12 +70,12 @@ class Autotuner:
 
     def known(self, geom, dtype, device, pass_):
         """The implementation already chosen for this key, or None."""
-        choice = self.choices.get((geom, str(dtype), device, pass_))
+        choice = self.choices.get((geom, np.dtype(dtype), device, pass_))
         return None if choice is None else IMPLEMENTATIONS[choice.algorithm]
 
     def choose(self, geom, dtype, device, pass_, run, label=None):
         """The implementation for this key; on the first call, time ``run(impl)`` for each candidate."""
-        key = (geom, str(dtype), device, pass_)
+        key = (geom, np.dtype(dtype), device, pass_)
         choice = self.choices.get(key)
         if choice is None:
             choice = self._tune(geom, dtype, device, pass_, run)

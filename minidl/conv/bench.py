@@ -172,8 +172,9 @@ def bench_layer(name, batch_size, algos=CANDIDATES, repeats=5, use_torch=True, s
         row.gflops = flops / seconds[2 * i] / 1e9
     for row in rows:
         if row.algo == "auto":
-            chosen = {p: md.conv.choices()[(geom, "float32", "cpu", p)].algorithm
-                      for p in md.conv.PASSES if (geom, "float32", "cpu", p) in md.conv.choices()}
+            keys = {p: (geom, np.dtype("float32"), "cpu", p) for p in md.conv.PASSES}
+            chosen = {p: md.conv.choices()[key].algorithm
+                      for p, key in keys.items() if key in md.conv.choices()}
             row.note = "chose " + ", ".join(f"{p}={a}" for p, a in chosen.items())
     return rows
 

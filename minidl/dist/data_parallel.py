@@ -20,12 +20,27 @@ computes the earlier layers; ``step()`` waits for them. Buckets always start
 in index order (a bucket that completes early waits for its predecessors), so
 every rank issues the same collectives in the same order.
 """
+import math
 import time
 
 from minidl.backend import get_array_module
 from minidl.dist.collectives import check_algorithm
 from minidl.dist.compression import CompressedAllreduce, make_compressor
 from minidl.dist.flat import FlatBuffer
+
+
+class NonFiniteGradientError(ArithmeticError):
+    """The averaged gradient holds NaN or inf: every rank stops before the update.
+
+    The check runs after the allreduce, on values every rank holds equally,
+    so all ranks decide alike (a decision on local values alone would leave
+    the others waiting in the next collective).
+    """
+
+
+def _finite(flat):
+    """True when no element is NaN or inf (one float64 sum: NaN and inf propagate)."""
+    return math.isfinite(float(flat.sum(dtype="float64")))
 
 
 class Bucket(FlatBuffer):
@@ -197,8 +212,15 @@ class DistributedOptimizer:
             self.stats["exposed_seconds"] += time.perf_counter() - backward_done
             object.__setattr__(self, "_next_launch", 0)
         object.__setattr__(self, "_weight", 1.0)
+        if self.comm.size > 1 and not all(_finite(f) for f in self._flats()):
+            raise NonFiniteGradientError(
+                "the gradient averaged over all ranks is not finite (NaN or inf); "
+                "no update was applied")
         self.stats["steps"] += 1
         self.optimizer.step()
+
+    def _flats(self):
+        return [self.whole.flat] if self.compressed is not None else [b.flat for b in self.buckets]
 
     def _record(self, bucket, backward_done):
         request = bucket.request

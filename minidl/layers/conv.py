@@ -34,12 +34,13 @@ class Conv2d(Module):
         self.bias = Parameter(np.empty(out_channels, dtype=dtype)) if bias else None
         init.default_init_(self.weight, self.bias)
         self._last = None   # (geometry, dtype, device) of the last forward
+        self._label = f"Conv2d({self.extra_repr()})"   # names the layer in the tuner's report
 
     def forward(self, x):
         geometry = make_geometry(x.shape, self.weight.shape, self.stride, self.padding,
                                  self.dilation, self.groups)
-        self._last = (geometry, str(x.dtype), x.device)
-        return apply_conv2d(x, self.weight, self.bias, geometry, self.algo, label=self._label())
+        self._last = (geometry, x.dtype, x.device)
+        return apply_conv2d(x, self.weight, self.bias, geometry, self.algo, label=self._label)
 
     def algorithms(self):
         """{pass: algorithm name} used for the last input shape (None where not yet run)."""
@@ -54,9 +55,6 @@ class Conv2d(Module):
         if self._last is None or self.algo != "auto":
             return {}
         return {p: self._last + (p,) for p in PASSES}
-
-    def _label(self):
-        return f"Conv2d({self.extra_repr()})"
 
     def extra_repr(self):
         text = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "

@@ -13,6 +13,11 @@ import numpy as np
 from .. import functional as F
 from ..autograd import Tensor, no_grad
 from ..backend import to_device, to_numpy
+from ..dist.data_parallel import NonFiniteGradientError
+
+
+STOPPED = ("training stopped before this update (the last checkpoint is kept). "
+           "Lower --lr, or clip gradients")
 
 
 class NonFiniteLossError(RuntimeError):
@@ -60,12 +65,10 @@ def train_epoch(model, optimizer, loader, epoch=0, device="cpu", progress=False,
             loss = F.cross_entropy(logits, y)
             value = loss.item()
         spent = time.perf_counter() - began
-        # every rank must take the same decision, or the others would wait forever
-        total = value if comm is None else sum(_global_sums(comm, value))
-        if not math.isfinite(total):
-            raise NonFiniteLossError(
-                f"epoch {epoch}, step {step}: the loss is {total}; training stopped before "
-                "this update (the last checkpoint is kept). Lower --lr, or clip gradients")
+        # with a communicator, every rank must take the same decision (or the others would
+        # wait forever): the data-parallel optimizer checks the averaged gradient instead
+        if comm is None and not math.isfinite(value):
+            raise NonFiniteLossError(f"epoch {epoch}, step {step}: the loss is {value}; " + STOPPED)
         if loss is not None:
             began = time.perf_counter()
             loss.backward()
@@ -73,7 +76,11 @@ def train_epoch(model, optimizer, loader, epoch=0, device="cpu", progress=False,
         compute += spent
         if straggler is not None:
             slept += straggler.pause(spent)
-        optimizer.step()
+        try:
+            optimizer.step()
+        except NonFiniteGradientError as exc:
+            raise NonFiniteLossError(f"epoch {epoch}, step {step}: {exc} (this rank's loss: "
+                                     f"{value}); " + STOPPED) from None
         if loss is None:
             continue
         n = len(y)

@@ -182,7 +182,7 @@ def test_report_names_layers_choices_and_timings(fresh_tuner, rng):
     net(x).sum().backward()
     text = md.conv.report()
     for layer in (net[0], net[2]):
-        assert layer._label() in text
+        assert layer._label in text
         for pass_, name in layer.algorithms().items():
             if name is not None:
                 assert name in text

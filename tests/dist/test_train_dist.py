@@ -62,3 +62,13 @@ def test_mpiexec_without_dist_is_refused(mpi_run):
     result = mpi_run(2, "-m", "minidl", "train", *COMMON, "--epochs", "1", timeout=60)
     assert result.returncode != 0
     assert "add --dist sync" in result.output
+
+
+def test_a_diverging_sync_run_stops_every_rank_without_hanging(mpi_run, tmp_path):
+    result = mpi_run(2, "-m", "minidl", "train", *COMMON, "--dist", "sync", "--epochs", "1",
+                     "--optimizer", "sgd", "--lr", "1e30", "--out", str(tmp_path / "nan"),
+                     timeout=120)
+    assert not result.timed_out, result.output
+    assert result.returncode == 3, result.output
+    assert "averaged over all ranks is not finite" in result.output
+    assert not (tmp_path / "nan" / "checkpoint.npz").exists()
