@@ -73,11 +73,16 @@ def columns(x, geom, buffer, last):
 
 
 def output_rows(dy):
-    """dy (n, K, OH, OW) as dB (K, n*OH*OW) with columns (i, j, n), for batch-innermost A."""
+    """dy (n, K, OH, OW) as dB (K, n*OH*OW) with columns (i, j, n), for batch-innermost A.
+
+    A view when dy is batch-innermost in memory (as this algorithm's outputs
+    are, and what the layers between two of them keep), else a copy.
+    """
     xp = get_array_module(dy)
     n, k = dy.shape[:2]
-    rows = xp.empty((k, dy.shape[2] * dy.shape[3], n), dtype=dy.dtype)
-    rows[...] = dy.reshape(n, k, -1).transpose(1, 2, 0)
+    rows = dy.reshape(n, k, -1).transpose(1, 2, 0)
+    if not rows.flags.c_contiguous:
+        rows = xp.ascontiguousarray(rows)
     return rows.reshape(k, -1)
 
 
@@ -115,16 +120,18 @@ class Im2col(ConvAlgorithm):
         per_image = p * _row_length(geom)
         buffer = xp.empty((n if keep else parts[0].stop) * per_image, dtype=x.dtype)
         saved = []                                  # (part, A) pairs
-        if last:
-            y = xp.empty((n, k, p), dtype=x.dtype)
+        if last:   # B = F A, columns (i, j, n): y is batch-innermost in memory, an NCHW view
+            y = xp.empty((k, p, n), dtype=x.dtype)
             for part in parts:
                 a = columns(x[part], geom, buffer[part.start * per_image if keep else 0:], last)
-                b = xp.empty((k, a.shape[1]), dtype=x.dtype)
+                b = y.reshape(k, -1) if len(parts) == 1 else xp.empty((k, a.shape[1]), x.dtype)
                 for cols in column_blocks(a.shape[1], k, _row_length(geom)):
                     xp.matmul(f, a[:, cols], out=b[:, cols])
-                y[part] = b.reshape(k, p, -1).transpose(2, 0, 1)
+                if len(parts) > 1:
+                    y[:, :, part] = b.reshape(k, p, -1)
                 saved.append((part, a))
-            return y.reshape(geom.output_shape), (saved if keep else None)
+            y = y.reshape(k, geom.out_h, geom.out_w, n).transpose(3, 0, 1, 2)
+            return y, (saved if keep else None)
         f_t = f.T.copy()
         y = xp.empty((n * p, k), dtype=x.dtype)      # B^T = A^T F^T, rows (n, i, j): NHWC
         for part in parts:
@@ -175,14 +182,14 @@ class Im2col(ConvAlgorithm):
         f = weight_matrix(w)
         p = geom.out_h * geom.out_w
         parts = _chunks(geom, dy)
-        if batch_innermost(geom, parts[0].stop, scatter=True):
-            dx = xp.empty(geom.input_shape, dtype=dy.dtype)
+        if batch_innermost(geom, parts[0].stop, scatter=True):   # dx batch-innermost in memory
+            dx = xp.empty(geom.input_shape[1:] + (geom.batch,), dtype=dy.dtype)
             for part in parts:
                 acc = col2im((f.T @ output_rows(dy[part])).reshape(
                     geom.kernel_h, geom.kernel_w, geom.in_channels, geom.out_h, geom.out_w, -1),
                     geom, batch_last=True)
-                dx[part] = crop_padding(acc, geom).transpose(3, 0, 1, 2)
-            return dx
+                dx[..., part] = crop_padding(acc, geom)
+            return dx.transpose(3, 0, 1, 2)
         dy_rows = nhwc_rows(dy)
         acc = xp.empty((geom.batch, geom.height + 2 * geom.padding[0],
                         geom.width + 2 * geom.padding[1], geom.in_channels), dtype=dy.dtype)

@@ -55,7 +55,7 @@ def scatter_windows(fn, g, part):
     gpad = xp.zeros(fn.padded_shape, dtype=g.dtype)
     for offset in range(k[0] * k[1]):
         window(gpad, offset // k[1], offset % k[1], s, out)[...] += part(offset)
-    h, w = fn.x_shape[2:]
+    h, w = fn.x.shape[2:]
     return gpad[:, :, p[0]:p[0] + h, p[1]:p[1] + w]
 
 
@@ -71,27 +71,27 @@ class MaxPool2d(Function):
         k, s, p, out = pool_geometry(x.shape, kernel_size, stride, padding, "max_pool2d")
         xpad = pad_hw(x, p, -xp.inf)
         views = [window(xpad, o // k[1], o % k[1], s, out) for o in range(k[0] * k[1])]
-        y = views[0].copy()
+        y = views[0].copy(order="K")   # keep the input's memory layout (see layout note)
         for view in views[1:]:
             xp.maximum(y, view, out=y)
-        arg = xp.zeros(y.shape, dtype=xp.uint8)
-        before_max = xp.ones(y.shape, dtype=bool)
+        arg = xp.zeros_like(y, dtype=xp.uint8)
+        before_max = xp.ones_like(y, dtype=bool)
         for view in views[:-1]:
             xp.logical_and(before_max, view != y, out=before_max)
             arg += before_max
-        self.geometry, self.arg, self.padded_shape, self.x_shape = (k, s, p, out), arg, xpad.shape, x.shape
+        self.geometry, self.arg, self.padded_shape, self.x = (k, s, p, out), arg, xpad.shape, x
         return y
 
     def backward(self, g):
         k, s, p, out = self.geometry
-        tiles = (s == k and p == (0, 0) and self.x_shape[2] == k[0] * out[0]
-                 and self.x_shape[3] == k[1] * out[1])
+        tiles = (s == k and p == (0, 0) and self.x.shape[2] == k[0] * out[0]
+                 and self.x.shape[3] == k[1] * out[1])
         if not tiles:
             return scatter_windows(self, g, lambda offset: g * (self.arg == offset))
         # Non-overlapping windows that tile the input: each input element is in exactly
         # one window, so each offset's view is written once, without accumulation.
         xp = get_array_module(g)
-        gx = xp.empty(self.x_shape, dtype=g.dtype)
+        gx = xp.empty_like(self.x, dtype=g.dtype)
         for offset in range(k[0] * k[1]):
             xp.multiply(g, self.arg == offset, out=window(gx, offset // k[1], offset % k[1], s, out))
         return gx
@@ -105,7 +105,7 @@ class AvgPool2d(Function):
         for offset in range(1, k[0] * k[1]):
             y += window(xpad, offset // k[1], offset % k[1], s, out)
         y *= 1.0 / (k[0] * k[1])
-        self.geometry, self.padded_shape, self.x_shape = (k, s, p, out), xpad.shape, x.shape
+        self.geometry, self.padded_shape, self.x = (k, s, p, out), xpad.shape, x
         return y
 
     def backward(self, g):

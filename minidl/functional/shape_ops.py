@@ -10,8 +10,13 @@ from ..backend import DEVICES, device_of, get_array_module, normalize_device, sc
 
 
 class Reshape(Function):
+    """The gradient goes back in the input's memory layout (a channels-last or
+    batch-last input gets a gradient laid out the same), so the ops before it
+    keep working on matching layouts."""
+
     def forward(self, x, shape):
         self.in_shape = x.shape
+        self.layout = None if x.flags.c_contiguous else x
         try:
             return x.reshape(shape)
         except ValueError:
@@ -19,7 +24,11 @@ class Reshape(Function):
                              f"into {tuple(shape)}") from None
 
     def backward(self, g):
-        return g.reshape(self.in_shape)
+        if self.layout is None:
+            return g.reshape(self.in_shape)
+        gx = get_array_module(g).empty_like(self.layout)
+        gx[...] = g.reshape(self.in_shape)
+        return gx
 
 
 class Transpose(Function):
