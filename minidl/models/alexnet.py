@@ -7,7 +7,10 @@
   alpha=1e-4 (passed as 5e-4 in PyTorch's alpha/n convention).
 - ``torchvision``: the single-tower form common today: 64@11x11/4 pad 2, pool,
   192@5x5, pool, 384, 256, 256 @3x3, pool, fc 4096, 4096, classes; no LRN,
-  no groups; 224x224 inputs give 6x6 maps; 61,100,840 parameters.
+  no groups; 224x224 inputs give 6x6 maps; 61,100,840 parameters. Where a
+  pooling layer follows a convolution, the ReLU comes after the pooling: for
+  max pooling and a monotonic activation the function and its gradient are
+  the same (max(f(a), f(b)) = f(max(a, b))), on ~4x fewer values.
 - ``small``: the same structure scaled to 28x28 (or 32x32) images so that it
   trains on a CPU in minutes: 32@3x3, LRN, pool, 64@3x3, LRN, pool, 96, 96,
   64 @3x3, pool, fc 256, 256, classes with dropout.
@@ -37,6 +40,10 @@ def alexnet(num_classes=1000, variant="torchvision", in_channels=3, conv_algo="a
         return [L.Conv2d(cin, cout, k, stride=stride, padding=padding, groups=groups,
                          algo=conv_algo), act()]
 
+    def conv_pool(cin, cout, k, stride=1, padding=0):
+        return [L.Conv2d(cin, cout, k, stride=stride, padding=padding, algo=conv_algo),
+                pool(), act()]
+
     pool = lambda: L.MaxPool2d(3, stride=2)  # noqa: E731  (overlapping pooling)
     if variant == "original":
         layers = (conv(in_channels, 96, 11, stride=4) + [_lrn(), pool()]
@@ -44,11 +51,11 @@ def alexnet(num_classes=1000, variant="torchvision", in_channels=3, conv_algo="a
                   + conv(256, 384, 3, padding=1) + conv(384, 384, 3, padding=1, groups=2)
                   + conv(384, 256, 3, padding=1, groups=2) + [pool()]
                   + _classifier(256 * 6 * 6, 4096, num_classes, 0.5, act))
-    elif variant == "torchvision":
-        layers = (conv(in_channels, 64, 11, stride=4, padding=2) + [pool()]
-                  + conv(64, 192, 5, padding=2) + [pool()]
+    elif variant == "torchvision":   # pooling before the activation: see the module doc
+        layers = (conv_pool(in_channels, 64, 11, stride=4, padding=2)
+                  + conv_pool(64, 192, 5, padding=2)
                   + conv(192, 384, 3, padding=1) + conv(384, 256, 3, padding=1)
-                  + conv(256, 256, 3, padding=1) + [pool()]
+                  + conv_pool(256, 256, 3, padding=1)
                   + _classifier(256 * 6 * 6, 4096, num_classes, 0.5, act))
     elif variant == "small":
         layers = (conv(in_channels, 32, 3, padding=1) + [_lrn(), L.MaxPool2d(2)]
