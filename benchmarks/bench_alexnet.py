@@ -3,7 +3,8 @@
     python benchmarks/bench_alexnet.py [--threads 2] [--batch 16] [--rounds 5]
 
 Same weights and input on both sides; one round = one forward+backward of
-each framework (alternating, so machine noise hits both); medians over
+each framework (alternating, so machine noise hits both, with a pause before
+each so that neither pays for the other's spinning threads); medians over
 rounds after a warm-up round (which also lets minidl's autotuner choose).
 The output and the first layer's weight gradient are compared as a check.
 """
@@ -35,6 +36,9 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--pause", type=float, default=0.5,
+                        help="seconds of rest before each timed run: thread pools of the "
+                             "framework that ran last busy-wait for a while after their work")
     args = parser.parse_args()
     import torch
     from threadpoolctl import threadpool_limits
@@ -67,6 +71,7 @@ def main():
     mine, ref_times = [], []
     for _ in range(args.rounds):
         for fn, times in ((ours, mine), (theirs, ref_times)):
+            time.sleep(args.pause)  # the other framework's idle threads stop spinning
             start = time.perf_counter()
             fn()
             times.append(time.perf_counter() - start)
