@@ -6,7 +6,6 @@ returns a new array. They run on NumPy or CuPy arrays alike (random choices
 are drawn on the host). Note that after normalisation a pixel value of 0 is the
 dataset's mean grey, not black: pass ``fill=-mean/std`` to pad with black.
 """
-import numpy as np
 
 from minidl.backend import get_array_module
 

@@ -4,7 +4,6 @@ import tracemalloc
 import numpy as np
 import pytest
 
-import minidl as md
 from minidl.conv import PASSES, make_geometry, multiplies, workspace_bytes
 from minidl.conv.function import run_backward_input, run_backward_weight, run_forward
 from minidl.conv.registry import IMPLEMENTATIONS, implementation

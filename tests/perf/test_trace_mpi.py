@@ -42,9 +42,9 @@ def test_distributed_training_trace_shows_compute_and_communication_of_both_rank
         FashionMNIST(train=False)
     except DatasetNotFoundError:
         pytest.skip("Fashion-MNIST not found (make data)")
-    run = mpi_run(2, ["-m", "minidl", "train", "--dist", "sync", "--model", "lenet5",
-                      "--subset", "256", "--batch-size", "32", "--epochs", "1", "--conv-algo",
-                      "im2col", "--no-progress", "--out", str(tmp_path), "--trace"])
+    mpi_run(2, ["-m", "minidl", "train", "--dist", "sync", "--model", "lenet5",
+                "--subset", "256", "--batch-size", "32", "--epochs", "1", "--conv-algo",
+                "im2col", "--no-progress", "--out", str(tmp_path), "--trace"])
     assert sorted(p for p in os.listdir(tmp_path) if p.startswith("trace")) == ["trace.json"]
     with open(tmp_path / "trace.json") as f:
         events = [e for e in json.load(f)["traceEvents"] if e["ph"] == "X"]
