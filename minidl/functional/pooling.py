@@ -48,6 +48,20 @@ def pad_hw(x, p, value):
     return xp.pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])), constant_values=value)
 
 
+def same_layout(a, like):
+    """``a`` in the memory layout of ``like`` (itself when they already match).
+
+    Elementwise work on arrays whose strides disagree runs several times
+    slower than on matching ones; one copy of the (pooled, small) gradient
+    is cheaper.
+    """
+    if a.strides == like.strides or a.size != like.size:
+        return a
+    out = get_array_module(a).empty_like(like, dtype=a.dtype)
+    out[...] = a
+    return out
+
+
 def scatter_windows(fn, g, part):
     """The input gradient: ``part(offset)`` summed into each offset's window, padding cropped."""
     xp = get_array_module(g)
@@ -87,6 +101,7 @@ class MaxPool2d(Function):
 
     def backward(self, g):
         k, s, p, out = self.geometry
+        g = same_layout(g, self.arg)
         tiles = (s == k and p == (0, 0) and self.x.shape[2] == k[0] * out[0]
                  and self.x.shape[3] == k[1] * out[1])
         if not tiles:
