@@ -19,7 +19,7 @@ Table 1 (the inception widths), with the auxiliary classifiers of Caffe's
 bvlc_googlenet that Keuper & Pfreundt trained (their ~50 MB model): 13.4M
 parameters, ~1.6 G multiply-accumulates per 224x224 image.
 
-Run: ``python examples/predict_scaling.py [--out DIR]`` (about 10 s).
+Run: ``python examples/10_predict_scaling.py [--out DIR]`` (about 10 s).
 """
 import argparse
 import os

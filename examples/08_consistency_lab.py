@@ -1,6 +1,6 @@
 """Consistency lab: a parameter server and its workers, one mode at a time, with a straggler.
 
-    mpiexec -n 3 python examples/consistency_ps.py [--mode ssp:2] [--factor 3]
+    mpiexec -n 3 python examples/08_consistency_lab.py [--mode ssp:2] [--factor 3]
             [--epochs 2] [--subset 6000]
 
 Rank 0 serves the weights and runs the optimizer; ranks 1.. are workers, the

@@ -1,6 +1,6 @@
 """Compression lab: what each gradient compressor costs in bytes and in convergence (no MPI).
 
-    python examples/compression_lab.py [--steps 2000] [--dim 500] [--lr 0.03]
+    python examples/09_compression_lab.py [--steps 2000] [--dim 500] [--lr 0.03]
 
 Gradient descent on a least-squares problem f(w) = ||A w - b||^2 / (2m),
 with the gradient passed through each compressor of minidl.dist.compression

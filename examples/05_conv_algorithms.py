@@ -1,6 +1,6 @@
 """Exercise: four ways to compute one convolution: how accurate, how fast, and why.
 
-    python examples/conv_algorithms.py [--out conv_algorithms.png] [--batch-size 8]
+    python examples/05_conv_algorithms.py [--out conv_algorithms.png] [--batch-size 8]
 
 For a few layers (LeNet conv2, AlexNet conv3, a 3x3 layer at 56 px) it times
 direct, im2col, FFT and both Winograd tiles (forward and forward+backward),

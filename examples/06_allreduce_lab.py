@@ -1,6 +1,6 @@
 """Allreduce lab: time every algorithm at this world size and plot it against the cost model.
 
-    mpiexec -n 4 python examples/allreduce_lab.py allreduce.png [--sizes 1K,16K,256K,4M,64M]
+    mpiexec -n 4 python examples/06_allreduce_lab.py allreduce.png [--sizes 1K,16K,256K,4M,64M]
 
 Points are measured times (median of the slowest rank), lines the alpha-beta-
 gamma predictions of ``minidl.dist.costmodel`` with the parameters fitted on
