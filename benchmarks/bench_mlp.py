@@ -3,10 +3,12 @@
 Also the autograd's per-op overhead: microseconds for one tiny op (a + b on
 4 elements) and for a tiny forward+backward, minidl vs PyTorch.
 
-    python benchmarks/bench_mlp.py [--threads 2] [--rounds 15]
+    python benchmarks/bench_mlp.py [--threads 2] [--rounds 15] [--steps 100] [--pause 0.5]
 
-Rounds alternate between the two frameworks so that machine noise hits both;
-the figures are medians over rounds.
+Rounds alternate between the two frameworks so that machine noise hits both,
+with a pause before each so that neither pays for the other's idle threads
+still spinning (both thread pools busy-wait for a while after their last
+job); the figures are medians over rounds.
 """
 import argparse
 import statistics
@@ -68,6 +70,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--steps", type=int, default=100, help="timed steps per round")
+    parser.add_argument("--pause", type=float, default=0.5,
+                        help="seconds of sleep before each round (0: none)")
     args = parser.parse_args()
     import torch
     from threadpoolctl import threadpool_limits
@@ -81,8 +86,10 @@ def main():
             timed(f, 20)  # warm-up: allocations, thread pools
         mine, ref = [], []
         for _ in range(args.rounds):
-            mine.append(timed(ours, 20))
-            ref.append(timed(theirs, 20))
+            time.sleep(args.pause)
+            mine.append(timed(ours, args.steps))
+            time.sleep(args.pause)
+            ref.append(timed(theirs, args.steps))
         m, r = statistics.median(mine), statistics.median(ref)
         print(f"MLP 784-256-256-10, batch 128, {args.threads} threads, median of {args.rounds} rounds")
         print(f"  minidl  {m * 1e3:7.3f} ms/step")

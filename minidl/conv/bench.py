@@ -71,23 +71,32 @@ def wait_until_idle(max_busy, patience):
     return True
 
 
-def interleaved_medians(fns, repeats, max_busy=None, patience=10.0):
+def interleaved_medians(fns, repeats, max_busy=None, patience=10.0, pause_before=(), pause=0.2):
     """Median seconds of each function over ``repeats`` interleaved rounds (after one warm-up).
 
     With ``max_busy`` (a fraction of all CPUs), every timed run first waits,
     up to ``patience`` seconds, until other processes use less than that, and
     runs once untimed: on a shared machine the timings (and the autotuner's,
     which runs in the warm-up) then come from quiet, warm moments.
+    Before the functions whose indices are in ``pause_before`` the caller
+    sleeps ``pause`` seconds: where one framework hands over to another, the
+    first one's idle BLAS/OpenMP threads still spin for up to ~0.1 s and would
+    slow the second.
     """
-    for fn in fns:
+    def settle(i):
         if max_busy is not None:
             wait_until_idle(max_busy, patience)
+        if i in pause_before:
+            time.sleep(pause)
+
+    for i, fn in enumerate(fns):
+        settle(i)
         fn()
     times = [[] for _ in fns]
     for _ in range(repeats):
         for i, fn in enumerate(fns):
+            settle(i)
             if max_busy is not None:    # after a wait, caches and clocks are cold: run once more
-                wait_until_idle(max_busy, patience)
                 fn()
             start = time.perf_counter()
             fn()
@@ -166,7 +175,8 @@ def bench_layer(name, batch_size, algos=CANDIDATES, repeats=5, use_torch=True, s
         rows.append(row)
         runners.append((row, fwd, train))
     fns = [f for _, fwd, train in runners for f in (fwd, train)]
-    seconds = interleaved_medians(fns, repeats, max_busy)
+    switches = {0, len(fns) - 2} if torch is not None else set()   # into minidl, into torch
+    seconds = interleaved_medians(fns, repeats, max_busy, pause_before=switches)
     for i, (row, _, _) in enumerate(runners):
         row.forward_ms, row.train_ms = 1e3 * seconds[2 * i], 1e3 * seconds[2 * i + 1]
         row.gflops = flops / seconds[2 * i] / 1e9
