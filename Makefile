@@ -41,8 +41,13 @@ train: install data
 test: setup data
 	$(PY) -m pytest -q
 
+# The single-machine comparisons with PyTorch (~10 minutes); the MPI ones, and
+# the commands behind every figure, are in benchmarks/RESULTS.md.
 bench: setup data
 	$(PY) benchmarks/bench_mlp.py
+	$(PY) benchmarks/bench_lenet_epoch.py --repeats 3
+	$(PY) benchmarks/bench_alexnet.py
+	$(PY) benchmarks/bench_conv.py --runs 1 --quiet
 
 clean:
 	rm -rf $(VENV) build *.egg-info
