@@ -91,6 +91,18 @@ def test_local_response_norm(rng, size):
                 nn.LocalResponseNorm(size, alpha=1e-2, beta=0.75, k=2.0), x)
 
 
+@pytest.mark.parametrize("beta", [0.75, 0.6])
+@pytest.mark.parametrize("layout", [(0, 1, 2, 3), (0, 2, 3, 1), (1, 2, 3, 0)])  # NCHW, NHWC, CHWN
+def test_local_response_norm_in_chunks_in_every_memory_layout(rng, beta, layout):
+    """Large enough to run in several cache-sized chunks; beta off the square-root path too."""
+    from minidl.functional.normalization import LocalResponseNorm
+    x = random_input(rng, (16, 32, 32, 32)) * 3
+    x = np.ascontiguousarray(x.transpose(layout)).transpose(np.argsort(layout))
+    assert len(LocalResponseNorm()._chunks(x)) > 1
+    check_layer(L.LocalResponseNorm(5, alpha=1e-2, beta=beta, k=2.0),
+                nn.LocalResponseNorm(5, alpha=1e-2, beta=beta, k=2.0), x)
+
+
 def test_flatten_and_sequential(rng):
     mine = L.Sequential(L.Flatten(), L.Linear(12, 5), L.ReLU(), L.Linear(5, 3))
     theirs = nn.Sequential(nn.Flatten(), nn.Linear(12, 5), nn.ReLU(), nn.Linear(5, 3))
