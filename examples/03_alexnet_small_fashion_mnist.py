@@ -9,7 +9,8 @@ Adam (lr 1e-3) with cosine annealing: the recipe of
 ``minidl train --model alexnet-small --workers 2 --epochs 12 --batch-size 128
 --optimizer adam --lr 0.001 --lr-schedule cosine --augment``, which reached
 91.0% test accuracy in 12 epochs (over 90% from epoch 9) at ~42 s per epoch
-on 2 cores (benchmarks/RESULTS.md).
+as 2 processes on 2 cores (benchmarks/RESULTS.md); this script trains in
+one process, about twice as long per epoch.
 """
 import argparse
 
