@@ -22,7 +22,7 @@ Passes, each computed in the order A is stored:
   At stride 1, when it is not larger, a forward pass of dy with the flipped
   kernel instead (``backward_input``): one gather instead of KH*KW adds.
 
-The batch runs in chunks (``chunks.py``) so that a chunk's columns are still
+The batch runs in chunks (``minidl/chunks.py``) so that a chunk's columns are still
 in cache for its GEMM; ``keep=True`` keeps every chunk's columns for the
 weight gradient. Multiplies: N*K*C*KH*KW*OH*OW, as direct (Table 6).
 """
@@ -30,7 +30,7 @@ from dataclasses import replace
 
 from ..backend import get_array_module
 from .base import ConvAlgorithm
-from .chunks import batch_chunks, chunk_length
+from ..chunks import batch_chunks, chunk_length
 from .layout import nhwc_rows, nhwc_windows, padded_nhwc, symmetric_pads
 
 

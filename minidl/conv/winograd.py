@@ -42,7 +42,7 @@ import numpy as np
 
 from ..backend import get_array_module
 from .base import ConvAlgorithm
-from .chunks import batch_chunks, chunk_length
+from ..chunks import batch_chunks, chunk_length
 from .layout import as_strided, padded_nhwc
 from .space_to_depth import (depth_to_space, kernel_from_depth, kernel_to_depth, phase_geometry,
                              phase_taps, space_to_depth)

@@ -18,7 +18,7 @@ then stay in the CPU cache.
 """
 from ..autograd import Function, ShapeError, Tensor
 from ..backend import get_array_module
-from ..conv.chunks import batch_chunks
+from ..chunks import batch_chunks
 
 
 def channel_axes(x):

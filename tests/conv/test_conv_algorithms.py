@@ -114,7 +114,7 @@ def test_float32_against_float64_definition_and_torch(algo, name):
 @pytest.mark.parametrize("name", SHAPES)
 def test_float64_matches_definition_exactly(algo, name, one_image_chunks, monkeypatch):
     if one_image_chunks:   # every chunked loop runs image by image
-        monkeypatch.setattr("minidl.conv.chunks.CHUNK_BYTES", 1)
+        monkeypatch.setattr("minidl.chunks.CHUNK_BYTES", 1)
     x, w, b, params = make_case(SHAPES[name], np.float64, seed=3 * len(name))
     skip_unsupported(algo, x, w, params)
     y, dx, dw, db, dy = run_minidl(x, w, b, params, algo)

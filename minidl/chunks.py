@@ -1,14 +1,14 @@
-"""Split a batch into chunks whose temporaries stay in the CPU cache.
+"""Split a batch (or any axis) into chunks whose temporaries stay in the CPU cache.
 
-The layout copies (padding, gathers, scatters) run at cache speed when one
-chunk's data is hot in L2 between stages; measured here, gathering Winograd
-tiles image by image took 3.4 ms against 6.9 ms for the whole batch at once
-(16x64x56x56). On a GPU there is no such cache to fit, and every extra
+Multi-pass work (the convolutions' padding, gathers and scatters; LRN's
+elementwise passes) runs at cache speed when one chunk's data is hot in L2
+between passes; measured here, gathering Winograd tiles image by image took
+3.4 ms against 6.9 ms for the whole batch at once (16x64x56x56). On a GPU there is no such cache to fit, and every extra
 kernel launch costs, so a CuPy batch is one chunk.
 """
 import numpy as np
 
-from ..backend import get_array_module
+from .backend import get_array_module
 
 CHUNK_BYTES = 4 * 2 ** 20   # target size of the largest per-chunk temporary
 
