@@ -16,6 +16,9 @@ import numpy as np
 
 import minidl as md
 from minidl import functional as F
+from minidl.backend import tune_malloc
+
+tune_malloc()  # as the minidl command does: step temporaries stay in the process
 
 
 def torch_alexnet(torch, state):

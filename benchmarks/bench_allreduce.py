@@ -24,7 +24,11 @@ import argparse
 import numpy as np
 
 import minidl.dist as dist
-from minidl.dist import bench, collectives, costmodel
+from minidl.cli import bench_allreduce as bench
+from minidl.dist import collectives, costmodel
+from minidl.backend import tune_malloc
+
+tune_malloc()  # as the minidl command does: step temporaries stay in the process
 
 PINGPONG_SIZES = (1 << 24, 1 << 26)
 

@@ -20,7 +20,10 @@ import time
 import numpy as np
 
 import minidl as md
-from minidl.conv.bench import LAYERS, bench_layer, format_rows
+from minidl.cli.bench_conv import LAYERS, bench_layer, format_rows
+from minidl.backend import tune_malloc
+
+tune_malloc()  # as the minidl command does: step temporaries stay in the process
 
 
 def numpy_gemm_gflops(n=2048, repeats=9):

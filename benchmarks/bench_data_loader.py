@@ -14,6 +14,9 @@ import time
 from minidl.data import (Compose, DataLoader, FashionMNIST, Pad, RandomCrop,
                          RandomHorizontalFlip)
 from minidl.data.datasets import clear_cache
+from minidl.backend import tune_malloc
+
+tune_malloc()  # as the minidl command does: step temporaries stay in the process
 
 
 def seconds(fn):

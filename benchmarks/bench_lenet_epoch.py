@@ -29,6 +29,9 @@ import minidl as md
 from minidl import optim
 from minidl.data import DataLoader, FashionMNIST
 from minidl.train.loop import evaluate, train_epoch
+from minidl.backend import tune_malloc
+
+tune_malloc()  # as the minidl command does: step temporaries stay in the process
 
 
 def torch_lenet(torch, state):

@@ -20,6 +20,9 @@ import minidl as md
 from minidl import functional as F
 from minidl import layers as L
 from minidl import optim
+from minidl.backend import tune_malloc
+
+tune_malloc()  # as the minidl command does: step temporaries stay in the process
 
 
 def timed(fn, repeats):

@@ -19,7 +19,10 @@ from minidl.perf import count_model
 from minidl.perf.compute_model import MeasuredCompute, RooflineCompute
 from minidl.perf.machine import measure_machine
 from minidl.perf.profile import TrainingStep, profile_model
-from minidl.perf.zoo import build_named, limit_threads
+from minidl.backend import limit_threads, tune_malloc
+from minidl.perf.zoo import build_named
+
+tune_malloc()  # as the minidl command does: step temporaries stay in the process
 
 BATCHES = (8, 16, 32, 64, 128)
 

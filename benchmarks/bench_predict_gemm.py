@@ -15,7 +15,9 @@ import numpy as np
 
 from minidl.perf.compute_model import roofline_time
 from minidl.perf.machine import measure_machine, median_seconds
-from minidl.perf.zoo import limit_threads
+from minidl.backend import limit_threads, tune_malloc
+
+tune_malloc()  # as the minidl command does: step temporaries stay in the process
 
 SHAPES = {"their 4096x9192": (4096, 9192), "fc6 9216x4096": (9216, 4096)}
 BATCHES = (256, 128, 64, 32, 16, 8, 4, 2, 1)

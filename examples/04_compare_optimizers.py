@@ -44,6 +44,7 @@ def main():
     parser.add_argument("--out", default="optimizers.png")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args()
+    md.backend.tune_malloc()  # optional: steps ~1.4x faster (see minidl/backend.py)
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

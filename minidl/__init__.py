@@ -1,8 +1,5 @@
 """minidl: a from-scratch deep-learning framework on NumPy/CuPy and MPI."""
 from . import backend
-
-backend.tune_malloc()
-
 from .autograd import Tensor, Function, no_grad, is_grad_enabled, tensor, ShapeError, DeviceError
 from . import functional
 from . import layers

@@ -106,6 +106,14 @@ def scatter_add(target, index, values):
     return target
 
 
+def limit_threads(n):
+    """Cap the BLAS and FFT thread pools at ``n`` while the returned controller lives (None: no cap)."""
+    if n is None:
+        return None
+    from threadpoolctl import threadpool_limits
+    return threadpool_limits(limits=n)
+
+
 def tune_malloc():
     """Keep freed memory in the process instead of returning it to the OS after every step.
 
@@ -114,7 +122,9 @@ def tune_malloc():
     again; measured here, that cost ~40% of a NumPy LeNet step, and half the
     time of a fresh 151 MB gradient (AlexNet's fc6). Serving every block from
     the heap (no mmap) and never trimming it keeps them: the process keeps its
-    peak memory, the usual trade of a caching allocator. Set
+    peak memory, the usual trade of a caching allocator. It changes the whole
+    process, so importing minidl never does it: the ``minidl`` command and the
+    benchmarks call it first thing, and a training script may too. Set
     MINIDL_NO_MALLOC_TUNING=1 to leave malloc alone. Returns True when the
     settings were applied.
     """

@@ -22,7 +22,6 @@ from ..backend import cupy_module, synchronize, to_device
 from .instrument import leaf_modules, wrapped_forwards
 from .layer_timer import LayerTimer
 from .summary import human_bytes
-from .zoo import add_model_arguments, build_named, limit_threads, positive_int
 
 
 @dataclass
@@ -215,24 +214,3 @@ def format_profile(profile, title="", by_type=False):
                  f"(median, not profiled); the rows cover {100 * profile.coverage():.0f}% of it; "
                  f"a profiled step takes {profile.profiled_step_s * 1e3:.3f} ms")
     return "\n".join(lines)
-
-
-def add_profile_arguments(p):
-    add_model_arguments(p)
-    p.add_argument("--batch", type=positive_int, default=64)
-    p.add_argument("--steps", type=positive_int, default=5, help="profiled steps (medians are reported)")
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    p.add_argument("--conv-algo", default="auto")
-    p.add_argument("--no-memory", action="store_true", help="skip the tracemalloc pass")
-    p.add_argument("--by-type", action="store_true", help="one row per layer type")
-
-
-def run_profile(args):
-    threads = limit_threads(args.threads)  # noqa: F841  (kept alive while profiling)
-    model, shape = build_named(args.model, args.input, conv_algo=args.conv_algo)
-    model.to(args.device)
-    profile = profile_model(model, shape, args.batch, args.steps, args.warmup, args.device,
-                            memory=not args.no_memory)
-    print(format_profile(profile, title=f"{args.model}:", by_type=args.by_type))
-    return 0

@@ -5,9 +5,8 @@ Conventions (see ``costs`` and ``counters``): a multiply-add is 2 FLOPs and
 4 and 6), with its errata corrected unless ``--convention paper`` asks for
 the numbers of its LeNet example.
 """
-from .costs import CONVENTIONS
 from .model_costs import count_model
-from .zoo import add_model_arguments, build_named, positive_int
+from .zoo import build_named
 
 COLUMNS = ("layer", "type", "output", "params", "MACs", "fwd FLOPs", "bwd FLOPs",
            "activations", "W", "D", "bwd W", "bwd D")
@@ -64,16 +63,3 @@ def summarize(name, input_shape=None, batch=1, convention="corrected"):
     """``ModelCosts`` of a model named in ``MODEL_NAMES``."""
     model, shape = build_named(name, input_shape)
     return count_model(model, shape, batch, convention)
-
-
-def add_summary_arguments(p):
-    add_model_arguments(p)
-    p.add_argument("--batch", type=positive_int, default=1, help="batch size the counts are for")
-    p.add_argument("--convention", default="corrected", choices=CONVENTIONS,
-                   help="'paper' reproduces the survey's LeNet example (W=665,832, D=41)")
-
-
-def run_summary(args):
-    costs = summarize(args.model, args.input, args.batch, args.convention)
-    print(format_summary(costs, title=args.model + ":"))
-    return 0

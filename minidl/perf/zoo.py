@@ -5,8 +5,6 @@ the ImageNet-sized AlexNets the performance papers talk about:
 ``alexnet-original`` (Krizhevsky 2012, 3x227x227, 1000 classes),
 ``alexnet-torchvision`` (3x224x224) and ``alexnet``, the torchvision form.
 """
-import argparse
-
 from .. import models
 
 IMAGENET_ALEXNETS = {
@@ -31,35 +29,8 @@ def parse_shape(text):
     return shape
 
 
-def positive_int(text):
-    """An argparse type: a positive integer, or a usage error that says so."""
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return int(text)
 
 
-def _shape_argument(text):
-    try:
-        return parse_shape(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def add_model_arguments(p, default="lenet5"):
-    """--model, --input and --threads, shared by the perf commands."""
-    p.add_argument("--model", default=default, choices=MODEL_NAMES)
-    p.add_argument("--input", default=None, metavar="CxHxW", type=_shape_argument,
-                   help="input shape without the batch (default: the model's own)")
-    p.add_argument("--threads", type=positive_int, default=None,
-                   help="BLAS threads (default: all cores; 1 is steadier on a busy machine)")
-
-
-def limit_threads(n):
-    """Cap the BLAS thread pools while the returned object lives (None: no cap)."""
-    if n is None:
-        return None
-    from threadpoolctl import threadpool_limits
-    return threadpool_limits(limits=n)
 
 
 def build_named(name, input_shape=None, conv_algo="auto"):

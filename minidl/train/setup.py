@@ -18,14 +18,6 @@ DATASETS = {"fashion-mnist": FashionMNIST, "mnist": MNIST}
 SCHEDULES = ("constant", "step", "cosine")
 
 
-def limit_threads(n):
-    """Cap the BLAS thread pools; the returned controller must stay alive."""
-    if n is None:
-        return None
-    from threadpoolctl import threadpool_limits
-    return threadpool_limits(limits=n)
-
-
 def make_optimizer(args, params):
     kwargs = dict(lr=args.lr, weight_decay=args.weight_decay, clip_grad_norm=args.clip_grad_norm)
     if args.optimizer in ("momentum", "nesterov"):

@@ -8,8 +8,10 @@ import pytest
 from minidl import backend
 
 CHURN = """
-import resource, numpy as np
+import resource, sys, numpy as np
 import minidl
+if sys.argv[1] == "tune":
+    minidl.backend.tune_malloc()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(50):  # a step's temporaries: 1-3.6 MB, freed together
     a = np.ones(250_000, dtype=np.float32)
@@ -20,10 +22,11 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
-def page_faults(env_extra):
+def page_faults(env_extra, tune=True):
     import os
     env = dict(os.environ, **env_extra)
-    out = subprocess.run([sys.executable, "-c", CHURN], env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", CHURN, "tune" if tune else "import-only"],
+                         env=env, capture_output=True,
                          text=True, check=True)
     return int(out.stdout.strip())
 
@@ -32,9 +35,19 @@ def page_faults(env_extra):
 def test_malloc_tuning_stops_page_faulting_freed_temporaries():
     tuned = page_faults({})
     untuned = page_faults({"MINIDL_NO_MALLOC_TUNING": "1"})
+    imported = page_faults({}, tune=False)
     pages_per_step = 7_400_000 // 4096
     assert untuned > 25 * pages_per_step   # the freed heap top is trimmed and faulted in again
+    assert imported > 25 * pages_per_step  # importing minidl leaves the process's malloc alone
     assert tuned < 5 * pages_per_step      # the memory stays in the process and is reused
+
+
+def test_the_command_line_tunes_malloc(monkeypatch):
+    from minidl import cli
+    calls = []
+    monkeypatch.setattr(backend, "tune_malloc", lambda: calls.append(1))
+    cli.main(["summary", "--model", "lenet5"])
+    assert calls == [1]
 
 
 def test_get_array_module_and_devices():

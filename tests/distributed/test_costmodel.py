@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from minidl.dist import bench, costmodel
+from minidl.cli import bench_allreduce as bench
+from minidl.dist import costmodel
 from minidl.dist.costmodel import CostParams, predict
 
 ALPHA, BETA = 2e-6, 1e-10

@@ -10,27 +10,30 @@ import argparse
 import importlib
 import sys
 
+from .. import backend
+
 COMMANDS = {
     # name: (module, prefix, help)
-    "train": ("minidl.train.cli", "train", "train a model (add --dist under mpiexec)"),
-    "eval": ("minidl.train.cli", "eval", "accuracy and confusion matrix of a checkpoint"),
-    "data": ("minidl.data.cli", "data", "get and locate datasets"),
-    "summary": ("minidl.perf.summary", "summary",
+    "train": ("minidl.cli.train", "train", "train a model (add --dist under mpiexec)"),
+    "eval": ("minidl.cli.train", "eval", "accuracy and confusion matrix of a checkpoint"),
+    "data": ("minidl.cli.data", "data", "get and locate datasets"),
+    "summary": ("minidl.cli.summary", "summary",
                 "per-layer shapes, parameters, FLOPs, memory, work and depth"),
-    "profile": ("minidl.perf.profile", "profile",
+    "profile": ("minidl.cli.profile", "profile",
                 "measured per-layer forward/backward time and memory of a training step"),
-    "predict": ("minidl.perf.predict", "predict",
+    "predict": ("minidl.cli.predict", "predict",
                 "time per iteration, speedup and efficiency of data-parallel training on n nodes"),
-    "report": ("minidl.dist.report", "report", "tables and plots of distributed training runs"),
+    "report": ("minidl.cli.report", "report", "tables and plots of distributed training runs"),
 }
 
 BENCHMARKS = {
     # name: (module, prefix, help)
-    "conv": ("minidl.conv.bench", "conv", "convolution algorithms side by side"),
-    "allreduce": ("minidl.dist.bench", "allreduce", "allreduce algorithms: measured vs the cost model"),
-    "consistency": ("minidl.dist.consistency_bench", "consistency",
+    "conv": ("minidl.cli.bench_conv", "conv", "convolution algorithms side by side"),
+    "allreduce": ("minidl.cli.bench_allreduce", "allreduce",
+                  "allreduce algorithms: measured vs the cost model"),
+    "consistency": ("minidl.cli.bench_consistency", "consistency",
                     "bsp, ssp, asp, avg with a straggler: time, accuracy, staleness, bytes"),
-    "compression": ("minidl.dist.consistency_bench", "compression",
+    "compression": ("minidl.cli.bench_consistency", "compression",
                     "sync SGD with compressed gradients: accuracy and bytes vs float32"),
 }
 
@@ -69,6 +72,7 @@ def build_parser(argv):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
+    backend.tune_malloc()  # training and benchmarks: keep step temporaries in the process
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not hasattr(args, "_run"):

@@ -18,7 +18,7 @@ import os
 import statistics
 
 from minidl.dist.launch import run_mpi
-from minidl.dist.report import load_run, run_row
+from minidl.cli.report import load_run, run_row
 from minidl.dist.telemetry import format_table
 
 CONSISTENCY_COLUMNS = [

@@ -2,7 +2,7 @@
 import pytest
 
 import minidl as md
-from minidl.conv.bench import bench_layer, format_rows, selected_layers
+from minidl.cli.bench_conv import bench_layer, format_rows, selected_layers
 
 
 def test_bench_layer_reports_errors_times_and_unsupported_algorithms():

@@ -1,5 +1,4 @@
 """``minidl train`` and ``minidl eval``: the command-line face of the training loop."""
-import argparse
 import os
 import sys
 
@@ -7,27 +6,22 @@ import numpy as np
 
 from .. import dist, models, optim
 from .. import random as md_random
+from ..backend import limit_threads
 from ..conv import ALGORITHMS as CONV_ALGORITHMS
 from ..data import DataLoader
 from ..dist import ALLREDUCE_ALGORITHMS
 from ..dist.compression import SPEC_HELP
 from ..dist.consistency import MODES_HELP, parse_dist_mode
 from ..dist.ps_server import DEFAULT_POLL_INTERVAL
-from . import distributed
-from .checkpoint import load_checkpoint
-from .loop import NonFiniteLossError, evaluate, train_epoch
-from .metrics import append_metrics
-from .setup import (DATASETS, SCHEDULES, augmentation, default_run_dir, limit_threads,
+from ..train import distributed
+from ..train.checkpoint import load_checkpoint
+from ..train.loop import NonFiniteLossError, evaluate, train_epoch
+from ..train.metrics import append_metrics
+from ..train.setup import (DATASETS, SCHEDULES, augmentation, default_run_dir,
                     load_datasets, make_optimizer, make_scheduler, prepare_run_dir, report_epoch,
                     resume_from)
-from .workers import run_workers
-
-
-def positive_int(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
+from ..train.workers import run_workers
+from .common import positive_int
 
 
 def add_train_arguments(p):

@@ -1,9 +1,9 @@
 """``minidl data download NAME [--dir DIR]`` and ``minidl data where NAME [--data-dir DIR]``."""
 import sys
 
-from .catalog import DATASETS, get_spec
-from .download import URL_ENV, DownloadError, download
-from .locate import DatasetNotFoundError, locate
+from ..data.catalog import DATASETS, get_spec
+from ..data.download import URL_ENV, DownloadError, download
+from ..data.locate import DatasetNotFoundError, locate
 
 
 def add_data_arguments(parser):

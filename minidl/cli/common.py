@@ -1,0 +1,27 @@
+"""Argument types and options shared by the sub-commands."""
+import argparse
+
+from ..perf.zoo import MODEL_NAMES, parse_shape
+
+
+def positive_int(text):
+    """An argparse type: a positive integer, or a usage error that says so."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return int(text)
+
+
+def _shape_argument(text):
+    try:
+        return parse_shape(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_model_arguments(p, default="lenet5"):
+    """--model, --input and --threads, shared by the perf commands."""
+    p.add_argument("--model", default=default, choices=MODEL_NAMES)
+    p.add_argument("--input", default=None, metavar="CxHxW", type=_shape_argument,
+                   help="input shape without the batch (default: the model's own)")
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="BLAS threads (default: all cores; 1 is steadier on a busy machine)")
