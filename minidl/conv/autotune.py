@@ -1,22 +1,28 @@
-"""``algo="auto"``: time the applicable algorithms once per shape and pass, keep the fastest.
+"""``algo="auto"``: pick an algorithm per shape and pass, by a fixed rule or by timing.
 
-The key is (geometry, dtype, device, pass), so every layer shape is tuned
-separately for the forward pass, the input gradient and the weight gradient
-(as cuDNN's algorithm search does; seeds: "~16 convolution implementations;
-performance depends on temporary memory (workspace) size"). Each candidate
-runs once to warm up and then ``repeats`` times; the best time wins. A
-candidate whose first timed run is already ``give_up`` times slower than the
-best so far is not repeated (it was measured, and cannot win). Algorithms whose
-workspace exceeds ``workspace_limit`` bytes are not candidates.
+By default the pick is a fixed rule (``rule_choice``): the same layer gets
+the same algorithm on every run and every machine, so a seeded run is
+reproducible (the algorithms round differently, so a timing-based pick that
+flips between runs would change the results). The rule is what timing
+found on the benchmark layers (benchmarks/RESULTS.md): Winograd F(4x4, 3x3)
+where it applies and the layer has at least ``RULE_MIN_CHANNELS`` input and
+output channels per group, im2col elsewhere.
 
-Configuration: ``configure(enabled=..., workspace_limit=..., repeats=...)``
-or the environment: ``MINIDL_CONV_AUTOTUNE=0`` turns tuning off (``auto``
-then always takes ``im2col``, which computes every case: deterministic
-tests), ``MINIDL_CONV_WORKSPACE_MB`` sets the limit (default 1024 MB, so
-that tuning never tries, say, the FFT's 4.5 GB for AlexNet conv1 at batch
-128; ``none`` removes it). The same limit decides whether a forward pass may
-keep state (im2col's columns, Winograd's transformed tiles) for backward. ``report()`` prints
-each key's choice, the layers that used it and the timings behind it.
+Timing (``configure(enabled=True)``, ``MINIDL_CONV_AUTOTUNE=1``, or
+``minidl train --no-deterministic``): the applicable algorithms are timed once per
+(geometry, dtype, device, pass) and the fastest is kept, as cuDNN's
+algorithm search does (Chetlur et al. 2014). Each candidate runs once to warm
+up and then ``repeats`` times; the best time wins. A candidate whose first
+timed run is already ``give_up`` times slower than the best so far is not
+repeated (it was measured, and cannot win).
+
+Either way, algorithms whose workspace exceeds ``workspace_limit`` bytes are
+not candidates (``MINIDL_CONV_WORKSPACE_MB``, default 1024 MB, so that
+tuning never tries, say, the FFT's 4.5 GB for AlexNet conv1 at batch 128;
+``none`` removes it). The same limit decides whether a forward pass may keep
+state (im2col's columns, Winograd's transformed tiles) for backward.
+``report()`` prints each key's choice, the layers that used it and the
+timings behind it.
 """
 import os
 import time
@@ -27,7 +33,9 @@ import numpy as np
 from .. import backend
 from .registry import IMPLEMENTATIONS, applicable
 
-UNTUNED_CHOICE = "im2col"
+RULE_FAST = "winograd_f4x4_3x3"
+RULE_DEFAULT = "im2col"
+RULE_MIN_CHANNELS = 16
 
 
 @dataclass
@@ -52,7 +60,7 @@ class Autotuner:
     """Per-process cache of measured algorithm choices."""
 
     def __init__(self):
-        self.enabled = os.environ.get("MINIDL_CONV_AUTOTUNE", "1") != "0"
+        self.enabled = os.environ.get("MINIDL_CONV_AUTOTUNE", "0") == "1"
         self.workspace_limit = _env_limit()
         self.repeats = 3
         self.give_up = 4.0
@@ -103,9 +111,7 @@ class Autotuner:
     def _tune(self, geom, dtype, device, pass_, run):
         candidates, excluded = self._candidates(geom, dtype, pass_)
         if not self.enabled:
-            names = [impl.name for impl in candidates]
-            name = UNTUNED_CHOICE if UNTUNED_CHOICE in names else names[0]
-            return Choice(name, {}, excluded)
+            return Choice(rule_choice(geom.per_group(), candidates), {}, excluded)
         seconds = {}
         for impl in candidates:
             seconds[impl.name] = self._measure(impl, run, device, min(seconds.values(), default=None))
@@ -132,7 +138,7 @@ class Autotuner:
         """
         if not self.choices:
             return "conv autotuner: no convolution has run with algo='auto' yet"
-        lines = [f"conv autotuner ({'tuning' if self.enabled else 'tuning disabled'}; "
+        lines = [f"conv autotuner ({'timing' if self.enabled else 'fixed rule, no timing'}; "
                  f"workspace limit {self._limit_text()})"]
         keys = list(self.choices) if layer_names is None else [
             k for k in layer_names if k in self.choices]
@@ -151,6 +157,15 @@ class Autotuner:
 
     def _limit_text(self):
         return "none" if self.workspace_limit is None else f"{self.workspace_limit / 2 ** 20:.1f} MB"
+
+
+def rule_choice(group, candidates):
+    """The fixed pick among ``candidates`` for a per-group geometry (see the module doc)."""
+    names = [impl.name for impl in candidates]
+    wide = min(group.in_channels, group.out_channels) >= RULE_MIN_CHANNELS
+    if RULE_FAST in names and wide:
+        return RULE_FAST
+    return RULE_DEFAULT if RULE_DEFAULT in names else names[0]
 
 
 TUNER = Autotuner()

@@ -31,7 +31,7 @@ from minidl import backend
 from minidl.dist import collectives, costmodel
 
 OPS = ("sum", "mean")
-AUTO_MODES = ("model", "measure")
+AUTO_MODES = ("rule", "model", "measure")
 
 _world = None
 
@@ -46,14 +46,17 @@ def mpi_module():
     return MPI
 
 
-def init(auto="measure"):
+def init(auto="rule"):
     """Initialise MPI once and return the world ``Communicator``.
 
     ``auto`` says how ``algorithm="auto"`` picks an allreduce algorithm:
-    ``"measure"`` (time every algorithm once per message size, the library's
-    own included; the default) or ``"model"`` (the fitted alpha-beta-gamma
+    ``"rule"`` (the default: a fixed rule by message size,
+    ``costmodel.choose_by_rule``, so that a seeded run gives the same bits
+    every time), ``"measure"`` (time every algorithm once per message size,
+    the library's own included) or ``"model"`` (the fitted alpha-beta-gamma
     cost model, which has no formula for the library's own algorithm and so
-    never picks it, although MPICH's is the fastest below ~4 MB here).
+    never picks it). The algorithms add in different orders, so the two
+    timing-based modes may round differently from run to run.
     """
     global _world
     if _world is None:
@@ -203,7 +206,7 @@ class Communicator:
     mpi4py communicator for anything not offered here.
     """
 
-    def __init__(self, mpi_comm, auto="measure"):
+    def __init__(self, mpi_comm, auto="rule"):
         MPI = mpi_module()
         self.mpi = mpi_comm
         self.rank = mpi_comm.Get_rank()
@@ -332,6 +335,8 @@ class Communicator:
             return algorithm
         if self.size == 1:
             return "mpi"
+        if self.auto == "rule":
+            return costmodel.choose_by_rule(array.nbytes)
         if self.auto == "measure":
             key = (array.nbytes, array.dtype.str, backend.device_of(array))
             if key not in self._measured:

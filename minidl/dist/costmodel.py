@@ -73,6 +73,20 @@ def choose(nbytes, size, params, algorithms=MODELLED_ALGORITHMS):
     return min(algorithms, key=lambda name: predict(name, nbytes, size, params))
 
 
+RULE_THRESHOLD_BYTES = 4 << 20
+
+
+def choose_by_rule(nbytes):
+    """The fixed pick of ``algorithm="auto"``: the MPI library's own below 4 MiB, ring above.
+
+    Measured on two ranks of one machine (benchmarks/RESULTS.md): MPICH's
+    allreduce is the fastest below ~4 MB, the bandwidth-optimal ring (with
+    Rabenseifner) above it, at 0.64x MPICH's time for AlexNet's 244 MB.
+    Unlike a timed choice it never changes between runs, so results do not.
+    """
+    return "mpi" if nbytes < RULE_THRESHOLD_BYTES else "ring"
+
+
 def fit_alpha_beta(sizes, times):
     """Least-squares ``t = alpha + m*beta`` on relative errors (so small sizes count).
 

@@ -167,13 +167,20 @@ def test_workspace_limit_excludes_algorithms(fresh_tuner, rng):
     assert "not a candidate: workspace" in md.conv.report()
 
 
-def test_tuning_disabled_is_deterministic(fresh_tuner, rng):
+@pytest.mark.parametrize("channels, kernel, expected", [
+    ((3, 4), 3, "im2col"),                  # too few channels for Winograd's transforms to pay
+    ((16, 32), 3, "winograd_f4x4_3x3"),     # 3x3 with channels: F(4x4, 3x3)
+    ((32, 32), 5, "im2col"),                # Winograd does not apply to 5x5
+])
+def test_the_default_rule_picks_without_timing(fresh_tuner, rng, channels, kernel, expected):
     fresh_tuner.configure(enabled=False)
-    layer = L.Conv2d(3, 4, 3, padding=1)
-    layer(md.tensor(rng.standard_normal((2, 3, 8, 8)).astype(np.float32))).sum().backward()
-    assert layer.algorithms() == {"forward": "im2col", "backward_input": None,
-                                  "backward_weight": "im2col"}
+    layer = L.Conv2d(*channels, kernel, padding=1)
+    x = md.tensor(rng.standard_normal((2, channels[0], 8, 8)).astype(np.float32))
+    layer(x).sum().backward()
+    assert layer.algorithms() == {"forward": expected, "backward_input": None,
+                                  "backward_weight": expected}
     assert all(not c.seconds for c in fresh_tuner.choices.values())
+
 
 
 def test_report_names_layers_choices_and_timings(fresh_tuner, rng):
@@ -203,5 +210,7 @@ def test_environment_configures_the_tuner(monkeypatch):
     monkeypatch.setenv("MINIDL_CONV_WORKSPACE_MB", "none")
     assert Autotuner().workspace_limit is None
     monkeypatch.delenv("MINIDL_CONV_WORKSPACE_MB")
+    monkeypatch.setenv("MINIDL_CONV_AUTOTUNE", "1")
+    assert Autotuner().enabled
     monkeypatch.delenv("MINIDL_CONV_AUTOTUNE")
-    assert Autotuner().enabled and Autotuner().workspace_limit == 1024 * 2 ** 20
+    assert not Autotuner().enabled and Autotuner().workspace_limit == 1024 * 2 ** 20

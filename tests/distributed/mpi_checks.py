@@ -128,8 +128,14 @@ def check_thread_level(comm, xp=np):
 
 
 def check_auto(comm, xp=np):
-    """``algorithm="auto"`` (model and measurement) picks the same algorithm on every rank."""
-    for mode in ("model", "measure"):
+    """``algorithm="auto"`` (rule, model, measurement) picks the same algorithm on every rank.
+
+    The default is the fixed rule: the MPI library's own below 4 MiB, ring above.
+    """
+    assert comm.auto == "rule"
+    assert [comm.choose_algorithm(xp.zeros(n, dtype="float32")) for n in (1, 2**20 - 1, 2**20)] \
+        == ["mpi", "mpi", "ring"]
+    for mode in ("rule", "model", "measure"):
         comm.auto = mode
         for length in (1, 1000, 300007):
             x = xp.full(length, comm.rank, dtype="float32")
