@@ -1,0 +1,170 @@
+"""Exercise mode: regions of the reference tier that students write, and the checks that grade them.
+
+A region is marked in the reference code (``minidl/reference/``)::
+
+    def im2col(x, kh, kw):
+        # BEGIN EXERCISE 3.1
+        ...the reference solution...
+        # END EXERCISE 3.1
+
+``minidl exercise student DIR`` writes a copy of minidl in which the lines
+between each pair of markers become ``raise Unimplemented("3.1")``.
+``minidl exercise check 3.1`` runs the exercise's check: it calls the code of
+the region and compares it with an oracle that does not depend on any
+exercise region (the tuned implementation, a float64 numerical gradient,
+PyTorch, a closed form), and says what was expected, what came back, where,
+and a hint. A region is whole statements inside one function body; an
+exercise may have several regions (a forward and a backward), all in the
+file named by its ``path``. A check calls only its own exercise's regions, so
+stubbing one exercise fails exactly its check.
+
+Checks live in ``minidl/exercises/checks/<topic>.py`` and register
+themselves with the ``exercise`` decorator::
+
+    @exercise("3.1", "im2col: patches into columns", path="minidl/reference/conv/im2col.py",
+              hint="one slice of the padded input per kernel offset (u, v)")
+    def check_im2col():
+        expect_close("columns of a 2x3x5x5 input", got, expected)
+
+A check with ``ranks=N`` runs on N MPI ranks and receives the communicator:
+``def check(comm): ...``; it must fail on every rank alike or abort.
+"""
+import importlib
+import inspect
+import os
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+from .checks import MODULES as CHECK_MODULES
+
+
+class Unimplemented(NotImplementedError):
+    """Raised by a stubbed exercise region: says which exercise, where, and how to check it."""
+
+    def __init__(self, exercise_id, title=None):
+        self.exercise_id = str(exercise_id)
+        caller = inspect.stack()[1]
+        self.where = f"{caller.filename}:{caller.lineno}"
+        what = f"exercise {self.exercise_id}" + (f" ({title})" if title else "")
+        super().__init__(f"{what} is not implemented yet: write it between '# BEGIN EXERCISE "
+                         f"{self.exercise_id}' and '# END EXERCISE {self.exercise_id}' "
+                         f"({self.where}), then run 'minidl exercise check {self.exercise_id}'")
+
+
+class ExerciseFailure(AssertionError):
+    """A check's verdict: what was compared, what was expected, what came back, and where."""
+
+    def __init__(self, what, expected=None, got=None, where=None, detail=None):
+        self.what, self.expected, self.got, self.where, self.detail = what, expected, got, where, detail
+        lines = [what]
+        if where is not None:
+            lines.append(f"  at {where}")
+        if expected is not None or got is not None:
+            lines += [f"  expected: {expected}", f"  got:      {got}"]
+        if detail:
+            lines.append(f"  {detail}")
+        super().__init__("\n".join(lines))
+
+
+def _shape_text(a):
+    return f"shape {tuple(np.shape(a))}, dtype {getattr(a, 'dtype', type(a).__name__)}"
+
+
+def expect_close(what, got, expected, rtol=1e-5, atol=1e-8):
+    """Raise ``ExerciseFailure`` unless ``got`` matches ``expected`` elementwise (NumPy arrays).
+
+    The failure names the first shape or dtype mismatch, a NaN, or the worst
+    element (index, expected value, got value, its error and the tolerance).
+    """
+    from ..backend import to_numpy
+    if got is None:
+        raise ExerciseFailure(f"{what}: the code returned None", _shape_text(expected), "None",
+                              detail="a 'return' is missing")
+    got, expected = np.asarray(to_numpy(got)), np.asarray(to_numpy(expected))
+    if got.shape != expected.shape:
+        raise ExerciseFailure(f"{what}: wrong shape", _shape_text(expected), _shape_text(got))
+    if got.size == 0:
+        return
+    if not np.all(np.isfinite(got)) and np.all(np.isfinite(expected)):
+        index = tuple(int(i) for i in np.argwhere(~np.isfinite(got))[0])
+        raise ExerciseFailure(f"{what}: non-finite value", expected[index], got[index], where=index)
+    g, e = got.astype(np.float64), expected.astype(np.float64)
+    excess = np.abs(g - e) - (atol + rtol * np.abs(e))
+    worst = np.unravel_index(int(np.argmax(excess)), excess.shape)
+    if excess[worst] > 0:
+        bad = int((excess > 0).sum())
+        raise ExerciseFailure(
+            f"{what}: {bad} of {excess.size} elements differ", e[worst], g[worst],
+            where=f"index {tuple(int(i) for i in worst)}",
+            detail=f"|got - expected| = {abs(g[worst] - e[worst]):.3g} > "
+                   f"atol {atol:g} + rtol {rtol:g} * |expected|")
+
+
+def expect_equal(what, got, expected):
+    """Raise ``ExerciseFailure`` unless ``got == expected`` (numbers, tuples, lists, strings)."""
+    if got != expected:
+        raise ExerciseFailure(f"{what}: not equal", expected, got)
+
+
+def expect_true(what, condition, detail=None):
+    """Raise ``ExerciseFailure`` naming ``what`` unless ``condition`` holds."""
+    if not condition:
+        raise ExerciseFailure(what, detail=detail)
+
+
+@dataclass
+class Exercise:
+    """One exercise: its id, what it asks, where its regions are, and its check."""
+
+    id: str
+    title: str
+    path: str                      # the file of its regions, relative to the repository root
+    hint: str
+    check: Callable
+    ranks: Optional[int] = None    # None: in process; N: under mpiexec on N ranks
+    timeout: float = 60.0          # seconds before the grader declares a hang
+
+    @property
+    def topic(self):
+        return self.check.__module__.rsplit(".", 1)[-1]
+
+
+_CATALOGUE = {}
+
+
+def exercise(exercise_id, title, path, hint, ranks=None, timeout=60.0):
+    """Register the decorated function as the check of exercise ``exercise_id``."""
+    def register(check):
+        if exercise_id in _CATALOGUE and _CATALOGUE[exercise_id].check is not check:
+            raise ValueError(f"exercise {exercise_id} is registered twice "
+                             f"({_CATALOGUE[exercise_id].check.__module__} and {check.__module__})")
+        _CATALOGUE[exercise_id] = Exercise(exercise_id, title, path, hint, check, ranks, timeout)
+        return check
+    return register
+
+
+def _sort_key(exercise_id):
+    return tuple(int(part) if part.isdigit() else part for part in exercise_id.split("."))
+
+
+def catalogue():
+    """Every exercise, in id order (imports the check modules on first use)."""
+    for name in CHECK_MODULES:
+        importlib.import_module(f"{__name__}.checks.{name}")
+    return [_CATALOGUE[k] for k in sorted(_CATALOGUE, key=_sort_key)]
+
+
+def get(exercise_id):
+    """The exercise with this id; unknown ids list the valid ones."""
+    found = {e.id: e for e in catalogue()}
+    if exercise_id not in found:
+        raise KeyError(f"no exercise {exercise_id!r}; 'minidl exercise list' shows them "
+                       f"({', '.join(found)})")
+    return found[exercise_id]
+
+
+def repository_root():
+    """The folder that holds the ``minidl`` package (paths of exercises are relative to it)."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -1,0 +1,1 @@
+"""Checks of the collectives exercises."""
