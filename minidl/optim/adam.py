@@ -11,7 +11,7 @@ denominators also need t to start at 1, as here.
 import math
 
 from ..backend import get_array_module
-from .optimizer import Optimizer, _check_nonnegative
+from .optimizer import Optimizer
 
 
 class Adam(Optimizer):
@@ -20,10 +20,13 @@ class Adam(Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                  clip_grad_norm=None):
         super().__init__(params, lr, weight_decay, clip_grad_norm)
-        if not all(0.0 <= b < 1.0 for b in betas) or len(betas) != 2:
-            raise ValueError(f"Adam: betas {betas} must be two numbers in [0, 1)")
-        _check_nonnegative(self, eps=eps)
         self.betas, self.eps = tuple(betas), eps
+        self.check_hyper()
+
+    def check_hyper(self):
+        super().check_hyper()
+        if len(self.betas) != 2 or not all(b < 1.0 for b in self.betas):
+            raise ValueError(f"Adam: betas {self.betas} must be two numbers in [0, 1)")
 
     def update(self, w, g, state):
         b1, b2 = self.betas

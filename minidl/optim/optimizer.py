@@ -11,6 +11,7 @@ gradients; then weight decay adds lambda * w to each gradient (L2 /
 Tikhonov regularisation, survey §3.2).
 """
 import math
+import numbers
 
 import numpy as np
 
@@ -90,33 +91,70 @@ class Optimizer:
                 "state": [dict(s) for s in self.state]}
 
     def load_state_dict(self, state_dict):
-        """Restore hyper-parameters and per-parameter state saved by ``state_dict``."""
+        """Restore hyper-parameters and per-parameter state saved by ``state_dict``.
+
+        Everything is checked before anything changes: the parameter count,
+        the names, hyper-parameters that are finite numbers >= 0, state
+        arrays of the parameters' shapes holding finite values.
+        """
+        name = type(self).__name__
         states = state_dict["state"]
         if len(states) != len(self.params):
-            raise ValueError(f"{type(self).__name__}.load_state_dict: the state holds "
-                             f"{len(states)} parameters, the optimizer has {len(self.params)}")
-        for name, value in state_dict["hyper"].items():
-            if name not in self.hyper_names:
-                raise KeyError(f"{type(self).__name__}.load_state_dict: unknown "
-                               f"hyper-parameter {name!r}; is this another optimizer's state?")
-            setattr(self, name, tuple(value) if isinstance(value, (list, np.ndarray)) else value)
-        for i, (p, saved) in enumerate(zip(self.params, states)):
-            own = {}
-            for name, value in saved.items():
-                if hasattr(value, "shape") and value.shape not in ((), p.shape):
-                    raise ValueError(f"{type(self).__name__}.load_state_dict: state {name!r} of "
-                                     f"parameter {i} has shape {value.shape}, the parameter {p.shape}")
-                xp = get_array_module(p.data)
-                own[name] = (xp.array(value, dtype=p.dtype) if np.ndim(value)
-                             else getattr(value, "item", lambda: value)())
-            self.state[i] = own
+            raise ValueError(f"{name}.load_state_dict: the state holds {len(states)} parameters, "
+                             f"the optimizer has {len(self.params)}")
+        hyper = {}
+        for key, value in state_dict["hyper"].items():
+            if key not in self.hyper_names:
+                raise KeyError(f"{name}.load_state_dict: unknown hyper-parameter {key!r}; is "
+                               "this another optimizer's state?")
+            # plain Python numbers, as the constructor had them: a NumPy float64 scalar
+            # would promote float32 arithmetic and break bit-identical resumes
+            hyper[key] = tuple(np.asarray(value).tolist()) if np.ndim(value) else _item(value)
+        loaded = [self._loaded_state(i, p, saved) for i, (p, saved) in
+                  enumerate(zip(self.params, states))]
+        before = {key: getattr(self, key) for key in hyper}
+        self.__dict__.update(hyper)
+        try:
+            self.check_hyper()
+        except ValueError:
+            self.__dict__.update(before)
+            raise
+        self.state = loaded
+
+    def _loaded_state(self, i, p, saved):
+        """Parameter ``i``'s saved state as arrays on its device and dtype, checked."""
+        own, xp = {}, get_array_module(p.data)
+        for key, value in saved.items():
+            if np.ndim(value) == 0:
+                own[key] = _item(value)
+                continue
+            if tuple(value.shape) != tuple(p.shape):
+                raise ValueError(f"{type(self).__name__}.load_state_dict: state {key!r} of "
+                                 f"parameter {i} has shape {value.shape}, the parameter {p.shape}")
+            if not np.isfinite(value).all():
+                raise ValueError(f"{type(self).__name__}.load_state_dict: state {key!r} of "
+                                 f"parameter {i} holds NaN or inf; the run had diverged")
+            own[key] = xp.array(value, dtype=p.dtype)
+        return own
+
+    def check_hyper(self):
+        """Raise ValueError naming any hyper-parameter that is not a finite number >= 0."""
+        for name in self.hyper_names:
+            value = getattr(self, name)
+            for v in value if isinstance(value, tuple) else (value,):
+                _check_nonnegative(self, **{name: v})
 
     def __repr__(self):
         hyper = ", ".join(f"{n}={getattr(self, n)}" for n in self.hyper_names)
         return f"{type(self).__name__}({len(self.params)} parameters, {hyper})"
 
 
+def _item(value):
+    """A Python number for a NumPy scalar (the value itself otherwise)."""
+    return value.item() if hasattr(value, "item") else value
+
+
 def _check_nonnegative(opt, **values):
     for name, v in values.items():
-        if v < 0:
-            raise ValueError(f"{type(opt).__name__}: {name}={v} must be >= 0")
+        if not (isinstance(v, numbers.Real) and math.isfinite(v) and v >= 0):
+            raise ValueError(f"{type(opt).__name__}: {name}={v!r} must be a finite number >= 0")
