@@ -8,7 +8,8 @@ from .download import DownloadError, download
 from .idx import IDXError, load_idx, save_idx
 from .loader import DataLoader
 from .locate import DatasetNotFoundError, locate
+from .verify import DatasetMismatchError
 
 __all__ = ["load_idx", "save_idx", "IDXError", "FashionMNIST", "MNIST", "ArrayDataset",
            "DataLoader", "Compose", "Pad", "CenterCrop", "RandomCrop", "RandomHorizontalFlip",
-           "download", "DownloadError", "locate", "DatasetNotFoundError"]
+           "download", "DownloadError", "locate", "DatasetNotFoundError", "DatasetMismatchError"]

@@ -16,6 +16,7 @@ class DatasetSpec:
     title: str            # how messages spell it
     files: dict           # split -> (images file, labels file), gzip names
     sha256: dict          # file name -> SHA-256 of the published .gz file
+    raw_sha256: dict      # file name -> SHA-256 of its uncompressed content (where known)
     base_url: str         # files are fetched from base_url + file name
     mean: float           # of x/255 over the training set
     std: float
@@ -40,7 +41,8 @@ _MNIST_FILES = {
 }
 
 # SHA-256 values computed from the files of the Debian package
-# dataset-fashion-mnist (0.0~git20200523.55506a9-1), which are the published ones.
+# dataset-fashion-mnist (0.0~git20200523.55506a9-1), which are the published
+# ones, and of their uncompressed contents.
 FASHION_MNIST = DatasetSpec(
     name="fashion-mnist",
     title="Fashion-MNIST",
@@ -50,6 +52,12 @@ FASHION_MNIST = DatasetSpec(
         "train-labels-idx1-ubyte.gz": "0ae29f65d86684f32d1b9c85147786c547b9c6aebcaf235f0400a0cce308b056",
         "t10k-images-idx3-ubyte.gz": "cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa",
         "t10k-labels-idx1-ubyte.gz": "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05",
+    },
+    raw_sha256={
+        "train-images-idx3-ubyte.gz": "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
+        "train-labels-idx1-ubyte.gz": "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
+        "t10k-images-idx3-ubyte.gz": "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
+        "t10k-labels-idx1-ubyte.gz": "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
     },
     base_url="http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
     mean=0.2860,
@@ -63,7 +71,9 @@ FASHION_MNIST = DatasetSpec(
 # SHA-256 values of the original gzip files (9,912,422 / 28,881 / 1,648,877 /
 # 4,542 bytes), as listed identically by many independent download scripts and
 # dataset catalogues; the mirror below serves those same files. Debian ships
-# no MNIST data package, so there is no system folder to look in.
+# no MNIST data package, so there is no system folder to look in, and the
+# uncompressed files' values are not recorded: uncompressed MNIST files are
+# only checked not to be another dataset's.
 MNIST = DatasetSpec(
     name="mnist",
     title="MNIST",
@@ -74,6 +84,7 @@ MNIST = DatasetSpec(
         "t10k-images-idx3-ubyte.gz": "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
         "t10k-labels-idx1-ubyte.gz": "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",
     },
+    raw_sha256={},
     base_url="https://ossci-datasets.s3.amazonaws.com/mnist/",
     mean=0.1307,
     std=0.3081,

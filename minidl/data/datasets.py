@@ -15,6 +15,7 @@ from .catalog import FASHION_MNIST, MNIST as MNIST_SPEC
 from .download import download as download_files
 from .idx import load_idx
 from .locate import DatasetNotFoundError, find_file, locate
+from .verify import verify_file
 
 
 class ArrayDataset:
@@ -64,14 +65,16 @@ def normalize(raw, mean, std):
 class IDXImageDataset(ArrayDataset):
     """A 10-class grey-image dataset stored as four IDX files (see ``catalog.DatasetSpec``).
 
-    ``root`` is searched first, then ``$MINIDL_DATA``, the cache folder and the
-    Debian folder (``locate.locate``). With ``download=True`` missing files are
-    fetched (SHA-256 checked) into ``root`` or the cache folder.
+    ``root``, when given, is the only place searched; otherwise
+    ``$MINIDL_DATA``, the cache folder and the Debian folder (``locate.locate``).
+    With ``download=True`` missing files are fetched (SHA-256 checked) into
+    ``root`` or the cache folder. ``verify=True`` checks that the files are
+    this dataset's published ones (``verify.verify_file``).
     """
 
     spec = None  # a catalog.DatasetSpec, set by each subclass
 
-    def __init__(self, root=None, train=True, download=False):
+    def __init__(self, root=None, train=True, download=False, verify=True):
         split = "train" if train else "test"
         try:
             folder = locate(self.spec, root, split)
@@ -79,7 +82,11 @@ class IDXImageDataset(ArrayDataset):
             if not download:
                 raise
             folder = download_files(self.spec, root, log=print)
-        image_file, label_file = (find_file(folder, name) for name in self.spec.split_files(split))
+        names = self.spec.split_files(split)
+        image_file, label_file = (find_file(folder, name) for name in names)
+        if verify:
+            for name, path in zip(names, (image_file, label_file)):
+                verify_file(self.spec, name, path)
         raw_images, raw_labels = load_cached(image_file), load_cached(label_file)
         self._check(raw_images, raw_labels, image_file, label_file)
         super().__init__(normalize(raw_images, self.spec.mean, self.spec.std),

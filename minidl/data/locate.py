@@ -1,8 +1,11 @@
-"""Find a dataset's files: explicit root, then $MINIDL_DATA, then the cache, then Debian's folder.
+"""Find a dataset's files: an explicit root alone, else $MINIDL_DATA, the cache, Debian's folder.
 
-Each place is tried as given and, for a general data folder, with the
-dataset's name appended (``DIR`` and ``DIR/fashion-mnist``). A file counts in
-either form, gzip (``train-images-idx3-ubyte.gz``) or uncompressed
+An explicit root (``--data-dir``, ``root=``) is the only place looked in: a
+folder the user named that lacks the files is an error, never a silent
+fall-back to other copies. Without one, the places are tried in order. Each
+place is tried as given and, for a general data folder, with the dataset's
+name appended (``DIR`` and ``DIR/fashion-mnist``). A file counts in either
+form, gzip (``train-images-idx3-ubyte.gz``) or uncompressed
 (``train-images-idx3-ubyte``).
 """
 import os
@@ -23,9 +26,9 @@ def cache_dir(spec):
 
 def candidate_dirs(spec, root=None):
     """The folders to search, in order, as (where it came from, folder or None when unset)."""
-    places = []
     if root:
-        places += [("root / --data-dir", Path(root)), ("root / --data-dir", Path(root) / spec.name)]
+        return [("root / --data-dir", Path(root)), ("root / --data-dir", Path(root) / spec.name)]
+    places = []
     env_dir = os.environ.get(DATA_ENV)
     if env_dir:
         places += [(f"${DATA_ENV}", Path(env_dir)), (f"${DATA_ENV}", Path(env_dir) / spec.name)]
@@ -63,12 +66,17 @@ def locate(spec, root=None, split=None):
                           + ", ".join(f"{name[:-3]}[.gz]" for name in missing))
         else:
             return folder
-    raise DatasetNotFoundError(_not_found_message(spec, split, names, report))
+    raise DatasetNotFoundError(_not_found_message(spec, split, names, report, root))
 
 
-def _not_found_message(spec, split, names, report):
+def _not_found_message(spec, split, names, report, root=None):
     what = f"{spec.title} ({split} split)" if split else spec.title
     wanted = ", ".join(f"{name[:-3]}[.gz]" for name in names)
+    if root:
+        return "\n".join([f"{what} not found in --data-dir {root}: looked for {wanted} in:",
+                          *report, f"Pass the folder that holds the files, or leave out "
+                          f"--data-dir to use $MINIDL_DATA, the cache or "
+                          f"'minidl data download {spec.name}'"])
     fixes = []
     if spec.debian_package:
         fixes.append(f"  Debian/Ubuntu, as root: apt-get install {spec.debian_package}")

@@ -1,4 +1,4 @@
-"""Fashion-MNIST/MNIST: real files (when installed), lookup order, the not-found message."""
+"""Fashion-MNIST/MNIST: real files (when installed), lookup order, identity, the not-found message."""
 import dataclasses
 import gzip
 from pathlib import Path
@@ -6,7 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from minidl.data import MNIST, DatasetNotFoundError, FashionMNIST, locate, save_idx
+from minidl.data import (MNIST, DatasetMismatchError, DatasetNotFoundError, FashionMNIST, locate,
+                         save_idx)
 from minidl.data.catalog import FASHION_MNIST
 
 DEBIAN = Path("/usr/share/datasets/fashion-mnist")
@@ -63,7 +64,8 @@ def places(tmp_path, monkeypatch, fake_dataset):
     folders = {name: tmp_path / name for name in ("root", "env", "xdg", "debian")}
     monkeypatch.setenv("XDG_CACHE_HOME", str(folders["xdg"]))
     monkeypatch.setenv("MINIDL_DATA", str(folders["env"]))
-    spec = dataclasses.replace(FASHION_MNIST, debian_dirs=(str(folders["debian"]),))
+    spec = dataclasses.replace(FASHION_MNIST, debian_dirs=(str(folders["debian"]),),
+                               sha256={}, raw_sha256={})  # synthetic files: nothing to verify
     monkeypatch.setattr(FashionMNIST, "spec", spec)
     sizes = {"root": 3, "env": 4, "xdg": 5, "debian": 7}
     homes = {"root": folders["root"], "env": folders["env"] / "fashion-mnist",
@@ -78,10 +80,9 @@ def test_lookup_order(places):
     assert len(FashionMNIST(root=folders["root"])) == 3
     assert locate(spec, folders["root"]) == homes["root"]
     assert len(FashionMNIST()) == 4                       # $MINIDL_DATA/fashion-mnist, uncompressed
-    for name in ("root", "env"):
-        for path in homes[name].iterdir():
-            path.unlink()
-    assert len(FashionMNIST(root=folders["root"])) == 5   # an empty root falls through to the cache
+    for path in homes["env"].iterdir():
+        path.unlink()
+    assert len(FashionMNIST()) == 5                       # then the cache
     assert locate(spec) == homes["xdg"]
     for path in homes["xdg"].iterdir():
         path.unlink()
@@ -89,29 +90,33 @@ def test_lookup_order(places):
     assert FashionMNIST().root == homes["debian"]
 
 
-def test_split_found_where_its_files_are(places):
+def test_an_explicit_root_without_the_files_is_an_error_not_a_fall_back(places):
     folders, homes, spec = places
     (homes["root"] / "train-labels-idx1-ubyte.gz").unlink()
     assert FashionMNIST(root=folders["root"], train=False).root == homes["root"]
-    assert FashionMNIST(root=folders["root"], train=True).root == homes["env"]
+    with pytest.raises(DatasetNotFoundError) as info:
+        FashionMNIST(root=folders["root"], train=True)   # $MINIDL_DATA has them: not used
+    message = str(info.value)
+    assert f"not found in --data-dir {folders['root']}" in message
+    assert "missing train-labels-idx1-ubyte[.gz]" in message
+    assert str(homes["env"]) not in message and "leave out --data-dir" in message
 
 
 def test_not_found_lists_every_place_and_the_fixes(tmp_path, monkeypatch, fake_dataset):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.delenv("MINIDL_DATA", raising=False)
     nowhere = dataclasses.replace(FASHION_MNIST, debian_dirs=(str(tmp_path / "no-debian"),))
     monkeypatch.setattr(FashionMNIST, "spec", nowhere)
     (tmp_path / "half").mkdir()
     fake_dataset(tmp_path / "half")
     (tmp_path / "half" / "t10k-labels-idx1-ubyte.gz").unlink()
+    monkeypatch.setenv("MINIDL_DATA", str(tmp_path / "half"))
     with pytest.raises(DatasetNotFoundError) as info:
-        FashionMNIST(root=tmp_path / "half", train=False)
+        FashionMNIST(train=False)
     message = str(info.value)
     assert isinstance(info.value, FileNotFoundError)
     for expected in ["Fashion-MNIST (test split) not found",
-                     f"{tmp_path / 'half'} (root / --data-dir): missing t10k-labels-idx1-ubyte[.gz]",
-                     f"{tmp_path / 'half' / 'fashion-mnist'} (root / --data-dir): no such folder",
-                     "$MINIDL_DATA: not set",
+                     f"{tmp_path / 'half'} ($MINIDL_DATA): missing t10k-labels-idx1-ubyte[.gz]",
+                     f"{tmp_path / 'half' / 'fashion-mnist'} ($MINIDL_DATA): no such folder",
                      f"{tmp_path / 'xdg' / 'minidl' / 'fashion-mnist'} (cache): no such folder",
                      f"{tmp_path / 'no-debian'} (Debian package dataset-fashion-mnist)",
                      "apt-get install dataset-fashion-mnist",
@@ -132,7 +137,7 @@ def test_default_cache_is_under_home(tmp_path, monkeypatch):
 
 def test_normalisation_and_labels_of_synthetic_files(tmp_path, fake_dataset):
     arrays = fake_dataset(tmp_path, n_train=5, n_test=2)
-    data = MNIST(root=tmp_path)
+    data = MNIST(root=tmp_path, verify=False)
     images, labels = arrays["train"]
     np.testing.assert_allclose(data.images[:, 0], (images / 255.0 - 0.1307) / 0.3081, atol=1e-5)
     np.testing.assert_array_equal(data.labels, labels)
@@ -141,16 +146,41 @@ def test_normalisation_and_labels_of_synthetic_files(tmp_path, fake_dataset):
 
 def test_rewritten_file_is_read_again(tmp_path, fake_dataset):
     fake_dataset(tmp_path, n_train=5, seed=1)
-    first = MNIST(root=tmp_path).images.copy()
+    first = MNIST(root=tmp_path, verify=False).images.copy()
     fake_dataset(tmp_path, n_train=5, seed=2)
-    assert not np.array_equal(MNIST(root=tmp_path).images, first)
+    assert not np.array_equal(MNIST(root=tmp_path, verify=False).images, first)
 
 
 def test_mismatched_files_are_rejected(tmp_path, fake_dataset):
     fake_dataset(tmp_path, n_train=5)
     save_idx(tmp_path / "train-labels-idx1-ubyte.gz", np.zeros(4, np.uint8))
     with pytest.raises(ValueError, match="expected 5 uint8 labels"):
-        MNIST(root=tmp_path)
+        MNIST(root=tmp_path, verify=False)
     save_idx(tmp_path / "train-labels-idx1-ubyte.gz", np.full(5, 10, np.uint8))
     with pytest.raises(ValueError, match="label 10 out of range for 10 classes"):
-        MNIST(root=tmp_path)
+        MNIST(root=tmp_path, verify=False)
+
+
+@needs_debian
+def test_fashion_mnist_files_are_never_loaded_as_mnist(tmp_path):
+    with pytest.raises(DatasetMismatchError, match="is Fashion-MNIST's t10k-images-idx3-ubyte, "
+                                                   "not MNIST's t10k-images-idx3-ubyte"):
+        MNIST(root=DEBIAN, train=False)
+    for name in ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):  # uncompressed copies too
+        (tmp_path / name).write_bytes(gzip.decompress((DEBIAN / f"{name}.gz").read_bytes()))
+    with pytest.raises(DatasetMismatchError, match="--dataset fashion-mnist"):
+        MNIST(root=tmp_path, train=False)
+    assert len(FashionMNIST(root=tmp_path, train=False)) == 10000
+
+
+@needs_debian
+def test_a_damaged_file_is_refused_with_the_fix(tmp_path):
+    data = bytearray((DEBIAN / "t10k-labels-idx1-ubyte.gz").read_bytes())
+    data[-20] ^= 0xFF
+    (tmp_path / "t10k-labels-idx1-ubyte.gz").write_bytes(bytes(data))
+    (tmp_path / "t10k-images-idx3-ubyte.gz").write_bytes((DEBIAN / "t10k-images-idx3-ubyte.gz").read_bytes())
+    with pytest.raises(DatasetMismatchError) as info:
+        FashionMNIST(root=tmp_path, train=False)
+    message = str(info.value)
+    assert "t10k-labels-idx1-ubyte.gz is not the published Fashion-MNIST file" in message
+    assert "minidl data download fashion-mnist" in message and "verify=False" in message
