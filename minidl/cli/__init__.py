@@ -5,12 +5,21 @@ Every entry below names ``"module:prefix"``; the module defines
 imported only when their sub-command runs, so ``minidl --help`` is instant and
 a missing optional dependency (mpi4py, matplotlib) only affects the commands
 that need it.
+
+Errors a user can fix (a missing file, a bad value, a folder that holds a
+run, a full disk) print one line, ``minidl COMMAND: error: ...``, and exit
+with status 1; ``--verbose`` (anywhere on the line) shows the traceback
+instead. Under mpiexec, such an error on any rank aborts the whole job, so no
+rank is left waiting for it. Anything else is a bug and shows its traceback.
 """
 import argparse
 import importlib
 import sys
 
 from .. import backend
+
+USER_ERRORS = (ValueError, OSError, LookupError, ArithmeticError)
+ERROR_EXIT = 1
 
 COMMANDS = {
     # name: (module, prefix, help)
@@ -38,9 +47,17 @@ BENCHMARKS = {
 }
 
 
+def _common_options():
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--verbose", action="store_true",
+                        help="show the full traceback of an error")
+    return common
+
+
 def _add_commands(subparsers, table):
     for name, (module, prefix, help_text) in table.items():
-        sub = subparsers.add_parser(name, help=help_text, description=help_text)
+        sub = subparsers.add_parser(name, help=help_text, description=help_text,
+                                    parents=[_common_options()])
         mod = importlib.import_module(module)
         getattr(mod, f"add_{prefix}_arguments")(sub)
         sub.set_defaults(_run=(module, prefix))
@@ -50,7 +67,7 @@ def build_parser(argv):
     """The parser; only the sub-command named in ``argv`` imports its module."""
     parser = argparse.ArgumentParser(
         prog="minidl", description="minidl: train, measure and model deep networks on NumPy/CuPy "
-                                   "and MPI")
+                                   "and MPI", parents=[_common_options()])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = argv[0] if argv else None
     for name, (module, prefix, help_text) in COMMANDS.items():
@@ -80,7 +97,26 @@ def main(argv=None):
         return 2
     module, prefix = args._run
     args.argv = argv[1:]  # the sub-command's own arguments, for commands that relaunch themselves
-    return getattr(importlib.import_module(module), f"run_{prefix}")(args) or 0
+    try:
+        return getattr(importlib.import_module(module), f"run_{prefix}")(args) or 0
+    except USER_ERRORS as exc:
+        if args.verbose:
+            raise
+        return fail(f"minidl {argv[0]}: error: {exc} (--verbose shows where)")
+    except KeyboardInterrupt:
+        return fail(f"minidl {argv[0]}: interrupted", 130)
+
+
+def fail(message, code=ERROR_EXIT):
+    """Print ``message`` on stderr; under MPI with other ranks, end the whole job with ``code``."""
+    print(message, file=sys.stderr, flush=True)
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() \
+            and mpi.COMM_WORLD.Get_size() > 1:
+        import time
+        time.sleep(0.5)  # let mpiexec forward the message before it tears the job down
+        mpi.COMM_WORLD.Abort(code)
+    return code
 
 
 if __name__ == "__main__":

@@ -11,6 +11,13 @@ def positive_int(text):
     return int(text)
 
 
+def nonnegative_int(text):
+    """An argparse type: an integer >= 0, or a usage error that says so."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 0")
+    return int(text)
+
+
 def _shape_argument(text):
     try:
         return parse_shape(text)

@@ -10,6 +10,7 @@ import json
 import os
 
 from minidl.dist.telemetry import StalenessHistogram, format_table
+from minidl.train.metrics import read_metrics
 
 EPOCH_COLUMNS = [("epoch", "epoch", "{}"), ("test acc %", "test_acc_pct", "{:.2f}"),
                  ("seconds", "seconds", "{:.1f}"), ("img/s", "images_per_s", "{:.0f}"),
@@ -33,8 +34,7 @@ def load_run(path):
     if not os.path.exists(metrics):
         raise FileNotFoundError(f"minidl report: {path!r} has no metrics.jsonl; pass the --out "
                                 "folder of a 'minidl train' run")
-    with open(metrics) as f:
-        records = [json.loads(line) for line in f if line.strip()]
+    records = read_metrics(metrics)
     config = {}
     if os.path.exists(os.path.join(path, "config.json")):
         with open(os.path.join(path, "config.json")) as f:

@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .atomic import atomic_write
+from ..atomic import atomic_write
 from .catalog import get_spec
 from .locate import cache_dir
 

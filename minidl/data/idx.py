@@ -14,7 +14,7 @@ import zlib
 
 import numpy as np
 
-from .atomic import atomic_write
+from ..atomic import atomic_write
 
 GZIP_MAGIC = b"\x1f\x8b"
 

@@ -1,8 +1,12 @@
-"""Start a Python script under ``mpiexec`` from Python (tests, examples), with a hard timeout.
+"""Start Python under ``mpiexec`` from Python (tests, examples, ``--workers``), with a hard timeout.
 
 A hung MPI job must fail, not block: on timeout the whole process group
-(mpiexec, its proxies and every rank) is killed.
+(mpiexec, its proxies and every rank) is killed. Works with MPICH's and
+Open MPI's ``mpiexec``: Open MPI refuses more ranks than cores and, as
+root, to run at all, unless told otherwise; local jobs started here ask for
+both (``--oversubscribe``, ``OMPI_ALLOW_RUN_AS_ROOT``), as MPICH allows by default.
 """
+import functools
 import importlib.util
 import os
 import shutil
@@ -22,6 +26,22 @@ def mpiexec_path():
             or shutil.which("mpiexec"))
 
 
+def mpiexec_ranks():
+    """How many ranks mpiexec started (from the launcher's environment), 1 outside mpiexec."""
+    for name in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return 1
+
+
+def mpiexec_rank():
+    """This process's rank as mpiexec set it (before MPI is initialised), 0 outside mpiexec."""
+    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return 0
+
+
 def mpi_unavailable_reason():
     """Why MPI jobs cannot run here (None when they can)."""
     if importlib.util.find_spec("mpi4py") is None:
@@ -29,6 +49,28 @@ def mpi_unavailable_reason():
     if mpiexec_path() is None:
         return "no mpiexec found next to the Python interpreter or on PATH"
     return None
+
+
+@functools.lru_cache(maxsize=4)
+def mpiexec_flavor(path):
+    """``"openmpi"`` or ``"mpich"`` (anything else counts as MPICH), from ``mpiexec --version``."""
+    try:
+        text = subprocess.run([path, "--version"], capture_output=True, text=True,
+                              timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "mpich"
+    return "openmpi" if any(s in text for s in ("Open MPI", "OpenRTE", "PRRTE")) else "mpich"
+
+
+def mpiexec_command(nprocs):
+    """(argv prefix, extra environment) that starts ``nprocs`` local ranks with this MPI."""
+    path = mpiexec_path()
+    if mpiexec_flavor(path) != "openmpi":
+        return [path, "-n", str(nprocs)], {}
+    env = {}
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    return [path, "--oversubscribe", "-n", str(nprocs)], env
 
 
 def run_mpi(nprocs, args, timeout=60.0, env=None):
@@ -40,10 +82,11 @@ def run_mpi(nprocs, args, timeout=60.0, env=None):
     reason = mpi_unavailable_reason()
     if reason:
         raise RuntimeError(f"cannot start an MPI job: {reason}")
-    command = [mpiexec_path(), "-n", str(nprocs), sys.executable, *map(str, args)]
+    prefix, mpi_env = mpiexec_command(nprocs)
+    command = [*prefix, sys.executable, *map(str, args)]
     start = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               env={**os.environ, **(env or {})}, text=True,
+                               env={**os.environ, **mpi_env, **(env or {})}, text=True,
                                start_new_session=True)
     try:
         output, _ = process.communicate(timeout=timeout)

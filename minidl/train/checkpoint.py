@@ -2,9 +2,11 @@
 
 A checkpoint is data, never code: it is read with ``allow_pickle=False``,
 and the metadata (epoch, configuration, RNG state) is one JSON string. It
-is written atomically: a temporary file in the same folder, flushed to disk,
-then renamed over the old one, so a crash mid-write leaves the previous
-checkpoint intact.
+is written atomically (``minidl.atomic``: a temporary file in the same
+folder, flushed to disk, then renamed over the old one), so a crash or a
+full disk mid-write leaves the previous checkpoint intact. Reading checks
+what it reads: a damaged file, missing metadata, or weights that hold NaN
+or inf (a diverged run) are errors that name the file and the fix.
 """
 import json
 import os
@@ -12,6 +14,7 @@ import zipfile
 
 import numpy as np
 
+from ..atomic import atomic_write
 from ..backend import to_numpy
 
 
@@ -30,18 +33,9 @@ def save_checkpoint(path, model, optimizer=None, **meta):
                           for k, v in per_param.items())
         meta["optimizer_params"] = len(state["state"])
     arrays["meta"] = np.array(json.dumps(meta))
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with atomic_write(path) as handle:
+        np.savez(handle, **arrays)
     return path
 
 
@@ -69,7 +63,12 @@ def load_checkpoint(path):
                               f"({exc}); use an earlier checkpoint or retrain") from None
     if "meta" not in items:
         raise CheckpointError(f"checkpoint {path!r} has no metadata; it was not written by minidl")
-    meta = json.loads(str(items.pop("meta")))
+    try:
+        meta = json.loads(str(items.pop("meta")))
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"checkpoint {path!r}: its metadata is damaged ({exc}); use an "
+                              "earlier checkpoint or retrain") from None
+    _check_values(path, meta, items)
     model = {k[len("model/"):]: v for k, v in items.items() if k.startswith("model/")}
     optimizer = None
     if "optimizer_params" in meta:
@@ -82,3 +81,18 @@ def load_checkpoint(path):
                 state[int(index)][name] = _python(v)
         optimizer = {"hyper": hyper, "state": state}
     return Checkpoint(model, optimizer, meta)
+
+
+def _check_values(path, meta, items):
+    """Refuse metadata of the wrong kind and weights or state that hold NaN or inf."""
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"checkpoint {path!r}: its metadata is not a JSON object; it was "
+                              "not written by minidl")
+    epoch = meta.get("epoch", 0)
+    if not isinstance(epoch, int) or epoch < 0:
+        raise CheckpointError(f"checkpoint {path!r}: epoch {epoch!r} is not a count of epochs")
+    for key, value in items.items():
+        if value.dtype.kind == "f" and not np.isfinite(value).all():
+            raise CheckpointError(f"checkpoint {path!r}: {key} holds NaN or inf, so the run had "
+                                  "diverged when it was saved; resume from an earlier checkpoint "
+                                  "or retrain with a lower --lr")

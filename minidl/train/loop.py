@@ -14,6 +14,7 @@ from .. import functional as F
 from ..autograd import Tensor, no_grad
 from ..backend import to_device, to_numpy
 from ..dist.data_parallel import NonFiniteGradientError
+from ..dist.watchdog import progress as made_progress
 
 
 STOPPED = ("training stopped before this update (the last checkpoint is kept). "
@@ -29,6 +30,13 @@ def _progress(loader, description, enabled):
         return loader
     from tqdm import tqdm
     return tqdm(loader, desc=description, leave=False, mininterval=0.5, unit="batch")
+
+
+def _inputs(model, x, device):
+    """A batch of images as a Tensor on ``device`` in the model's dtype (float64 runs too)."""
+    x = to_device(x, device)
+    dtype = next(model.parameters()).dtype
+    return Tensor(x if x.dtype == dtype else x.astype(dtype))
 
 
 def _global_sums(comm, *values):
@@ -61,7 +69,7 @@ def train_epoch(model, optimizer, loader, epoch=0, device="cpu", progress=False,
         began = time.perf_counter()
         loss, value = None, 0.0  # an empty share of a short last batch still joins the step
         if len(y):
-            logits = model(Tensor(to_device(x, device)))
+            logits = model(_inputs(model, x, device))
             loss = F.cross_entropy(logits, y)
             value = loss.item()
         spent = time.perf_counter() - began
@@ -81,6 +89,7 @@ def train_epoch(model, optimizer, loader, epoch=0, device="cpu", progress=False,
         except NonFiniteGradientError as exc:
             raise NonFiniteLossError(f"epoch {epoch}, step {step}: {exc} (this rank's loss: "
                                      f"{value}); " + STOPPED) from None
+        made_progress(f"epoch {epoch}, step {step}")
         if loss is None:
             continue
         n = len(y)
@@ -107,8 +116,9 @@ def evaluate(model, loader, num_classes, device="cpu", comm=None):
         for x, y in loader:
             if len(y) == 0:
                 continue
-            logits = model(Tensor(to_device(x, device)))
+            logits = model(_inputs(model, x, device))
             loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
+            made_progress("evaluation")
             predicted = to_numpy(logits.data.argmax(axis=1))
             np.add.at(confusion, (y, predicted), 1)
     if comm is not None:

@@ -1,18 +1,63 @@
-"""Run records: metrics as JSON lines (one object per line), and a plot of the curves."""
+"""Run records: metrics as JSON lines (one object per line), and a plot of the curves.
+
+Appends go to disk before the call returns (flush and fsync), so a record is
+either whole or, after a crash mid-write, a damaged last line, which
+``read_metrics`` reports by file and line (or, with ``drop_torn_tail``,
+drops: what a resume does with the line a crash cut).
+"""
 import json
 import os
 
-
-def append_metrics(path, record):
-    """Append one JSON object as a line (the file is created on first use)."""
-    with open(path, "a") as f:
-        f.write(json.dumps(record) + "\n")
+from ..atomic import atomic_write, naming_error
 
 
-def read_metrics(path):
-    """All records of a metrics file, in order."""
+class MetricsError(ValueError):
+    """A metrics file with a line that is not a JSON object."""
+
+
+def append_metrics(path, *records):
+    """Append JSON objects, one per line (the file is created on first use), and sync them."""
+    text = "".join(json.dumps(record) + "\n" for record in records)
+    try:
+        with open(path, "a") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        raise naming_error(exc, path, "the records before it are intact") from exc
+
+
+def read_metrics(path, drop_torn_tail=False):
+    """All records of a metrics file, in order.
+
+    A line that is not a JSON object raises ``MetricsError`` naming the file
+    and the line; with ``drop_torn_tail`` an unfinished last line (no newline:
+    the write was cut) is left out instead.
+    """
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        lines = f.read().split("\n")
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if drop_torn_tail and number == len(lines):
+                break  # the last line has no newline: a crash cut it
+            raise MetricsError(f"{path}, line {number}: not a JSON record ({exc.msg}): the file "
+                               "was damaged; delete or repair that line") from None
+        if not isinstance(record, dict):
+            raise MetricsError(f"{path}, line {number}: a JSON {type(record).__name__}, not a "
+                               "record; delete or repair that line")
+        records.append(record)
+    return records
+
+
+def rewrite_metrics(path, records):
+    """Replace the file's contents with ``records`` atomically."""
+    with atomic_write(path) as f:
+        f.write("".join(json.dumps(record) + "\n" for record in records).encode())
 
 
 def plot_curves(records, path):
@@ -40,8 +85,9 @@ def plot_curves(records, path):
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        with atomic_write(path) as handle:
+            fig.savefig(handle, dpi=100, format="png")
+    finally:
+        plt.close(fig)
     return path

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from minidl.data import IDXError, load_idx, save_idx
-from minidl.data.atomic import atomic_write
+from minidl.atomic import atomic_write
 
 DTYPES = [np.uint8, np.int8, np.int16, np.int32, np.float32, np.float64]
 SHAPES = [(0,), (7,), (3, 4), (2, 3, 5), (1, 2, 1, 3)]
