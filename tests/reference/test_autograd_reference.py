@@ -9,9 +9,7 @@ from minidl import functional as F
 from minidl.gradcheck import _central_differences
 from minidl.reference.autograd import Value, topological_order
 
-
-def positive(shape):
-    return ("positive", shape)
+from ..core.test_gradcheck_ops import make_inputs, positive
 
 
 # (id, expression written once for Values and Tensors, input shapes)
@@ -38,8 +36,8 @@ CASES = [
 
 
 def make_arrays(shapes, rng):
-    return [rng.uniform(0.5, 2.0, s[1]) if isinstance(s, tuple) and s and s[0] == "positive"
-            else rng.standard_normal(s) for s in shapes]
+    """Random float64 arrays of ``shapes`` (``positive(shape)``: in [0.5, 2))."""
+    return [t.numpy() for t in make_inputs(shapes, rng)]
 
 
 def reference_gradients(fn, arrays, v):

@@ -13,10 +13,6 @@ from ..conftest import compare_with_torch
 LABELS = np.array([0, 4, 2, 4, 1])
 
 
-def positive(shape):
-    return ("positive", shape)
-
-
 # (id, reference op on Tensors, tuned op on Tensors, input shapes)
 CASES = [
     ("linear", R.linear, F.linear, [(4, 3), (5, 3), (5,)]),
@@ -51,9 +47,8 @@ IDS = [c[0] for c in CASES]
 
 
 def make_inputs(shapes, rng, dtype="float64", device="cpu"):
-    arrays = [rng.uniform(0.5, 2.0, s[1]) if s and s[0] == "positive" else rng.standard_normal(s)
-              for s in shapes]
-    return [md.tensor(a, requires_grad=True, dtype=dtype, device=device) for a in arrays]
+    return [md.tensor(rng.standard_normal(s), requires_grad=True, dtype=dtype, device=device)
+            for s in shapes]
 
 
 @pytest.mark.parametrize("ref,shapes", [(c[1], c[3]) for c in CASES], ids=IDS)

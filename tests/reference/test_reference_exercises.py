@@ -25,18 +25,6 @@ def backward_in_topological_order(self):
         v._backward()
 
 
-def order_without_visited_set(root):
-    """Wrong: a Value reached along two paths appears twice."""
-    order = []
-
-    def visit(v):
-        for parent in v.parents:
-            visit(parent)
-        order.append(v)
-    visit(root)
-    return order
-
-
 def matmul_assigning(self, other):
     """Wrong: the rule assigns to .grad instead of adding, so s @ s loses a share."""
     out = autograd.Value(self.data @ other.data, (self, other), "@")
@@ -70,7 +58,8 @@ def max_pool_to_every_maximum(dout, cache):
 
 MUTANTS = [
     ("1.1", autograd.Value, "backward", backward_in_topological_order),
-    ("1.1", autograd_checks, "topological_order", order_without_visited_set),
+    ("1.1", autograd_checks, "topological_order",
+     lambda root: autograd.topological_order(root)[::-1]),   # children before parents
     ("1.2", autograd_checks, "unbroadcast", lambda grad, shape: grad.sum(axis=0)),
     ("1.3", autograd.Value, "__matmul__", matmul_assigning),
     ("2.1", linear, "linear_backward", lambda d, c: (d @ c[1], c[0].T @ d, d.sum(axis=0))),

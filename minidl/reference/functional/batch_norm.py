@@ -40,25 +40,24 @@ def batch_norm_forward(x, gamma, beta, running_mean=None, running_var=None,
     ``gamma``, ``beta``, ``running_mean`` and ``running_var`` have shape (C,);
     the running statistics may be None in training (nothing to update).
     """
-    xp = get_array_module(x)
     axes = channel_axes(x)
+    m = x.size // x.shape[1]    # values per channel
+    if training and m < 2:
+        raise ValueError(f"batch_norm: training needs more than one value per channel, "
+                         f"got input of shape {x.shape}; use a larger batch or evaluation mode")
+    if not training and (running_mean is None or running_var is None):
+        raise ValueError("batch_norm: evaluation mode normalises with running_mean and "
+                         "running_var; pass them, or use training=True")
     if training:
-        m = x.size // x.shape[1]
-        if m < 2:
-            raise ValueError(f"batch_norm: training needs more than one value per channel, "
-                             f"got input of shape {x.shape}; use a larger batch or evaluation mode")
         mu = x.mean(axis=axes, keepdims=True)
-        var = ((x - mu) ** 2).mean(axis=axes, keepdims=True)
+        var = x.var(axis=axes, keepdims=True)    # biased: divides by m
         if running_mean is not None:
             running_mean[...] = (1 - momentum) * running_mean + momentum * mu.reshape(-1)
             running_var[...] = (1 - momentum) * running_var + momentum * var.reshape(-1) * m / (m - 1)
     else:
-        if running_mean is None or running_var is None:
-            raise ValueError("batch_norm: evaluation mode normalises with running_mean and "
-                             "running_var; pass them, or use training=True")
         mu, var = per_channel(running_mean, x.ndim), per_channel(running_var, x.ndim)
     x_mu = x - mu
-    inv_std = 1 / xp.sqrt(var + eps)
+    inv_std = 1 / get_array_module(x).sqrt(var + eps)
     x_hat = x_mu * inv_std
     y = per_channel(gamma, x.ndim) * x_hat + per_channel(beta, x.ndim)
     return y, (x_mu, inv_std, x_hat, gamma, training)
