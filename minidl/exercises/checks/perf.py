@@ -59,8 +59,6 @@ def check_allreduce_cost():
 class AffineCompute:
     """T(b) = fixed + per_sample * b, a third of it forward, two thirds backward."""
 
-    kinds = {"layers": "Linear"}
-
     def __init__(self, fixed_s, per_sample_s):
         self.fixed_s, self.per_sample_s = fixed_s, per_sample_s
 

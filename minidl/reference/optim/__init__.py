@@ -1,4 +1,4 @@
-"""The six update rules of Ben-Nun & Hoefler 2019 (Table 3), as plain functions, and an optimizer that applies one.
+"""The six update rules of Ben-Nun & Hoefler 2019 (Table 3) as plain functions, and an optimizer for them.
 
 Every rule is a function ``rule(w, g, state, **hyper) -> (new_w, new_state)``:
 it reads the weights ``w``, the gradient ``g`` and the rule's state (a dict

@@ -19,9 +19,9 @@ T_pipe), and the lower bound
 
     T >= alpha log2 P + 2 m beta (P - 1) / P
 
-for algorithms without redundant computation (Chan et al. 2007), which
-Rabenseifner's algorithm attains; the ring matches its bandwidth term with
-P - 1 latencies instead of log2 P.
+for algorithms without redundant computation (Chan et al. 2007).
+Rabenseifner's algorithm attains its bandwidth term with twice its latency
+term; the ring attains the bandwidth term with 2 (P - 1) latencies.
 
 For P not a power of two, the tree takes ceil(log2 P) rounds and the ring
 works as written. Recursive doubling and Rabenseifner run on the p' = 2^k
