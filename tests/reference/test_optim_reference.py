@@ -167,6 +167,9 @@ def test_any_function_of_w_g_and_state_is_a_rule():
     def sign_sgd(w, g, state, lr):
         return w - lr * np.sign(g), {"steps": state.get("steps", 0) + 1}
 
+    def frozen(w, g, state, lr):      # hands back the very state it got
+        return w, state
+
     param = Tensor(np.array([1.0, -2.0, 0.5]), requires_grad=True)
     idle = Tensor(np.zeros(2), requires_grad=True)
     opt = ReferenceOptimizer([param, idle], sign_sgd, lr=0.25)
@@ -177,6 +180,20 @@ def test_any_function_of_w_g_and_state_is_a_rule():
     assert opt.state == [{"steps": 2}, {}]        # a parameter without a gradient is skipped
     opt.zero_grad()
     assert param.grad is None and idle.grad is None
+    opt.rule, param.grad = frozen, np.ones(3)
+    opt.step()
+    assert opt.state[0] == {"steps": 2}
+
+
+def test_schedules_and_clipping_of_minidl_optim_drive_the_reference_optimizer():
+    param = Tensor(np.zeros(4), requires_grad=True)
+    opt = ReferenceOptimizer([param], "sgd", lr=1.0, clip_grad_norm=1.0)
+    schedule = optim.StepLR(opt, step_size=1, gamma=0.5)
+    for _ in range(2):
+        param.grad = np.full(4, 10.0)             # norm 20, clipped to 1: each step moves 0.5 * lr
+        opt.step()
+        schedule.step()
+    np.testing.assert_allclose(param.data, -np.full(4, 0.5 * (1.0 + 0.5)), rtol=1e-5)
 
 
 def test_unknown_rules_and_empty_parameter_lists_are_refused():

@@ -12,7 +12,7 @@ differently.
     momentum.py   momentum (Polyak 1964; Qian 1999), Nesterov (Nesterov 1983; Sutskever et al. 2013)
     adaptive.py   AdaGrad (Duchi et al. 2011), RMSProp (Tieleman & Hinton 2012)
     adam.py       Adam (Kingma & Ba 2015)
-    optimizer.py  ``ReferenceOptimizer``: any rule over a list of parameters, with weight decay
+    optimizer.py  ``ReferenceOptimizer``: any rule over a list of parameters (weight decay, clipping)
 """
 from .sgd import sgd
 from .momentum import momentum, nesterov
