@@ -1,1 +1,81 @@
-"""Checks of the optim exercises."""
+"""Checks of the optim exercises: each update rule against ``minidl.optim`` over several steps in float64.
+
+The problem is a noisy quadratic: g = c * w + noise_t, so a wrong step
+changes every later gradient and the error shows in the trajectory.
+"""
+import numpy as np
+
+from minidl import optim
+from minidl.autograd import Tensor
+from minidl.exercises import exercise, expect_close, expect_true
+from minidl.reference.optim import adagrad, adam, momentum, nesterov, rmsprop
+
+STEPS = 8
+SHAPE = (3, 4)
+
+
+def _problem(seed):
+    """(w0, gradient(t, w)) of a seeded noisy quadratic in float64."""
+    rng = np.random.default_rng(seed)
+    w0 = rng.standard_normal(SHAPE)
+    curvature = rng.uniform(0.5, 2.0, SHAPE)
+    noise = 0.3 * rng.standard_normal((STEPS,) + SHAPE)
+    return w0, lambda t, w: curvature * w + noise[t]
+
+
+def _step(name, rule, w, g, state, hyper, t):
+    """One call of the student's rule, with the contract checked: (new_w, new_state), inputs untouched."""
+    w_before, g_before = w.copy(), g.copy()
+    result = rule(w, g, state, **hyper)
+    expect_true(f"{name}: step {t} must return a pair (new_w, new_state)",
+                isinstance(result, tuple) and len(result) == 2,
+                detail=f"got {type(result).__name__}")
+    new_w, new_state = result
+    expect_true(f"{name}: step {t} must return the state as a dict", isinstance(new_state, dict),
+                detail=f"got {type(new_state).__name__}")
+    expect_close(f"{name}: the input w after step {t} (return a new array, do not update w in place)",
+                 w, w_before, rtol=0, atol=0)
+    expect_close(f"{name}: the input g after step {t} (do not change the gradient)", g, g_before,
+                 rtol=0, atol=0)
+    return new_w, new_state
+
+
+def compare_trajectory(name, rule, tuned_class, hyper, seed):
+    """Run ``rule`` and ``tuned_class`` side by side for STEPS steps; fail at the first step that differs."""
+    w0, gradient = _problem(seed)
+    param = Tensor(w0.copy(), requires_grad=True)
+    tuned = tuned_class([param], **hyper)
+    w, state = w0.copy(), {}
+    for t in range(1, STEPS + 1):
+        param.grad = gradient(t - 1, param.data)
+        tuned.step()
+        w, state = _step(name, rule, w, gradient(t - 1, w), state, hyper, t)
+        expect_close(f"{name} with {hyper}: w after step {t}", w, param.data, rtol=1e-10,
+                     atol=1e-12)
+
+
+@exercise("4.1", "momentum and Nesterov momentum", path="minidl/reference/optim/momentum.py",
+          hint="update the velocity v <- mu v + g first (v starts at zero), then step along v "
+               "for momentum and along g + mu v for Nesterov")
+def check_momentum():
+    for seed, hyper in enumerate([dict(lr=0.1, momentum=0.9), dict(lr=0.03, momentum=0.5)]):
+        compare_trajectory("momentum", momentum, optim.Momentum, hyper, seed)
+        compare_trajectory("nesterov", nesterov, optim.Nesterov, hyper, seed)
+
+
+@exercise("4.2", "AdaGrad and RMSProp", path="minidl/reference/optim/adaptive.py",
+          hint="accumulate g * g elementwise into the state (a sum for AdaGrad, a running mean "
+               "with weight alpha for RMSProp), then divide the step by its square root plus eps")
+def check_adaptive():
+    for seed, hyper in enumerate([dict(lr=0.1), dict(lr=0.05, eps=1e-3)]):
+        compare_trajectory("adagrad", adagrad, optim.AdaGrad, hyper, seed)
+    for seed, hyper in enumerate([dict(lr=0.01), dict(lr=0.03, alpha=0.9, eps=1e-4)]):
+        compare_trajectory("rmsprop", rmsprop, optim.RMSProp, hyper, seed)
+
+
+@exercise("4.3", "Adam with bias correction", path="minidl/reference/optim/adam.py",
+          hint="keep the step count t and the uncorrected moments m and v in the state; divide "
+               "by 1 - beta^t only when you form the step")
+def check_adam():
+    for seed, hyper in enumerate([dict(lr=0.01), dict(lr=0.1, betas=(0.5, 0.9), eps=1e-6)]):
+        compare_trajectory("adam", adam, optim.Adam, hyper, seed)
