@@ -1,0 +1,1 @@
+"""Textbook distributed training: one concept per file (see ``minidl.reference``)."""
