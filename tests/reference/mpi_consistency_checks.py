@@ -12,12 +12,13 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "distributed"))
 
-from minidl import exercises  # noqa: E402
-from minidl.exercises import Unimplemented  # noqa: E402
-from minidl.exercises.checks import consistency as checks  # noqa: E402
-from minidl.reference.dist import parameter_server  # noqa: E402
-from minidl.reference.dist.ssp import WorkerClocks  # noqa: E402
-from mpi_checks import run_named_checks  # noqa: E402
+from mpi_checks import run_named_checks
+
+from minidl import exercises
+from minidl.exercises import Unimplemented
+from minidl.exercises.checks import consistency as checks
+from minidl.reference.dist import parameter_server
+from minidl.reference.dist.ssp import WorkerClocks
 
 SLOW = 0.02  # seconds per gradient of worker 2: long against a message's round trip
 

@@ -13,7 +13,8 @@ standard errors; each test also shows that a biased rounding misses them.
 import numpy as np
 import pytest
 
-from minidl.dist.compression import Float16, GradientEncoder, QSGD, TernGrad, TopK
+from minidl.dist.compression import QSGD, Float16, GradientEncoder, TernGrad, TopK
+from minidl.exercises.checks.compression import gradient_like
 from minidl.reference.dist import compression as ref
 
 LENGTHS = (1, 7, 512, 4099)
@@ -22,11 +23,7 @@ SIGMAS = 5
 
 
 def vector(n, seed=0):
-    rng = np.random.default_rng(seed)
-    v = rng.standard_normal(n).astype(np.float32)
-    v[::7] *= 30  # a few large values, as in real gradients
-    v[3::11] = 0  # and exact zeros
-    return v
+    return gradient_like(np.random.default_rng(seed), n)
 
 
 def qsgd(v, s, rng):
@@ -79,7 +76,10 @@ def test_qsgd_rounds_each_value_to_a_neighbouring_level():
 
 
 def test_qsgd_is_unbiased_and_within_its_variance_bound():
-    """Alistarh et al. 2017, Lemma 3.1: E[Q(v)] = v and E||Q(v) - v||^2 <= min(d/s^2, sqrt(d)/s) ||v||^2."""
+    """Alistarh et al. 2017, Lemma 3.1: E[Q(v)] = v and
+
+    E||Q(v) - v||^2 <= min(d / s^2, sqrt(d) / s) ||v||^2.
+    """
     v, s = vector(40).astype(np.float64), 3
     norm = np.linalg.norm(v)
     rng = np.random.default_rng(2)

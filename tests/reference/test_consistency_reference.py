@@ -47,7 +47,7 @@ def replicas(rng, n, dim=5):
 
 
 def test_synchronous_easgd_is_the_slides_form_with_beta_n_alpha():
-    """Ben-Nun & Hoefler's slides write the center as (1 - beta) x~ + (beta / n) sum_i x_i, beta = n alpha."""
+    """Ben-Nun & Hoefler's slides: x~ <- (1 - beta) x~ + (beta / n) sum_i x_i, beta = n alpha."""
     rng = np.random.default_rng(0)
     n, lr, rho = 4, 0.05, 2.0
     workers, center, grads = replicas(rng, n), rng.standard_normal(5), replicas(rng, n)

@@ -12,8 +12,9 @@ from minidl.exercises import exercise, expect_close, expect_equal, expect_true
 from minidl.reference.dist import compression as reference
 
 PATH = "minidl/reference/dist/compression.py"
-DRAWS = 2000       # seeded draws for the unbiasedness checks
-SIGMAS = 5.0       # how many standard deviations of the mean of DRAWS draws a bias may hide in
+LENGTH = 257    # values per test vector
+DRAWS = 2000    # seeded draws for the unbiasedness checks
+SIGMAS = 5.0    # how many standard deviations of the mean of DRAWS draws a bias may hide in
 
 
 def gradient_like(rng, n):
@@ -46,7 +47,8 @@ def check_topk_error_feedback():
     v = gradient_like(rng, n)
     index, values = reference.topk_encode(v, k)
     index = np.asarray(index)
-    expect_equal(f"top-{k} of {n}: how many distinct indices were kept", len(set(index.tolist())), k)
+    expect_equal(f"top-{k} of {n}: how many distinct indices were kept",
+                 len(set(index.tolist())), k)
     expect_close(f"top-{k}: the values sent, against v at the indices sent", values, v[index],
                  rtol=0, atol=0)
     dropped = np.delete(np.abs(v), index)
@@ -72,51 +74,47 @@ def check_topk_error_feedback():
         residual = new_residual
 
 
+def expect_like_tuned(what, got, tuned, v, seed):
+    """``got`` must be what the tuned compressor (one bucket, the same seed) decodes."""
+    expected = tuned.decode(tuned.encode(v, np.random.default_rng(seed)), v.size)
+    expect_close(f"{what}: the decoded vector against the tuned compressor with the same seed",
+                 got, expected, rtol=1e-6)
+
+
 @exercise("9.2", "QSGD: stochastic quantisation to s levels", path=PATH,
           hint="scale |v_i| by s / ||v||_2, round down, then add 1 with probability equal to "
                "the fraction left over (one uniform draw per value from rng)")
 def check_qsgd():
-    rng = np.random.default_rng(92)
-    n = 257
-    v = gradient_like(rng, n)
+    v = gradient_like(np.random.default_rng(92), LENGTH)
     for s in (1, 4, 127):
         norm, signed = reference.qsgd_encode(v, s, np.random.default_rng([92, s]))
-        tuned = QSGD(s, bucket=n)
-        expected = tuned.decode(tuned.encode(v, np.random.default_rng([92, s])), n)
-        expect_close(f"QSGD s={s}: the decoded vector against the tuned QSGD with the same "
-                     "seed", reference.qsgd_decode(norm, signed, s), expected, rtol=1e-6)
+        expect_like_tuned(f"QSGD s={s}", reference.qsgd_decode(norm, signed, s),
+                          QSGD(s, bucket=v.size), v, [92, s])
         expect_close(f"QSGD s={s}: the norm sent", norm, np.linalg.norm(v.astype(np.float64)),
                      rtol=1e-6)
         signed = np.asarray(signed)
         expect_true(f"QSGD s={s}: every signed level is an integer in -s..s",
                     bool(np.all(signed == np.round(signed)) and np.all(np.abs(signed) <= s)),
                     detail=f"levels seen: {np.unique(signed)[:10]}")
-    small = gradient_like(rng, 12).astype(np.float64)
-    s, draws = 3, np.random.default_rng(920)
-    expect_unbiased(f"QSGD s={s}", lambda: reference.qsgd_decode(
-        *reference.qsgd_encode(small, s, draws), s), small,
-        spread=np.linalg.norm(small) / s / 2)
+    small, draws = v[:12].astype(np.float64), np.random.default_rng(920)
+    expect_unbiased("QSGD s=3", lambda: reference.qsgd_decode(
+        *reference.qsgd_encode(small, 3, draws), 3), small, spread=np.linalg.norm(small) / 3 / 2)
 
 
 @exercise("9.3", "TernGrad: ternary stochastic gradients", path=PATH,
           hint="s is the largest |v_i|; keep sign(v_i) with probability |v_i| / s, else send 0 "
                "(one uniform draw per value from rng)")
 def check_terngrad():
-    rng = np.random.default_rng(93)
-    n = 257
-    v = gradient_like(rng, n)
+    v = gradient_like(np.random.default_rng(93), LENGTH)
     scale, ternary = reference.terngrad_encode(v, np.random.default_rng(930))
-    tuned = TernGrad(bucket=n)
-    expected = tuned.decode(tuned.encode(v, np.random.default_rng(930)), n)
-    expect_close("TernGrad: the decoded vector against the tuned TernGrad with the same seed",
-                 reference.terngrad_decode(scale, ternary), expected, rtol=1e-6)
+    expect_like_tuned("TernGrad", reference.terngrad_decode(scale, ternary),
+                      TernGrad(bucket=v.size), v, 930)
     expect_close("TernGrad: the scale s = max |v_i|", scale, np.abs(v).max(), rtol=0, atol=0)
     ternary = np.asarray(ternary)
     expect_true("TernGrad: every code is -1, 0 or 1 with the sign of v",
                 bool(np.all(np.isin(ternary, (-1, 0, 1))) and np.all(ternary * v >= 0)),
                 detail=f"codes seen: {np.unique(ternary)}")
-    small = gradient_like(rng, 12).astype(np.float64)
-    draws = np.random.default_rng(931)
+    small, draws = v[:12].astype(np.float64), np.random.default_rng(931)
     expect_unbiased("TernGrad", lambda: reference.terngrad_decode(
         *reference.terngrad_encode(small, draws)), small, spread=np.abs(small).max() / 2)
 

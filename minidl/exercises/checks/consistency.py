@@ -13,7 +13,7 @@ import numpy as np
 
 from minidl.dist.averaging import elastic_difference
 from minidl.dist.ssp import ClockTable
-from minidl.exercises import ExerciseFailure, exercise, expect_close, expect_equal, expect_true
+from minidl.exercises import exercise, expect_close, expect_equal, expect_true
 from minidl.reference.dist import averaging, parameter_server, ssp
 
 REFERENCE = "minidl/reference/dist/"
@@ -71,7 +71,7 @@ def _or_abort(comm, role):
     """Run ``role()``; on an error print it and abort every rank (the others would wait forever)."""
     try:
         return role()
-    except Exception:
+    except Exception:  # noqa: BLE001 (any failure must end every rank)
         sys.stderr.write(f"rank {comm.rank} of {comm.size} failed; aborting every rank so that "
                          f"none waits forever for its messages:\n{traceback.format_exc()}")
         sys.stderr.flush()
@@ -117,8 +117,8 @@ def expect_each_update_once(log, workers, mode):
 @exercise("8.2", "Parameter server: push, apply, gated pull",
           path=REFERENCE + "parameter_server.py", ranks=3, timeout=60,
           hint="the worker sends [rank, PUSH, gradient] and receives the weights; the server "
-               "applies the update, ticks the worker's clock and answers every waiting worker "
-               "whose gate is open")
+               "applies and logs the update, ticks the worker's clock, then sends the weights "
+               "to every waiting worker whose gate is open and notes the version it read")
 def check_parameter_server(comm):
     expect_true("the parameter-server check needs a server and at least one worker",
                 comm.size >= 2, detail=f"it runs on {comm.size} rank(s)")
@@ -177,9 +177,8 @@ def check_easgd():
                "replica by the replicas' mean")
 def check_model_averaging():
     rng = np.random.default_rng(84)
-    n, dim, lr, steps = 3, 4, 0.05, 7
-    start = _replicas(rng, n, dim)
-    targets = np.stack(_replicas(rng, n, dim))
+    start, targets = _replicas(rng, 3, 4), np.stack(_replicas(rng, 3, 4))
+    lr, steps = 0.05, 7
 
     def gradient(i, w, t):
         """Replica i pulls towards its own target, a little harder every step."""
@@ -192,5 +191,5 @@ def check_model_averaging():
             if (t + 1) % period == 0:
                 w[:] = w.mean(axis=0)
         got = averaging.local_sgd(start, gradient, lr, period, steps)
-        expect_close(f"the {n} replicas after {steps} steps, averaged every {period}",
+        expect_close(f"the {len(start)} replicas after {steps} steps, averaged every {period}",
                      np.stack(got), w, rtol=1e-12)

@@ -44,7 +44,7 @@ def sgd_update(lr):
 
 
 def serve(comm, weights, update, clocks):
-    """Rank 0: serve ``weights`` (a flat vector) until every worker said DONE; returns (weights, log).
+    """Rank 0: serve the flat ``weights`` until every worker said DONE; returns (weights, log).
 
     ``update(weights, gradient)`` changes the weights in place; ``clocks`` is
     the SSP clock table of the ``comm.size - 1`` workers (``WorkerClocks`` or
@@ -83,7 +83,7 @@ def serve(comm, weights, update, clocks):
 
 
 def work(comm, weights, gradient, steps):
-    """Ranks 1..n: ``steps`` iterations of pull, ``gradient(weights, step)``, push; returns the weights.
+    """Ranks 1..n: ``steps`` times pull, ``gradient(weights, step)``, push; returns the weights.
 
     ``weights`` is this worker's buffer for the pulled weights (its shape and
     dtype are the server's).
