@@ -5,20 +5,16 @@ synchronous SGD on the whole batch (bsp), the closed form of asynchronous SGD
 (each pushed gradient applied exactly once), and the SSP staleness bound
 (n - 1)(2S + 1) of ``minidl.reference.dist.parameter_server``.
 """
-import pathlib
 import sys
 
 import numpy as np
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "distributed"))
-
-from mpi_checks import run_named_checks
 
 from minidl import exercises
 from minidl.exercises import Unimplemented
 from minidl.exercises.checks import consistency as checks
 from minidl.reference.dist import parameter_server
 from minidl.reference.dist.ssp import WorkerClocks
+from tests.distributed.mpi_checks import run_named_checks
 
 SLOW = 0.02  # seconds per gradient of worker 2: long against a message's round trip
 

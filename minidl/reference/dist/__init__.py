@@ -1,1 +1,1 @@
-"""Textbook distributed training: one concept per file (see ``minidl.reference``)."""
+"""Distributed training in textbook form: allreduce algorithms, gradient buckets, and more."""
