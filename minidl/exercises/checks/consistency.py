@@ -115,7 +115,7 @@ def expect_each_update_once(log, workers, mode):
 
 
 @exercise("8.2", "Parameter server: push, apply, gated pull",
-          path=REFERENCE + "parameter_server.py", ranks=3, timeout=60,
+          path=REFERENCE + "parameter_server.py", ranks=3, timeout=30,
           hint="the worker sends [rank, PUSH, gradient] and receives the weights; the server "
                "applies and logs the update, ticks the worker's clock, then sends the weights "
                "to every waiting worker whose gate is open and notes the version it read")
