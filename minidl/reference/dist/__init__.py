@@ -1,0 +1,1 @@
+"""Distributed training in textbook form: allreduce algorithms, gradient buckets, and more."""
