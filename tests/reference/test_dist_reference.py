@@ -16,8 +16,8 @@ from minidl.layers import Parameter
 from minidl.reference.dist.buckets import assign_buckets
 from tests.distributed.conftest import mpi_run, run_checks  # noqa: F401 (fixtures)
 
-OUR_EXERCISES = [e.id for e in catalogue()
-                 if e.path in ("minidl/reference/dist/allreduce.py", "minidl/reference/dist/buckets.py")]
+PATHS = ("minidl/reference/dist/allreduce.py", "minidl/reference/dist/buckets.py")
+OUR_EXERCISES = [e.id for e in catalogue() if e.path in PATHS]
 
 
 @pytest.fixture

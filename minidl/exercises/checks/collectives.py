@@ -61,11 +61,12 @@ def expect_on_every_rank(comm, verify):
     for rank, verdict in enumerate(comm.mpi.allgather(mine)):
         if verdict is not None:
             what, expected, got, where, detail = verdict
-            raise ExerciseFailure(f"rank {rank} of {comm.size}: {what}", expected, got, where, detail)
+            raise ExerciseFailure(f"rank {rank} of {comm.size}: {what}", expected, got, where,
+                                  detail)
 
 
 def check_allreduce(comm, algorithm, tuned):
-    """Compare ``algorithm(comm, x)`` with the oracles on every length and dtype; raise on all ranks."""
+    """Compare ``algorithm(comm, x)`` with the oracles for every length and dtype, on every rank."""
     rank, size = comm.rank, comm.size
     comparisons, hashes = [], []
     for length in lengths(size):
@@ -97,29 +98,24 @@ def check_allreduce(comm, algorithm, tuned):
                            "and copy it to the others")
 
 
-@exercise("6.1", "Ring allreduce: reduce-scatter, then allgather", path=PATH, ranks=3,
-          hint="in reduce-scatter step s send block r-s to the right and add block r-s-1 "
-               "from the left; then pass the finished blocks around once more")
-def check_ring(comm):
-    check_allreduce(comm, allreduce.ring, "ring")
+def register(exercise_id, name, title, ranks, hint):
+    """Register the check of exercise ``exercise_id``: ``allreduce.<name>`` against the oracles."""
+    def check(comm):
+        check_allreduce(comm, getattr(allreduce, name), name)
+    check.__name__ = check.__qualname__ = f"check_{name}"
+    exercise(exercise_id, title, path=PATH, hint=hint, ranks=ranks)(check)
 
 
-@exercise("6.2", "Butterfly allreduce: recursive doubling", path=PATH, ranks=4,
-          hint="at distances 1, 2, 4, ... below p2 exchange the whole array with rank XOR "
-               "distance and add what arrives")
-def check_butterfly(comm):
-    check_allreduce(comm, allreduce.butterfly, "butterfly")
-
-
-@exercise("6.3", "Binomial tree allreduce: reduce to rank 0, then broadcast", path=PATH, ranks=3,
-          hint="reduce: at distance d, ranks with r mod 2d == d send to r - d; broadcast: "
-               "run the distances backwards with the messages going the other way")
-def check_tree(comm):
-    check_allreduce(comm, allreduce.tree, "tree")
-
-
-@exercise("6.4", "Rabenseifner allreduce: recursive halving, then doubling", path=PATH, ranks=4,
-          hint="halve the segment you share with rank XOR d (d = p2/2 ... 1), keep your half and "
-               "add the partner's copy of it; then replay the exchanges backwards as copies")
-def check_rabenseifner(comm):
-    check_allreduce(comm, allreduce.rabenseifner, "rabenseifner")
+register("6.1", "ring", "Ring allreduce: reduce-scatter, then allgather", ranks=3,
+         hint="in reduce-scatter step s send block r-s to the right and add block r-s-1 from "
+              "the left; then pass the finished blocks around once more")
+register("6.2", "butterfly", "Butterfly allreduce: recursive doubling", ranks=4,
+         hint="at distances 1, 2, 4, ... below p2 exchange the whole array with rank XOR "
+              "distance and add what arrives")
+register("6.3", "tree", "Binomial tree allreduce: reduce to rank 0, then broadcast", ranks=3,
+         hint="reduce: at distance d, ranks with r mod 2d == d send to r - d; broadcast: run "
+              "the distances backwards with the messages going the other way")
+register("6.4", "rabenseifner", "Rabenseifner allreduce: recursive halving, then doubling",
+         ranks=4, hint="halve the segment you share with rank XOR d (d = p2/2 ... 1), keep your "
+                       "half and add the partner's copy of it; then replay the exchanges "
+                       "backwards as copies")

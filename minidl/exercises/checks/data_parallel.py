@@ -58,8 +58,8 @@ def check_buckets(comm):
             p.grad = g
         bucketed.average_gradients(comm, buckets)
         comparisons += [(f"mean over {size} ranks of the random gradient of parameter {i} "
-                         f"{p.shape}, buckets of {bucket_bytes} B", p.grad, mean[i].astype("float32"),
-                         1e-5)
+                         f"{p.shape}, buckets of {bucket_bytes} B", p.grad,
+                         mean[i].astype("float32"), 1e-5)
                         for i, p in enumerate(params)]
         for p in params:
             p.grad = np.full(p.shape, rank, dtype="float32")
@@ -86,6 +86,7 @@ def check_buckets(comm):
                          grouping(bucketed.assign_buckets(params, bucket_bytes), params),
                          grouping([b.params for b in make_buckets(params, bucket_bytes)], params))
         for what, got, expected, tolerance in comparisons:
-            expect_equal(f"{what}: dtype", str(got.dtype), str(expected.dtype))
+            expect_equal(f"{what}: dtype", str(getattr(got, "dtype", type(got).__name__)),
+                         str(expected.dtype))
             expect_close(what, got, expected, rtol=tolerance, atol=tolerance)
     expect_on_every_rank(comm, verify)

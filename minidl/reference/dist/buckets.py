@@ -45,15 +45,15 @@ def assign_buckets(params, bucket_bytes):
 
 
 def average_gradients(comm, buckets, algorithm="auto"):
-    """Replace every parameter's gradient by its mean over ``comm``'s ranks, one allreduce per bucket.
+    """Replace each parameter's gradient by its mean over ``comm``'s ranks, one allreduce a bucket.
 
     A parameter without a gradient (unused in this step) contributes zeros.
     """
     # BEGIN EXERCISE 7.1
     for bucket in buckets:
         xp = get_array_module(bucket[0].data)
-        flat = xp.concatenate([(p.grad if p.grad is not None else xp.zeros_like(p.data)).reshape(-1)
-                               for p in bucket])
+        grads = [xp.zeros_like(p.data) if p.grad is None else p.grad for p in bucket]
+        flat = xp.concatenate([g.reshape(-1) for g in grads])
         comm.allreduce(flat, op="mean", algorithm=algorithm)
         offset = 0
         for p in bucket:
@@ -63,7 +63,7 @@ def average_gradients(comm, buckets, algorithm="auto"):
 
 
 class BucketedDataParallel:
-    """Wrap ``optimizer``: ``step()`` averages the gradients over ``comm`` bucket by bucket, then updates.
+    """Wrap ``optimizer``: ``step()`` averages the gradients over ``comm``'s ranks, then updates.
 
     Constructing it copies rank 0's parameters to every rank, so all replicas
     start equal.
