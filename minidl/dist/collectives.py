@@ -296,8 +296,14 @@ class PointToPoint:
         self.mpi = mpi_comm
         self.rank, self.size = mpi_comm.Get_rank(), mpi_comm.Get_size()
 
+    @staticmethod
+    def _ready(array):
+        """GPU kernels that wrote ``array`` must finish before MPI reads it."""
+        if not isinstance(array, np.ndarray):
+            backend.synchronize("cuda")
+
     def send(self, array, dest, tag=0):
-        backend.synchronize(array)
+        self._ready(array)
         self.mpi.Send(array, dest, tag)
 
     def recv(self, array, source, tag=0):
@@ -305,7 +311,7 @@ class PointToPoint:
         return array
 
     def sendrecv(self, send_array, dest, recv_array, source, sendtag=0, recvtag=0):
-        backend.synchronize(send_array)
+        self._ready(send_array)
         self.mpi.Sendrecv(send_array, dest, sendtag, recv_array, source, recvtag)
         return recv_array
 
