@@ -14,6 +14,10 @@ costed in ``costmodel.py`` with the formulas of Ben-Nun & Hoefler (2018, §2.5):
   allgather; bandwidth-optimal with a logarithmic latency term.
 * ``mpi``: the library's own ``Allreduce`` (``MPI_IN_PLACE``).
 
+``REFERENCE_ALGORITHMS`` (``"ring_reference"``...) run the textbook versions
+of ``minidl.reference.dist.allreduce`` instead: whole blocks, no pipelining.
+They are for reading, exercises and tests; ``auto`` never picks them.
+
 Ranks beyond the largest power of two ``p2 <= P`` are *folded*: rank
 ``p2 + i`` first adds its array into rank ``i`` and gets the result back at
 the end, so the butterfly and Rabenseifner run on ``p2`` ranks.
@@ -35,6 +39,8 @@ import numpy as np
 from minidl import backend
 
 ALLREDUCE_ALGORITHMS = ("mpi", "ring", "butterfly", "tree", "rabenseifner")
+REFERENCE_ALGORITHMS = ("ring_reference", "butterfly_reference", "tree_reference",
+                        "rabenseifner_reference")
 
 SEGMENT_BYTES = 1 << 19  # host arrays; tuned with benchmarks/bench_allreduce.py --segments
 
@@ -278,9 +284,48 @@ _IMPLEMENTATIONS = {"mpi": mpi_native, "ring": ring, "butterfly": butterfly,
                     "tree": tree, "rabenseifner": rabenseifner}
 
 
+class PointToPoint:
+    """``Communicator``'s point-to-point calls on an mpi4py communicator, for arrays MPI can read.
+
+    The reference algorithms are written against ``comm.rank``, ``comm.size``,
+    ``comm.send``, ``comm.recv`` and ``comm.sendrecv``; this gives them those
+    on the duplicate communicator that ``allreduce`` works on.
+    """
+
+    def __init__(self, mpi_comm):
+        self.mpi = mpi_comm
+        self.rank, self.size = mpi_comm.Get_rank(), mpi_comm.Get_size()
+
+    @staticmethod
+    def _ready(array):
+        """GPU kernels that wrote ``array`` must finish before MPI reads it."""
+        if not isinstance(array, np.ndarray):
+            backend.synchronize("cuda")
+
+    def send(self, array, dest, tag=0):
+        self._ready(array)
+        self.mpi.Send(array, dest, tag)
+
+    def recv(self, array, source, tag=0):
+        self.mpi.Recv(array, source, tag)
+        return array
+
+    def sendrecv(self, send_array, dest, recv_array, source, sendtag=0, recvtag=0):
+        self._ready(send_array)
+        self.mpi.Sendrecv(send_array, dest, sendtag, recv_array, source, recvtag)
+        return recv_array
+
+
+def _run_reference(comm, x, algorithm, divide_by):
+    """Sum with the textbook algorithm of ``minidl.reference.dist.allreduce``, then divide."""
+    from minidl.reference.dist import allreduce as reference
+    getattr(reference, algorithm[:-len("_reference")])(PointToPoint(comm), x)
+    divide_in_place(x, divide_by)
+
+
 def check_algorithm(algorithm, allow_auto=True):
     """Return ``algorithm`` if known, else raise an error that lists the choices."""
-    choices = ALLREDUCE_ALGORITHMS + (("auto",) if allow_auto else ())
+    choices = ALLREDUCE_ALGORITHMS + REFERENCE_ALGORITHMS + (("auto",) if allow_auto else ())
     if algorithm not in choices:
         raise ValueError(f"allreduce: unknown algorithm {algorithm!r}; "
                          f"choose one of {', '.join(choices)}")
@@ -297,6 +342,8 @@ def allreduce(comm, array, algorithm, divide_by, scratch):
     flat = array.reshape(-1)
     if flat.size == 0 or comm.Get_size() == 1:
         divide_in_place(flat, divide_by)
-        return array
-    _IMPLEMENTATIONS[algorithm](comm, flat, Exchange(comm, flat, scratch), divide_by)
+    elif algorithm in REFERENCE_ALGORITHMS:
+        _run_reference(comm, flat, algorithm, divide_by)
+    else:
+        _IMPLEMENTATIONS[algorithm](comm, flat, Exchange(comm, flat, scratch), divide_by)
     return array

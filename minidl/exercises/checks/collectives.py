@@ -1,1 +1,121 @@
-"""Checks of the collectives exercises."""
+"""Checks of the collectives exercises (6.x): allreduce from point-to-point messages.
+
+Each check runs one algorithm of ``minidl/reference/dist/allreduce.py`` on
+3 or 4 MPI ranks and compares it with oracles that run no exercise region:
+the exact sum of every rank's seeded random input (each rank rebuilds all
+ranks' inputs from the seed), ChainerMN's idiom (rank r holds r everywhere,
+so the sum is P(P-1)/2 exactly), and minidl's tuned algorithm of the same
+name. Every rank must also end with the same bits.
+"""
+import hashlib
+
+import numpy as np
+
+from minidl.exercises import ExerciseFailure, exercise, expect_close, expect_true
+from minidl.reference.dist import allreduce
+
+PATH = "minidl/reference/dist/allreduce.py"
+SEED = 6
+DTYPES = ("float64", "float32", "int64")
+
+
+def rank_input(rank, length, dtype, seed=SEED):
+    """Rank ``rank``'s input: the same on every rank that builds it, so each can form the oracle."""
+    rng = np.random.default_rng([seed, rank, length])
+    if np.dtype(dtype).kind == "i":
+        return rng.integers(-1000, 1000, length).astype(dtype)
+    return rng.standard_normal(length).astype(dtype)
+
+
+def lengths(size):
+    """Lengths with nothing, fewer elements than ranks, uneven blocks, and a longer array."""
+    return sorted({0, 1, size - 1, size + 1, 13, 1000})
+
+
+def exact_sum(inputs):
+    """The float64 sum of the ranks' inputs, and the rounding error a P-term sum may carry."""
+    exact = np.sum([a.astype(np.float64) for a in inputs], axis=0)
+    dtype = inputs[0].dtype
+    if dtype.kind == "i" or exact.size == 0:
+        return exact, 0.0
+    magnitude = float(np.max(np.sum([np.abs(a.astype(np.float64)) for a in inputs], axis=0)))
+    return exact, len(inputs) * float(np.finfo(dtype).eps) * magnitude
+
+
+def digest(array):
+    return hashlib.sha1(np.ascontiguousarray(array).tobytes()).hexdigest()
+
+
+def expect_on_every_rank(comm, verify):
+    """Run ``verify()`` (local comparisons, no messages) on every rank; all raise the first failure.
+
+    A wrong result may show on some ranks only, and a rank that raised alone
+    would leave the others waiting for its next message; so every rank
+    shares its verdict, and all raise the lowest failing rank's.
+    """
+    try:
+        verify()
+        mine = None
+    except ExerciseFailure as failure:
+        mine = (failure.what, failure.expected, failure.got, failure.where, failure.detail)
+    for rank, verdict in enumerate(comm.mpi.allgather(mine)):
+        if verdict is not None:
+            what, expected, got, where, detail = verdict
+            raise ExerciseFailure(f"rank {rank} of {comm.size}: {what}", expected, got, where,
+                                  detail)
+
+
+def check_allreduce(comm, algorithm, tuned):
+    """Compare ``algorithm(comm, x)`` with the oracles for every length and dtype, on every rank."""
+    rank, size = comm.rank, comm.size
+    comparisons, hashes = [], []
+    for length in lengths(size):
+        x = np.full(length, rank, dtype="float64")
+        algorithm(comm, x)
+        comparisons.append((f"each rank holds its rank, {length} elements on {size} ranks: "
+                            f"the sum is P(P-1)/2", x, np.full(length, size * (size - 1) / 2), 0.0))
+    for length in lengths(size):
+        for dtype in DTYPES:
+            inputs = [rank_input(r, length, dtype) for r in range(size)]
+            exact, tolerance = exact_sum(inputs)
+            x = inputs[rank].copy()
+            algorithm(comm, x)
+            y = comm.allreduce(inputs[rank].copy(), "sum", algorithm=tuned)
+            case = f"{length} random {dtype} elements on {size} ranks"
+            comparisons += [(f"sum of {case}", x, exact, tolerance),
+                            (f"sum of {case}, against minidl's tuned {tuned!r}", x, y,
+                             2 * tolerance)]
+            hashes.append((case, comm.mpi.allgather(digest(x))))
+
+    def verify():
+        for what, got, expected, tolerance in comparisons:
+            expect_close(what, got, expected, rtol=0.0, atol=tolerance)
+    expect_on_every_rank(comm, verify)
+    for case, digests in hashes:  # every rank sees the same digests: the same verdict everywhere
+        differ = [r for r, d in enumerate(digests) if d != digests[0]]
+        expect_true(f"every rank ends with the same bits ({case})", not differ,
+                    detail=f"ranks {differ} differ from rank 0; add each element on one rank "
+                           "and copy it to the others")
+
+
+def register(exercise_id, name, title, ranks, hint):
+    """Register the check of exercise ``exercise_id``: ``allreduce.<name>`` against the oracles."""
+    def check(comm):
+        check_allreduce(comm, getattr(allreduce, name), name)
+    check.__name__ = check.__qualname__ = f"check_{name}"
+    exercise(exercise_id, title, path=PATH, hint=hint, ranks=ranks)(check)
+
+
+register("6.1", "ring", "Ring allreduce: reduce-scatter, then allgather", ranks=3,
+         hint="in reduce-scatter step s send block r-s to the right and add block r-s-1 from "
+              "the left; then pass the finished blocks around once more")
+register("6.2", "butterfly", "Butterfly allreduce: recursive doubling", ranks=4,
+         hint="at distances 1, 2, 4, ... below p2 exchange the whole array with rank XOR "
+              "distance and add what arrives")
+register("6.3", "tree", "Binomial tree allreduce: reduce to rank 0, then broadcast", ranks=3,
+         hint="reduce: at distance d, ranks with r mod 2d == d send to r - d; broadcast: run "
+              "the distances backwards with the messages going the other way")
+register("6.4", "rabenseifner", "Rabenseifner allreduce: recursive halving, then doubling",
+         ranks=4, hint="halve the segment you share with rank XOR d (d = p2/2 ... 1), keep your "
+                       "half and add the partner's copy of it; then replay the exchanges "
+                       "backwards as copies")

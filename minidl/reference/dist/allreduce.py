@@ -1,0 +1,172 @@
+"""Allreduce from point-to-point messages: ring, butterfly, binomial tree and Rabenseifner.
+
+P ranks each hold an array x_r of n elements; allreduce leaves on every rank
+
+    y = x_0 + x_1 + ... + x_(P-1)
+
+Each function below sums a flat NumPy/CuPy array ``x`` over ``comm``'s ranks
+in place (and returns it) using only ``comm.send``, ``comm.recv`` and
+``comm.sendrecv`` on whole blocks; the mean is the sum divided by P.
+Ben-Nun & Hoefler 2019 (Demystifying Parallel and Distributed Deep
+Learning, §2.5) cost them with latency L and time G per byte, for m bytes::
+
+    T_tree = 2 log2(P) (L + m G)            binomial tree: reduce, then broadcast
+    T_bfly =   log2(P) (L + m G)            butterfly (recursive doubling)
+    T_ring = 2 (P-1) (L + (m/P) G)          ring: reduce-scatter, then allgather
+    T_rabe = 2 L log2(P) + 2 m G (P-1)/P    Rabenseifner: halving, then doubling
+
+The ring follows Patarasuk & Yuan 2009 (Bandwidth Optimal All-reduce
+Algorithms for Clusters of Workstations); the butterfly, the binomial tree
+and Rabenseifner's algorithm follow Thakur, Rabenseifner & Gropp 2005
+(Optimization of Collective Communication Operations in MPICH).
+
+The ring and the tree work for any P. The butterfly and Rabenseifner pair
+rank r with r XOR 2^k, which needs a power of two: with p2 the largest power
+of two <= P, rank p2 + i first *folds* its array into rank i (``fold_in``),
+the p2 lower ranks run the algorithm, and rank i sends the result back to
+rank p2 + i (``fold_out``). This costs two extra messages of the whole array.
+
+Every element of y is added up on one rank and copied to the others, or (the
+butterfly) added in the same pairs on both partners, so all ranks hold the
+same bits. ``comm.allreduce(x, algorithm="ring_reference")`` runs these
+functions (``minidl.dist.collectives.REFERENCE_ALGORITHMS``).
+"""
+from minidl.backend import get_array_module
+
+
+def ring(comm, x):
+    """Ring allreduce: P-1 reduce-scatter steps, then P-1 allgather steps, on blocks of n/P.
+
+    x is cut into P blocks. At reduce-scatter step s rank r sends block
+    r-s to its right neighbour and adds the block r-s-1 that arrives from its
+    left; after P-1 steps rank r holds the full sum of block r+1. The
+    allgather then passes the finished blocks around the ring (block indices
+    modulo P).
+    """
+    xp = get_array_module(x)
+    rank, size = comm.rank, comm.size
+    blocks = xp.array_split(x, size)  # views of x; sizes differ by at most one
+    right, left = (rank + 1) % size, (rank - 1) % size
+    # BEGIN EXERCISE 6.1
+    for step in range(size - 1):
+        target = blocks[(rank - step - 1) % size]
+        received = xp.empty_like(target)
+        comm.sendrecv(blocks[(rank - step) % size], right, received, left)
+        target += received
+    for step in range(size - 1):
+        comm.sendrecv(blocks[(rank + 1 - step) % size], right, blocks[(rank - step) % size], left)
+    # END EXERCISE 6.1
+    return x
+
+
+def fold_in(comm, x):
+    """Fold the ranks above the largest power of two p2 <= P into the lower ones; returns p2.
+
+    Rank p2 + i sends its array to rank i, which adds it to its own.
+    """
+    rank, size = comm.rank, comm.size
+    p2 = 1
+    while 2 * p2 <= size:
+        p2 *= 2
+    if rank >= p2:
+        comm.send(x, rank - p2)
+    elif rank + p2 < size:
+        received = get_array_module(x).empty_like(x)
+        comm.recv(received, rank + p2)
+        x += received
+    return p2
+
+
+def fold_out(comm, x, p2):
+    """Send the result of rank i back to the folded rank p2 + i."""
+    rank, size = comm.rank, comm.size
+    if rank >= p2:
+        comm.recv(x, rank - p2)
+    elif rank + p2 < size:
+        comm.send(x, rank + p2)
+
+
+def butterfly(comm, x):
+    """Recursive doubling: log2(P) exchanges of the whole array with partner r XOR 2^k.
+
+    After the exchange at distance d = 2^k, rank r holds the sum over the 2d
+    ranks that agree with r in every bit above k.
+    """
+    xp = get_array_module(x)
+    p2 = fold_in(comm, x)
+    # BEGIN EXERCISE 6.2
+    if comm.rank < p2:
+        received = xp.empty_like(x)
+        distance = 1
+        while distance < p2:
+            partner = comm.rank ^ distance
+            comm.sendrecv(x, partner, received, partner)
+            x += received
+            distance *= 2
+    # END EXERCISE 6.2
+    fold_out(comm, x, p2)
+    return x
+
+
+def tree(comm, x):
+    """Binomial tree: reduce to rank 0, then broadcast back down the same tree.
+
+    Reduce: at distance d = 1, 2, 4, ... rank r with r mod 2d = d sends its
+    partial sum to r - d, which adds it; rank 0 ends with y. Broadcast: the
+    same steps in reverse order, each message going the other way.
+    ceil(log2 P) rounds each.
+    """
+    xp = get_array_module(x)
+    rank, size = comm.rank, comm.size
+    received = xp.empty_like(x)
+    # BEGIN EXERCISE 6.3
+    distance = 1
+    while distance < size:
+        if rank % (2 * distance) == distance:
+            comm.send(x, rank - distance)
+        elif rank % (2 * distance) == 0 and rank + distance < size:
+            comm.recv(received, rank + distance)
+            x += received
+        distance *= 2
+    while distance > 1:
+        distance //= 2
+        if rank % (2 * distance) == 0 and rank + distance < size:
+            comm.send(x, rank + distance)
+        elif rank % (2 * distance) == distance:
+            comm.recv(x, rank - distance)
+    # END EXERCISE 6.3
+    return x
+
+
+def rabenseifner(comm, x):
+    """Reduce-scatter by recursive halving, then allgather by recursive doubling.
+
+    Halving: at distance d = P/2, P/4, ..., 1 rank r and its partner r XOR d
+    share a segment [lo, hi); the rank with bit d clear keeps the lower half,
+    the other the upper; each sends the half it gives away and adds the
+    partner's copy of the half it keeps. After log2(P) halvings rank r holds
+    about n/P finished elements. Doubling: the same exchanges in reverse
+    order, each rank sending its finished segment and receiving the partner's.
+    """
+    xp = get_array_module(x)
+    p2 = fold_in(comm, x)
+    # BEGIN EXERCISE 6.4
+    if comm.rank < p2:
+        lo, hi = 0, x.size
+        exchanges = []
+        distance = p2 // 2
+        while distance >= 1:
+            partner = comm.rank ^ distance
+            mid = (lo + hi) // 2
+            keep, give = ((mid, hi), (lo, mid)) if comm.rank & distance else ((lo, mid), (mid, hi))
+            received = xp.empty(keep[1] - keep[0], dtype=x.dtype)
+            comm.sendrecv(x[give[0]:give[1]], partner, received, partner)
+            x[keep[0]:keep[1]] += received
+            exchanges.append((partner, keep, give))
+            lo, hi = keep
+            distance //= 2
+        for partner, keep, give in reversed(exchanges):
+            comm.sendrecv(x[keep[0]:keep[1]], partner, x[give[0]:give[1]], partner)
+    # END EXERCISE 6.4
+    fold_out(comm, x, p2)
+    return x
