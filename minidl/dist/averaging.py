@@ -86,7 +86,7 @@ class ModelAveraging(_LocalOptimizerWrapper):
         self.message[-1] = 1.0 if stop else 0.0
         start = time.perf_counter()
         if self.poll_interval > 0:
-            wait_for_everyone(self.comm.mpi, self.poll_interval)
+            wait_for_everyone(self.comm, self.poll_interval)
         self.comm.allreduce(self.message, op="mean", algorithm=self.algorithm)
         self.counters.add("wait_s", time.perf_counter() - start)
         self.counters.add("bytes_sent", self.message.nbytes)

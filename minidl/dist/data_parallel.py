@@ -127,7 +127,7 @@ class DistributedOptimizer:
     def _check_same_model(self, params, names):
         """Raise on every rank, naming the first rank whose parameters differ from rank 0's."""
         mine = [(tuple(p.shape), str(p.dtype)) for p in params]
-        everyone = self.comm.mpi.allgather(mine)
+        everyone = self.comm.allgather_object(mine)
         for rank, theirs in enumerate(everyone):
             if theirs == everyone[0]:
                 continue
