@@ -511,7 +511,7 @@ class Communicator:
     @staticmethod
     def test_all(requests):
         """True once every one of ``requests`` is complete (never blocks)."""
-        return all([request.test() for request in _requests("test_all", requests)])
+        return all(request.test() for request in _requests("test_all", requests))
 
     def __repr__(self):
         return f"Communicator(rank={self.rank}, size={self.size}, auto={self.auto!r})"
