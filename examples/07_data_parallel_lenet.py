@@ -45,7 +45,7 @@ def main():
             print(f"epoch {epoch}: {stats['seconds']:.2f} s, {stats['images_per_s']:.0f} img/s "
                   f"on {comm.size} ranks, test accuracy {100 * result['acc']:.2f}%")
     digest = hashlib.sha1(np.concatenate([p.numpy().ravel() for p in model.parameters()])).hexdigest()
-    digests = comm.mpi.allgather(digest)
+    digests = comm.allgather_object(digest)
     if comm.rank == 0:
         print(f"replicas bit-identical: {len(set(digests)) == 1}; allreduce overlapped with "
               f"backward: {100 * opt.overlap_fraction():.0f}% of "

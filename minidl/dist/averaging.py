@@ -30,6 +30,7 @@ from minidl.dist.ps import TrainingAborted, wait_for_everyone
 from minidl.dist.ps_server import DEFAULT_POLL_INTERVAL
 from minidl.dist.ps_worker import ServerClient
 from minidl.dist.telemetry import RankCounters
+from minidl.dist.wrapper import OptimizerWrapper
 
 
 def elastic_difference(local, center, alpha):
@@ -37,22 +38,16 @@ def elastic_difference(local, center, alpha):
     return alpha * (local - center)
 
 
-class _LocalOptimizerWrapper:
-    """Forward everything but ``step`` to the wrapped (local) optimizer."""
+class _LocalSteps(OptimizerWrapper):
+    """A worker's own optimizer (a subclass extends its ``step()``); the weights as one vector."""
 
     def __init__(self, optimizer, params):
-        self.optimizer = optimizer
+        super().__init__(optimizer)
         self.buffer = FlatBuffer(list(params))
         self.steps = 0
 
-    def __getattr__(self, name):
-        return getattr(self.optimizer, name)
 
-    def zero_grad(self):
-        self.optimizer.zero_grad()
-
-
-class ModelAveraging(_LocalOptimizerWrapper):
+class ModelAveraging(_LocalSteps):
     """avg:H: the local optimizer's step, and every ``period`` steps the replicas' average.
 
     The averaged vector carries one extra value, a stop flag, so that a rank
@@ -86,7 +81,7 @@ class ModelAveraging(_LocalOptimizerWrapper):
         self.message[-1] = 1.0 if stop else 0.0
         start = time.perf_counter()
         if self.poll_interval > 0:
-            wait_for_everyone(self.comm.mpi, self.poll_interval)
+            wait_for_everyone(self.comm, self.poll_interval)
         self.comm.allreduce(self.message, op="mean", algorithm=self.algorithm)
         self.counters.add("wait_s", time.perf_counter() - start)
         self.counters.add("bytes_sent", self.message.nbytes)
@@ -128,7 +123,7 @@ class ElasticRule:
         """Exchanges are applied on arrival: nothing can be pending."""
 
 
-class ElasticAveragingOptimizer(_LocalOptimizerWrapper, ServerClient):
+class ElasticAveragingOptimizer(_LocalSteps, ServerClient):
     """The worker's half of EASGD: local steps, and every ``period`` steps the elastic exchange."""
 
     def __init__(self, optimizer, link, period, params=None):

@@ -3,8 +3,11 @@
 A thin layer over ``mpi4py`` that speaks NumPy and CuPy arrays. Arrays go
 through mpi4py's buffer calls (``Send``, ``Recv``, ``Allreduce``...), never
 the pickle-based lower-case ones, which are ~10x slower on large arrays;
-small Python objects may use ``bcast_object``. mpi4py is imported on
-``init()`` only, so ``import minidl`` works without MPI.
+small Python objects may use ``bcast_object`` and ``allgather_object``.
+mpi4py is imported on ``init()`` only, so ``import minidl`` works without
+MPI. This module is minidl's one door to MPI: the rest of ``minidl.dist``
+(data parallelism, the parameter server, model averaging) talks through a
+``Communicator`` and its ``Request`` objects.
 
 CuPy arrays: the current stream is synchronised before MPI touches a buffer
 (mpi4py cannot see GPU streams). The GPU buffer goes to MPI directly only when
@@ -161,17 +164,26 @@ class Request:
     """A pending operation: ``wait()`` finishes it and returns its array, ``test()`` polls.
 
     ``finish`` (copy a staged result back to the GPU, divide a mean) runs
-    once, in the thread that calls ``wait``/``test``.
+    once, in the thread that calls ``wait``/``test``. ``handle`` is the
+    mpi4py request behind an MPI operation (None for an operation that runs
+    on the background thread or finished at once), which lets
+    ``Communicator.wait_any`` wait for several in one ``MPI_Waitany``.
     """
 
-    def __init__(self, result, wait=None, test=None, finish=None):
+    def __init__(self, result, wait=None, test=None, finish=None, handle=None):
         self._result = result
         self._wait = wait
         self._test = test
         self._finish = finish
+        self._handle = handle
         self._done = wait is None
         self.started = time.perf_counter()
         self.finished = self.started if self._done else None  # when the data was reduced
+
+    @classmethod
+    def of_mpi(cls, result, handle, finish=None):
+        """The ``Request`` of an mpi4py request ``handle`` whose data lands in ``result``."""
+        return cls(result, handle.Wait, handle.Test, finish, handle)
 
     def mark_finished(self):
         """Record when the operation itself ended (a background thread calls this)."""
@@ -197,13 +209,39 @@ class Request:
             self._complete()
         return self._result
 
+    def cancel(self):
+        """Withdraw a pending receive that no message will match (then it counts as complete).
+
+        What its array holds afterwards is undefined. Only MPI operations can
+        be withdrawn; a finished request is left as it is.
+        """
+        if self._done:
+            return
+        if self._handle is None:
+            raise ValueError("Request.cancel: this request runs on minidl's background thread "
+                             "(a hand-written iallreduce) and cannot be withdrawn; wait() for it")
+        self._handle.Cancel()
+        self._complete()
+
+
+def _requests(what, requests):
+    """``requests`` as a list, or an error naming what to pass instead."""
+    requests = list(requests)
+    for request in requests:
+        if not isinstance(request, Request):
+            raise TypeError(f"Communicator.{what}: expected minidl Requests (what isend, irecv, "
+                            f"ibarrier and iallreduce return), got {type(request).__name__}; "
+                            "start the operation through the Communicator")
+    return requests
+
 
 class Communicator:
     """A group of MPI ranks exchanging NumPy/CuPy arrays.
 
     Collectives run on a duplicate of the MPI communicator, so their messages
-    can never match a user's ``send``/``recv``. ``.mpi`` is the wrapped
-    mpi4py communicator for anything not offered here.
+    can never match a user's ``send``/``recv``; a protocol of point-to-point
+    messages gets a communicator of its own from ``dup()``. ``.mpi`` is the
+    wrapped mpi4py communicator, for experiments with what is not offered here.
     """
 
     def __init__(self, mpi_comm, auto="rule"):
@@ -229,6 +267,11 @@ class Communicator:
         when the next call comes); ``device_ok=False`` stages even with a
         CUDA-aware library.
         """
+        if not array.flags.c_contiguous:
+            raise ValueError(
+                f"MPI sends and receives C-contiguous arrays, got a strided {array.dtype} array "
+                f"of shape {array.shape}; pass a contiguous copy (np.ascontiguousarray(x), or "
+                "cupy's) and copy a received result back into the view")
         if isinstance(array, np.ndarray):
             return array
         backend.synchronize(array)
@@ -262,6 +305,35 @@ class Communicator:
     def bcast_object(self, obj, root=0):
         """Broadcast a small picklable object (a config dict, fitted parameters)."""
         return self._collective.bcast(obj, root=root)
+
+    def allgather_object(self, obj):
+        """Every rank's small picklable ``obj`` (counters, shapes, a digest), in rank order."""
+        return self._collective.allgather(obj)
+
+    def allgather(self, array, out=None):
+        """Every rank's ``array`` stacked in rank order: ``out[r]`` is rank r's; returns ``out``.
+
+        ``out`` (made when None) has shape ``(size, *array.shape)`` and
+        ``array``'s dtype; every rank must pass the same shape and dtype.
+        """
+        if out is None:
+            out = backend.get_array_module(array).empty((self.size,) + array.shape, array.dtype)
+        if out.shape != (self.size,) + array.shape or out.dtype != array.dtype:
+            raise ValueError(f"allgather: out must have shape {(self.size,) + array.shape} and "
+                             f"dtype {array.dtype} (one row per rank), got {out.shape} {out.dtype};"
+                             " pass out=None to have it made")
+        buffer = self._mpi_buffer(out, copy_in=False, reuse=False)
+        self._collective.Allgather(self._mpi_buffer(array), buffer)
+        self._copy_back(out, buffer)
+        return out
+
+    def ibarrier(self):
+        """Start a barrier: the ``Request`` completes once every rank has called ``ibarrier``.
+
+        Polled with ``test()``, sleeping in between, it waits for late ranks
+        without taking the core that MPI's blocking ``barrier`` busy-polls.
+        """
+        return Request.of_mpi(None, self._collective.Ibarrier())
 
     def allreduce(self, array, op="sum", algorithm="auto"):
         """Sum (or average) ``array`` over all ranks, in place; returns it.
@@ -303,7 +375,7 @@ class Communicator:
             def finish():
                 collectives.divide_in_place(buffer, divide_by)
                 self._copy_back(array, buffer)
-            return Request(array, request.Wait, request.Test, finish)
+            return Request.of_mpi(array, request, finish)
         if not self.threaded:
             collectives.allreduce(self._collective, buffer, name, divide_by, self._scratch)
             self._copy_back(array, buffer)
@@ -373,15 +445,73 @@ class Communicator:
     def isend(self, array, dest, tag=0):
         """Non-blocking send; do not modify ``array`` until the request completed."""
         buffer = self._mpi_buffer(array, reuse=False)
-        request = self.mpi.Isend(buffer, dest, tag)
-        return Request(array, request.Wait, request.Test)
+        return Request.of_mpi(array, self.mpi.Isend(buffer, dest, tag))
 
     def irecv(self, array, source, tag=0):
-        """Non-blocking receive into ``array``; complete it with ``wait()``."""
+        """Non-blocking receive into ``array``; complete it with ``wait()``.
+
+        The message may be shorter than ``array`` (a byte buffer sized for
+        the largest message of a protocol): the rest of ``array`` is left as
+        it was, so the message itself must say how long it is.
+        """
         buffer = self._mpi_buffer(array, copy_in=False, reuse=False)
-        request = self.mpi.Irecv(buffer, source, tag)
-        return Request(array, request.Wait, request.Test,
-                       lambda: self._copy_back(array, buffer))
+        return Request.of_mpi(array, self.mpi.Irecv(buffer, source, tag),
+                              lambda: self._copy_back(array, buffer))
+
+    def dup(self):
+        """A communicator of the same ranks whose messages never match this one's (collective).
+
+        A protocol run on its own duplicate (the parameter server's) cannot
+        receive a message of other traffic that happens to use its tags.
+        """
+        return Communicator(self.mpi.Dup(), auto=self.auto)
+
+    # ---- completing requests -------------------------------------------------------------
+    @staticmethod
+    def wait_any(requests):
+        """Wait until one of ``requests`` is complete and return its index.
+
+        A request that completed earlier counts at once (the first one), so
+        replace a handled request (post the next ``irecv``) before waiting
+        again. MPI operations are waited for in ``MPI_Waitany``, which
+        busy-polls a core; when a background-thread request is among the
+        pending ones, all are tested in turn instead.
+        """
+        requests = _requests("wait_any", requests)
+        if not requests:
+            raise ValueError("Communicator.wait_any: got no requests, so none can complete; "
+                             "pass the pending Requests")
+        for index, request in enumerate(requests):
+            if request._done:
+                return index
+        if any(request._handle is None for request in requests):
+            while True:
+                for index, request in enumerate(requests):
+                    if request.test():
+                        return index
+        index = mpi_module().Request.Waitany([request._handle for request in requests])
+        requests[index]._complete()
+        return index
+
+    @staticmethod
+    def test_some(requests):
+        """The indices, in ascending order, of the ``requests`` complete now (maybe none).
+
+        Never blocks: poll it, sleeping in between, to wait without spinning.
+        """
+        return [index for index, request in enumerate(_requests("test_some", requests))
+                if request.test()]
+
+    @staticmethod
+    def wait_all(requests):
+        """Wait until every one of ``requests`` is complete."""
+        for request in _requests("wait_all", requests):
+            request.wait()
+
+    @staticmethod
+    def test_all(requests):
+        """True once every one of ``requests`` is complete (never blocks)."""
+        return all(request.test() for request in _requests("test_all", requests))
 
     def __repr__(self):
         return f"Communicator(rank={self.rank}, size={self.size}, auto={self.auto!r})"

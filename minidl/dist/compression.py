@@ -377,7 +377,7 @@ class CompressedAllreduce:
             halves = payload.view(np.float16).copy()
             self.comm.allreduce(halves, op="mean", algorithm=self.algorithm)
             return halves.astype(np.float32)
-        self.comm.mpi.Allgather(payload, self.gathered)
+        self.comm.allgather(payload, self.gathered)
         total = compressor.decode(self.gathered[0], n)
         for rank in range(1, self.comm.size):
             total += compressor.decode(self.gathered[rank], n)

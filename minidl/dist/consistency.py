@@ -126,7 +126,7 @@ class _Session:
         return dict(stats, cpu_seconds=time.process_time() - cpu)
 
     def _gather(self, counters):
-        return self.comm.mpi.allgather(dict(counters))
+        return self.comm.allgather_object(dict(counters))
 
     def _hold_consensus(self, consensus, keep_local):
         """Load ``consensus`` into the model; with ``keep_local``, until ``restore_local()``."""
@@ -177,7 +177,7 @@ class ParameterServerSession(_Session):
         push_capacity = [4 * layout.shard_size(k) if elastic
                          else compressor.wire_bytes(layout.shard_size(k))
                          for k in range(layout.servers)]
-        self.mpi = comm.mpi.Dup()  # the protocol's messages never meet other traffic
+        self.protocol = comm.dup()  # the protocol's messages never meet other traffic
         self.poll_interval = poll_interval
         rank = comm.rank
         self.is_server = layout.is_server(rank)
@@ -192,11 +192,11 @@ class ParameterServerSession(_Session):
                 self.schedulable = make_optimizer([Parameter(shard)])
                 rule = GradientRule(self.schedulable, compressor, layout.workers,
                                     per_clock=mode.staleness is not None)
-            self.server = ParameterServer(self.mpi, layout, rank, rule, mode.staleness,
+            self.server = ParameterServer(self.protocol, layout, rank, rule, mode.staleness,
                                           push_capacity[rank], poll_interval)
             self.optimizer = None
         else:
-            link = ServerLink(self.mpi, layout, rank, push_capacity, poll_interval)
+            link = ServerLink(self.protocol, layout, rank, push_capacity, poll_interval)
             params = list(model.parameters())
             if elastic:
                 self.schedulable = make_optimizer(params)
@@ -244,7 +244,7 @@ class ParameterServerSession(_Session):
         """
         flag = np.array([1.0 if stopped else 0.0])
         if self.poll_interval > 0:  # ranks done early sleep instead of spinning in MPI
-            wait_for_everyone(self.comm.mpi, self.poll_interval)
+            wait_for_everyone(self.comm, self.poll_interval)
         if self.comm.allreduce(flag, op="sum")[0] > 0:
             return None
         consensus = self.buffer.flat.copy()

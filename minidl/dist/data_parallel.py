@@ -9,8 +9,10 @@ equal local batches b on n ranks this is minibatch SGD with batch n*b.
 ``DistributedOptimizer`` wraps an optimizer the way ChainerMN's
 multi-node optimizer does: constructing it broadcasts parameters and
 buffers from rank 0 and checks that every rank built the same model; its
-``step()`` averages, then calls the wrapped optimizer's ``step()``; other
-attributes (``lr``, ``state_dict``...) are the wrapped optimizer's.
+``step()`` averages, then calls the wrapped optimizer's ``step()``. It
+exposes the wrapped optimizer's ``params``, ``state``, ``lr`` (read and set,
+so LR schedules drive it), ``zero_grad`` and state dicts
+(``wrapper.OptimizerWrapper``); the rest of it is on ``.optimizer``.
 
 Gradients travel in buckets: consecutive parameters (in reverse order, the
 order backward produces them) fused into flat buffers of about ``bucket_mb``
@@ -27,6 +29,7 @@ from minidl.backend import get_array_module
 from minidl.dist.collectives import check_algorithm
 from minidl.dist.compression import CompressedAllreduce, make_compressor
 from minidl.dist.flat import FlatBuffer
+from minidl.dist.wrapper import OptimizerWrapper
 
 
 class NonFiniteGradientError(ArithmeticError):
@@ -69,7 +72,7 @@ def make_buckets(params, bucket_bytes):
     return buckets
 
 
-class DistributedOptimizer:
+class DistributedOptimizer(OptimizerWrapper):
     """Wrap ``optimizer`` so that ``step()`` applies the gradient averaged over ``comm``'s ranks.
 
     ``allreduce``: ``"auto"`` or one of ``minidl.dist.ALLREDUCE_ALGORITHMS``;
@@ -81,6 +84,9 @@ class DistributedOptimizer:
     through ``CompressedAllreduce`` (no buckets, no overlap), with
     ``error_feedback`` (None: the scheme's default) and random rounding
     seeded by ``seed`` and the rank.
+
+    Use it like the wrapped optimizer (``step()``, ``zero_grad()``, ``lr``,
+    ``state_dict()``); its other attributes are on ``.optimizer``.
     """
 
     def __init__(self, optimizer, comm, allreduce="auto", bucket_mb=4, overlap=True, model=None,
@@ -88,34 +94,27 @@ class DistributedOptimizer:
         check_algorithm(allreduce)
         if bucket_mb <= 0:
             raise ValueError(f"DistributedOptimizer: bucket_mb={bucket_mb} must be positive")
-        own = dict(optimizer=optimizer, comm=comm, algorithm=allreduce, overlap=overlap,
-                   model=model, _weight=1.0, _hooks=[], _next_launch=0,
-                   stats={"steps": 0, "comm_seconds": 0.0, "exposed_seconds": 0.0,
-                          "overlapped_seconds": 0.0, "bytes_reduced": 0})
-        for name, value in own.items():
-            object.__setattr__(self, name, value)
+        super().__init__(optimizer)
+        self.comm, self.algorithm, self.overlap, self.model = comm, allreduce, overlap, model
+        self._weight = 1.0
+        self._hooks = []
+        self._next_launch = 0
+        self.stats = {"steps": 0, "comm_seconds": 0.0, "exposed_seconds": 0.0,
+                      "overlapped_seconds": 0.0, "bytes_reduced": 0}
         params = optimizer.params
-        names = self._param_names(params)
-        self._check_same_model(params, names)
-        object.__setattr__(self, "buckets", make_buckets(params, int(bucket_mb * 2**20)))
-        object.__setattr__(self, "_bucket_of", {id(p): b for b in self.buckets for p in b.params})
-        compressed = None
+        self._check_same_model(params, self._param_names(params))
+        self.buckets = make_buckets(params, int(bucket_mb * 2**20))
+        self._bucket_of = {id(p): b for b in self.buckets for p in b.params}
+        self.whole = self.compressed = None  # the whole gradient, when it is compressed
         if make_compressor(compression).name != "none":
-            object.__setattr__(self, "whole", FlatBuffer(params))
-            compressed = CompressedAllreduce(comm, self.whole.size, compression, error_feedback,
-                                             seed, allreduce, xp=get_array_module(self.whole.flat))
-        object.__setattr__(self, "compressed", compressed)
+            self.whole = FlatBuffer(params)
+            self.compressed = CompressedAllreduce(comm, self.whole.size, compression,
+                                                  error_feedback, seed, allreduce,
+                                                  xp=get_array_module(self.whole.flat))
         self.broadcast_state()
-        if overlap and comm.size > 1 and compressed is None:
+        if overlap and comm.size > 1 and self.compressed is None:
             for p in params:
                 self._hooks.append(p.register_post_accumulate_grad_hook(self._grad_ready))
-
-    # ---- forwarding to the wrapped optimizer -------------------------------------------
-    def __getattr__(self, name):
-        return getattr(self.optimizer, name)
-
-    def __setattr__(self, name, value):
-        setattr(self.optimizer, name, value)
 
     # ---- set-up ------------------------------------------------------------------------
     def _param_names(self, params):
@@ -127,7 +126,7 @@ class DistributedOptimizer:
     def _check_same_model(self, params, names):
         """Raise on every rank, naming the first rank whose parameters differ from rank 0's."""
         mine = [(tuple(p.shape), str(p.dtype)) for p in params]
-        everyone = self.comm.mpi.allgather(mine)
+        everyone = self.comm.allgather_object(mine)
         for rank, theirs in enumerate(everyone):
             if theirs == everyone[0]:
                 continue
@@ -161,7 +160,7 @@ class DistributedOptimizer:
         ``local_count * size / global_count`` makes the average the exact
         mean gradient over the global batch. Call before ``backward()``.
         """
-        object.__setattr__(self, "_weight", local_count * self.comm.size / max(global_count, 1))
+        self._weight = local_count * self.comm.size / max(global_count, 1)
 
     # ---- the step -------------------------------------------------------------------------
     def _grad_ready(self, p):
@@ -177,7 +176,7 @@ class DistributedOptimizer:
             if len(bucket.ready) < len(bucket.params):
                 return
             self._launch(bucket)
-            object.__setattr__(self, "_next_launch", self._next_launch + 1)
+            self._next_launch += 1
 
     def _launch(self, bucket):
         bucket.sent = [p.grad for p in bucket.params]
@@ -210,8 +209,8 @@ class DistributedOptimizer:
                 bucket.ready.clear()
                 bucket.request = None
             self.stats["exposed_seconds"] += time.perf_counter() - backward_done
-            object.__setattr__(self, "_next_launch", 0)
-        object.__setattr__(self, "_weight", 1.0)
+            self._next_launch = 0
+        self._weight = 1.0
         if self.comm.size > 1 and not all(_finite(f) for f in self._flats()):
             raise NonFiniteGradientError(
                 "the gradient averaged over all ranks is not finite (NaN or inf); "
@@ -231,15 +230,15 @@ class DistributedOptimizer:
 
     def compression_record(self, epoch):
         """The compression's metrics record for ``epoch`` (see ``CompressedAllreduce.record``)."""
+        if self.compressed is None:
+            raise ValueError("compression_record: this optimizer averages uncompressed gradients; "
+                             "construct it with compression='fp16' (or another scheme) to get one")
         return self.compressed.record(epoch)
 
     def overlap_fraction(self):
         """Share of allreduce time that ran while backward was still computing (0..1)."""
         total = self.stats["comm_seconds"]
         return self.stats["overlapped_seconds"] / total if total > 0 else 0.0
-
-    def zero_grad(self):
-        self.optimizer.zero_grad()
 
     def remove_hooks(self):
         """Unregister the gradient hooks (the wrapper then averages in ``step()`` only)."""

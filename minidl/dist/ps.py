@@ -22,6 +22,9 @@ payload (a compressed gradient, weights, or nothing).
   ``END`` (no batches left this epoch; no payload) or ``STOP`` (another worker
   aborted; no payload).
 
+The messages travel through a ``Communicator`` of their own (``comm.dup()``),
+so no other traffic can match their tags.
+
 Every worker ends each epoch with exactly one DONE or ABORT to every server,
 and sends nothing else without having received the reply to its previous
 push, so a server knows when an epoch is over and no message is left
@@ -30,8 +33,6 @@ unreceived.
 import time
 
 import numpy as np
-
-from minidl.dist.comm import mpi_module
 
 HEADER_FIELDS = 5
 HEADER_BYTES = 8 * HEADER_FIELDS
@@ -107,27 +108,27 @@ class Message:
         return self.payload[:int(self.header[HEADER_FIELDS - 1])]
 
 
-def wait_all(requests, poll_interval):
-    """Complete every MPI request; returns the seconds spent waiting.
+def wait_all(comm, requests, poll_interval):
+    """Complete every request (``Request`` of ``comm``); returns the seconds spent waiting.
 
-    ``poll_interval`` 0 uses MPI's blocking ``Waitall``, which busy-polls a
-    core while it waits; a positive interval tests the requests and sleeps
-    that long between tests, leaving the core to the ranks that compute.
+    ``poll_interval`` 0 waits inside MPI, which busy-polls a core while it
+    waits; a positive interval tests the requests and sleeps that long
+    between tests, leaving the core to the ranks that compute.
     """
     start = time.perf_counter()
     if poll_interval <= 0:
-        mpi_module().Request.Waitall(requests)
+        comm.wait_all(requests)
     else:
-        while not mpi_module().Request.Testall(requests):
+        while not comm.test_all(requests):
             time.sleep(poll_interval)
     return time.perf_counter() - start
 
 
-def wait_for_everyone(mpi_comm, poll_interval):
-    """Return once every rank of ``mpi_comm`` called this (a barrier that sleeps while it waits).
+def wait_for_everyone(comm, poll_interval):
+    """Return once every rank of ``comm`` called this (a barrier that sleeps while it waits).
 
     Put before a blocking collective, it moves the wait for late ranks out of
     the collective, where MPI would busy-poll a core, into ``wait_all``'s
     sleeps; the collective itself then starts with everyone present.
     """
-    return wait_all([mpi_comm.Ibarrier()], poll_interval)
+    return wait_all(comm, [comm.ibarrier()], poll_interval)

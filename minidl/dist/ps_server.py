@@ -1,13 +1,13 @@
 """The server side of the parameter server: one rank, one shard of the master weights.
 
 The server keeps a receive pre-posted for every worker and serves whichever
-worker's message arrives first (``Testsome``, or ``Waitany`` with a zero poll
-interval). A push goes to the update rule; the reply (the shard's current
-weights) leaves as soon as the SSP gate lets that worker start its next step
-(``ssp.ClockTable``): at once under asp, after the slowest worker caught up
-to within S clocks under ssp:S. Between polls the server sleeps
-``poll_interval`` seconds: on a machine with fewer cores than ranks, MPI's
-blocking waits busy-poll and take a core away from the workers.
+worker's message arrives first (``Communicator.test_some``, or ``wait_any``
+with a zero poll interval). A push goes to the update rule; the reply (the
+shard's current weights) leaves as soon as the SSP gate lets that worker
+start its next step (``ssp.ClockTable``): at once under asp, after the
+slowest worker caught up to within S clocks under ssp:S. Between polls the
+server sleeps ``poll_interval`` seconds: on a machine with fewer cores than
+ranks, MPI's blocking waits busy-poll and take a core away from the workers.
 
 Update rules: ``GradientRule`` here (bsp/ssp/asp) and
 ``averaging.ElasticRule`` (easgd). Both expose ``version`` (updates applied
@@ -20,7 +20,6 @@ import numpy as np
 
 from minidl.backend import get_array_module, to_numpy
 from minidl.dist.collectives import divide_in_place
-from minidl.dist.comm import mpi_module
 from minidl.dist.ps import (ABORT, DONE, END, HEADER_BYTES, NO_TICKET, OK, PUSH, STOP,
                             TAG_PUSH, TAG_REPLY, Message)
 from minidl.dist.ssp import ClockedGradients, ClockTable
@@ -84,9 +83,9 @@ class GradientRule:
 class ParameterServer:
     """Serve one shard to every worker until each has said DONE (or ABORT) for the epoch."""
 
-    def __init__(self, mpi, layout, rank, rule, staleness, push_capacity,
+    def __init__(self, comm, layout, rank, rule, staleness, push_capacity,
                  poll_interval=DEFAULT_POLL_INTERVAL):
-        self.mpi, self.layout, self.rank = mpi, layout, rank
+        self.comm, self.layout, self.rank = comm, layout, rank
         self.rule = rule
         self.poll_interval = float(poll_interval)
         workers = layout.workers
@@ -99,8 +98,8 @@ class ParameterServer:
         self.counters = None
 
     def _post(self, worker):
-        return self.mpi.Irecv(self.inbox[worker].buffer, source=self.layout.worker_rank(worker),
-                              tag=TAG_PUSH)
+        return self.comm.irecv(self.inbox[worker].buffer, self.layout.worker_rank(worker),
+                               tag=TAG_PUSH)
 
     # ---- one epoch -------------------------------------------------------------------------
     def serve_epoch(self, tickets=None):
@@ -123,7 +122,7 @@ class ParameterServer:
                 if self._handle(worker):
                     finished.add(worker)
             self._release()
-        mpi_module().Request.Waitall([s for s in self.sends if s is not None])
+        self.comm.wait_all([s for s in self.sends if s is not None])
         if not self.aborted:
             self.rule.check_epoch_end()
         self.counters.update(staleness=self.staleness.to_dict()["histogram"],
@@ -133,18 +132,17 @@ class ParameterServer:
 
     def _arrivals(self):
         """Worker indices whose message has arrived (waits until there is one)."""
-        MPI = mpi_module()
         start = time.perf_counter()
         if self.poll_interval <= 0:
-            ready = [MPI.Request.Waitany(self.receives)]
+            ready = [self.comm.wait_any(self.receives)]
         else:
             while True:
-                ready = MPI.Request.Testsome(self.receives)
+                ready = self.comm.test_some(self.receives)
                 if ready:
                     break
                 time.sleep(self.poll_interval)
         self.counters.add("idle_s", time.perf_counter() - start)
-        return sorted(ready)
+        return ready
 
     def _handle(self, worker):
         """Process worker's message and re-post its receive; True when it ended its epoch."""
@@ -194,16 +192,14 @@ class ParameterServer:
 
     def _reply(self, worker, status, payload=None, ticket=NO_TICKET):
         if self.sends[worker] is not None:
-            self.sends[worker].Wait()  # the previous reply: the worker has pushed since
+            self.sends[worker].wait()  # the previous reply: the worker has pushed since
         data = self.outbox[worker].fill(
             [status, self.rule.version, ticket, 0],
             None if payload is None else np.ascontiguousarray(to_numpy(payload), dtype=np.float32))
-        self.sends[worker] = self.mpi.Isend(data, dest=self.layout.worker_rank(worker),
-                                            tag=TAG_REPLY)
+        self.sends[worker] = self.comm.isend(data, self.layout.worker_rank(worker), tag=TAG_REPLY)
         self.counters.add("bytes_sent", data.nbytes)
 
     def close(self):
         """Withdraw the receives still posted for a next epoch that will not come."""
         for request in self.receives:
-            request.Cancel()
-            request.Wait()
+            request.cancel()

@@ -28,8 +28,8 @@ from minidl.dist.telemetry import RankCounters
 class ServerLink:
     """One worker's messages to and from the K servers."""
 
-    def __init__(self, mpi, layout, rank, push_capacity, poll_interval=DEFAULT_POLL_INTERVAL):
-        self.mpi, self.layout, self.rank = mpi, layout, rank
+    def __init__(self, comm, layout, rank, push_capacity, poll_interval=DEFAULT_POLL_INTERVAL):
+        self.comm, self.layout, self.rank = comm, layout, rank
         self.poll_interval = float(poll_interval)
         self.outbox = [Message(push_capacity[k]) for k in range(layout.servers)]
         self.inbox = [Message(4 * layout.shard_size(k)) for k in range(layout.servers)]
@@ -41,13 +41,13 @@ class ServerLink:
         Each header is [status, version, ticket, 0, payload_bytes]; the payloads
         are in ``self.inbox[k].body()``.
         """
-        requests = [self.mpi.Irecv(self.inbox[k].buffer, source=k, tag=TAG_REPLY)
+        requests = [self.comm.irecv(self.inbox[k].buffer, k, tag=TAG_REPLY)
                     for k in range(self.layout.servers)]
         for k, payload in enumerate(payloads):
             data = self.outbox[k].fill([PUSH, clock, versions[k], ticket], payload)
-            requests.append(self.mpi.Isend(data, dest=k, tag=TAG_PUSH))
+            requests.append(self.comm.isend(data, k, tag=TAG_PUSH))
             self.counters.add("bytes_sent", data.nbytes)
-        self.counters.add("wait_s", wait_all(requests, self.poll_interval))
+        self.counters.add("wait_s", wait_all(self.comm, requests, self.poll_interval))
         headers = [message.fields() for message in self.inbox]
         self.counters.add("bytes_received", sum(HEADER_BYTES + h[-1] for h in headers))
         return headers
@@ -57,9 +57,9 @@ class ServerLink:
         requests = []
         for k in range(self.layout.servers):
             data = self.outbox[k].fill([kind, -1, -1, NO_TICKET])
-            requests.append(self.mpi.Isend(data, dest=k, tag=TAG_PUSH))
+            requests.append(self.comm.isend(data, k, tag=TAG_PUSH))
             self.counters.add("bytes_sent", data.nbytes)
-        wait_all(requests, self.poll_interval)
+        wait_all(self.comm, requests, self.poll_interval)
 
 
 class ServerClient:

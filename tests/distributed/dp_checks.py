@@ -126,6 +126,37 @@ def check_gradient_accumulation(comm):
     assert_matches(model, ref, 1e-5, "accumulated gradients")
 
 
+def check_optimizer_interface(comm):
+    """The wrapper is driven like its optimizer: an LR schedule, params, state, state dicts.
+
+    Oracle: a plain optimizer under the same schedule on the global batch.
+    """
+    batches = global_batches(comm.size, steps=3)
+    ref_model = lenet(0)
+    ref = optim.Momentum(ref_model.parameters(), lr=0.05, momentum=0.9)
+    ref_schedule = optim.StepLR(ref, step_size=1, gamma=0.5)
+    model = lenet(0)
+    inner = optim.Momentum(model.parameters(), lr=0.05, momentum=0.9)
+    opt = DistributedOptimizer(inner, comm, bucket_mb=0.02, model=model)
+    schedule = optim.StepLR(opt, step_size=1, gamma=0.5)
+    for x, y in batches:
+        sgd_step(ref_model, ref, x, y)
+        ref_schedule.step()
+        sgd_step(model, opt, shard(comm, x), shard(comm, y))
+        schedule.step()
+        assert opt.lr == inner.lr == ref.lr
+    assert_matches(model, ref_model, 1e-5, "under a StepLR schedule")
+    assert opt.params is inner.params and opt.state is inner.state
+    opt.note = "mine"  # attributes set on the wrapper stay on it
+    assert not hasattr(inner, "note") and not hasattr(opt, "momentum")
+    fresh = DistributedOptimizer(optim.Momentum(lenet(0).parameters(), lr=1.0), comm)
+    fresh.load_state_dict(opt.state_dict())
+    assert fresh.lr == inner.lr and fresh.optimizer.momentum == 0.9
+    for mine, theirs in zip(inner.state, fresh.state):
+        assert mine.keys() == theirs.keys()
+        assert all(np.array_equal(mine[k], theirs[k]) for k in mine)
+
+
 def check_different_model(comm):
     """Rank 1 builds a wider layer: construction fails on every rank, naming rank 1."""
     md.manual_seed(0)

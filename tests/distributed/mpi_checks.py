@@ -32,7 +32,7 @@ def rank_array(seed, rank, length, dtype):
 
 def digests(comm, array):
     """Every rank's SHA-1 of ``array``'s bytes, in rank order."""
-    return comm.mpi.allgather(hashlib.sha1(backend.to_numpy(array).tobytes()).hexdigest())
+    return comm.allgather_object(hashlib.sha1(backend.to_numpy(array).tobytes()).hexdigest())
 
 
 def check_rank_idiom(comm, xp=np):
@@ -122,6 +122,65 @@ def check_bcast_p2p(comm, xp=np):
             assert bool((array == (size - 1) / 2).all()), algorithm
 
 
+def check_messages(comm, xp=np):
+    """What the parameter server uses: tagged byte messages served as they arrive
+    (wait_any, test_some), a duplicate communicator, ibarrier, cancel, allgather."""
+    rank, size = comm.rank, comm.size
+    mine = xp.asarray(rank_array(11, rank, 12, "float32").reshape(3, 4))
+    expected = np.stack([rank_array(11, r, 12, "float32").reshape(3, 4) for r in range(size)])
+    assert np.array_equal(backend.to_numpy(comm.allgather(mine)), expected)
+    out = xp.zeros((size, 3, 4), dtype="float32")
+    assert comm.allgather(mine, out) is out and np.array_equal(backend.to_numpy(out), expected)
+    assert comm.allgather_object({"rank": rank}) == [{"rank": r} for r in range(size)]
+
+    # rank 0 serves whichever of the other ranks' messages (3 r bytes of value r) arrives
+    if rank == 0:
+        inboxes = [xp.zeros(64, dtype="uint8") for _ in range(size - 1)]
+        receives = [comm.irecv(inbox, r + 1, tag=7) for r, inbox in enumerate(inboxes)]
+        late = comm.irecv(xp.zeros(8, dtype="uint8"), 1, tag=8)
+        assert comm.test_some([late]) == [] and not comm.test_all([late])  # sent after the barrier
+        pending = list(range(size - 1))
+        while pending:
+            waiting = [receives[i] for i in pending]
+            for j in comm.test_some(waiting)[::-1] or [comm.wait_any(waiting)]:
+                sender = pending.pop(j) + 1
+                got = backend.to_numpy(inboxes[sender - 1])
+                assert (got[:3 * sender] == sender).all() and (got[3 * sender:] == 0).all(), got
+        comm.barrier()
+        never = comm.irecv(xp.zeros(8, dtype="uint8"), 1, tag=9)
+        assert comm.wait_any([never, late]) == 1 and comm.wait_any([late, never]) == 0
+        assert bool((backend.to_numpy(late.wait()) == 8).all())
+        never.cancel()
+        assert never.test() and comm.test_some([never, late]) == [0, 1]
+    else:
+        comm.wait_all([comm.isend(xp.full(3 * rank, rank, dtype="uint8"), 0, tag=7)])
+        comm.barrier()
+        if rank == 1:
+            comm.send(xp.full(8, 8, dtype="uint8"), 0, tag=8)
+
+    # a duplicate's messages never match the original's: on one communicator, the receive
+    # posted first would take the message sent first
+    other = comm.dup()
+    assert (other.rank, other.size) == (rank, size)
+    right, left = (rank + 1) % size, (rank - 1) % size
+    on_comm, on_other = xp.zeros(2, dtype="int64"), xp.zeros(2, dtype="int64")
+    requests = [comm.irecv(on_comm, left, tag=5), other.irecv(on_other, left, tag=5),
+                other.isend(xp.full(2, 1, dtype="int64"), right, tag=5),
+                comm.isend(xp.full(2, 2, dtype="int64"), right, tag=5)]
+    comm.wait_all(requests)
+    assert bool((on_comm == 2).all()) and bool((on_other == 1).all())
+
+    barrier = comm.ibarrier()
+    while not comm.test_all([barrier]):
+        pass
+    # wait_any over MPI's own requests and the background thread's
+    x, y = xp.full(1000, rank, dtype="float64"), xp.full(10, rank, dtype="float64")
+    requests = [comm.iallreduce(x, "mean", "ring"), comm.iallreduce(y, "sum", "mpi")]
+    assert comm.wait_any(requests) in (0, 1)
+    comm.wait_all(requests)
+    assert bool((x == (size - 1) / 2).all()) and bool((y == size * (size - 1) // 2).all())
+
+
 def check_thread_level(comm, xp=np):
     """Report whether iallreduce may use its background thread (the test compares)."""
     print(f"rank {comm.rank} background thread: {comm.threaded}", flush=True)
@@ -141,13 +200,14 @@ def check_auto(comm, xp=np):
             x = xp.full(length, comm.rank, dtype="float32")
             picked = comm.choose_algorithm(x)
             assert picked in dist.ALLREDUCE_ALGORITHMS
-            assert len(set(comm.mpi.allgather(picked))) == 1, comm.mpi.allgather(picked)
+            everyone = comm.allgather_object(picked)
+            assert len(set(everyone)) == 1, everyone
             comm.allreduce(x, "mean")
             assert bool((x == (comm.size - 1) / 2).all())
     comm.auto = "model"
     alpha, beta, gamma = comm.cost_params()
     assert alpha >= 0 and beta > 0 and gamma > 0
-    assert len(set(comm.mpi.allgather(comm.cost_params()))) == 1
+    assert len(set(comm.allgather_object(comm.cost_params()))) == 1
 
 
 def check_errors(comm, xp=np):
@@ -158,11 +218,16 @@ def check_errors(comm, xp=np):
         (lambda: comm.allreduce(x, op="max"), "sum, mean"),
         (lambda: comm.allreduce(xp.zeros(3, dtype="int32"), op="mean"), "float"),
         (lambda: comm.allreduce(xp.zeros((4, 4), dtype="float32").T), "ascontiguousarray"),
+        (lambda: comm.send(xp.zeros((4, 4), dtype="float32").T, 0), "ascontiguousarray"),
+        (lambda: comm.allgather(x, xp.zeros(4 * comm.size, dtype="float32")), "one row per rank"),
+        (lambda: comm.wait_any([]), "no requests"),
+        (lambda: comm.test_some([comm]), "isend, irecv"),
+        (lambda: dist.Request(x, wait=lambda: None, test=lambda: False).cancel(), "wait() for it"),
     ]
     for call, hint in cases:
         try:
             call()
-        except ValueError as exc:
+        except (TypeError, ValueError) as exc:
             assert hint in str(exc), str(exc)
         else:
             raise AssertionError(f"no error; expected one mentioning {hint!r}")
@@ -180,7 +245,7 @@ def check_gpu(comm):
     cupy = backend.cupy_module()
     assert cupy is not None, "the GPU check needs CuPy and a GPU"
     cupy.cuda.Device(comm.rank % cupy.cuda.runtime.getDeviceCount()).use()
-    for check in (check_rank_idiom, check_random_sums, check_bcast_p2p):
+    for check in (check_rank_idiom, check_random_sums, check_bcast_p2p, check_messages):
         check(comm, cupy)
 
 

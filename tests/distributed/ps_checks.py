@@ -171,7 +171,7 @@ def check_asp_applies_every_update_once(comm):
                                     before_step=lambda s: tickets.append(s.optimizer.ticket))
         workers = comm.size - 1
         total = comm.allreduce(sent_sum.copy(), op="sum")
-        claimed = sorted(t for mine in comm.mpi.allgather(tickets) for t in mine)
+        claimed = sorted(t for mine in comm.allgather_object(tickets) for t in mine)
         assert claimed == list(range(SAMPLES // BATCH)), claimed
         pushed = sum(r["gradients"] for r in records if r["role"] == "worker")
         assert server_record(records)["applied"] == pushed == len(claimed)

@@ -23,9 +23,15 @@ def test_bcast_point_to_point_and_iallreduce(run_checks, nprocs):
     run_checks(nprocs, "bcast_p2p")
 
 
+@pytest.mark.parametrize("nprocs", (2, 3))
+def test_messages_served_as_they_arrive_dup_ibarrier_and_allgather(run_checks, nprocs):
+    """The Communicator calls of the parameter server: wait_any, test_some, dup, cancel..."""
+    run_checks(nprocs, "messages")
+
+
 def test_iallreduce_runs_eagerly_without_thread_multiple(run_checks):
     """Below MPI_THREAD_MULTIPLE the hand-written iallreduce runs at once; results stay right."""
-    result = run_checks(3, "thread_level", "bcast_p2p",
+    result = run_checks(3, "thread_level", "bcast_p2p", "messages",
                         env={"MPI4PY_RC_THREAD_LEVEL": "serialized"})
     assert result.output.count("background thread: False") == 3, result.output
 

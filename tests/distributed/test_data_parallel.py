@@ -12,8 +12,9 @@ def test_rank_idiom_and_equivalence_with_one_process(run_checks, nprocs):
 
 
 @pytest.mark.parametrize("nprocs", (2, 3))
-def test_uneven_batches_and_gradient_accumulation(run_checks, nprocs):
-    run_checks(nprocs, "uneven_last_batch", "gradient_accumulation", script=SCRIPT, timeout=120)
+def test_uneven_batches_gradient_accumulation_and_the_optimizer_interface(run_checks, nprocs):
+    run_checks(nprocs, "uneven_last_batch", "gradient_accumulation", "optimizer_interface",
+               script=SCRIPT, timeout=120)
 
 
 def test_a_rank_with_another_model_is_named(mpi_run):
