@@ -110,12 +110,9 @@ def main(argv=None):
 def fail(message, code=ERROR_EXIT):
     """Print ``message`` on stderr; under MPI with other ranks, end the whole job with ``code``."""
     print(message, file=sys.stderr, flush=True)
-    mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() \
-            and mpi.COMM_WORLD.Get_size() > 1:
-        import time
-        time.sleep(0.5)  # let mpiexec forward the message before it tears the job down
-        mpi.COMM_WORLD.Abort(code)
+    comm = sys.modules["minidl.dist.comm"].world() if "minidl.dist.comm" in sys.modules else None
+    if comm is not None and comm.size > 1:
+        comm.abort(code)
     return code
 
 

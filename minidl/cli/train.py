@@ -138,10 +138,13 @@ def given_options(argv):
     """The option names (argparse dests) that ``argv`` sets explicitly."""
     parser = argparse.ArgumentParser(add_help=False)
     add_train_arguments(parser)
-    unset = object()
-    parser.set_defaults(**{a.dest: unset for a in parser._actions})
+    # a default nothing else can be: an empty list for options that append (argparse copies
+    # it before appending), a bare object for the rest
+    unset = {a.dest: [] if isinstance(a, argparse._AppendAction) else object()
+             for a in parser._actions}
+    parser.set_defaults(**unset)
     parsed = parser.parse_known_args(argv)[0]
-    return frozenset(k for k, v in vars(parsed).items() if v is not unset)
+    return frozenset(k for k, v in vars(parsed).items() if v is not unset[k])
 
 
 def check_dist_options(args, mode):

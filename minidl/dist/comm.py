@@ -82,12 +82,32 @@ def install_abort_hooks(mpi_comm):
 
     def abort(exc_type, exc, tb):
         sys.stderr.write(header + "".join(traceback.format_exception(exc_type, exc, tb)))
-        sys.stderr.flush()
-        sys.stdout.flush()
-        mpi_comm.Abort(1)
+        abort_job(mpi_comm, 1)
 
     sys.excepthook = abort
     threading.excepthook = lambda hook: abort(hook.exc_type, hook.exc_value, hook.exc_traceback)
+
+
+OUTPUT_GRACE_S = 0.5
+
+
+def abort_job(mpi_comm, code):
+    """End every rank of ``mpi_comm``'s job with exit status ``code`` (``MPI_Abort``).
+
+    mpiexec forwards each rank's output asynchronously and discards what it
+    has not forwarded when the job is torn down; a rank that printed why it
+    aborts therefore flushes and gives it ``OUTPUT_GRACE_S`` first (under load
+    the message was seen to vanish without this pause).
+    """
+    sys.stderr.flush()
+    sys.stdout.flush()
+    time.sleep(OUTPUT_GRACE_S)
+    mpi_comm.Abort(code)
+
+
+def world():
+    """The world ``Communicator`` if ``init()`` ran in this process, else None."""
+    return _world
 
 
 def _loaded_libmpi():
@@ -291,6 +311,10 @@ class Communicator:
             array.set(buffer)
 
     # ---- collectives -------------------------------------------------------------------
+    def abort(self, code=1):
+        """End every rank of the job with exit status ``code`` (see ``abort_job``)."""
+        abort_job(self.mpi, code)
+
     def barrier(self):
         """Wait until every rank got here."""
         self._collective.Barrier()

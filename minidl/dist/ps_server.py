@@ -24,6 +24,7 @@ from minidl.dist.ps import (ABORT, DONE, END, HEADER_BYTES, NO_TICKET, OK, PUSH,
                             TAG_PUSH, TAG_REPLY, Message)
 from minidl.dist.ssp import ClockedGradients, ClockTable
 from minidl.dist.telemetry import RankCounters, StalenessHistogram
+from minidl.dist.watchdog import progress as made_progress
 
 DEFAULT_POLL_INTERVAL = 2e-4  # seconds; chosen with benchmarks/bench_consistency.py --poll
 
@@ -121,6 +122,7 @@ class ParameterServer:
             for worker in self._arrivals():
                 if self._handle(worker):
                     finished.add(worker)
+                made_progress(f"serving worker {worker}")
             self._release()
         self.comm.wait_all([s for s in self.sends if s is not None])
         if not self.aborted:

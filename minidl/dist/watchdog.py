@@ -16,8 +16,6 @@ import sys
 import threading
 import time
 
-OUTPUT_GRACE_S = 0.5  # the launcher forwards output asynchronously: let it, before the abort
-
 _last = {"time": time.monotonic(), "where": "start-up"}
 
 
@@ -29,7 +27,10 @@ def progress(where=None):
 
 
 class Watchdog:
-    """Abort the job through ``abort(code)`` when ``progress`` was not called for ``timeout`` s."""
+    """Abort the job through ``abort(code)`` when ``progress`` was not called for ``timeout`` s.
+
+    ``abort`` is ``Communicator.abort``, which flushes the message and ends every rank.
+    """
 
     def __init__(self, timeout, rank, abort, exit_code=124):
         if not timeout > 0:
@@ -59,8 +60,6 @@ class Watchdog:
             f"minidl: rank {self.rank} made no progress for {idle:.0f} s (last: {_last['where']}): "
             "a rank is stopped, deadlocked or far slower than the others; aborting the job. "
             "If a step can really take this long, raise --hang-timeout\n")
-        sys.stderr.flush()
-        time.sleep(OUTPUT_GRACE_S)
         try:
             self.abort(self.exit_code)
         finally:

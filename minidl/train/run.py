@@ -120,7 +120,7 @@ class TrainingRun:
         args = self.args
         watchdog = None
         if self.comm is not None and self.comm.size > 1 and args.hang_timeout > 0:
-            watchdog = Watchdog(args.hang_timeout, self.rank, self.comm.mpi.Abort).start()
+            watchdog = Watchdog(args.hang_timeout, self.rank, self.comm.abort).start()
         tracing = None
         if args.trace:  # perf: timeline of per-layer compute and the optimizer step, every rank
             from ..perf.training_trace import TrainingTrace

@@ -278,3 +278,12 @@ def test_fashion_mnist_is_never_trained_as_mnist(tmp_path, capsys):
     code, _, err = train(capsys, "--dataset", "mnist", "--data-dir", str(folder),
                          "--out", str(tmp_path / "run"))
     assert code == 1 and "is Fashion-MNIST's" in err and "not MNIST's" in err
+
+
+def test_the_options_typed_are_told_from_the_defaults():
+    from minidl.cli.train import given_options
+    assert given_options(["--lr", "0.1", "--straggler", "1:2", "--straggler", "2:3",
+                          "--epoch", "3", "--no-progress"]) == {"lr", "straggler", "epochs",
+                                                                "no_progress"}
+    assert given_options(["--momentum", "0.9"]) == {"momentum"}  # typed, though the default
+    assert given_options([]) == frozenset()
