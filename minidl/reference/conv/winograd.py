@@ -92,9 +92,10 @@ class WinogradReference(ConvAlgorithm):
             problems.append(f"dilation {geom.dilation}")
         if not problems:
             return None
-        return (f"{' with '.join(problems)} is not supported (F(2x2, 3x3): 3x3 kernels at stride 1 "
-                "and dilation 1 only; 'im2col_reference' and 'fft_reference' compute every shape, "
-                "the tuned 'winograd_f2x2_3x3' also strided kernels with 3 taps per stride phase)")
+        listed = problems[0] if len(problems) == 1 else ", ".join(problems[:-1]) + " and " + problems[-1]
+        return (f"F(2x2, 3x3) takes 3x3 kernels at stride 1 and dilation 1 only, not {listed} "
+                "('im2col_reference' and 'fft_reference' compute every shape, the tuned "
+                "'winograd_f2x2_3x3' also strided kernels with 3 taps per stride phase)")
 
     def forward(self, x, w, geom, keep=False):
         return winograd_f2x2_3x3(x, w, geom.padding), None
