@@ -118,8 +118,7 @@ class Autotuner:
         usable = [impl for impl in applicable(group) if impl.name not in stubbed]
         if not usable:   # every algorithm for this shape is a stubbed exercise
             raise next(iter(stubbed.values()))
-        fits, excluded = [], {name: f"not implemented yet (exercise {stub.exercise_id})"
-                              for name, stub in stubbed.items()}
+        fits, excluded = [], {name: _stub_reason(stub) for name, stub in stubbed.items()}
         for impl in usable:
             need = impl.workspace_bytes(group, pass_, itemsize)
             if self.workspace_limit is not None and need > self.workspace_limit:
@@ -145,7 +144,7 @@ class Autotuner:
                                                        min(seconds.values(), default=None))
                 except Unimplemented as stub:
                     stubbed[impl.name] = stub.with_traceback(None)
-                    excluded[impl.name] = f"not implemented yet (exercise {stub.exercise_id})"
+                    excluded[impl.name] = _stub_reason(stub)
             if seconds:   # else every candidate was stubbed: try the ones left out for workspace
                 return Choice(min(seconds, key=seconds.get), seconds, excluded, stubbed=stubbed)
 
@@ -189,6 +188,10 @@ class Autotuner:
 
     def _limit_text(self):
         return "none" if self.workspace_limit is None else f"{self.workspace_limit / 2 ** 20:.1f} MB"
+
+
+def _stub_reason(stub):
+    return f"not implemented yet (exercise {stub.exercise_id})"
 
 
 def rule_choice(group, candidates):

@@ -22,8 +22,6 @@ from minidl.conv.registry import IMPLEMENTATIONS
 
 from . import reference
 
-torch = pytest.importorskip("torch")
-
 FLOAT32_TOLERANCE = {"direct": 1e-5, "im2col": 1e-5, "fft": 1e-5,
                      "winograd_f2x2_3x3": 1e-5, "winograd_f4x4_3x3": 1e-4,
                      "im2col_reference": 1e-5, "fft_reference": 1e-5, "winograd_reference": 1e-5}
@@ -90,6 +88,7 @@ def skip_unsupported(algo, x, w, params):
 @pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("name", SHAPES)
 def test_float32_against_float64_definition_and_torch(algo, name):
+    torch = pytest.importorskip("torch")
     x, w, b, params = make_case(SHAPES[name], np.float32, seed=len(name))
     skip_unsupported(algo, x, w, params)
     y, dx, dw, db, dy = run_minidl(x, w, b, params, algo)

@@ -15,93 +15,50 @@ from minidl.conv.registry import AUTO_CANDIDATES, IMPLEMENTATIONS
 from minidl.exercises import Unimplemented
 
 from ..conv import reference
+from ..conv.test_conv_algorithms import (SHAPES, make_case, pairs, rel_error, run_minidl,
+                                         skip_unsupported)
 from ..conv.test_conv_function import fresh_tuner  # noqa: F401 (a fixture)
 
 TWINS = {"direct": "im2col", "im2col_reference": "im2col", "fft_reference": "fft",
          "winograd_reference": "winograd_f2x2_3x3"}
-
-# (N, C, H, W, K, (KH, KW), stride, padding, dilation, groups)
-GEOMETRIES = {
-    "3x3_pad1": (2, 3, 7, 9, 4, (3, 3), 1, 1, 1, 1),
-    "3x3_valid_odd_output": (1, 2, 8, 7, 3, (3, 3), 1, 0, 1, 1),
-    "3x3_pad3_groups2": (2, 4, 6, 7, 6, (3, 3), 1, 3, 1, 2),
-    "stride_nonsquare": (2, 3, 11, 9, 4, (3, 5), (2, 1), (1, 2), 1, 1),
-    "dilation_stride": (2, 2, 12, 10, 3, (2, 3), (1, 2), (2, 0), (2, 3), 1),
-    "5x5_stride2_groups3": (1, 6, 9, 8, 3, (5, 5), 2, 2, 1, 3),
-    "1x1": (2, 4, 5, 6, 2, (1, 1), 1, 0, 1, 1),
-}
-
-
-def case(name, dtype, seed):
-    n, c, h, w, k, kernel, stride, padding, dilation, groups = GEOMETRIES[name]
-    rng = np.random.default_rng(seed)
-    arrays = (rng.standard_normal((n, c, h, w)), rng.standard_normal((k, c // groups) + kernel),
-              rng.standard_normal(k))
-    params = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
-    return tuple(a.astype(dtype) for a in arrays), params
-
-
-def as_pairs(params):
-    return {k: v if k == "groups" or not isinstance(v, int) else (v, v) for k, v in params.items()}
-
-
-def conv_passes(algo, arrays, params, dy):
-    """y, dx, dw, db of F.conv2d with ``algo`` for the output gradient ``dy``."""
-    dtype = arrays[0].dtype.name
-    x, w, b = (md.tensor(a, requires_grad=True, dtype=dtype) for a in arrays)
-    y = F.conv2d(x, w, b, algo=algo, **params)
-    y.backward(md.tensor(dy, dtype=dtype))
-    return y.numpy(), x.grad, w.grad, b.grad
-
-
-def unsupported(algo, arrays, params):
-    geom = md.conv.make_geometry(arrays[0].shape, arrays[1].shape, **params)
-    return IMPLEMENTATIONS[algo].unsupported(geom.per_group())
-
-
-def relative_error(got, expected):
-    expected = np.asarray(expected, np.float64)
-    return float(np.abs(np.asarray(got, np.float64) - expected).max() / np.abs(expected).max())
+# stride, padding, dilation, groups, non-square kernels and images, partial Winograd tiles
+GEOMETRIES = ("odd_3x3", "batch1_valid", "pad3", "stride2", "dilation2", "groups2", "groups3_1x3",
+              "nonsquare", "mixed_s_d", "5x5_s2_odd", "1x1")
 
 
 @pytest.mark.parametrize("name", GEOMETRIES)
 @pytest.mark.parametrize("algo", TWINS)
 def test_float64_matches_the_definition_and_the_tuned_twin(algo, name):
-    arrays, params = case(name, np.float64, seed=len(name))
-    reason = unsupported(algo, arrays, params)
-    if reason:
-        pytest.skip(f"{algo}: {reason}")
-    geom = md.conv.make_geometry(arrays[0].shape, arrays[1].shape, **params)
-    dy = np.random.default_rng(5).standard_normal(geom.output_shape)
-    mine = conv_passes(algo, arrays, params, dy)
-    twin = conv_passes(TWINS[algo], arrays, params, dy)
-    x, w, b = arrays
-    oracle = (reference.conv2d(x, w, b, **as_pairs(params)),) + reference.conv2d_grads(
-        x, w, dy, **as_pairs(params))
+    """y, dx, dw and db through F.conv2d (groups loop and bias included), to float64 rounding."""
+    x, w, b, params = make_case(SHAPES[name], np.float64, seed=len(name))
+    skip_unsupported(algo, x, w, params)
+    *mine, dy = run_minidl(x, w, b, params, algo)
+    *twin, _ = run_minidl(x, w, b, params, TWINS[algo])
+    oracle = (reference.conv2d(x, w, b, **pairs(params)),) + reference.conv2d_grads(
+        x, w, dy, **pairs(params))
     for label, got, definition, tuned in zip(("y", "dx", "dw", "db"), mine, oracle, twin):
         assert got.shape == definition.shape, f"{algo} {name} {label}: shape {got.shape}"
-        assert relative_error(got, definition) < 1e-10, f"{algo} {name} {label} vs the definition"
-        assert relative_error(got, tuned) < 1e-10, f"{algo} {name} {label} vs {TWINS[algo]}"
+        assert rel_error(got, definition) < 1e-10, f"{algo} {name} {label} vs the definition"
+        assert rel_error(got, tuned) < 1e-10, f"{algo} {name} {label} vs {TWINS[algo]}"
 
 
 @pytest.mark.parametrize("algo", TWINS)
 def test_float32_keeps_its_dtype_and_agrees_with_the_twin(algo):
-    arrays, params = case("3x3_pad3_groups2", np.float32, seed=2)
-    dy = np.random.default_rng(6).standard_normal((2, 6, 10, 11)).astype(np.float32)
-    for got, tuned in zip(conv_passes(algo, arrays, params, dy),
-                          conv_passes(TWINS[algo], arrays, params, dy)):
+    x, w, b, params = make_case(SHAPES["groups2"], np.float32, seed=2)
+    for got, tuned in zip(run_minidl(x, w, b, params, algo)[:4],
+                          run_minidl(x, w, b, params, TWINS[algo])[:4]):
         assert got.dtype == np.float32
-        assert relative_error(got, tuned) < 1e-5
+        assert rel_error(got, tuned) < 1e-5
 
 
-@pytest.mark.parametrize("algo,name", [("im2col_reference", "dilation_stride"),
-                                       ("fft_reference", "5x5_stride2_groups3"),
-                                       ("fft_reference", "dilation_stride"),
-                                       ("winograd_reference", "3x3_pad1"),
-                                       ("direct", "stride_nonsquare")])
+@pytest.mark.parametrize("algo,name", [("im2col_reference", "mixed_s_d"),
+                                       ("fft_reference", "5x5_s2_odd"),
+                                       ("fft_reference", "dilation2"),
+                                       ("winograd_reference", "groups2"),
+                                       ("direct", "nonsquare")])
 def test_gradcheck_float64(algo, name):
-    (x, w, b), params = case(name, np.float64, seed=9)
-    tensors = [md.tensor(a[:1] if a is x else a, requires_grad=True, dtype="float64") for a in (x, w, b)]
+    x, w, b, params = make_case(SHAPES[name], np.float64, seed=9)
+    tensors = [md.tensor(a, requires_grad=True, dtype="float64") for a in (x[:1], w, b)]
     assert md.gradcheck(lambda x, w, b: F.conv2d(x, w, b, algo=algo, **params), *tensors)
 
 
@@ -146,7 +103,7 @@ def train_step(rng):
     dx, dw, _ = reference.conv2d_grads(x, w, np.ones(y.shape), padding=(1, 1))
     for got, expected in ((y.numpy(), reference.conv2d(x, w, padding=(1, 1))), (tx.grad, dx),
                           (tw.grad, dw)):
-        assert relative_error(got, expected) < 1e-10
+        assert rel_error(got, expected) < 1e-10
 
 
 def test_fixed_rule_skips_a_stubbed_pick(fresh_tuner, monkeypatch, rng):  # noqa: F811
