@@ -3,16 +3,23 @@
 Each reference algorithm runs through ``F.conv2d(..., algo=name)`` (so the
 dispatcher's groups loop and bias are included) for y, dx, dw and db, over
 geometries with stride, padding, dilation, groups and non-square shapes.
-Also: numerical gradients, the errors for unsupported cases, and ``auto``
-skipping algorithms whose exercise region is stubbed.
+Also: numerical gradients, the errors for unsupported cases, ``auto``
+skipping algorithms whose exercise region is stubbed, and the checks of
+exercises 3.1-3.5 (pass on the reference, fail on typical wrong answers).
 """
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 import minidl as md
+from minidl import exercises
 from minidl import functional as F
 from minidl.conv.registry import AUTO_CANDIDATES, IMPLEMENTATIONS
 from minidl.exercises import Unimplemented
+from minidl.reference.conv import DIRECT, FFT_REFERENCE
+from minidl.reference.conv import im2col as im2col_module
+from minidl.reference.conv import winograd as winograd_module
 
 from ..conv import reference
 from ..conv.test_conv_algorithms import (SHAPES, make_case, pairs, rel_error, run_minidl,
@@ -146,3 +153,63 @@ def test_an_explicit_algo_raises_the_stub(monkeypatch, rng):
         F.conv2d(x, w, algo="im2col_reference")
     assert err.value.exercise_id == "3.1"
     assert "minidl exercise check 3.1" in str(err.value)
+
+
+# ------------------------------------------------------ the exercises' checks
+CONV_EXERCISES = ["3.1", "3.2", "3.3", "3.4", "3.5"]
+
+
+@pytest.mark.parametrize("exercise_id", CONV_EXERCISES)
+def test_check_passes_on_the_reference(exercise_id):
+    found = exercises.get(exercise_id)
+    found.check()
+    assert found.topic == "conv"
+    assert found.path.startswith("minidl/reference/conv/")
+
+
+def without(field, wrapped, *, method=False):
+    """A wrong answer: ``wrapped`` run on the geometry with ``field`` reset to (1, 1)."""
+    if method:
+        return lambda self, a, b, geom, keep=False: wrapped(self, a, b, replace(geom, **{field: (1, 1)}))
+    return lambda a, geom: wrapped(a, replace(geom, **{field: (1, 1)}))
+
+
+def rows_in_tap_major_order(col2im):
+    """A wrong answer: reads the rows of dA in (u, v, c) order instead of (c, u, v)."""
+    def wrong(cols, geom):
+        taps = cols.reshape(geom.kernel_h, geom.kernel_w, geom.in_channels, -1)
+        return col2im(taps.transpose(2, 0, 1, 3).reshape(cols.shape), geom)
+    return wrong
+
+
+def flipped_kernel(forward):
+    """A wrong answer: a convolution (kernel rotated by 180 degrees), not Eq. 2's correlation."""
+    return lambda self, x, w, geom, keep=False: forward(self, x, w[:, :, ::-1, ::-1], geom, keep)
+
+
+def all_stride_one_outputs(forward):
+    """A wrong answer: the first OH x OW stride-1 outputs, not every stride-th one."""
+    def wrong(self, x, w, geom, keep=False):
+        y = forward(self, x, w, replace(geom, stride=(1, 1)))[0]
+        return y[:, :, :geom.out_h, :geom.out_w], None
+    return wrong
+
+
+MUTANTS = [  # (exercise, owner, attribute, wrong answer built from the right one)
+    ("3.1", im2col_module, "im2col", lambda right: without("stride", right)),
+    ("3.1", im2col_module, "im2col", lambda right: without("dilation", right)),
+    ("3.2", im2col_module, "col2im", rows_in_tap_major_order),
+    ("3.3", type(DIRECT), "forward", flipped_kernel),
+    ("3.4", type(FFT_REFERENCE), "forward", all_stride_one_outputs),
+    ("3.4", type(FFT_REFERENCE), "forward", lambda right: without("dilation", right, method=True)),
+    ("3.5", winograd_module, "G", lambda right: right * np.array([[1], [2], [2], [1]])),  # no 1/2
+]
+
+
+@pytest.mark.parametrize("exercise_id,owner,name,make_wrong", MUTANTS,
+                         ids=[f"{m[0]}-{m[2]}-{i}" for i, m in enumerate(MUTANTS)])
+def test_check_fails_on_a_wrong_answer_and_says_what_differs(exercise_id, owner, name, make_wrong,
+                                                            monkeypatch):
+    monkeypatch.setattr(owner, name, make_wrong(getattr(owner, name)))
+    with pytest.raises(exercises.ExerciseFailure, match="expected"):
+        exercises.get(exercise_id).check()

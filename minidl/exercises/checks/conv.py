@@ -9,10 +9,7 @@ that shape back onto the input pixels, one element at a time.
 import numpy as np
 
 from ...conv.geometry import make_geometry
-from ...reference.conv.direct import DIRECT
-from ...reference.conv.fft import FFT_REFERENCE
-from ...reference.conv.im2col import IM2COL_REFERENCE, col2im, im2col
-from ...reference.conv.winograd import WINOGRAD_REFERENCE
+from ...reference.conv import direct, fft, im2col, winograd
 from .. import exercise, expect_close, expect_equal
 
 TOLERANCE = dict(rtol=1e-9, atol=1e-9)   # float64 inputs: only rounding may differ
@@ -77,12 +74,12 @@ def _expect_output(what, algorithm, cases, seed):
 def check_im2col():
     for x, w, geom in _cases(GENERAL_CASES, seed=31):
         expected = _columns(x, geom)
-        got = im2col(x, geom)
+        got = im2col.im2col(x, geom)
         expect_equal(f"shape of im2col(x) for {geom.describe()}, (C*KH*KW, N*OH*OW)",
                      tuple(np.shape(got)), _matrix_shape(geom))
         expect_close(f"im2col(x) for {geom.describe()}, indexed (c, u, v, n, i, j)",
                      np.reshape(got, expected.shape), expected, **TOLERANCE)
-    _expect_output("im2col convolution", IM2COL_REFERENCE, GENERAL_CASES, seed=32)
+    _expect_output("im2col convolution", im2col.IM2COL_REFERENCE, GENERAL_CASES, seed=32)
 
 
 @exercise("3.2", "col2im: columns back onto the input (input gradient)",
@@ -95,10 +92,11 @@ def check_col2im():
         blocks = rng.standard_normal((geom.in_channels, geom.kernel_h, geom.kernel_w, geom.batch,
                                       geom.out_h, geom.out_w))
         expect_close(f"col2im(dA) for {geom.describe()}",
-                     col2im(blocks.reshape(_matrix_shape(geom)), geom), _scatter(blocks, geom), **TOLERANCE)
+                     im2col.col2im(blocks.reshape(_matrix_shape(geom)), geom), _scatter(blocks, geom),
+                     **TOLERANCE)
         dy = rng.standard_normal(geom.output_shape)
         expect_close(f"input gradient F^T dB through col2im for {geom.describe()}",
-                     IM2COL_REFERENCE.backward_input(dy, w, geom),
+                     im2col.IM2COL_REFERENCE.backward_input(dy, w, geom),
                      _scatter(np.einsum("kcuv,nkij->cuvnij", w, dy), geom), **TOLERANCE)
 
 
@@ -106,18 +104,19 @@ def check_col2im():
           hint="Loop over the kernel taps (u, v) and accumulate w[:, :, u, v] (K x C) times the "
                "(C x N*OH*OW) matrix of the inputs that tap meets.")
 def check_direct():
-    _expect_output("direct convolution", DIRECT, GENERAL_CASES, seed=35)
+    _expect_output("direct convolution", direct.DIRECT, GENERAL_CASES, seed=35)
 
 
 @exercise("3.4", "FFT convolution: the convolution theorem (forward)", path="minidl/reference/conv/fft.py",
           hint="Multiply the input spectra by the conjugated kernel spectra, sum over the channels, "
                "invert, and keep the valid outputs at the stride.")
 def check_fft():
-    _expect_output("FFT convolution", FFT_REFERENCE, GENERAL_CASES, seed=36)
+    _expect_output("FFT convolution", fft.FFT_REFERENCE, GENERAL_CASES, seed=36)
 
 
 @exercise("3.5", "Winograd F(2x2, 3x3): the transforms (forward)", path="minidl/reference/conv/winograd.py",
           hint="Transform the tiles (B^T d B) and the kernels (G g G^T), multiply them elementwise "
                "summing over channels, then map each 4x4 product back to its 2x2 outputs (A^T m A).")
 def check_winograd():
-    _expect_output("Winograd F(2x2, 3x3) convolution", WINOGRAD_REFERENCE, WINOGRAD_CASES, seed=37)
+    _expect_output("Winograd F(2x2, 3x3) convolution", winograd.WINOGRAD_REFERENCE, WINOGRAD_CASES,
+                   seed=37)
