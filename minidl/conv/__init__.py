@@ -3,7 +3,9 @@
 ``conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1, algo="auto")``
 computes the cross-correlation of survey Eq. 2 on NCHW tensors with weights
 (out, in/groups, kh, kw). ``algo`` is one of ``ALGORITHMS``, a Winograd tile
-(``"winograd_f2x2_3x3"``, ``"winograd_f4x4_3x3"``) or ``"auto"``, which
+(``"winograd_f2x2_3x3"``, ``"winograd_f4x4_3x3"``), a textbook version
+(``"im2col_reference"``, ``"fft_reference"``, ``"winograd_reference"``;
+``minidl/reference/conv/``) or ``"auto"``, which
 times the algorithms that can compute the shape, once per (shape, dtype,
 device, pass), and keeps the fastest (see ``autotune``; ``print(report())``).
 Each algorithm also reports its multiply count and workspace:

@@ -7,9 +7,14 @@ pass). Two things are the same for every algorithm and live here once:
 * groups: group g convolves input channels [g*C/G, (g+1)*C/G) with its
   K/G filters, an independent ordinary convolution;
 * bias: ``y += b`` per output channel, and ``db = sum over (n, i, j) of dy``.
+
+With ``algo="auto"``, an algorithm that raises ``Unimplemented`` (a stubbed
+exercise region) is left out for the shape and the next candidate runs; an
+explicit ``algo`` lets the ``Unimplemented`` through.
 """
 from .. import backend
 from ..autograd import Function
+from ..exercises import Unimplemented
 from .autotune import TUNER
 from .registry import require
 
@@ -59,8 +64,9 @@ class Conv2dFunction(Function):
         self.geom, self.algo, self.label = geometry, algo, label
         self.device, self.dtype = backend.device_of(x), x.dtype
         need_x, need_w = (tuple(self.needs_input_grad) + (False, False))[:2]
-        impl = self._choose("forward", lambda i: run_forward(i, x, w, geometry))
-        y, self.saved = run_forward(impl, x, w, geometry, keep=self._keep(impl, need_x, need_w))
+        impl, (y, self.saved) = self._dispatch(
+            "forward", lambda i: run_forward(i, x, w, geometry, keep=self._keep(i, need_x, need_w)),
+            timed=lambda i: run_forward(i, x, w, geometry))
         if b is not None:
             y += b.reshape(1, -1, 1, 1)
         self.forward_impl = impl
@@ -77,22 +83,31 @@ class Conv2dFunction(Function):
 
         dx = dw = db = None
         if need_x:
-            impl = self._choose("backward_input",
-                                lambda i: run_backward_input(i, dy, self.w, geom, reuse(i)))
-            dx = run_backward_input(impl, dy, self.w, geom, reuse(impl))
+            dx = self._dispatch("backward_input",
+                                lambda i: run_backward_input(i, dy, self.w, geom, reuse(i)))[1]
         if need_w:
-            impl = self._choose("backward_weight",
-                                lambda i: run_backward_weight(i, dy, self.x, geom, reuse(i)))
-            dw = run_backward_weight(impl, dy, self.x, geom, reuse(impl))
+            dw = self._dispatch("backward_weight",
+                                lambda i: run_backward_weight(i, dy, self.x, geom, reuse(i)))[1]
         if need_b:
             db = dy.sum(axis=(0, 2, 3))
         self.saved = self.x = self.w = None
         return (dx, dw, db)[:len(self.inputs)]
 
-    def _choose(self, pass_, run):
+    def _dispatch(self, pass_, run, timed=None):
+        """``(impl, run(impl))`` with the algorithm for this pass; ``timed(impl)`` is what tuning times.
+
+        Under ``auto``, a pick that raises ``Unimplemented`` is excluded and the next one runs.
+        """
         if self.algo != "auto":
-            return require(self.algo, self.geom)
-        return TUNER.choose(self.geom, self.dtype, self.device, pass_, run, self.label)
+            impl = require(self.algo, self.geom)
+            return impl, run(impl)
+        key = (self.geom, self.dtype, self.device, pass_)
+        while True:
+            impl = TUNER.choose(*key, timed or run, self.label)
+            try:
+                return impl, run(impl)
+            except Unimplemented as stub:
+                TUNER.exclude(*key, timed or run, stub)
 
     def _keep(self, impl, need_x, need_w):
         """Keep the forward's reusable state when a backward pass will use the same algorithm.

@@ -65,6 +65,16 @@ class ConvGeometry:
         """The geometry of one group: an ordinary (groups=1) convolution (cached: hot path)."""
         return _per_group(self)
 
+    def window(self, u, v):
+        """The (rows, cols) slices of the padded input that kernel tap (u, v) multiplies.
+
+        Output (i, j) meets tap (u, v) at padded pixel (i*sh + u*dh, j*sw + v*dw):
+        rows u*dh, u*dh + sh, ..., u*dh + sh*(OH - 1), and likewise the columns.
+        """
+        (sh, sw), (dh, dw) = self.stride, self.dilation
+        return (slice(u * dh, u * dh + sh * (self.out_h - 1) + 1, sh),
+                slice(v * dw, v * dw + sw * (self.out_w - 1) + 1, sw))
+
     def direct_multiplies(self):
         """Multiplies of the definition (survey Table 6, 'Direct'): N*K*(C/g)*KH*KW*OH*OW."""
         return (self.batch * self.out_channels * (self.in_channels // self.groups)

@@ -8,9 +8,14 @@ against ~5e-7 for F(2x2) and im2col (measured on the benchmark layers), is far
 below what SGD notices (tests/conv/test_conv_training.py). Ask for
 ``"winograd_f2x2_3x3"`` for the more accurate tile, which also wastes less on
 small images (a 13x13 output needs 4x4 tiles of 4 = 16x16, or 7x7 tiles of 2 = 14x14).
+
+``"direct"`` is the textbook definition (``minidl/reference/conv/direct.py``);
+the other textbook versions, ``"im2col_reference"``, ``"fft_reference"`` and
+``"winograd_reference"``, are chosen only by name: ``auto`` picks among
+``AUTO_CANDIDATES``, so that their exercise regions never run in training.
 """
+from ..reference.conv import DIRECT, FFT_REFERENCE, IM2COL_REFERENCE, WINOGRAD_REFERENCE
 from .base import Unsupported
-from .direct import DIRECT
 from .fft import FFT_ALGORITHM
 from .im2col import IM2COL
 from .winograd import WINOGRAD_F2X2_3X3, WINOGRAD_F4X4_3X3
@@ -18,8 +23,10 @@ from .winograd import WINOGRAD_F2X2_3X3, WINOGRAD_F4X4_3X3
 ALGORITHMS = ("direct", "im2col", "fft", "winograd")
 DEFAULT_WINOGRAD = WINOGRAD_F4X4_3X3.name
 
-IMPLEMENTATIONS = {impl.name: impl for impl in
-                   (DIRECT, IM2COL, FFT_ALGORITHM, WINOGRAD_F2X2_3X3, WINOGRAD_F4X4_3X3)}
+_FOR_AUTO = (DIRECT, IM2COL, FFT_ALGORITHM, WINOGRAD_F2X2_3X3, WINOGRAD_F4X4_3X3)
+_BY_NAME_ONLY = (IM2COL_REFERENCE, FFT_REFERENCE, WINOGRAD_REFERENCE)
+IMPLEMENTATIONS = {impl.name: impl for impl in _FOR_AUTO + _BY_NAME_ONLY}
+AUTO_CANDIDATES = tuple(impl.name for impl in _FOR_AUTO)
 ALIASES = {"winograd": DEFAULT_WINOGRAD}
 NAMES = ("auto",) + ALGORITHMS + tuple(n for n in IMPLEMENTATIONS if n not in ALGORITHMS)
 
@@ -33,8 +40,9 @@ def implementation(name):
 
 
 def applicable(geom):
-    """The implementations that can compute ``geom`` (per-group geometry)."""
-    return [impl for impl in IMPLEMENTATIONS.values() if impl.unsupported(geom) is None]
+    """The implementations ``auto`` may choose that can compute ``geom`` (per-group geometry)."""
+    return [IMPLEMENTATIONS[name] for name in AUTO_CANDIDATES
+            if IMPLEMENTATIONS[name].unsupported(geom) is None]
 
 
 def require(name, geom):

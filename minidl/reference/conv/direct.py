@@ -1,6 +1,7 @@
-"""Direct convolution: the definition, vectorised over batch and channels (the reference).
+"""Direct convolution: the definition, vectorised over batch and channels.
 
-Survey Eq. 2 / Alg. 3 (cross-correlation, indices corrected), with stride s,
+Ben-Nun & Hoefler 2019, Demystifying Parallel and Distributed Deep Learning,
+Eq. 2 / Alg. 3 (cross-correlation, indices corrected), with stride s,
 padding p and dilation d:
 
     y[n, k, i, j] = sum_{c, u, v} xpad[n, c, i*sh + u*dh, j*sw + v*dw] * w[k, c, u, v]
@@ -16,16 +17,9 @@ The gradients follow the same loop (survey App. A.4):
 
 Multiplies: N*K*C*KH*KW*OH*OW (Table 6); no workspace beyond the padded input.
 """
-from ..backend import get_array_module
-from .base import ConvAlgorithm
-from .layout import padded_nchw, symmetric_pads
-
-
-def _offset_slices(geom, u, v):
-    """The (rows, cols) slices of the padded input that kernel offset (u, v) multiplies."""
-    (sh, sw), (dh, dw) = geom.stride, geom.dilation
-    return (slice(u * dh, u * dh + sh * (geom.out_h - 1) + 1, sh),
-            slice(v * dw, v * dw + sw * (geom.out_w - 1) + 1, sw))
+from ...backend import get_array_module
+from ...conv.base import ConvAlgorithm
+from ...conv.layout import padded_nchw, symmetric_pads
 
 
 def _channels_first(a):
@@ -38,7 +32,7 @@ def _channels_first(a):
 
 def _shifted(xpad, geom, u, v):
     """The (C, N*OH*OW) matrix of inputs that kernel offset (u, v) multiplies (a copy)."""
-    rows, cols = _offset_slices(geom, u, v)
+    rows, cols = geom.window(u, v)
     return xpad[:, :, rows, cols].reshape(xpad.shape[0], -1)
 
 
@@ -56,11 +50,13 @@ class Direct(ConvAlgorithm):
     def forward(self, x, w, geom, keep=False):
         xp = get_array_module(x)
         xpad = _channels_first(padded_nchw(x, symmetric_pads(geom)))
+        # BEGIN EXERCISE 3.3
         y = xp.zeros((geom.out_channels, geom.batch * geom.out_h * geom.out_w), dtype=x.dtype)
         for u in range(geom.kernel_h):
             for v in range(geom.kernel_w):
                 y += w[:, :, u, v] @ _shifted(xpad, geom, u, v)
         return _batch_first(y, geom.out_h, geom.out_w), None
+        # END EXERCISE 3.3
 
     def backward_input(self, dy, w, geom, saved=None):
         xp = get_array_module(dy)
@@ -70,7 +66,7 @@ class Direct(ConvAlgorithm):
         dy_rows = _channels_first(dy).reshape(geom.out_channels, -1)
         for u in range(geom.kernel_h):
             for v in range(geom.kernel_w):
-                rows, cols = _offset_slices(geom, u, v)
+                rows, cols = geom.window(u, v)
                 dxpad[:, :, rows, cols] += (w[:, :, u, v].T @ dy_rows).reshape(
                     c, n, geom.out_h, geom.out_w)
         return _batch_first(dxpad[:, :, ph:ph + h, pw:pw + wd], h, wd)
