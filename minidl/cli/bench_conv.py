@@ -150,7 +150,7 @@ def bench_layer(name, batch_size, algos=CANDIDATES, repeats=5, use_torch=True, s
     dy = rng.standard_normal(geom.output_shape).astype(np.float32)
     with md.no_grad():
         y64 = md.conv.conv2d(md.tensor(x, dtype="float64"), md.tensor(w, dtype="float64"),
-                             md.tensor(b, dtype="float64"), algo="direct", **kwargs).numpy()
+                             md.tensor(b, dtype="float64"), algo="im2col", **kwargs).numpy()
     flops = 2 * geom.direct_multiplies()
     md.conv.configure(enabled=True)  # the "auto" row measures the timing autotuner
     rows, runners = [], []
