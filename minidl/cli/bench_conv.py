@@ -3,7 +3,7 @@
 For every layer and algorithm: forward time, forward+backward time (the
 first layer of a net computes no input gradient, as in training), GFLOP/s
 counted as the direct convolution's 2*N*K*C*KH*KW*OH*OW flops, the largest
-error relative to a float64 direct convolution, max|y - y64| / max|y64|, and
+error relative to a float64 convolution (im2col), max|y - y64| / max|y64|, and
 the forward workspace; plus PyTorch's times when torch is installed. All
 candidates of a layer are timed in interleaved rounds in one process and
 the median is reported (the machine is shared; see benchmarks/RESULTS.md).
