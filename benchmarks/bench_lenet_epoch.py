@@ -3,7 +3,7 @@
     python benchmarks/bench_lenet_epoch.py [--threads 2] [--workers 1] [--epochs 1] [--repeats 1]
 
 Both frameworks start from the same weights and see the same batches in the
-same order (batch 64, SGD with momentum 0.9, lr 0.01, the survey's LeNet-5
+same order (batch 64, SGD with momentum 0.9, lr 0.01, Ben-Nun & Hoefler's LeNet-5
 with ReLU and max pooling). Each epoch is timed from the first batch to the
 last update (the data is in memory; evaluation is not timed) and followed by
 a test-set evaluation, so speed and accuracy are compared together. With

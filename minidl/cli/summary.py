@@ -8,7 +8,7 @@ def add_summary_arguments(p):
     add_model_arguments(p)
     p.add_argument("--batch", type=positive_int, default=1, help="batch size the counts are for")
     p.add_argument("--convention", default="corrected", choices=CONVENTIONS,
-                   help="'paper' reproduces the survey's LeNet example (W=665,832, D=41)")
+                   help="'paper' reproduces Ben-Nun & Hoefler's LeNet example (W=665,832, D=41)")
 
 
 def run_summary(args):

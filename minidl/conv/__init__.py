@@ -1,7 +1,7 @@
-"""2-D convolution with four algorithms: direct, im2col, FFT and Winograd (survey §4.3).
+"""2-D convolution with four algorithms: direct, im2col, FFT and Winograd (Ben-Nun & Hoefler 2019, §4.3).
 
 ``conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1, algo="auto")``
-computes the cross-correlation of survey Eq. 2 on NCHW tensors with weights
+computes the cross-correlation of Ben-Nun & Hoefler 2019, Eq. 2 on NCHW tensors with weights
 (out, in/groups, kh, kw). ``algo`` is one of ``ALGORITHMS``, a Winograd tile
 (``"winograd_f2x2_3x3"``, ``"winograd_f4x4_3x3"``), a textbook version
 (``"im2col_reference"``, ``"fft_reference"``, ``"winograd_reference"``;

@@ -1,6 +1,6 @@
 """What every convolution algorithm provides: the three passes, its costs, its limits.
 
-An algorithm computes ``y = conv2d(x, w)`` (cross-correlation, survey Eq. 2)
+An algorithm computes ``y = conv2d(x, w)`` (cross-correlation, Ben-Nun & Hoefler 2019, Eq. 2)
 for one group (``geom.groups == 1``; the dispatcher loops over groups) and
 both gradients: ``dx`` from ``dy`` and ``w``, ``dw`` from ``dy`` and ``x``.
 The bias is added, and its gradient summed, once for all algorithms in

@@ -1,6 +1,6 @@
 """FFT convolution: pointwise products in the Fourier domain (Mathieu et al. 2014; Vasilache et al. 2015).
 
-Survey §4.3 / App. B.3: y[n, k] = IFFT( sum_c FFT(x[n, c]) o conj(FFT(w[k, c])) ).
+Ben-Nun & Hoefler 2019, §4.3 / App. B.3: y[n, k] = IFFT( sum_c FFT(x[n, c]) o conj(FFT(w[k, c])) ).
 The conjugate makes it a cross-correlation (Eq. 2 has no kernel flip). With
 the padded input of size Hp x Wp and FFT size L >= Hp (a fast length), the
 circular correlation equals the linear one on the Hp - KH + 1 valid outputs,

@@ -1,6 +1,6 @@
 """The shape of one convolution: sizes, stride, padding, dilation, groups.
 
-Output size (survey App. A.4, minus sign restored; dilation as in Yu & Koltun):
+Output size (Ben-Nun & Hoefler 2019, App. A.4, minus sign restored; dilation as in Yu & Koltun):
 ``OH = floor((H + 2*ph - dh*(KH - 1) - 1) / sh) + 1`` and likewise ``OW``.
 A ``ConvGeometry`` is hashable, so it doubles as the autotuner's cache key.
 """
@@ -76,7 +76,7 @@ class ConvGeometry:
                 slice(v * dw, v * dw + sw * (self.out_w - 1) + 1, sw))
 
     def direct_multiplies(self):
-        """Multiplies of the definition (survey Table 6, 'Direct'): N*K*(C/g)*KH*KW*OH*OW."""
+        """Multiplies of the definition (Ben-Nun & Hoefler 2019, Table 6, 'Direct'): N*K*(C/g)*KH*KW*OH*OW."""
         return (self.batch * self.out_channels * (self.in_channels // self.groups)
                 * self.kernel_h * self.kernel_w * self.out_h * self.out_w)
 

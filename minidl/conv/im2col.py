@@ -1,6 +1,6 @@
 """im2col: unroll the receptive fields into a matrix, then one GEMM (Chellapilla et al. 2006).
 
-Survey App. B.2: the column matrix A is (C*KH*KW) x (N*OH*OW), the kernel
+Ben-Nun & Hoefler 2019, App. B.2: the column matrix A is (C*KH*KW) x (N*OH*OW), the kernel
 matrix F = w reshaped to K x (C*KH*KW), and the output B = F A. The rows of
 A are ordered (u, v, c); its columns are the output positions, in one of two
 memory layouts (``batch_innermost`` picks per pass):

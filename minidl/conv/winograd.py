@@ -1,4 +1,4 @@
-"""Winograd minimal filtering F(m x m, 3 x 3) (Lavin & Gray 2016; survey §4.3, App. B.4).
+"""Winograd minimal filtering F(m x m, 3 x 3) (Lavin & Gray 2016; Ben-Nun & Hoefler 2019, §4.3, App. B.4).
 
 Each m x m output tile is computed from an alpha x alpha input tile
 (alpha = m + r - 1 = m + 2; neighbouring tiles overlap by 2):
@@ -10,7 +10,7 @@ matrix (``(B^T kron B^T) vec(d)``), so the elementwise stage is alpha^2
 independent (K x C) @ (C x P) products over the P = N*ceil(OH/m)*ceil(OW/m)
 tiles: alpha^2*K*C*P multiplies instead of the direct 9*m^2*K*C*P, i.e.
 2.25x fewer for F(2x2,3x3) (alpha=4) and 4x fewer for F(4x4,3x3) (alpha=6).
-(Survey Table 6's Winograd work formula counts each transform once and leaves
+(Ben-Nun & Hoefler 2019, Table 6's Winograd work formula counts each transform once and leaves
 out these per-channel/per-tile multiplicities; ``multiplies`` counts them.)
 
 Gradients, with Z = U o V the elementwise products of one tile:
@@ -28,7 +28,7 @@ Gradients, with Z = U o V the elementwise products of one tile:
 Transform matrices (checked numerically against direct correlation in the tests):
 F(2,3): B^T = [[1,0,-1,0],[0,1,1,0],[0,-1,1,0],[0,1,0,-1]],
         G = [[1,0,0],[1/2,1/2,1/2],[1/2,-1/2,1/2],[0,0,1]], A^T = [[1,1,1,0],[0,1,-1,-1]].
-F(4,3): see ``_MATRICES``; larger entries (8, 1/24) cost accuracy (survey §4.3):
+F(4,3): see ``_MATRICES``; larger entries (8, 1/24) cost accuracy (Ben-Nun & Hoefler 2019, §4.3):
 F(4x4) errors are measurably larger than F(2x2) errors in float32.
 
 Supported: 3x3 kernels at stride 1, and strided kernels whose polyphase

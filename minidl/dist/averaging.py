@@ -1,6 +1,6 @@
 """Model consolidation: periodic model averaging (avg:H) and elastic averaging SGD (easgd).
 
-**avg:H** (local SGD; survey §6.4.2, "aggregating the parameters ... every few
+**avg:H** (local SGD; Ben-Nun & Hoefler 2019, §6.4.2, "aggregating the parameters ... every few
 iterations"): every rank runs its own optimizer on its own shard of the
 data and, every H steps, the replicas are replaced by their average
 w <- (1/n) sum_i w_i (one allreduce of the weights). With plain SGD and H = 1

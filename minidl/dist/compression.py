@@ -2,7 +2,7 @@
 
 Each scheme turns a float32 vector of n elements into a byte string of a
 fixed length ``wire_bytes(n)`` (indices and scales included: these are the
-bytes that travel) and back. The survey (Ben-Nun & Hoefler 2018, §6.3) names
+bytes that travel) and back. Ben-Nun & Hoefler (2019, §6.3) names
 the schemes; the formulas are the primary sources':
 
 * ``none``: float32, 4n bytes.
@@ -23,7 +23,7 @@ the schemes; the formulas are the primary sources':
   non-negative and of its negative entries: n/8 bytes plus 8 per bucket.
 
 QSGD and TernGrad are unbiased; top-k and sign are biased and need *error
-feedback* (survey §6.3.1: "carry the quantization error to the next
+feedback* (Ben-Nun & Hoefler 2019, §6.3.1: "carry the quantization error to the next
 gradient"): ``GradientEncoder`` adds the carried residual before
 compressing and keeps what was not sent, so sent + residual = accumulated.
 """

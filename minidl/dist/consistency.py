@@ -1,6 +1,7 @@
 """Training under a consistency model: the ``--dist`` modes and their epochs.
 
-Modes (survey §6.1 and §6.4.2; seed 002's spectrum of communication completeness):
+Modes (Ben-Nun & Hoefler 2019, §6.1 and §6.4.2; the spectrum of communication
+completeness of Viviani, Drocco & Aldinucci 2018):
 
 * ``sync``: decentralised synchronous SGD, gradients averaged by allreduce
   (``DistributedOptimizer``; not handled here).

@@ -5,7 +5,7 @@ latency in s, beta: inverse bandwidth in s/byte, fitted to a ping-pong);
 adding m bytes of one array into another takes ``m*gamma`` (fitted to the
 same segment-wise ``np.add`` the algorithms run).
 
-Ben-Nun & Hoefler (2018, §2.5; their L = alpha, G = beta, gamma*m = bytes)
+Ben-Nun & Hoefler (2019, §2.5; their L = alpha, G = beta, gamma*m = bytes)
 give, for P a power of two::
 
     T_tree = 2 log2(P) (alpha + m beta)

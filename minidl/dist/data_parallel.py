@@ -3,11 +3,10 @@
 Every rank holds a replica of the model and computes the gradient of its own
 shard of the minibatch; before each update the gradients are averaged
 (allreduce), so every replica applies the same update and the replicas stay
-identical (survey §5.1, §6.1: the consistent model, decentralised). With
+identical (Ben-Nun & Hoefler 2019, §5.1, §6.1: the consistent model, decentralised). With
 equal local batches b on n ranks this is minibatch SGD with batch n*b.
 
-``DistributedOptimizer`` wraps an optimizer the way ChainerMN's
-multi-node optimizer does: constructing it broadcasts parameters and
+``DistributedOptimizer`` wraps any optimizer: constructing it broadcasts parameters and
 buffers from rank 0 and checks that every rank built the same model; its
 ``step()`` averages, then calls the wrapped optimizer's ``step()``. It
 exposes the wrapped optimizer's ``params``, ``state``, ``lr`` (read and set,

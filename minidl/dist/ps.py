@@ -6,7 +6,7 @@ values, are cut into K nearly equal contiguous element ranges; server k
 holds range k of the master weights and runs the optimizer on it (every
 update rule minidl has is element-wise, so sharding does not change the
 arithmetic). A worker pushes each shard's slice of its gradient to that
-shard's server and pulls the slice back (survey §6.2, Fig. 26a: "each portion
+shard's server and pulls the slice back (Ben-Nun & Hoefler 2019, §6.2, Fig. 26a: "each portion
 of a model replica transmits its gradients and receives its weights from a
 different shard").
 

@@ -4,7 +4,7 @@ Every rank keeps a plain dict of counters per epoch (``RankCounters``); at
 the end of the epoch rank 0 gathers them and ``summarize_epoch`` turns them
 into one JSON record (``"kind": "dist"``) of the run's metrics. Staleness of
 an applied update is the server's version when it applies the update minus
-the version of the weights the worker computed it from (survey §6.1: "t - tau
+the version of the weights the worker computed it from (Ben-Nun & Hoefler 2019, §6.1: "t - tau
 is called the staleness").
 """
 from collections import Counter

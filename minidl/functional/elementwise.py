@@ -1,4 +1,4 @@
-"""Elementwise functions and their derivatives (survey App. A.2).
+"""Elementwise functions and their derivatives (Ben-Nun & Hoefler 2019, App. A.2).
 
 exp' = exp, log' = 1/x, sqrt' = 1/(2 sqrt x), ReLU' = [x > 0],
 tanh' = 1 - tanh^2, sigmoid' = sigmoid (1 - sigmoid).

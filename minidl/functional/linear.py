@@ -1,6 +1,6 @@
-"""Fully connected layer: y = x W^T + b (survey §3.1.1; W is (out, in) as in PyTorch).
+"""Fully connected layer: y = x W^T + b (Ben-Nun & Hoefler 2019, §3.1.1; W is (out, in) as in PyTorch).
 
-Gradients (survey App. A.3 with its shape erratum corrected):
+Gradients (Ben-Nun & Hoefler 2019, App. A.3 with its shape erratum corrected):
 dx = dy W, dW = dy^T x, db = sum over the batch of dy.
 
 Memory layout: a 2-d y comes out column-major (the transpose of W x^T, the

@@ -1,4 +1,4 @@
-"""Softmax, log-softmax and the two losses of the survey (§2.1, Table 2).
+"""Softmax, log-softmax and the two losses of Ben-Nun & Hoefler 2019 (§2.1, Table 2).
 
 softmax(z)_i = exp(z_i - max z) / sum_k exp(z_k - max z) (shifting by the
 maximum changes nothing mathematically and keeps exp from overflowing).
@@ -86,7 +86,7 @@ REDUCTIONS = ("mean", "sum", "none")
 def cross_entropy(logits, labels, reduction="mean"):
     """Softmax cross-entropy of ``(N, C)`` logits and ``N`` integer class labels.
 
-    ``reduction`` is ``"mean"`` (default, as in the survey's minibatch
+    ``reduction`` is ``"mean"`` (default, as in Ben-Nun & Hoefler's minibatch
     average), ``"sum"`` or ``"none"`` (one loss per sample).
     """
     if reduction not in REDUCTIONS:

@@ -1,6 +1,6 @@
 """Batch normalisation and local response normalisation.
 
-Batch norm (Ioffe & Szegedy 2015; survey §3.1.1 and App. A.6): per channel,
+Batch norm (Ioffe & Szegedy 2015; Ben-Nun & Hoefler 2019, §3.1.1 and App. A.6): per channel,
     x_hat = (x - E[x]) / sqrt(Var[x] + eps),   y = gamma x_hat + beta,
 with E and the biased Var over the batch (and spatial) axes in training, and
 the running estimates in evaluation. Backward (App. A.6, simplified):

@@ -1,4 +1,4 @@
-"""2-D max and average pooling over NCHW tensors (survey §3.1.1, App. A.5).
+"""2-D max and average pooling over NCHW tensors (Ben-Nun & Hoefler 2019, §3.1.1, App. A.5).
 
 Output size per axis: floor((H + 2P - K) / S) + 1. Both ops visit the
 window by its K_h * K_w offsets: each offset is one strided view of the

@@ -1,8 +1,8 @@
-"""LeNet-5 (LeCun et al. 1998) as the survey's §3.3.1 describes it.
+"""LeNet-5 (LeCun et al. 1998) as Ben-Nun & Hoefler's §3.3.1 describes it.
 
 conv 6@5x5 (pad 2 on 28x28 inputs, so the feature maps are 28x28 as in the
 original's 32x32 input) -> pool 2 -> conv 16@5x5 -> pool 2 -> fc 120 -> fc 84
--> fc num_classes. Max pooling and full C3 connectivity as in the survey;
+-> fc num_classes. Max pooling and full C3 connectivity as in Ben-Nun & Hoefler 2019;
 61,706 parameters for 28x28 inputs and 10 classes.
 
 The activation follows each pooling layer, as in the original (its S2 and S4

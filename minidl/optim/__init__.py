@@ -1,4 +1,4 @@
-"""The six update rules of the survey's Table 3, LR schedules, gradient clipping."""
+"""The six update rules of Ben-Nun & Hoefler's Table 3, LR schedules, gradient clipping."""
 from .optimizer import Optimizer, clip_grad_norm_
 from .sgd import SGD
 from .momentum import Momentum, Nesterov

@@ -1,8 +1,8 @@
 """AdaGrad (Duchi et al. 2011): per-element steps shrink with the sum of squared gradients.
 
     A <- A + g^2;   w <- w - lr g / (sqrt(A) + eps)
-This is PyTorch's ``Adagrad`` (no lr decay, zero initial accumulator). The
-survey's Table 3 puts eps inside the root, lr g / sqrt(A + eps); with the
+This is PyTorch's ``Adagrad`` (no lr decay, zero initial accumulator). Ben-Nun &
+Hoefler's Table 3 (2019) puts eps inside the root, lr g / sqrt(A + eps); with the
 default eps = 1e-10 the two differ only where A is near zero.
 """
 from ..backend import get_array_module

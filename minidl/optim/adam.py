@@ -2,7 +2,7 @@
 
     m <- b1 m + (1 - b1) g;   v <- b2 v + (1 - b2) g^2;   t <- t + 1
     w <- w - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
-This is the original algorithm and PyTorch's ``Adam``. The survey's Table 3
+This is the original algorithm and PyTorch's ``Adam``. Ben-Nun & Hoefler's Table 3
 differs twice: it puts eps inside the root, sqrt(v_hat + eps), and folds the
 bias correction into the recursion (the corrected moments feed the next
 step), which changes the trajectory after the first step. Its 1 - b^t

@@ -3,7 +3,7 @@
 Both keep a velocity buffer b (b = g on the first step, as PyTorch does):
     momentum:  b <- mu b + g;   w <- w - lr b
     Nesterov:  b <- mu b + g;   w <- w - lr (g + mu b)
-The survey's Table 3 writes momentum on weight differences,
+Ben-Nun & Hoefler's Table 3 writes momentum on weight differences,
 w_{t+1} = w_t + mu (w_t - w_{t-1}) - lr g_t, which is the same trajectory for
 a constant lr (w_t - w_{t-1} = -lr b_{t-1}); it differs from this form only
 when lr changes. Its Nesterov row evaluates the gradient at w - mu v and

@@ -1,14 +1,14 @@
 """The optimizer template: ``step()`` = hooks (clipping, weight decay) + one rule per parameter.
 
-Every rule of the survey's Table 3 has the form w <- w + u(g, state, t)
+Every rule of Ben-Nun & Hoefler's Table 3 has the form w <- w + u(g, state, t)
 (Alg. 1, line 4). Subclasses implement ``update(w, g, state)`` in place on
 the parameter's array; state arrays are created lazily with ``zeros_like``,
 so one optimizer runs on NumPy and CuPy parameters alike.
 
 Hooks, in PyTorch's order: clipping by the global norm (Pascanu et al. 2013;
-survey §3.2: g <- g * thres / ||g|| when ||g|| > thres) runs on the raw
+Ben-Nun & Hoefler 2019, §3.2: g <- g * thres / ||g|| when ||g|| > thres) runs on the raw
 gradients; then weight decay adds lambda * w to each gradient (L2 /
-Tikhonov regularisation, survey §3.2).
+Tikhonov regularisation, Ben-Nun & Hoefler 2019, §3.2).
 """
 import math
 import numbers

@@ -1,7 +1,7 @@
 """RMSProp (Tieleman & Hinton 2012): divide by a running root-mean-square of gradients.
 
     A <- alpha A + (1 - alpha) g^2;   w <- w - lr g / (sqrt(A) + eps)
-PyTorch's ``RMSprop`` (not centred, no momentum). The survey's Table 3 has the
+PyTorch's ``RMSprop`` (not centred, no momentum). Ben-Nun & Hoefler's Table 3 has the
 same form (eps outside the root), with alpha written beta.
 """
 from ..backend import get_array_module

@@ -1,4 +1,4 @@
-"""Plain stochastic gradient descent (survey Table 3, "Learning Rate").
+"""Plain stochastic gradient descent (Ben-Nun & Hoefler 2019, Table 3, "Learning Rate").
 
     w <- w - lr * g
 """

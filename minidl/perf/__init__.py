@@ -1,7 +1,7 @@
 """Performance models and tools: counting, profiling, tracing and scalability prediction.
 
 * ``count_model`` / ``minidl summary``: per-layer shapes, parameters, MACs,
-  FLOPs, memory, and the survey's work and depth.
+  FLOPs, memory, and Ben-Nun & Hoefler's work and depth.
 * ``minidl profile``: measured per-layer forward and backward times.
 * ``trace``: Chrome-trace timelines of runs (``minidl train --trace``).
 * ``minidl predict``: time per iteration, speedup and efficiency of

@@ -14,11 +14,11 @@ Units and conventions (used by every counter):
   FLOP per other elementary operation (bias additions, comparisons,
   activations, normalisation arithmetic). Transcendental functions count
   as one FLOP each.
-* **Work W and depth D** follow Ben-Nun & Hoefler (2018), Table 4 and
+* **Work W and depth D** follow Ben-Nun & Hoefler (2019), Table 4 and
   Table 6: W counts elementary operations (one per multiply-accumulate of a
   product, one per comparison of a max, ...), D the longest chain of
   dependent operations; a reduction of n values has depth ceil(log2 n).
-  Layers of a chain add their depths (survey §3.3.1).
+  Layers of a chain add their depths (Ben-Nun & Hoefler 2019, §3.3.1).
 * The backward pass computes the weight gradient of every layer with
   parameters and the input gradient only where the input needs one (the
   first layer's input is data), as the autograd engine does. Backward depth
@@ -43,8 +43,8 @@ class LayerCost:
     backward_macs: int = 0        # weight-gradient plus input-gradient multiply-accumulates
     forward_flops: int = 0
     backward_flops: int = 0
-    work: int = 0                 # survey W of the forward pass
-    depth: int = 0                # survey D of the forward pass
+    work: int = 0                 # Ben-Nun & Hoefler's W of the forward pass
+    depth: int = 0                # Ben-Nun & Hoefler's D of the forward pass
     backward_work: int = 0
     backward_depth: int = 0
     activation_bytes: int = 0     # the output this layer keeps for the next one

@@ -6,7 +6,7 @@ Two conventions (``convention=``):
 
 * convolution: W = N*C_out*H'*W'*(C_in/g)*K_y*K_x (one multiply-accumulate per
   output value and kernel tap); D = ceil(log2(C_in/g)) + ceil(log2 K_y) +
-  ceil(log2 K_x) (survey Table 6). The input gradient is the transposed
+  ceil(log2 K_x) (Ben-Nun & Hoefler 2019, Table 6). The input gradient is the transposed
   convolution, with the same number of multiply-accumulates as the forward
   pass (Table 4 writes H*W; that equals H'*W' only for stride 1 and "same"
   padding) and depth over C_out/g (Table 4 writes C_in); the weight
@@ -19,17 +19,16 @@ Two conventions (``convention=``):
   C_out (Table 4).
 * activations, dropout: one operation per value, depth 1 (Table 4).
 
-``"paper"`` reproduces the survey's LeNet example (§3.3.1, W = 665,832 and
+``"paper"`` reproduces Ben-Nun & Hoefler's LeNet example (§3.3.1, W = 665,832 and
 D = 41 per image): convolution and pooling work are taken at the layer's
 *input* size (the example's conv2 term is 14*14*16*150 = 470,400, although
 the output is 10x10, and its pooling terms are H*W*C*(K^2-1) of the input),
 activation and flatten layers are not counted, the depth of a convolution
 with a single input channel reduces its K_y*K_x window in one tree
 (ceil(log2 25) = 5 for conv1 in the example; Table 6 would give 6), and the
-backward rows of Table 4 are read literally. See
-``shared/notes/seed-survey-000.md`` §2.1 and §5 (errata 11 and 15).
+backward rows of Table 4 are read literally.
 
-Costs that the survey does not state (bias additions, batch and local
+Costs that Ben-Nun & Hoefler 2019 does not state (bias additions, batch and local
 response normalisation) are op counts of the textbook formulas; each
 counter's docstring gives them.
 """
@@ -71,7 +70,7 @@ class LinearCounter(Counter):
 
 @register("Conv2d")
 class Conv2dCounter(Counter):
-    """Cross-correlation with stride, padding, dilation and groups (survey Eq. 2, Table 6)."""
+    """Cross-correlation with stride, padding, dilation and groups (Ben-Nun & Hoefler 2019, Eq. 2, Table 6)."""
 
     def output_shape(self, m, x_shape):
         if len(x_shape) != 4 or x_shape[1] != m.in_channels:
@@ -162,7 +161,7 @@ class ElementwiseCounter(Counter):
     def count(self, m, x_shape, y_shape, needs_input_grad, convention):
         n = elements(x_shape)
         bwd = n * self.backward_ops if needs_input_grad else 0
-        if convention == "paper":   # the survey's LeNet example leaves activations out
+        if convention == "paper":   # Ben-Nun & Hoefler's LeNet example leaves activations out
             return dict(forward_flops=n * self.forward_ops, backward_flops=bwd)
         return dict(forward_flops=n * self.forward_ops, backward_flops=bwd,
                     work=n * self.forward_ops, depth=1,
@@ -200,7 +199,7 @@ class FlattenCounter(Counter):
 
 @register("BatchNorm1d", "BatchNorm2d")
 class BatchNormCounter(Counter):
-    """Training-mode batch norm over M = N*H*W values per channel (survey §3.1.1, App. A.6).
+    """Training-mode batch norm over M = N*H*W values per channel (Ben-Nun & Hoefler 2019, §3.1.1, App. A.6).
 
     Forward: mean (1 op per value), variance (3), normalise (2), scale and
     shift (2) = 8 ops per value; two reductions in a row, depth

@@ -6,8 +6,8 @@ Hoefler 2018, §2.5); this module only maps a ``Network`` onto its
 parameters. The parameter server ("ps") runs on one of the n nodes, which
 receives n-1 gradients and sends n-1 models through its one link, adding
 each gradient as it arrives: 2(n-1)(alpha + m beta) + (n-1) m gamma, the
-2(n-1)M bytes per iteration of Keuper & Pfreundt (2016, §IV-A). (The
-survey's §6.2 equates a parameter server with T_tree, which is what a
+2(n-1)M bytes per iteration of Keuper & Pfreundt (2016, §IV-A). (Ben-Nun &
+Hoefler's §6.2 equates a parameter server with T_tree, which is what a
 sharded or tree-shaped server achieves; use "tree" for that.)
 """
 from dataclasses import dataclass

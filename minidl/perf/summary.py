@@ -1,7 +1,7 @@
 """``minidl summary``: per-layer shapes, parameters, MACs, FLOPs, memory, work and depth.
 
 Conventions (see ``costs`` and ``counters``): a multiply-add is 2 FLOPs and
-1 MAC; work W and depth D are the survey's (Ben-Nun & Hoefler 2018, Tables
+1 MAC; work W and depth D are Ben-Nun & Hoefler's (Ben-Nun & Hoefler 2019, Tables
 4 and 6), with its errata corrected unless ``--convention paper`` asks for
 the numbers of its LeNet example.
 """
@@ -48,9 +48,9 @@ def format_summary(costs, title=""):
         f"parameters {costs.num_parameters:,} ({human_bytes(t['param_bytes'])}); "
         f"forward {t['macs'] / costs.batch:,.0f} MACs per sample",
         f"average parallelism W/D = {t['work']:,} / {t['depth']} = {t['work'] / depth:,.0f} "
-        f"(forward; survey §2.5)",
+        f"(forward; Ben-Nun & Hoefler 2019, §2.5)",
         "MACs: multiply-accumulates of convolutions and matrix products; FLOPs = 2 per MAC "
-        "+ 1 per other operation; W, D: survey Tables 4 and 6 "
+        "+ 1 per other operation; W, D: Ben-Nun & Hoefler 2019, Tables 4 and 6 "
         + ("as printed (LeNet example of §3.3.1)" if costs.convention == "paper"
            else "with the errata corrected"),
     ]

@@ -1,7 +1,7 @@
 """An independent float64 oracle: conv2d and its gradients straight from the definition.
 
 Written without minidl's code: sliding windows + einsum for the output
-(survey Eq. 2 with stride, padding, dilation and groups), and the adjoint
+(Ben-Nun & Hoefler 2019, Eq. 2 with stride, padding, dilation and groups), and the adjoint
 loops of App. A.4 for the gradients. Slow, exact to float64 rounding.
 """
 import numpy as np

@@ -8,9 +8,9 @@ seen over many random shapes:
 - fft: the transforms add O(log L) roundings of the whole spectrum, ~2e-7; 1e-5.
 - winograd F(2x2,3x3): transform entries 1/2 and 1, ~2e-7; 1e-5.
 - the textbook versions (``*_reference``) round as their tuned twins (F(2x2) for Winograd).
-- winograd F(4x4,3x3): entries up to 8 and 1/24 amplify rounding (survey
-  §4.3: "the numerical accuracy of Winograd convolution is generally lower"),
-  ~5e-6 seen; 1e-4. (NNPACK tests its Winograd output at 1e-3, anchors §8.)
+- winograd F(4x4,3x3): entries up to 8 and 1/24 amplify rounding (Ben-Nun
+  & Hoefler 2019, §4.3: "the numerical accuracy of Winograd convolution is generally lower"),
+  ~5e-6 seen; 1e-4. 
 In float64 every algorithm must agree with the definition to 1e-10: that
 checks the formulas (transform matrices, padding, cropping, flips) exactly.
 """
@@ -142,7 +142,7 @@ def test_without_bias_and_without_input_gradient(algo):
 
 
 def test_winograd_f4x4_is_less_accurate_than_f2x2():
-    """Survey §4.3: accuracy drops with the tile; over 20 random float32 problems F(4x4) errs more."""
+    """Ben-Nun & Hoefler 2019, §4.3: accuracy drops with the tile; over 20 random float32 problems F(4x4) errs more."""
     ratios = []
     for seed in range(20):
         x, w, b, params = make_case((2, 16, 12, 12, 8, (3, 3), 1, 1, 1, 1), np.float32, seed)

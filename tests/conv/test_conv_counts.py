@@ -1,4 +1,4 @@
-"""Operation counts (survey Table 6 / App. B, with correct multiplicities) and workspace sizes."""
+"""Operation counts (Ben-Nun & Hoefler 2019, Table 6 / App. B, with correct multiplicities) and workspace sizes."""
 import tracemalloc
 
 import numpy as np

@@ -36,7 +36,7 @@ def digests(comm, array):
 
 
 def check_rank_idiom(comm, xp=np):
-    """ChainerMN's test: each rank holds its rank; mean -> (P-1)/2, sum -> P(P-1)/2, exactly."""
+    """The rank idiom: each rank holds its rank; mean -> (P-1)/2, sum -> P(P-1)/2, exactly."""
     size = comm.size
     for algorithm in ALGORITHMS:
         for length in (0, 1, size - 1, 5, 1000):

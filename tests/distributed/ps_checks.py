@@ -2,7 +2,7 @@
 
 Oracles: one process with the global batch (bsp is synchronous SGD), the
 closed form w_T = w_0 - (lr / n) * sum of every gradient sent (plain SGD
-under asp: Statement 1 of seed 002, each update applied exactly once), the
+under asp: Statement 1 of Viviani, Drocco & Aldinucci 2018, each update applied exactly once), the
 conservation of x_i + x~ by elastic exchanges, and the SSP bound itself.
 """
 import sys

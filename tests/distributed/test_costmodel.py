@@ -1,4 +1,4 @@
-"""The alpha-beta-gamma cost model: the survey's formulas, the fit, and the bench helpers.
+"""The alpha-beta-gamma cost model: Ben-Nun & Hoefler's formulas, the fit, and the bench helpers.
 
 No MPI needed: the formulas are checked against their closed forms and the
 fit against synthetic timings with known parameters.

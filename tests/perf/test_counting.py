@@ -1,8 +1,8 @@
-"""Parameter, MAC, FLOP, work and depth counts against the survey's numbers and PyTorch.
+"""Parameter, MAC, FLOP, work and depth counts against Ben-Nun & Hoefler's numbers and PyTorch.
 
-Oracles: the survey's LeNet example (Ben-Nun & Hoefler 2018, §3.3.1: W =
-665,832, D = 41 and its per-layer terms), the AlexNet parameter and MAC
-counts derived layer by layer in shared/notes/seed-survey-000.md §3.2,
+Oracles: Ben-Nun & Hoefler's LeNet example (2019, §3.3.1: W = 665,832, D = 41
+and its per-layer terms), the AlexNet parameter and MAC counts derived layer
+by layer from Krizhevsky et al. 2012 and the torchvision architecture,
 PyTorch's FLOP counter on the same architectures (meta tensors: shapes
 only, nothing is computed), and shapes from real minidl forward passes.
 """
@@ -17,7 +17,7 @@ from minidl.perf.instrument import wrapped_forwards
 from minidl.perf.summary import format_summary, summarize
 from minidl.perf.zoo import build_named
 
-LENET_PARAMS = 156 + 2_416 + 48_120 + 10_164 + 850          # survey §3.3.1 layer by layer
+LENET_PARAMS = 156 + 2_416 + 48_120 + 10_164 + 850          # Ben-Nun & Hoefler 2019, §3.3.1 layer by layer
 ALEXNET_ORIGINAL_MACS = {"0": 105_415_200, "4": 223_948_800, "8": 149_520_384,
                          "10": 112_140_288, "12": 74_760_192, "17": 37_748_736,
                          "20": 16_777_216, "22": 4_096_000}   # notes §3.2, per layer
@@ -65,7 +65,7 @@ def test_activation_memory_is_the_output_size():
     assert first.activation_bytes == 8 * 6 * 28 * 28 * 4
 
 
-# ------------------------------------------------------------------ survey work and depth
+# ------------------------------------------------------- Ben-Nun & Hoefler's work and depth
 def test_lenet_paper_convention_reproduces_the_survey_example():
     costs = summarize("lenet5", convention="paper")
     assert list(counted(costs, "work").values()) == [117_600, 14_112, 470_400, 4_800, 48_000,

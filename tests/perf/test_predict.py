@@ -1,7 +1,7 @@
 """The scalability predictor on cases with known answers, and Keuper & Pfreundt's findings.
 
 Oracles: Amdahl's law when communication is free and compute scales
-ideally; the survey's allreduce formulas (Ben-Nun & Hoefler 2018, §2.5)
+ideally; Ben-Nun & Hoefler's allreduce formulas (Ben-Nun & Hoefler 2019, §2.5)
 when only communication costs; the stalling points Keuper & Pfreundt (2016)
 report for AlexNet (B = 256, K80, binary tree over FDR InfiniBand).
 """

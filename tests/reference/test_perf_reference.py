@@ -2,8 +2,8 @@
 
 * work and depth: layer by layer on LeNet-5 and both ImageNet AlexNets,
   against ``count_model`` (its consistent "corrected" convention);
-* allreduce: every algorithm for P = 1..9 against ``costmodel.predict``, the
-  survey's formulas for powers of two (Ben-Nun & Hoefler 2019, §2.5), and
+* allreduce: every algorithm for P = 1..9 against ``costmodel.predict``, Ben-Nun &
+  Hoefler's formulas for powers of two (2019, §2.5), and
   the lower bound;
 * scaling: Keuper & Pfreundt's model against ``predict_scaling`` on a
   calibrated AlexNet and on LeNet, and Amdahl's law.

@@ -3,7 +3,7 @@
 Each check runs one algorithm of ``minidl/reference/dist/allreduce.py`` on
 3 or 4 MPI ranks and compares it with oracles that run no exercise region:
 the exact sum of every rank's seeded random input (each rank rebuilds all
-ranks' inputs from the seed), ChainerMN's idiom (rank r holds r everywhere,
+ranks' inputs from the seed), the rank idiom (rank r holds r everywhere,
 so the sum is P(P-1)/2 exactly), and minidl's tuned algorithm of the same
 name. Every rank must also end with the same bits.
 """

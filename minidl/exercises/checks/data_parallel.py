@@ -2,7 +2,7 @@
 
 Oracles that run no exercise region: minidl's tuned bucket assignment
 (``minidl.dist.data_parallel.make_buckets``), the mean of every rank's seeded
-random gradients computed on each rank in float64, and ChainerMN's idiom
+random gradients computed on each rank in float64, and the rank idiom
 (rank r's gradient is r everywhere, so the mean is (P-1)/2 exactly).
 """
 import numpy as np

@@ -10,7 +10,7 @@ The seven loops keep only one in Python: over the KH*KW kernel offsets
 (u, v); each offset is one channel contraction over the whole batch, a GEMM
 ``w[:, :, u, v] (K x C) @ x_shifted (C x N*OH*OW)`` (the input is laid out
 channels-first, (C, N, H, W), so that every shifted view is one matrix).
-The gradients follow the same loop (survey App. A.4):
+The gradients follow the same loop (Ben-Nun & Hoefler 2019, App. A.4):
 
     dx_pad[n, c, i*sh + u*dh, j*sw + v*dw] += sum_k w[k, c, u, v] * dy[n, k, i, j]
     dw[k, c, u, v] = sum_{n, i, j} dy[n, k, i, j] * xpad[n, c, i*sh + u*dh, j*sw + v*dw]

@@ -10,14 +10,14 @@ meets at output (i, j) of image n,
 (stride s, dilation d, xpad the input zero-padded by p). The kernel matrix F
 is w reshaped to K x (C*KH*KW), whose columns are in the same (c, u, v) order,
 and the output matrix B = F A is y reshaped to K x (N*OH*OW). Gradients (the
-same products, transposed; survey App. A.4):
+same products, transposed; Ben-Nun & Hoefler 2019, App. A.4):
 
     dW = dB A^T                      (dB: dy reshaped like B)
     dA = F^T dB, then col2im: each entry of dA is added back onto the pixel
          of the padded input it was gathered from (scatter-add), and the
          padding is cropped: dx.
 
-Multiplies: N*K*C*KH*KW*OH*OW, as the direct convolution (survey Table 6).
+Multiplies: N*K*C*KH*KW*OH*OW, as the direct convolution (Ben-Nun & Hoefler 2019, Table 6).
 """
 from ...backend import get_array_module
 from ...conv.base import ConvAlgorithm

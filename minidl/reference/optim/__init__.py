@@ -5,7 +5,7 @@ it reads the weights ``w``, the gradient ``g`` and the rule's state (a dict
 of arrays, empty before the first step) and returns new ones, changing
 nothing it was given. The semantics are PyTorch's (and ``minidl.optim``'s)
 for the same hyper-parameters, so trajectories can be compared step by step;
-each module's docstring says where the survey's Table 3 writes the rule
+each module's docstring says where Ben-Nun & Hoefler's Table 3 writes the rule
 differently.
 
     sgd.py        SGD (Robbins & Monro 1951)

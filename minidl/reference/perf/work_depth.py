@@ -24,11 +24,11 @@ and zero padding P gives (App. A.4, whose minus sign some copies lose)
     activation (Table 4): one operation per value,
         W = N C H W,   D = 1
 
-Biases are not counted, as in the survey. The paper's grouped convolution
+Biases are not counted, as in Ben-Nun & Hoefler 2019. The paper's grouped convolution
 is G = 1; with G groups each output sums over C_in / G input channels.
 Table 4 writes the pooling depth with "K_u", a typo for K_y.
 
-The survey's LeNet example (§3.3.1: W = 665,832, D = 41 per image) does not
+Ben-Nun & Hoefler's LeNet example (§3.3.1: W = 665,832, D = 41 per image) does not
 follow these formulas throughout: it counts its second convolution at the
 input size (14 * 14 * 16 * 150 = 470,400, where the 10 x 10 output gives
 240,000) and pooling at the input size, and gives its first convolution
