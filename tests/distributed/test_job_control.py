@@ -76,6 +76,14 @@ def leftovers(marker, groups):
             if pid != os.getpid() and (marker in command or group in groups)}
 
 
+def assert_nothing_left(marker, groups, within):
+    """Every process of the job is gone within ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while leftovers(marker, groups) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not leftovers(marker, groups)
+
+
 def kill_everything(marker, groups):
     for pid in leftovers(marker, groups):
         for sig in (signal.SIGCONT, signal.SIGKILL):
@@ -103,10 +111,7 @@ def test_a_signal_to_train_workers_ends_every_process_of_the_job(tmp_path, job_e
         output, _ = job.communicate(timeout=60)
         assert job.returncode == 128 + signum, output
         assert f"stopped by {signal.Signals(signum).name}" in output
-        deadline = time.monotonic() + 10
-        while leftovers(marker, groups) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not leftovers(marker, groups)
+        assert_nothing_left(marker, groups, within=10)
     finally:
         job.kill()
         kill_everything(marker, groups)
@@ -122,10 +127,7 @@ def test_killing_the_parent_outright_still_ends_the_workers(tmp_path, job_env):
         groups = {processes()[pid][0] for pid in ranks.values()}
         job.kill()
         job.communicate(timeout=30)
-        deadline = time.monotonic() + 30
-        while leftovers(marker, groups) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not leftovers(marker, groups)
+        assert_nothing_left(marker, groups, within=30)
     finally:
         kill_everything(marker, groups)
 
@@ -148,10 +150,7 @@ def test_a_stopped_rank_does_not_hang_the_job(tmp_path, job_env):
         assert job.returncode != 0, output
         assert "rank 0 made no progress for" in output and "--hang-timeout" in output
         assert waited < 60, f"the job took {waited:.0f} s to end"
-        deadline = time.monotonic() + 10
-        while leftovers(marker, groups) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not leftovers(marker, groups)
+        assert_nothing_left(marker, groups, within=10)
     finally:
         job.kill()
         kill_everything(marker, groups)
