@@ -8,7 +8,7 @@ A region is marked in the reference code (``minidl/reference/``)::
         # END EXERCISE 3.1
 
 ``minidl exercise student DIR`` writes a copy of minidl in which the lines
-between each pair of markers become ``raise Unimplemented("3.1")``.
+between each pair of markers become ``raise Unimplemented("3.1", "<title>")``.
 ``minidl exercise check 3.1`` runs the exercise's check: it calls the code of
 the region and compares it with an oracle that does not depend on any
 exercise region (the tuned implementation, a float64 numerical gradient,
@@ -50,7 +50,7 @@ class Unimplemented(NotImplementedError):
         what = f"exercise {self.exercise_id}" + (f" ({title})" if title else "")
         super().__init__(f"{what} is not implemented yet: write it between '# BEGIN EXERCISE "
                          f"{self.exercise_id}' and '# END EXERCISE {self.exercise_id}' "
-                         f"({self.where}), then run 'minidl exercise check {self.exercise_id}'")
+                         f"({self.where}), then run 'python -m minidl exercise check {self.exercise_id}'")
 
 
 class ExerciseFailure(AssertionError):

@@ -23,7 +23,9 @@ reports that and ends the job, and the checks after it run in a new job.
 import ctypes
 import json
 import os
+import re
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -38,7 +40,8 @@ LABELS = {"passed": "passed", "failed": "FAILED", "unimplemented": "not implemen
           "error": "ERROR", "timed_out": "TIMED OUT", "skipped": "skipped"}
 MPI_HANG = "a rank may be waiting for a message nobody sends"
 MPI_STARTUP_S = 30.0   # allowance per mpiexec job for starting the ranks and importing minidl
-REPORT = "MINIDL-EXERCISE "
+REPORT = "MINIDL-EXERCISE "   # the runner's per-rank verdicts start with this
+READY = "MINIDL-EXERCISE-READY"   # ... and a rank that has imported the checks and joined MPI says this
 
 
 class CheckTimeout(BaseException):
@@ -75,15 +78,15 @@ class Result:
         return {**asdict(self), "label": LABELS[self.status]}
 
 
-def _student_frame(exc, path):
-    """The last traceback frame in the exercise's file, else in minidl outside the checks, else the last."""
-    frames = traceback.extract_tb(exc.__traceback__)
+def _student_frame(frames, path):
+    """The last frame in the exercise's file, else in minidl outside the exercise checks, else the last."""
     if not frames:
         return None
-    target = os.path.normcase(os.path.abspath(os.path.join(repository_root(), path)))
-    checks = os.path.join(repository_root(), "minidl", "exercises")
+    root = repository_root()
+    target = os.path.normcase(os.path.abspath(os.path.join(root, path)))
+    checks = os.path.join(root, "minidl", "exercises")
     for wanted in (lambda f: os.path.normcase(os.path.abspath(f.filename)) == target,
-                   lambda f: f.filename.startswith(os.path.join(repository_root(), "minidl"))
+                   lambda f: f.filename.startswith(os.path.join(root, "minidl"))
                    and not f.filename.startswith(checks)):
         found = [f for f in frames if wanted(f)]
         if found:
@@ -92,8 +95,6 @@ def _student_frame(exc, path):
 
 
 def _where(frame):
-    if frame is None:
-        return ""
     try:
         shown = os.path.relpath(frame.filename, repository_root())
     except ValueError:
@@ -101,28 +102,69 @@ def _where(frame):
     return f"{shown}, line {frame.lineno}, in {frame.name}" + (f": {frame.line}" if frame.line else "")
 
 
+def verdict(exercise, kind, text, frames):
+    """``(status, message)`` of a check that raised an exception of class name ``kind``.
+
+    ``text`` is the exception's message and ``frames`` its traceback
+    (``traceback.FrameSummary`` items, outermost first).
+    """
+    if kind == "Unimplemented":
+        raised = text.split()[1] if text.startswith("exercise ") else "?"
+        if raised == exercise.id:
+            return "unimplemented", text
+        return "error", (f"the check of exercise {exercise.id} ran the region of exercise {raised}, "
+                         f"which is not implemented yet; a check must use only its own exercise's "
+                         f"regions ({text})")
+    if kind == "ExerciseFailure":
+        return "failed", text
+    frame = _student_frame(frames, exercise.path)
+    if not text and kind == "AssertionError":
+        text = f"assert failed: {frame.line}" if frame and frame.line else "an assert failed"
+    message = f"{kind}: {text}" if text else kind
+    if frame is not None:
+        message += f"\n  in {_where(frame)}"
+    return "error", message
+
+
 def outcome(exercise, exc):
     """``(status, message)`` for a check of ``exercise`` that raised ``exc`` (None: it returned)."""
     if exc is None:
         return "passed", ""
-    if isinstance(exc, Unimplemented):
-        if exc.exercise_id == exercise.id:
-            return "unimplemented", str(exc)
-        return "error", (f"the check of exercise {exercise.id} ran the region of exercise "
-                         f"{exc.exercise_id}, which is not implemented yet; a check must use only "
-                         f"its own exercise's regions ({exc})")
-    if isinstance(exc, ExerciseFailure):
-        return "failed", str(exc)
     if isinstance(exc, CheckTimeout):
         return "timed_out", f"no answer after {exercise.timeout:g} s: a loop may never end"
-    frame = _student_frame(exc, exercise.path)
-    text = str(exc)
-    if not text and isinstance(exc, AssertionError):
-        text = f"assert failed: {frame.line}" if frame and frame.line else "an assert failed"
-    message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    if frame is not None:
-        message += f"\n  in {_where(frame)}"
-    return "error", message
+    kind = "Unimplemented" if isinstance(exc, Unimplemented) else \
+        "ExerciseFailure" if isinstance(exc, ExerciseFailure) else type(exc).__name__
+    return verdict(exercise, kind, str(exc), traceback.extract_tb(exc.__traceback__))
+
+
+FRAME = re.compile(r'  File "(.+)", line (\d+), in (.+)$')
+
+
+def crash_outcome(exercise, output):
+    """``(status, message)`` from the last Python traceback a rank printed before the job ended.
+
+    An MPI check may abort the job when one rank fails (so that no rank waits
+    forever); the traceback it printed still says what went wrong. None when
+    the output holds no complete traceback.
+    """
+    lines = output.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    if not starts:
+        return None
+    frames, body = [], lines[starts[-1] + 1:]
+    while body and body[0].startswith(" "):
+        match = FRAME.match(body.pop(0))
+        if match:
+            code = body[0].strip() if body and not FRAME.match(body[0]) else ""
+            frames.append(traceback.FrameSummary(match[1], int(match[2]), match[3], line=code,
+                                                 lookup_line=False))
+    if not body or not frames:
+        return None
+    kind, _, text = body.pop(0).partition(": ")
+    more = []
+    while body and body[0].startswith("  "):   # an ExerciseFailure's indented lines
+        more.append(body.pop(0))
+    return verdict(exercise, kind.rsplit(".", 1)[-1], "\n".join([text] + more), frames)
 
 
 def _call_with_deadline(function, args, timeout):
@@ -169,61 +211,101 @@ def _result(exercise, status, message, seconds, ranks=None):
                   seconds, ranks)
 
 
-def _mpi_command(exercises):
+def _mpi_command(report_path, exercises):
     """Arguments after ``python`` for the runner: import this tree's minidl first, whatever the cwd."""
     root = repository_root()
     bootstrap = (f"import sys; sys.path.insert(0, {root!r}); "
                  "from minidl.exercises.mpi_runner import main; sys.exit(main(sys.argv[1:]))")
-    return ["-c", bootstrap] + [f"{e.check.__module__}:{e.id}" for e in exercises]
+    return ["-c", bootstrap, report_path] + [f"{e.check.__module__}:{e.id}" for e in exercises]
+
+
+def _run_job(nranks, exercises, env):
+    """``(MpiRun, the report file's text)`` of one runner job over ``exercises``."""
+    from ..dist.launch import run_mpi
+    budget = sum(e.timeout for e in exercises) + MPI_STARTUP_S
+    with tempfile.TemporaryDirectory(prefix="minidl-exercise-") as folder:
+        path = os.path.join(folder, "reports")
+        job = run_mpi(nranks, _mpi_command(path, exercises), timeout=budget, env=env)
+        text = ""
+        if os.path.exists(path):
+            with open(path) as reports:
+                text = reports.read()
+    return job, text
 
 
 def parse_reports(output):
-    """``{id: {rank: RankResult}}`` from the runner's reports (a rank's first report for a check wins).
+    """``({id: {rank: RankResult}}, ids some rank reported as hung)`` from the runner's reports.
 
-    The ranks share one output stream, so a report may not start a line: each
-    one is found by its prefix and decoded up to the end of its JSON object.
+    A rank's first report for a check is its verdict; a later one is its
+    watchdog saying it then waited for the others. The ranks share one output
+    stream, so a report may not start a line: each one is found by its
+    prefix and decoded up to the end of its JSON object.
     """
-    reports, decoder = {}, json.JSONDecoder()
+    reports, hung, decoder = {}, set(), json.JSONDecoder()
     start = output.find(REPORT)
     while start >= 0:
         try:
             item, _ = decoder.raw_decode(output, start + len(REPORT))
         except json.JSONDecodeError:
-            item = None   # cut by another rank's output: that rank's check counts as not reported
+            item = None   # cut short: that rank's check counts as not reported
         if item is not None:
             reports.setdefault(item["id"], {}).setdefault(
                 item["rank"], RankResult(item["rank"], item["status"], item["message"],
                                          item["seconds"]))
+            if item["status"] == "timed_out":
+                hung.add(item["id"])
         start = output.find(REPORT, start + 1)
-    return reports
+    return reports, hung
 
 
-def combine_ranks(exercise, per_rank, nranks, job_timed_out, output):
-    """One ``Result`` from the reports of every rank (missing ranks: they hung or the job died)."""
-    hung = job_timed_out or any(r.status == "timed_out" for r in per_rank.values())
-    ranks = [per_rank.get(r) or (RankResult(r, "timed_out", "no report: still running when the job "
-                                                             "was stopped") if hung else
-                                 RankResult(r, "error", "no report: the MPI job ended first"))
-             for r in range(nranks)]
-    seconds = max(r.seconds for r in ranks)
-    if all(r.status == "passed" for r in ranks):
-        return _result(exercise, "passed", "", seconds, ranks)
-    first = min((r for r in ranks if r.status != "passed"),
-                key=lambda r: ("error", "failed", "unimplemented", "timed_out").index(r.status))
-    summary = "(" + ", ".join(f"rank {r.rank} {LABELS[r.status]}" for r in ranks) + ")"
-    if first.status == "timed_out":
-        message = f"timed out after {exercise.timeout:g} s: {MPI_HANG}\n  {summary}"
+PRIORITY = ("error", "failed", "unimplemented", "timed_out")
+
+
+def combine_ranks(exercise, per_rank, nranks, hung, output):
+    """One ``Result`` from the ranks' reports; ``hung``: the job was stopped while in this check.
+
+    The verdict is the most serious one a rank reported; with none, a hang
+    (ranks that never reported), else the traceback of a rank that ended the
+    job, else the job's last output.
+    """
+    missing = [r for r in range(nranks) if r not in per_rank]
+    bad = [per_rank[r] for r in sorted(per_rank) if per_rank[r].status != "passed"]
+    seconds = max([r.seconds for r in per_rank.values()], default=0.0)
+    if not bad and not missing:
+        return _result(exercise, "passed", "", seconds, [per_rank[r] for r in range(nranks)])
+    hang_note = f"timed out after {exercise.timeout:g} s: {MPI_HANG}"
+    crash = None if bad or hung else crash_outcome(exercise, output)
+    alike = not missing and len({(r.status, r.message) for r in per_rank.values()}) == 1
+    if bad:
+        first = min(bad, key=lambda r: PRIORITY.index(r.status))
+        status = first.status
+        message = hang_note if status == "timed_out" else \
+            first.message if alike else f"rank {first.rank}: {first.message}"
+    elif hung:
+        status, message = "timed_out", hang_note
+    elif crash:
+        status, message = crash
     else:
-        message = f"rank {first.rank}: {first.message}\n  {summary}"
-    if first.message.endswith("the MPI job ended first"):
-        tail = [line for line in output.strip().splitlines() if REPORT not in line][-15:]
-        message += "\n  the job's last output:\n    " + "\n    ".join(tail)
-    return _result(exercise, first.status, message, seconds, ranks)
+        status = "error"
+        message = "the MPI job ended early; its last output:\n    " + "\n    ".join(
+            output.strip().splitlines()[-15:])
+    absent = RankResult(0, "timed_out" if hung else "error", "no report")
+    ranks = [per_rank.get(r) or RankResult(r, absent.status, absent.message) for r in range(nranks)]
+    if alike:
+        message += f"\n  (the same on all {nranks} ranks)"
+    elif not per_rank:
+        message += "\n  (no rank reported: the job ended first)"
+    else:
+        message += "\n  (" + ", ".join(f"rank {r.rank} " + (LABELS[r.status] if r.rank in per_rank
+                                                            else "no report") for r in ranks) + ")"
+    if hung and status != "timed_out":
+        message += f"\n  the other ranks were still waiting: {MPI_HANG}"
+    return _result(exercise, status, message, seconds, ranks)
 
 
 def run_mpi_group(exercises, nranks):
     """Run MPI checks of the same size in as few ``mpiexec`` jobs as hangs allow; yields Results."""
-    from ..dist.launch import mpi_unavailable_reason, run_mpi
+    from ..dist.launch import mpi_unavailable_reason
     reason = mpi_unavailable_reason()
     if reason:
         for e in exercises:
@@ -236,19 +318,19 @@ def run_mpi_group(exercises, nranks):
            "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     remaining = list(exercises)
     while remaining:
-        budget = sum(e.timeout for e in remaining) + MPI_STARTUP_S
-        job = run_mpi(nranks, _mpi_command(remaining), timeout=budget, env=env)
-        reports = parse_reports(job.output)
-        if not reports and not job.timed_out:   # the job failed before any check: same for all
+        job, text = _run_job(nranks, remaining, env)
+        reports, hung = parse_reports(text)
+        if READY not in text:   # the ranks failed before the first check: same for every one
             for e in remaining:
-                yield combine_ranks(e, {}, nranks, False, job.output)
+                yield combine_ranks(e, {}, nranks, job.timed_out, job.output)
             return
-        if job.returncode == 0 and not job.timed_out:
-            stop = len(remaining)
-        else:   # the job ended in the last check that reported; the ones after it run in a new job
-            stop = max([i for i, e in enumerate(remaining) if e.id in reports], default=0) + 1
-        for e in remaining[:stop]:
-            yield combine_ranks(e, reports.get(e.id, {}), nranks, job.timed_out, job.output)
+        # the ranks wait for each other after every check, so the job ended in the first
+        # check that hung or that not every rank reported; the checks after it run in a new job
+        stop = next((i + 1 for i, e in enumerate(remaining)
+                     if e.id in hung or len(reports.get(e.id, {})) < nranks), len(remaining))
+        for i, e in enumerate(remaining[:stop]):
+            yield combine_ranks(e, reports.get(e.id, {}), nranks,
+                                e.id in hung or (job.timed_out and i == stop - 1), job.output)
         remaining = remaining[stop:]
 
 

@@ -1,14 +1,24 @@
 """Run MPI exercise checks on every rank and report per rank (started by the grader under mpiexec).
 
-    mpiexec -n 3 python -m minidl.exercises.mpi_runner MODULE:ID [MODULE:ID ...]
+    mpiexec -n 3 python -m minidl.exercises.mpi_runner REPORT_FILE MODULE:ID [MODULE:ID ...]
 
-Each argument names a check's module (imported to register it) and its
-exercise id. Every rank runs ``check(comm)`` for each id in order and prints
-one line per check, ``MINIDL-EXERCISE {"id", "rank", "status", "message",
-"seconds"}``, then waits for the other ranks before the next check, so the
-messages of two checks never mix. A watchdog per check: a rank still inside
-the check (or still waiting for the others) when the exercise's timeout
-passes reports ``timed_out`` and exits, which ends the job.
+Each ``MODULE:ID`` names a check's module (imported to register it) and its
+exercise id. Every rank runs ``check(comm)`` for each id in order, waits for
+the other ranks before the next check (so the messages of two checks never
+mix), and appends one line per check to REPORT_FILE, ``MINIDL-EXERCISE
+{"id", "rank", "status", "message", "seconds"}``: a failure as soon as it
+happens, a pass once every rank is through (MPICH's ``MPI_Abort`` may return
+before the job is killed, so a check that aborted could otherwise look
+passed). A file, not stdout: what mpiexec has not yet forwarded from a
+rank's stdout is lost when the job is killed, a written line is not. Two
+ways out of a hang:
+
+- a watchdog per check: a rank still inside the check, or still waiting for
+  the others, when the exercise's timeout passes reports ``timed_out`` and
+  exits, which ends the job;
+- a rank whose check raised waits ``PEER_GRACE_S`` (at most the timeout)
+  for the others, then aborts the job: they are most likely waiting for a
+  message it will never send, and its verdict is already reported.
 """
 import importlib
 import json
@@ -18,21 +28,32 @@ import threading
 import time
 
 from . import get
-from .grader import REPORT, invoke, outcome
+from .grader import READY, REPORT, invoke, outcome
 
-POLL_S = 0.002   # how often a rank that has finished a check looks whether the others have
+POLL_S = 0.002       # how often a rank that has finished a check looks whether the others have
+PEER_GRACE_S = 10.0  # how long a rank whose check raised waits for the others before aborting
+
+
+_report_path = None
+
+
+def write_line(text):
+    """Append one line to the report file (one ``write``: lines of several ranks never mix)."""
+    with open(_report_path, "a") as out:
+        out.write(text + "\n")
 
 
 def report(exercise_id, rank, status, message, seconds):
-    print(REPORT + json.dumps({"id": exercise_id, "rank": rank, "status": status,
-                               "message": message, "seconds": seconds}), flush=True)
+    write_line(REPORT + json.dumps({"id": exercise_id, "rank": rank, "status": status,
+                                    "message": message, "seconds": seconds}))
 
 
-def _watchdog(exercise, rank, start):
+def _watchdog(exercise, rank, start, state):
     """Report a hang of ``exercise`` on this rank and end the job after its timeout."""
     def fire():
-        report(exercise.id, rank, "timed_out",
-               f"still in the check or waiting for the other ranks after {exercise.timeout:g} s",
+        where = ("finished the check, then waited for the other ranks" if state["done"]
+                 else "still in the check")
+        report(exercise.id, rank, "timed_out", f"{where} after {exercise.timeout:g} s",
                time.perf_counter() - start)
         sys.stderr.flush()
         os._exit(124)
@@ -42,33 +63,48 @@ def _watchdog(exercise, rank, start):
     return timer
 
 
-def _wait_for_others(comm):
-    """A barrier that sleeps between polls (a blocking one would spin on the cores the others need)."""
-    request = comm.mpi.Ibarrier()
+def _wait_for_others(comm, limit):
+    """A barrier that sleeps between polls (a blocking one would spin on the cores the others
+    need); False when the others have not all arrived within ``limit`` seconds."""
+    request, deadline = comm.mpi.Ibarrier(), time.perf_counter() + limit
     while not request.Test():
+        if time.perf_counter() > deadline:
+            return False
         time.sleep(POLL_S)
+    return True
 
 
 def main(argv):
+    global _report_path
     import minidl as md
-    targets = []
-    for arg in argv:
+    _report_path, targets = argv[0], []
+    for arg in argv[1:]:
         module, _, exercise_id = arg.rpartition(":")
         importlib.import_module(module)
         targets.append(get(exercise_id))
     comm = md.dist.init()
+    write_line(f"{READY} rank {comm.rank}")
     for exercise in targets:
-        start = time.perf_counter()
-        timer = _watchdog(exercise, comm.rank, start)
+        start, state = time.perf_counter(), {"done": False}
+        timer = _watchdog(exercise, comm.rank, start, state)
         try:
             invoke(exercise, comm)
             exc = None
         except Exception as error:  # noqa: BLE001 -- every failure becomes this rank's verdict
             exc = error
         status, message = outcome(exercise, exc)
-        report(exercise.id, comm.rank, status, message, time.perf_counter() - start)
-        _wait_for_others(comm)
-        timer.cancel()
+        state["done"] = True
+        if exc is not None:   # reported now, so that it survives the others hanging
+            report(exercise.id, comm.rank, status, message, time.perf_counter() - start)
+        grace = float("inf") if exc is None else min(PEER_GRACE_S, exercise.timeout)
+        if not _wait_for_others(comm, grace):
+            report(exercise.id, comm.rank, "timed_out", f"the other ranks were still in the check "
+                   f"{grace:g} s after this rank's failure", time.perf_counter() - start)
+            comm.mpi.Abort(1)
+        if exc is None:   # reported once every rank is through: a rank that aborted never is
+            report(exercise.id, comm.rank, status, message, time.perf_counter() - start)
+        _wait_for_others(comm, float("inf"))   # every verdict is written before a next check
+        timer.cancel()                         # can end the job
     return 0
 
 

@@ -3,6 +3,9 @@
 The grader tests import this module with the registry saved and restore it
 afterwards; the MPI runner imports it by name in each rank.
 """
+import sys
+import traceback
+
 import numpy as np
 
 from minidl.exercises import exercise, expect_close, expect_equal
@@ -68,3 +71,22 @@ def mpi_hangs(comm):
 @exercise("91.4", "runs after a hang", PATH, hint="-", ranks=2)
 def mpi_after_hang(comm):
     expect_equal("the size", comm.size, 2)
+
+
+@exercise("91.5", "aborts the job when a rank fails", PATH, hint="read the traceback", ranks=2)
+def mpi_aborts(comm):
+    try:
+        if comm.rank == 1:
+            fake_student.divide(1.0, 0)
+        comm.barrier()
+    except Exception:  # noqa: BLE001 -- as a real check may: print, then end every rank
+        sys.stderr.write(traceback.format_exc())
+        sys.stderr.flush()
+        comm.mpi.Abort(1)
+
+
+@exercise("91.6", "raises while the other rank waits", PATH, hint="-", ranks=2, timeout=3)
+def mpi_raises_while_the_other_waits(comm):
+    if comm.rank == 0:
+        fake_student.divide(1.0, 0)
+    comm.mpi.Recv(np.empty(1), source=0, tag=78)

@@ -90,8 +90,7 @@ def test_mpi_checks_report_per_rank_and_a_hang_does_not_stop_the_others(fake_exe
     reason = mpi_unavailable_reason()
     if reason:
         pytest.skip(reason)
-    results = {r.id: r for r in grader.grade([fake_exercises[i]
-                                              for i in ("91.1", "91.2", "91.3", "91.4")])}
+    results = {r.id: r for r in grader.grade([fake_exercises[f"91.{i}"] for i in range(1, 7)])}
     assert results["91.1"].status == "passed"
     assert [r.status for r in results["91.1"].ranks] == ["passed", "passed"]
     failed = results["91.2"]
@@ -104,6 +103,15 @@ def test_mpi_checks_report_per_rank_and_a_hang_does_not_stop_the_others(fake_exe
     assert hung.ranks[0].status == "timed_out"
     assert hung.message.startswith(f"timed out after 3 s: {grader.MPI_HANG}")
     assert results["91.4"].status == "passed"   # ran in a new job after the hang
+    aborted = results["91.5"]   # the check printed its traceback and aborted every rank
+    assert aborted.status == "error"
+    assert aborted.message.startswith("ZeroDivisionError: float division by zero\n"
+                                      "  in tests/exercises/fake_student.py, line")
+    assert "in divide: return a / b" in aborted.message
+    raised = results["91.6"]   # the runner ended the job for the rank left waiting
+    assert raised.status == "error"
+    assert raised.message.startswith("rank 0: ZeroDivisionError")
+    assert grader.MPI_HANG in raised.message
 
 
 def test_reports_cut_into_by_another_rank_are_still_found():
@@ -111,7 +119,8 @@ def test_reports_cut_into_by_another_rank_are_still_found():
                                       "seconds": 0.1})
     two = grader.REPORT + json.dumps({"id": "9.1", "rank": 1, "status": "failed", "message": "x\ny",
                                       "seconds": 0.2})
-    reports = grader.parse_reports(f"noise\n{one}{two}\n{two.replace('failed', 'timed_out')}\n")
+    reports, hung = grader.parse_reports(f"noise\n{one}{two}\n{two.replace('failed', 'timed_out')}\n")
+    assert hung == {"9.1"}
     assert reports["9.1"][0].status == "passed"
     assert reports["9.1"][1].status == "failed"   # the first report of a rank wins
     assert reports["9.1"][1].message == "x\ny"
@@ -124,7 +133,7 @@ def test_one_rank_that_raises_while_the_other_hangs_is_reported_as_the_error(fak
     result = grader.combine_ranks(exercise, per_rank, 3, False, "")
     assert result.status == "error"
     assert result.message.startswith("rank 0: IndexError: 5")
-    assert "(rank 0 ERROR, rank 1 TIMED OUT, rank 2 TIMED OUT)" in result.message
+    assert "(rank 0 ERROR, rank 1 TIMED OUT, rank 2 no report)" in result.message
     assert result.seconds == 3.0
 
 
@@ -132,5 +141,36 @@ def test_a_job_that_died_without_reports_shows_its_last_output(fake_exercises):
     output = "Traceback (most recent call last):\nImportError: cannot import name 'x'\n"
     result = grader.combine_ranks(fake_exercises["91.1"], {}, 2, False, output)
     assert result.status == "error"
-    assert "no report: the MPI job ended first" in result.message
+    assert result.message.startswith("the MPI job ended early; its last output:")
     assert "ImportError: cannot import name 'x'" in result.message
+    assert "(no rank reported: the job ended first)" in result.message
+
+
+TRACEBACK = """rank 1 of 2 failed:
+Traceback (most recent call last):
+  File "/x/minidl/exercises/checks/fake.py", line 73, in _or_abort
+    return role()
+           ^^^^^^
+  File "{student}", line 89, in work
+    {code}
+{error}
+Abort(1) on node 1 (rank 1 in comm 0): application called MPI_Abort
+"""
+
+
+@pytest.mark.parametrize("code, error, status, message", [
+    ('raise Unimplemented("91.1", "t")', "minidl.exercises.Unimplemented: exercise 91.1 (t) is not",
+     "unimplemented", "exercise 91.1 (t) is not"),
+    ("expect_close(...)", "minidl.exercises.ExerciseFailure: sums: 1 of 3 elements differ\n"
+     "  expected: 1.0\n  got:      2.0", "failed",
+     "sums: 1 of 3 elements differ\n  expected: 1.0\n  got:      2.0"),
+    ("x = y[5]", "IndexError: index 5 is out of bounds", "error",
+     "IndexError: index 5 is out of bounds\n  in tests/exercises/fake_student.py, line 89, "
+     "in work: x = y[5]"),
+])
+def test_the_traceback_of_a_rank_that_aborted_gives_the_verdict(fake_exercises, code, error,
+                                                                 status, message):
+    from minidl.exercises import repository_root
+    student = f"{repository_root()}/tests/exercises/fake_student.py"
+    output = TRACEBACK.format(student=student, code=code, error=error)
+    assert grader.crash_outcome(fake_exercises["91.1"], output) == (status, message)

@@ -5,6 +5,7 @@ import textwrap
 import pytest
 
 from minidl.exercises import Exercise, Unimplemented
+from minidl.exercises.listing import region_states
 from minidl.exercises.student import MarkerError, find_regions, scan_file, write_student_tree
 from minidl.exercises.trace import ENV, read_trace, running
 
@@ -132,6 +133,8 @@ def test_only_stubs_the_chosen_exercises(tmp_path):
     assert ops["double"](3) == 6 and ops["Square"]().backward(3.0, 1.0) == 6.0
     with pytest.raises(Unimplemented, match="exercise 2.1"):
         ops["root"](4.0)
+    assert region_states(tmp_path / "out", EXERCISES) == {"1.1": "written", "1.2": "written",
+                                                          "2.1": "to do"}
 
 
 def test_trace_mode_keeps_the_solutions_and_records_each_region_once(tmp_path, monkeypatch):
