@@ -32,8 +32,8 @@ A check with ``ranks=N`` runs on N MPI ranks and receives the communicator:
 import importlib
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 import numpy as np
 
@@ -45,12 +45,13 @@ class Unimplemented(NotImplementedError):
 
     def __init__(self, exercise_id, title=None):
         self.exercise_id = str(exercise_id)
-        caller = sys._getframe(1)  # the stub's line: cheaper than inspect.stack(), which reads every frame's source
+        caller = sys._getframe(1)  # the stub's line (inspect.stack() would read every frame's source)
         self.where = f"{caller.f_code.co_filename}:{caller.f_lineno}"
         what = f"exercise {self.exercise_id}" + (f" ({title})" if title else "")
         super().__init__(f"{what} is not implemented yet: write it between '# BEGIN EXERCISE "
                          f"{self.exercise_id}' and '# END EXERCISE {self.exercise_id}' "
-                         f"({self.where}), then run 'python -m minidl exercise check {self.exercise_id}'")
+                         f"({self.where}), then run "
+                         f"'python -m minidl exercise check {self.exercise_id}'")
 
 
 class ExerciseFailure(AssertionError):
@@ -123,7 +124,7 @@ class Exercise:
     path: str                      # the file of its regions, relative to the repository root
     hint: str
     check: Callable
-    ranks: Optional[int] = None    # None: in process; N: under mpiexec on N ranks
+    ranks: int | None = None    # None: in process; N: under mpiexec on N ranks
     timeout: float = 60.0          # seconds before the grader declares a hang
 
     @property

@@ -30,7 +30,6 @@ import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
-from typing import List, Optional
 
 from . import ExerciseFailure, Unimplemented, repository_root
 from .trace import running
@@ -68,7 +67,7 @@ class Result:
     message: str = ""
     hint: str = ""
     seconds: float = 0.0
-    ranks: Optional[List[RankResult]] = field(default=None)
+    ranks: list[RankResult] | None = field(default=None)
 
     @property
     def ok(self):
@@ -174,7 +173,7 @@ def _call_with_deadline(function, args, timeout):
     def target():
         try:
             function(*args)
-        except BaseException as exc:  # noqa: B036 -- every outcome is reported, CheckTimeout included
+        except BaseException as exc:  # noqa: BLE001 -- every outcome is reported, CheckTimeout included
             box["exc"] = exc
 
     worker = threading.Thread(target=target, daemon=True, name="minidl-exercise-check")

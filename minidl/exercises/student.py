@@ -239,8 +239,8 @@ def rewrite(text, regions, mode, titles):
     for r in sorted(regions, key=lambda r: r.begin, reverse=True):
         if mode == "stub":
             title = json.dumps(titles[r.exercise_id], ensure_ascii=False)
-            lines[r.begin:r.end - 1] = [f"{r.indent}raise Unimplemented({json.dumps(r.exercise_id)}, "
-                                        f"{title})\n"]
+            stub = f"{r.indent}raise Unimplemented({json.dumps(r.exercise_id)}, {title})\n"
+            lines[r.begin:r.end - 1] = [stub]
         else:
             lines.insert(r.begin, f"{r.indent}record_region({json.dumps(r.exercise_id)}, "
                                   f"{json.dumps(r.where)})\n")

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-import minidl.exercises as exercises
+from minidl import exercises
 
 FAKE_MODULE = "tests.exercises.fake_checks"
 

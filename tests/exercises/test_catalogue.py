@@ -41,7 +41,7 @@ def nothing_to_prove():
 
 def in_tree(tree, *args, env=None):
     """Run ``python *args`` in ``tree`` with only the tree's minidl importable."""
-    return subprocess.run([sys.executable, *args], cwd=tree, capture_output=True, text=True,
+    return subprocess.run([sys.executable, *args], cwd=tree, capture_output=True, text=True, check=False,
                           timeout=RUN_TIMEOUT,
                           env={**os.environ, "PYTHONPATH": str(tree), "OPENBLAS_NUM_THREADS": "1",
                                **(env or {})})

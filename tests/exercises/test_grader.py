@@ -161,12 +161,12 @@ Abort(1) on node 1 (rank 1 in comm 0): application called MPI_Abort
 @pytest.mark.parametrize("code, error, status, message", [
     ('raise Unimplemented("91.1", "t")', "minidl.exercises.Unimplemented: exercise 91.1 (t) is not",
      "unimplemented", "exercise 91.1 (t) is not"),
-    ("expect_close(...)", "minidl.exercises.ExerciseFailure: sums: 1 of 3 elements differ\n"
-     "  expected: 1.0\n  got:      2.0", "failed",
+    ("expect_close(...)", ("minidl.exercises.ExerciseFailure: sums: 1 of 3 elements differ\n"
+                           "  expected: 1.0\n  got:      2.0"), "failed",
      "sums: 1 of 3 elements differ\n  expected: 1.0\n  got:      2.0"),
     ("x = y[5]", "IndexError: index 5 is out of bounds", "error",
-     "IndexError: index 5 is out of bounds\n  in tests/exercises/fake_student.py, line 89, "
-     "in work: x = y[5]"),
+     ("IndexError: index 5 is out of bounds\n  in tests/exercises/fake_student.py, line 89, "
+      "in work: x = y[5]")),
 ])
 def test_the_traceback_of_a_rank_that_aborted_gives_the_verdict(fake_exercises, code, error,
                                                                  status, message):

@@ -1,4 +1,5 @@
 """The student-tree generator on a small fake package: stubs, markers, imports, trace, and every marker error."""
+import importlib.util
 import os
 import textwrap
 
@@ -6,7 +7,12 @@ import pytest
 
 from minidl.exercises import Exercise, Unimplemented
 from minidl.exercises.listing import region_states
-from minidl.exercises.student import MarkerError, find_regions, scan_file, write_student_tree
+from minidl.exercises.student import (
+    MarkerError,
+    find_regions,
+    scan_file,
+    write_student_tree,
+)
 from minidl.exercises.trace import ENV, read_trace, running
 
 OPS = '''\
@@ -66,10 +72,11 @@ def make_package(root, ops=OPS, extra=None):
 
 
 def load(path):
-    """Execute a generated file (its minidl.exercises import resolves to the real package)."""
-    namespace = {}
-    exec(compile(path.read_text(), str(path), "exec"), namespace)
-    return namespace
+    """Import a generated file as a module (its minidl.exercises import is the real package)."""
+    spec = importlib.util.spec_from_file_location(f"generated_{abs(hash(str(path)))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return vars(module)
 
 
 @pytest.fixture
@@ -284,8 +291,8 @@ def test_an_exercise_without_a_region_and_a_region_in_the_wrong_file_are_reporte
         write_student_tree(tmp_path / "out", root=src, exercises=exercises)
     assert raised.value.problems == [
         "minidl/other.py:2: region 9.1 is in this file, but exercise 9.1's path is minidl/ops.py",
-        "minidl/ops.py: exercise 9.2 (nowhere) has no region: mark its code with "
-        "'# BEGIN EXERCISE 9.2' / '# END EXERCISE 9.2'"]
+        ("minidl/ops.py: exercise 9.2 (nowhere) has no region: mark its code with "
+         "'# BEGIN EXERCISE 9.2' / '# END EXERCISE 9.2'")]
     assert "minidl/other.py:2" in str(raised.value)
 
 
