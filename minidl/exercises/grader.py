@@ -372,8 +372,9 @@ def format_result(result):
 
 def format_summary(results):
     counts = summary(results)
-    words = {"unimplemented": "not implemented yet", "timed_out": "timed out", "error": "errors"}
-    return ", ".join(f"{n} {words.get(s, s)}" for s, n in counts.items() if n or s == "passed")
+    words = {"unimplemented": "not implemented yet", "timed_out": "timed out"}
+    return ", ".join(f"{n} {words.get(s, s)}" + ("s" if s == "error" and n != 1 else "")
+                     for s, n in counts.items() if n or s == "passed")
 
 
 def report_json(results):

@@ -7,11 +7,14 @@ exercise id. Every rank runs ``check(comm)`` for each id in order, waits for
 the other ranks before the next check (so the messages of two checks never
 mix), and appends one line per check to REPORT_FILE, ``MINIDL-EXERCISE
 {"id", "rank", "status", "message", "seconds"}``: a failure as soon as it
-happens, a pass once every rank is through (MPICH's ``MPI_Abort`` may return
-before the job is killed, so a check that aborted could otherwise look
-passed). A file, not stdout: what mpiexec has not yet forwarded from a
-rank's stdout is lost when the job is killed, a written line is not. Two
-ways out of a hang:
+happens, a pass once every rank is through. A file, not stdout: what
+mpiexec has not yet forwarded from a rank's stdout is lost when the job is
+killed, a written line is not.
+
+A check may end the job with ``comm.mpi.Abort`` when one rank fails; that
+rank reports the exception it was handling, and its ``Abort`` never returns
+(MPICH's may, and the check would go on as if nothing happened). Two ways
+out of a hang:
 
 - a watchdog per check: a rank still inside the check, or still waiting for
   the others, when the exercise's timeout passes reports ``timed_out`` and
@@ -63,6 +66,33 @@ def _watchdog(exercise, rank, start, state):
     return timer
 
 
+def _abort_never_returns(comm, running):
+    """Make ``comm.mpi.Abort`` (also minidl's abort hooks) report this rank's verdict and exit.
+
+    A check may abort the job when one of its ranks fails. MPICH's
+    ``MPI_Abort`` can return before the job is torn down, and the check
+    would then go on and might be reported as passed. ``running`` holds the
+    exercise being checked and its start time.
+    """
+    from ..dist.comm import install_abort_hooks
+    base = type(comm.mpi)
+
+    class AbortingComm(base):
+        def Abort(self, errorcode=0):
+            exc = sys.exc_info()[1]   # set when called from an ``except`` block, as checks do
+            if exc is not None and running:
+                status, message = outcome(running["exercise"], exc)
+                report(running["exercise"].id, comm.rank, status, message,
+                       time.perf_counter() - running["start"])
+            sys.stdout.flush()
+            sys.stderr.flush()
+            base.Abort(self, errorcode)
+            os._exit(errorcode or 1)
+
+    comm.mpi = AbortingComm(comm.mpi)
+    install_abort_hooks(comm.mpi)
+
+
 def _wait_for_others(comm, limit):
     """A barrier that sleeps between polls (a blocking one would spin on the cores the others
     need); False when the others have not all arrived within ``limit`` seconds."""
@@ -82,10 +112,12 @@ def main(argv):
         module, _, exercise_id = arg.rpartition(":")
         importlib.import_module(module)
         targets.append(get(exercise_id))
-    comm = md.dist.init()
+    comm, running = md.dist.init(), {}
+    _abort_never_returns(comm, running)
     write_line(f"{READY} rank {comm.rank}")
     for exercise in targets:
         start, state = time.perf_counter(), {"done": False}
+        running.update(exercise=exercise, start=start)
         timer = _watchdog(exercise, comm.rank, start, state)
         try:
             invoke(exercise, comm)

@@ -26,7 +26,7 @@ def test_list_shows_id_title_and_file(fake_exercises, capsys):
 def test_list_markdown_has_a_table_row_per_exercise(fake_exercises, capsys):
     status, out, _ = run(capsys, "list", "--markdown")
     assert status == 0
-    assert "### Fake checks" in out
+    assert "### 90. Fake checks" in out
     for e in fake_exercises.values():
         assert f"| {e.id} | {e.title} | A stand-in for a student's file" in out
 
@@ -77,3 +77,20 @@ def test_student_writes_a_tree_and_refuses_a_used_folder(tmp_path, capsys):
 def test_student_only_with_an_unknown_id_exits_one(tmp_path, capsys):
     status, _, err = run(capsys, "student", str(tmp_path / "tree"), "--only", "0.0,0.1")
     assert status == 1 and "unknown exercises 0.0, 0.1" in err
+
+
+def test_list_markdown_update_rewrites_the_block_of_a_file(fake_exercises, capsys, tmp_path):
+    from minidl.exercises.listing import BEGIN_LIST, END_LIST
+    guide = tmp_path / "guide.md"
+    guide.write_text(f"# Guide\n{BEGIN_LIST}\nstale\n{END_LIST}\nthe end\n")
+    status, out, _ = run(capsys, "list", "--markdown", "--update", str(guide))
+    assert status == 0 and out.startswith(f"updated the exercise list in {guide}")
+    text = guide.read_text()
+    assert "stale" not in text and "| 90.2 | fails |" in text
+    assert text.startswith("# Guide\n") and text.endswith(f"{END_LIST}\nthe end\n")
+
+
+def test_list_status_says_which_regions_are_stubs(fake_exercises, capsys):
+    status, out, _ = run(capsys, "list", "--status")
+    assert status == 0
+    assert out.splitlines()[0].split() == ["id", "title", "file", "state"]

@@ -105,7 +105,7 @@ def test_mpi_checks_report_per_rank_and_a_hang_does_not_stop_the_others(fake_exe
     assert results["91.4"].status == "passed"   # ran in a new job after the hang
     aborted = results["91.5"]   # the check printed its traceback and aborted every rank
     assert aborted.status == "error"
-    assert aborted.message.startswith("ZeroDivisionError: float division by zero\n"
+    assert aborted.message.startswith("rank 1: ZeroDivisionError: float division by zero\n"
                                       "  in tests/exercises/fake_student.py, line")
     assert "in divide: return a / b" in aborted.message
     raised = results["91.6"]   # the runner ended the job for the rank left waiting
