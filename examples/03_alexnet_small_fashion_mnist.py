@@ -18,8 +18,14 @@ import argparse
 
 import minidl as md
 from minidl import optim
-from minidl.data import (ArrayDataset, Compose, DataLoader, FashionMNIST, RandomCrop,
-                         RandomHorizontalFlip)
+from minidl.data import (
+    ArrayDataset,
+    Compose,
+    DataLoader,
+    FashionMNIST,
+    RandomCrop,
+    RandomHorizontalFlip,
+)
 from minidl.train.loop import evaluate, train_epoch
 
 

@@ -19,7 +19,7 @@ def add_exercise_arguments(parser):
     listing.add_argument("--status", action="store_true",
                          help="add whether each exercise's regions are still stubs")
     listing.add_argument("--markdown", action="store_true",
-                         help="Markdown tables by chapter, with what each file implements and its source")
+                         help="Markdown tables by chapter: what each file implements, its source")
     listing.add_argument("--update", metavar="FILE",
                          help="with --markdown: rewrite the generated exercise list inside FILE")
     check = actions.add_parser("check", help="run exercise checks: expected vs got, and a hint")

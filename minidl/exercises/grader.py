@@ -78,7 +78,7 @@ class Result:
 
 
 def _student_frame(frames, path):
-    """The last frame in the exercise's file, else in minidl outside the exercise checks, else the last."""
+    """The last frame in the exercise's file, else in minidl outside the checks, else the last."""
     if not frames:
         return None
     root = repository_root()

@@ -40,7 +40,10 @@ def record_region(exercise_id, where):
 
 
 def read_trace(path):
-    """``{check id: {(region id, where), ...}}`` from a trace file (checks that ran no region are absent)."""
+    """``{check id: {(region id, where), ...}}`` from a trace file.
+
+    Checks that ran no region are absent.
+    """
     ran = {}
     if os.path.exists(path):
         with open(path) as lines:

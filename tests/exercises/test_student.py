@@ -1,4 +1,8 @@
-"""The student-tree generator on a small fake package: stubs, markers, imports, trace, and every marker error."""
+"""The student-tree generator on a small fake package.
+
+Stubs, kept markers, the added import, --only, the trace mode, and every
+marker error with its file and line.
+"""
 import importlib.util
 import os
 import textwrap
@@ -179,40 +183,19 @@ def marker_problems(tmp_path, source):
     return raised.value.problems
 
 
+GOOD = "def f(x):\n    # BEGIN EXERCISE 1.1\n    return x\n    # END EXERCISE 1.1\n"
 BAD = {
-    "unbalanced BEGIN": ('''
-        def f(x):
-            # BEGIN EXERCISE 1.1
-            return x
-        ''', "minidl/bad.py:3: BEGIN EXERCISE 1.1 has no END EXERCISE 1.1 after it"),
-    "unbalanced END": ('''
-        def f(x):
-            return x
-            # END EXERCISE 1.1
-        ''', "minidl/bad.py:4: END EXERCISE 1.1 has no BEGIN EXERCISE 1.1 before it"),
-    "nested": ('''
-        def f(x):
-            # BEGIN EXERCISE 1.1
-            # BEGIN EXERCISE 1.1
-            return x
-            # END EXERCISE 1.1
-            # END EXERCISE 1.1
-        ''', "minidl/bad.py:4: BEGIN EXERCISE 1.1 is nested inside region 1.1 opened at line 3"),
-    "mismatched ids": ('''
-        def f(x):
-            # BEGIN EXERCISE 1.1
-            return x
-            # END EXERCISE 1.2
-        ''', "minidl/bad.py:5: END EXERCISE 1.2 closes region 1.1 opened at line 3"),
-    "unregistered id": ('''
-        def f(x):
-            # BEGIN EXERCISE 1.1
-            y = x
-            # END EXERCISE 1.1
-            # BEGIN EXERCISE 7.7
-            return y
-            # END EXERCISE 7.7
-        ''', "minidl/bad.py:6: region 7.7 has no registered exercise"),
+    "unbalanced BEGIN": (GOOD.replace("    # END EXERCISE 1.1\n", ""),
+                         "minidl/bad.py:2: BEGIN EXERCISE 1.1 has no END EXERCISE 1.1 after it"),
+    "unbalanced END": (GOOD.replace("    # BEGIN EXERCISE 1.1\n", ""),
+                       "minidl/bad.py:3: END EXERCISE 1.1 has no BEGIN EXERCISE 1.1 before it"),
+    "nested": (GOOD.replace("    # BEGIN EXERCISE 1.1\n", 2 * "    # BEGIN EXERCISE 1.1\n")
+                   .replace("    # END EXERCISE 1.1\n", 2 * "    # END EXERCISE 1.1\n"),
+               "minidl/bad.py:3: BEGIN EXERCISE 1.1 is nested inside region 1.1 opened at line 2"),
+    "mismatched ids": (GOOD.replace("END EXERCISE 1.1", "END EXERCISE 1.2"),
+                       "minidl/bad.py:4: END EXERCISE 1.2 closes region 1.1 opened at line 2"),
+    "unregistered id": (GOOD.replace("1.1", "7.7") + GOOD.replace("f(x)", "g(x)"),
+                        "minidl/bad.py:2: region 7.7 has no registered exercise"),
     "outside a function": ('''
         # BEGIN EXERCISE 1.1
         X = 1
@@ -258,20 +241,10 @@ BAD = {
             # END EXERCISE 1.1
             return x
         ''', "minidl/bad.py:3: region 1.1 holds no code"),
-    "malformed marker": ('''
-        def f(x):
-            # BEGIN EXERCISE 1.1
-            return x
-            # END EXERCISE 1.1
-            # begin exercise 1.2
-        ''', "minidl/bad.py:6: '# begin exercise 1.2' is not a marker"),
-    "trailing marker": ('''
-        def f(x):
-            # BEGIN EXERCISE 1.1
-            return x
-            # END EXERCISE 1.1
-        y = 1  # BEGIN EXERCISE 1.1
-        ''', "minidl/bad.py:6: '# BEGIN EXERCISE 1.1' is not a marker"),
+    "malformed marker": (GOOD + "    # begin exercise 1.2\n",
+                         "minidl/bad.py:5: '# begin exercise 1.2' is not a marker"),
+    "trailing marker": (GOOD + "y = 1  # BEGIN EXERCISE 1.1\n",
+                        "minidl/bad.py:5: '# BEGIN EXERCISE 1.1' is not a marker"),
 }
 
 

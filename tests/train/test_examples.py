@@ -95,7 +95,7 @@ def test_alexnet_small_example_learns_on_a_subset():
 def test_optimizer_example_trains_all_six_rules_and_plots(tmp_path):
     out = run_example("04_compare_optimizers.py", "--steps", 50, "--test-subset", 1000,
                       "--out", tmp_path / "optimizers.png")
-    rows = dict(re.findall(r"^(\w+)\s+final loss [\d.]+\s+test accuracy ([\d.]+)%", out, re.M))
+    rows = dict(re.findall(r"^(\w+)\s+final loss [\d.]+\s+test accuracy ([\d.]+)%", out, re.MULTILINE))
     assert sorted(rows) == sorted(["sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam"])
     assert all(float(a) >= 25.0 for a in rows.values()), out
     assert (tmp_path / "optimizers.png").stat().st_size > 0
@@ -104,7 +104,7 @@ def test_optimizer_example_trains_all_six_rules_and_plots(tmp_path):
 def test_conv_example_times_every_algorithm_that_fits_and_plots(tmp_path):
     out = run_example("05_conv_algorithms.py", "--layers", "lenet.conv2", "--batch-size", 1,
                       "--repeats", 1, "--out", tmp_path / "conv.png")
-    errors = dict(re.findall(r"^lenet\.conv2\s+(\S+)\s+fwd .* error ([\d.e+-]+)", out, re.M))
+    errors = dict(re.findall(r"^lenet\.conv2\s+(\S+)\s+fwd .* error ([\d.e+-]+)", out, re.MULTILINE))
     # LeNet's 5x5 kernels: the 3x3 Winograd tiles cannot run and have no row
     assert sorted(errors) == ["auto", "direct", "fft", "im2col"], out
     assert all(float(e) < 1e-4 for e in errors.values()), out
@@ -137,7 +137,7 @@ def test_consistency_lab_bounds_the_staleness_by_ssp_s():
 
 def test_compression_lab_shows_error_feedback_rescuing_topk_and_sign():
     out = run_example("09_compression_lab.py", "--steps", 300, "--dim", 50)
-    rows = re.findall(r"^\s*(\S+)\s+(on|off)\s+\d+\s+[\d.]+\s+([\d.e+-]+)$", out, re.M)
+    rows = re.findall(r"^\s*(\S+)\s+(on|off)\s+\d+\s+[\d.]+\s+([\d.e+-]+)$", out, re.MULTILINE)
     error = {(scheme, feedback): float(e) for scheme, feedback, e in rows}
     assert len(rows) == 9, out
     for scheme in ("topk:0.01", "sign"):
@@ -148,6 +148,6 @@ def test_compression_lab_shows_error_feedback_rescuing_topk_and_sign():
 def test_scaling_example_predicts_both_networks_and_plots(tmp_path):
     out = run_example("10_predict_scaling.py", "--out", tmp_path)
     assert "=== AlexNet" in out and "=== GoogLeNet" in out
-    assert len(re.findall(r"^\s*512\s", out, re.M)) == 4, out   # tree and ring, both networks
+    assert len(re.findall(r"^\s*512\s", out, re.MULTILINE)) == 4, out   # tree and ring, both networks
     assert out.count("- best speedup") == 4, out
     assert (tmp_path / "predicted_speedup.png").stat().st_size > 0
