@@ -16,9 +16,12 @@ stuck inside a C call cannot be interrupted that way, so its daemon thread is
 abandoned and ends with the process.
 
 Checks with ``ranks=N`` run under ``mpiexec -n N`` through
-``minidl.exercises.mpi_runner``, all checks of the same size in one job. Each
-rank reports each check; a rank that waits longer than the check's timeout
-reports that and ends the job, and the checks after it run in a new job.
+``minidl.exercises.mpi_runner``, all checks of the same size in one job,
+which reports each rank's verdict of each check. A hang (a rank past the
+check's timeout, or the others still waiting after one rank's check
+raised) or an abort ends the job; the verdict of the check it ended in
+comes from the ranks' reports, else from the traceback a rank printed, and
+the checks after it run in a new job.
 """
 import ctypes
 import json
@@ -236,9 +239,9 @@ def parse_reports(output):
     """``({id: {rank: RankResult}}, ids some rank reported as hung)`` from the runner's reports.
 
     A rank's first report for a check is its verdict; a later one is its
-    watchdog saying it then waited for the others. The ranks share one output
-    stream, so a report may not start a line: each one is found by its
-    prefix and decoded up to the end of its JSON object.
+    watchdog saying it then waited for the others. Each report is found by
+    its prefix and decoded up to the end of its JSON object, so a line cut
+    short by a killed rank does no harm.
     """
     reports, hung, decoder = {}, set(), json.JSONDecoder()
     start = output.find(REPORT)
