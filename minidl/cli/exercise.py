@@ -45,9 +45,24 @@ def _warn_other_tree():
               file=sys.stderr)
 
 
+class CannotLoad(Exception):
+    """The check modules (or the code they import) do not import: a message for the student."""
+
+
+def _catalogue():
+    """The exercises; a file that does not import becomes one clear ``CannotLoad``."""
+    try:
+        return catalogue()
+    except SyntaxError as exc:
+        raise CannotLoad(f"cannot load the exercises: {exc.filename}, line {exc.lineno}: "
+                         f"{exc.msg}; fix that line and run the command again") from exc
+    except ImportError as exc:
+        raise CannotLoad(f"cannot load the exercises: {type(exc).__name__}: {exc}") from exc
+
+
 def _list(args):
     from ..exercises import listing
-    exercises = catalogue()
+    exercises = _catalogue()
     if args.markdown:
         text = listing.markdown_list(exercises, repository_root())
         if args.update:
@@ -77,8 +92,9 @@ def _check(args):
     if args.all == bool(args.ids):
         print("name exercise ids (minidl exercise check 3.1 3.2) or --all", file=sys.stderr)
         return 2
+    exercises = _catalogue()
     try:
-        exercises = catalogue() if args.all else [get(i) for i in args.ids]
+        exercises = exercises if args.all else [get(i) for i in args.ids]
     except KeyError as exc:
         print(exc.args[0], file=sys.stderr)
         return 2
@@ -114,4 +130,8 @@ def _student(args):
 
 def run_exercise(args):
     """Run the chosen action; the exit status is non-zero when a check does not pass."""
-    return {"list": _list, "check": _check, "student": _student}[args.exercise_action](args)
+    try:
+        return {"list": _list, "check": _check, "student": _student}[args.exercise_action](args)
+    except CannotLoad as exc:
+        print(exc, file=sys.stderr)
+        return 2

@@ -94,3 +94,13 @@ def test_list_status_says_which_regions_are_stubs(fake_exercises, capsys):
     status, out, _ = run(capsys, "list", "--status")
     assert status == 0
     assert out.splitlines()[0].split() == ["id", "title", "file", "state"]
+
+
+def test_a_check_module_that_does_not_import_is_named_with_its_line(fake_exercises, capsys,
+                                                                     monkeypatch):
+    def broken():
+        compile("def f(:\n", "minidl/reference/broken.py", "exec")
+    monkeypatch.setattr("minidl.cli.exercise.catalogue", broken)
+    status, _, err = run(capsys, "check", "--all")
+    assert status == 2
+    assert err.startswith("cannot load the exercises: minidl/reference/broken.py, line 1:")
