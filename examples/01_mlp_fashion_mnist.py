@@ -1,6 +1,8 @@
 """Exercise 1: an MLP on Fashion-MNIST with the training loop written out.
 
-    python examples/01_mlp_fashion_mnist.py [--epochs 3] [--data-dir DIR]
+    python examples/01_mlp_fashion_mnist.py [--epochs 3] [--subset N] [--data-dir DIR]
+
+(``--epochs 1 --subset 5000``: a quick run of a few seconds.)
 
 Every line of the survey's Algorithm 2 is visible: sample a minibatch,
 forward, loss, backward (backpropagation), update.
@@ -10,18 +12,21 @@ import argparse
 import minidl as md
 from minidl import functional as F
 from minidl import optim
-from minidl.data import DataLoader, FashionMNIST
+from minidl.data import ArrayDataset, DataLoader, FashionMNIST
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--subset", type=int, default=None, help="train on the first N images")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args()
     md.backend.tune_malloc()  # optional: steps ~1.4x faster (see minidl/backend.py)
 
     md.manual_seed(0)
     train, test = FashionMNIST(args.data_dir, train=True), FashionMNIST(args.data_dir, train=False)
+    if args.subset:
+        train = ArrayDataset(train.images[:args.subset], train.labels[:args.subset], train.classes)
     model = md.models.mlp(num_classes=10)
     opt = optim.Momentum(model.parameters(), lr=0.01, momentum=0.9)
     for epoch in range(1, args.epochs + 1):

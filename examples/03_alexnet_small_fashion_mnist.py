@@ -1,6 +1,8 @@
 """Exercise 3: the scaled-down AlexNet (5 conv + 3 FC, LRN, dropout) on Fashion-MNIST.
 
-    python examples/03_alexnet_small_fashion_mnist.py [--epochs 12]
+    python examples/03_alexnet_small_fashion_mnist.py [--epochs 12] [--subset N] [--test-subset N]
+
+(``--epochs 1 --subset 2000 --test-subset 1000``: a quick run of about a minute.)
 
 AlexNet's ingredients at a size a laptop trains in minutes: overlapping
 features through 3x3 convolutions, local response normalisation, dropout in
@@ -16,19 +18,34 @@ import argparse
 
 import minidl as md
 from minidl import optim
-from minidl.data import Compose, DataLoader, FashionMNIST, RandomCrop, RandomHorizontalFlip
+from minidl.data import (
+    ArrayDataset,
+    Compose,
+    DataLoader,
+    FashionMNIST,
+    RandomCrop,
+    RandomHorizontalFlip,
+)
 from minidl.train.loop import evaluate, train_epoch
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--subset", type=int, default=None, help="train on the first N images")
+    parser.add_argument("--test-subset", type=int, default=None,
+                        help="measure the accuracy on the first N test images")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args()
     md.backend.tune_malloc()  # optional: steps ~1.4x faster (see minidl/backend.py)
 
     md.manual_seed(0)
     train, test = FashionMNIST(args.data_dir, train=True), FashionMNIST(args.data_dir, train=False)
+    if args.subset:
+        train = ArrayDataset(train.images[:args.subset], train.labels[:args.subset], train.classes)
+    if args.test_subset:
+        test = ArrayDataset(test.images[:args.test_subset], test.labels[:args.test_subset],
+                            test.classes)
     model = md.models.alexnet(num_classes=10, variant="small", in_channels=1)
     print(f"AlexNet-small: {model.num_parameters():,} parameters")
     opt = optim.Adam(model.parameters(), lr=1e-3)

@@ -1,6 +1,8 @@
 """Exercise 4: the six update rules of the survey's Table 3 on the same problem, one plot.
 
-    python examples/04_compare_optimizers.py [--steps 600] [--out optimizers.png]
+    python examples/04_compare_optimizers.py [--steps 600] [--test-subset N] [--out optimizers.png]
+
+(``--steps 50 --test-subset 1000``: a quick run of about half a minute.)
 
 Each rule trains LeNet-5 from the same initial weights on the same batches
 of Fashion-MNIST; the plot shows the training loss per step (smoothed) and
@@ -13,7 +15,7 @@ import numpy as np
 import minidl as md
 from minidl import functional as F
 from minidl import optim
-from minidl.data import DataLoader, FashionMNIST
+from minidl.data import ArrayDataset, DataLoader, FashionMNIST
 from minidl.train.loop import evaluate
 
 SETTINGS = {"sgd": dict(lr=0.05), "momentum": dict(lr=0.01, momentum=0.9),
@@ -41,6 +43,8 @@ def run(name, train, test, steps):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--test-subset", type=int, default=None,
+                        help="measure the accuracy on the first N test images")
     parser.add_argument("--out", default="optimizers.png")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args()
@@ -50,6 +54,9 @@ def main():
     import matplotlib.pyplot as plt
 
     train, test = FashionMNIST(args.data_dir, train=True), FashionMNIST(args.data_dir, train=False)
+    if args.test_subset:
+        test = ArrayDataset(test.images[:args.test_subset], test.labels[:args.test_subset],
+                            test.classes)
     kernel = np.ones(25) / 25
     for name in SETTINGS:
         losses, acc = run(name, train, test, args.steps)

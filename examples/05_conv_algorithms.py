@@ -1,6 +1,9 @@
 """Exercise: four ways to compute one convolution: how accurate, how fast, and why.
 
     python examples/05_conv_algorithms.py [--out conv_algorithms.png] [--batch-size 8]
+            [--repeats 3] [--layers lenet.conv2,alexnet.conv3,3x3.c64.56px]
+
+(``--layers lenet.conv2 --batch-size 1 --repeats 1``: a quick run of a few seconds.)
 
 For a few layers (LeNet conv2, AlexNet conv3, a 3x3 layer at 56 px) it times
 direct, im2col, FFT and both Winograd tiles (forward and forward+backward),
@@ -32,10 +35,12 @@ def main():
     parser.add_argument("--out", default="conv_algorithms.png")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--layers", default=",".join(LAYERS), help="comma-separated layer names")
     args = parser.parse_args()
+    layers = args.layers.split(",")
 
     results = {}
-    for name in LAYERS:
+    for name in layers:
         rows = bench_layer(name, args.batch_size, ALGOS + ("auto",), args.repeats, use_torch=False)
         results[name] = {r.algo: r for r in rows}
         for r in rows:
@@ -43,11 +48,11 @@ def main():
                 print(f"{name:14s} {r.algo:18s} fwd {r.forward_ms:8.2f} ms  fwd+bwd {r.train_ms:8.2f} ms"
                       f"  error {r.error:.1e}  {r.note}")
     print(md.conv.report())
-    plot(results, args.out)
+    plot(results, layers, args.out)
     print(f"figure written to {args.out}")
 
 
-def plot(results, path):
+def plot(results, layers, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -56,7 +61,7 @@ def plot(results, path):
     width = 0.8 / len(ALGOS)
     for i, algo in enumerate(ALGOS):
         xs, times, errors = [], [], []
-        for j, name in enumerate(LAYERS):
+        for j, name in enumerate(layers):
             row = results[name][algo]
             if row.train_ms is not None:
                 xs.append(j + (i - len(ALGOS) / 2 + 0.5) * width)
@@ -66,8 +71,8 @@ def plot(results, path):
         accuracy.bar(xs, errors, width, label=algo)
     for ax, title, unit in ((speed, "forward + backward time", "ms"),
                             (accuracy, "max |y - y_float64| / max |y_float64|", "relative error")):
-        ax.set_xticks(range(len(LAYERS)))
-        ax.set_xticklabels(LAYERS)
+        ax.set_xticks(range(len(layers)))
+        ax.set_xticklabels(layers)
         ax.set_yscale("log")
         ax.set_title(title)
         ax.set_ylabel(unit)

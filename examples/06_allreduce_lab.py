@@ -2,6 +2,8 @@
 
     mpiexec -n 4 python examples/06_allreduce_lab.py allreduce.png [--sizes 1K,16K,256K,4M,64M]
 
+(``mpiexec -n 2 ... --sizes 1K,64K``: a quick run of a few seconds.)
+
 Points are measured times (median of the slowest rank), lines the alpha-beta-
 gamma predictions of ``minidl.dist.costmodel`` with the parameters fitted on
 this machine. Things to look for: the butterfly wins for small messages
@@ -13,7 +15,8 @@ import argparse
 import numpy as np
 
 import minidl.dist as dist
-from minidl.dist import bench, costmodel
+from minidl.cli import bench_allreduce as bench
+from minidl.dist import costmodel
 
 
 def plot(path, results, size, params, algorithms):

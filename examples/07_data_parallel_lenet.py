@@ -1,6 +1,9 @@
 """Exercise 7: data-parallel LeNet-5 over MPI, written out (what `minidl train --dist sync` does).
 
     mpiexec -n 2 python examples/07_data_parallel_lenet.py [--epochs 1] [--allreduce ring]
+            [--subset N] [--test-subset N]
+
+(``--subset 4000 --test-subset 1000``: a quick run of a few seconds.)
 
 Each rank builds the same model, sees its own shard of every global batch,
 and the wrapped optimizer averages the gradients before each update, so all
@@ -16,7 +19,7 @@ from threadpoolctl import threadpool_limits
 
 import minidl as md
 from minidl import optim
-from minidl.data import DataLoader, FashionMNIST
+from minidl.data import ArrayDataset, DataLoader, FashionMNIST
 from minidl.dist import ALLREDUCE_ALGORITHMS, DistributedOptimizer
 from minidl.train.loop import evaluate, train_epoch
 
@@ -26,6 +29,9 @@ def main():
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=64, help="per rank")
     parser.add_argument("--allreduce", default="auto", choices=("auto",) + ALLREDUCE_ALGORITHMS)
+    parser.add_argument("--subset", type=int, default=None, help="train on the first N images")
+    parser.add_argument("--test-subset", type=int, default=None,
+                        help="measure the accuracy on the first N test images")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args()
     threadpool_limits(1)  # one BLAS thread per rank: the ranks already fill the cores
@@ -33,6 +39,11 @@ def main():
     comm = md.dist.init()
     md.manual_seed(comm.rank)  # different on purpose: the wrapper broadcasts rank 0's weights
     train, test = FashionMNIST(args.data_dir, train=True), FashionMNIST(args.data_dir, train=False)
+    if args.subset:
+        train = ArrayDataset(train.images[:args.subset], train.labels[:args.subset], train.classes)
+    if args.test_subset:
+        test = ArrayDataset(test.images[:args.test_subset], test.labels[:args.test_subset],
+                            test.classes)
     model = md.models.lenet5()
     opt = DistributedOptimizer(optim.Momentum(model.parameters(), lr=0.01, momentum=0.9), comm,
                                allreduce=args.allreduce, model=model)

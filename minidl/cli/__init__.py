@@ -33,6 +33,8 @@ COMMANDS = {
     "predict": ("minidl.cli.predict", "predict",
                 "time per iteration, speedup and efficiency of data-parallel training on n nodes"),
     "report": ("minidl.cli.report", "report", "tables and plots of distributed training runs"),
+    "exercise": ("minidl.cli.exercise", "exercise",
+                 "course exercises: list, check (expected vs got, a hint), write a student tree"),
 }
 
 BENCHMARKS = {

@@ -8,7 +8,7 @@ A region is marked in the reference code (``minidl/reference/``)::
         # END EXERCISE 3.1
 
 ``minidl exercise student DIR`` writes a copy of minidl in which the lines
-between each pair of markers become ``raise Unimplemented("3.1")``.
+between each pair of markers become ``raise Unimplemented("3.1", "<title>")``.
 ``minidl exercise check 3.1`` runs the exercise's check: it calls the code of
 the region and compares it with an oracle that does not depend on any
 exercise region (the tuned implementation, a float64 numerical gradient,
@@ -30,10 +30,10 @@ A check with ``ranks=N`` runs on N MPI ranks and receives the communicator:
 ``def check(comm): ...``; it must fail on every rank alike or abort.
 """
 import importlib
-import inspect
 import os
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 import numpy as np
 
@@ -45,12 +45,13 @@ class Unimplemented(NotImplementedError):
 
     def __init__(self, exercise_id, title=None):
         self.exercise_id = str(exercise_id)
-        caller = inspect.stack()[1]
-        self.where = f"{caller.filename}:{caller.lineno}"
+        caller = sys._getframe(1)  # the stub's line (inspect.stack() would read every frame's source)
+        self.where = f"{caller.f_code.co_filename}:{caller.f_lineno}"
         what = f"exercise {self.exercise_id}" + (f" ({title})" if title else "")
         super().__init__(f"{what} is not implemented yet: write it between '# BEGIN EXERCISE "
                          f"{self.exercise_id}' and '# END EXERCISE {self.exercise_id}' "
-                         f"({self.where}), then run 'minidl exercise check {self.exercise_id}'")
+                         f"({self.where}), then run "
+                         f"'python -m minidl exercise check {self.exercise_id}'")
 
 
 class ExerciseFailure(AssertionError):
@@ -123,7 +124,7 @@ class Exercise:
     path: str                      # the file of its regions, relative to the repository root
     hint: str
     check: Callable
-    ranks: Optional[int] = None    # None: in process; N: under mpiexec on N ranks
+    ranks: int | None = None    # None: in process; N: under mpiexec on N ranks
     timeout: float = 60.0          # seconds before the grader declares a hang
 
     @property

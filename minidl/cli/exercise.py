@@ -1,0 +1,137 @@
+"""``minidl exercise list | check ID... | check --all [--json] | student DIR [--only IDS]``.
+
+The checks test the ``minidl`` package this command imported: in a student
+tree, run ``python -m minidl exercise ...`` from the tree's folder (or
+install the tree with ``pip install -e .``). The command warns when the
+current folder holds another ``minidl`` than the one being checked.
+"""
+import json
+import os
+import sys
+
+from ..exercises import catalogue, get, repository_root
+
+
+def add_exercise_arguments(parser):
+    """The ``list``, ``check`` and ``student`` actions of ``minidl exercise``."""
+    actions = parser.add_subparsers(dest="exercise_action", metavar="ACTION", required=True)
+    listing = actions.add_parser("list", help="the exercises: id, title, file")
+    listing.add_argument("--status", action="store_true",
+                         help="add whether each exercise's regions are still stubs")
+    listing.add_argument("--markdown", action="store_true",
+                         help="Markdown tables by chapter: what each file implements, its source")
+    listing.add_argument("--update", metavar="FILE",
+                         help="with --markdown: rewrite the generated exercise list inside FILE")
+    check = actions.add_parser("check", help="run exercise checks: expected vs got, and a hint")
+    check.add_argument("ids", nargs="*", metavar="ID", help="exercise ids, e.g. 3.1")
+    check.add_argument("--all", action="store_true", help="every exercise")
+    check.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    student = actions.add_parser("student", help="write a student tree: exercise regions stubbed")
+    student.add_argument("dir", help="the new folder")
+    student.add_argument("--only", nargs="+", metavar="IDS",
+                         help="stub only these exercises (space or comma separated)")
+    student.add_argument("--trace", action="store_true",
+                         help="keep the solutions and record which regions each check runs "
+                              "(for testing the checks)")
+
+
+def _warn_other_tree():
+    """Say so when the current folder holds a minidl package other than the one being checked."""
+    here = os.path.realpath(os.path.join(os.getcwd(), "minidl", "__init__.py"))
+    if os.path.exists(here) and os.path.dirname(os.path.dirname(here)) != \
+            os.path.realpath(repository_root()):
+        print(f"note: checking the minidl in {repository_root()}, not the one in this folder; "
+              "run 'python -m minidl exercise ...' here to check this folder's code",
+              file=sys.stderr)
+
+
+class CannotLoad(Exception):
+    """The check modules (or the code they import) do not import: a message for the student."""
+
+
+def _catalogue():
+    """The exercises; a file that does not import becomes one clear ``CannotLoad``."""
+    try:
+        return catalogue()
+    except SyntaxError as exc:
+        raise CannotLoad(f"cannot load the exercises: {exc.filename}, line {exc.lineno}: "
+                         f"{exc.msg}; fix that line and run the command again") from exc
+    except ImportError as exc:
+        raise CannotLoad(f"cannot load the exercises: {type(exc).__name__}: {exc}") from exc
+
+
+def _list(args):
+    from ..exercises import listing
+    exercises = _catalogue()
+    if args.markdown:
+        text = listing.markdown_list(exercises, repository_root())
+        if args.update:
+            with open(args.update, encoding="utf-8") as source:
+                updated = listing.update_block(source.read(), text)
+            with open(args.update, "w", encoding="utf-8") as out:
+                out.write(updated)
+            print(f"updated the exercise list in {args.update} ({len(exercises)} exercises)")
+        else:
+            print(text)
+        return 0
+    if args.update:
+        print("--update needs --markdown", file=sys.stderr)
+        return 2
+    if not exercises:
+        print("no exercises are registered yet (minidl/exercises/checks/)")
+        return 0
+    if args.status:
+        _warn_other_tree()
+    states = listing.region_states(repository_root(), exercises) if args.status else None
+    print(listing.text_table(exercises, states))
+    return 0
+
+
+def _check(args):
+    from ..exercises import grader
+    if args.all == bool(args.ids):
+        print("name exercise ids (minidl exercise check 3.1 3.2) or --all", file=sys.stderr)
+        return 2
+    exercises = _catalogue()
+    try:
+        exercises = exercises if args.all else [get(i) for i in args.ids]
+    except KeyError as exc:
+        print(exc.args[0], file=sys.stderr)
+        return 2
+    _warn_other_tree()
+    if args.json:
+        results = grader.grade(exercises)
+        print(json.dumps(grader.report_json(results), indent=2))
+    else:
+        print(f"checking {len(exercises)} exercise(s) of the minidl in {repository_root()}",
+              flush=True)
+        results = grader.grade(exercises, on_result=lambda r: print(grader.format_result(r),
+                                                                     flush=True))
+        print(grader.format_summary(results))
+    return 0 if all(r.ok for r in results) else 1
+
+
+def _student(args):
+    from ..exercises.student import MarkerError, write_student_tree
+    only = None if args.only is None else [i for item in args.only for i in item.split(",") if i]
+    try:
+        regions = write_student_tree(args.dir, only=only, mode="trace" if args.trace else "stub")
+    except (MarkerError, FileExistsError) as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    written = {r.exercise_id for r in regions}
+    done = [e.id for e in catalogue() if e.id in written]
+    what = "instrumented" if args.trace else "stubbed"
+    print(f"wrote {args.dir}: {len(regions)} region(s) of {len(done)} exercise(s) {what}"
+          + (f" ({', '.join(done)})" if done else ""))
+    print(f"students run: cd {args.dir} && python -m minidl exercise list")
+    return 0
+
+
+def run_exercise(args):
+    """Run the chosen action; the exit status is non-zero when a check does not pass."""
+    try:
+        return {"list": _list, "check": _check, "student": _student}[args.exercise_action](args)
+    except CannotLoad as exc:
+        print(exc, file=sys.stderr)
+        return 2

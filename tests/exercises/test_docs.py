@@ -1,0 +1,55 @@
+"""The course documents keep up with the code: the guide's exercise list, the examples' README."""
+import os
+import warnings
+
+from minidl.exercises import catalogue, repository_root
+from minidl.exercises.listing import BEGIN_LIST, END_LIST, markdown_list, update_block
+
+ROOT = repository_root()
+GUIDE = os.path.join(ROOT, "docs", "instructor-guide.md")
+
+
+def read(path):
+    with open(path, encoding="utf-8") as source:
+        return source.read()
+
+
+def test_the_guide_lists_the_registered_exercises():
+    exercises = catalogue()
+    text = read(GUIDE)
+    assert BEGIN_LIST in text and END_LIST in text
+    if not exercises:
+        warnings.warn("no exercises are registered yet: the guide's list is not compared")
+        return
+    assert update_block(text, markdown_list(exercises, ROOT)) == text, (
+        "docs/instructor-guide.md lists other exercises than the registry; refresh it with: "
+        "python -m minidl exercise list --markdown --update docs/instructor-guide.md")
+
+
+def test_the_examples_readme_describes_every_example():
+    readme = read(os.path.join(ROOT, "examples", "README.md"))
+    for name in sorted(os.listdir(os.path.join(ROOT, "examples"))):
+        if name.endswith(".py"):
+            assert f"`{name}`" in readme, f"examples/README.md does not mention {name}"
+
+
+def test_a_files_summary_and_sources_come_from_its_docstring(tmp_path):
+    from minidl.exercises.listing import describe_file
+    (tmp_path / "m.py").write_text('"""Winograd minimal filtering F(2x2, 3x3)\n(Lavin &\nGray 2016).\n\n'
+                                   'Also Zhang, De Sa &\nRe 2016, and Lavin & Gray 2016 again;\n'
+                                   'Chellapilla et al. (2006)."""\n')
+    summary, sources = describe_file(tmp_path, "m.py")
+    assert summary == "Winograd minimal filtering F(2x2, 3x3) (Lavin & Gray 2016)."
+    assert sources == "Lavin & Gray 2016; Zhang, De Sa & Re 2016"
+    assert describe_file(tmp_path, "missing.py") == ("", "")
+
+
+def test_the_list_block_is_replaced_and_a_missing_block_is_named():
+    text = f"intro\n{BEGIN_LIST}\nold\n{END_LIST}\nrest\n"
+    assert update_block(text, "new") == f"intro\n{BEGIN_LIST}\nnew\n{END_LIST}\nrest\n"
+    try:
+        update_block("no block here", "new")
+    except ValueError as exc:
+        assert "BEGIN EXERCISE LIST" in str(exc)
+    else:
+        raise AssertionError("a file without the block must be refused")
