@@ -4,7 +4,7 @@
 
 (``--epochs 1 --subset 5000``: a quick run of a few seconds.)
 
-Every line of the survey's Algorithm 2 is visible: sample a minibatch,
+Every line of Algorithm 2 of Ben-Nun & Hoefler 2019 is visible: sample a minibatch,
 forward, loss, backward (backpropagation), update.
 """
 import argparse

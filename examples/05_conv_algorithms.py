@@ -11,7 +11,7 @@ measures each one's error against a float64 direct convolution, and draws
 both in one figure. Questions to answer from the plot and the code in
 minidl/conv/:
 
-1. direct and im2col do the same multiplies (survey Table 6). Why is im2col
+1. direct and im2col do the same multiplies (Ben-Nun & Hoefler 2019, Table 6). Why is im2col
    faster? (Look at what the inner loop of each calls.)
 2. Winograd F(4x4,3x3) does 4x fewer multiplies in its GEMM stage than
    direct, F(2x2,3x3) 2.25x. Compare the measured speed-ups: where does the
