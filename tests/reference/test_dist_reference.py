@@ -14,7 +14,6 @@ from minidl.dist.data_parallel import make_buckets
 from minidl.exercises import catalogue
 from minidl.layers import Parameter
 from minidl.reference.dist.buckets import assign_buckets
-from tests.distributed.conftest import mpi_run, run_checks  # noqa: F401 (fixtures)
 
 PATHS = ("minidl/reference/dist/allreduce.py", "minidl/reference/dist/buckets.py")
 OUR_EXERCISES = [e.id for e in catalogue() if e.path in PATHS]
