@@ -1,5 +1,6 @@
 """Argument types and options shared by the sub-commands."""
 import argparse
+import math
 
 from ..perf.zoo import MODEL_NAMES, parse_shape
 
@@ -16,6 +17,20 @@ def nonnegative_int(text):
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 0")
     return int(text)
+
+
+def number(minimum=0.0, positive=False):
+    """An argparse type for a finite float >= ``minimum`` (> 0 with ``positive``)."""
+    def check(text):
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < minimum or (positive and value <= 0):
+            bound = "> 0" if positive else f">= {minimum:g}"
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number {bound}")
+        return value
+    return check
 
 
 def _shape_argument(text):

@@ -1,15 +1,17 @@
-"""``minidl exercise list | check ID... | check --all [--json] | student DIR [--only IDS]``.
+"""``minidl exercise list | check ID... | check --all [--json] [--timeout S] | student DIR [--only IDS]``.
 
 The checks test the ``minidl`` package this command imported: in a student
 tree, run ``python -m minidl exercise ...`` from the tree's folder (or
 install the tree with ``pip install -e .``). The command warns when the
 current folder holds another ``minidl`` than the one being checked.
 """
+import dataclasses
 import json
 import os
 import sys
 
 from ..exercises import catalogue, get, repository_root
+from .common import number
 
 
 def add_exercise_arguments(parser):
@@ -26,6 +28,9 @@ def add_exercise_arguments(parser):
     check.add_argument("ids", nargs="*", metavar="ID", help="exercise ids, e.g. 3.1")
     check.add_argument("--all", action="store_true", help="every exercise")
     check.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    check.add_argument("--timeout", type=number(positive=True), metavar="SECONDS",
+                       help="seconds each check may take before it is reported as a hang "
+                            "(default: the exercise's own, 60 s for most)")
     student = actions.add_parser("student", help="write a student tree: exercise regions stubbed")
     student.add_argument("dir", help="the new folder")
     student.add_argument("--only", nargs="+", metavar="IDS",
@@ -98,6 +103,8 @@ def _check(args):
     except KeyError as exc:
         print(exc.args[0], file=sys.stderr)
         return 2
+    if args.timeout is not None:
+        exercises = [dataclasses.replace(e, timeout=args.timeout) for e in exercises]
     _warn_other_tree()
     if args.json:
         results = grader.grade(exercises)

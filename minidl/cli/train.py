@@ -5,7 +5,6 @@ shows the traceback), 2 for a bad flag, 3 when training diverged (the last
 good checkpoint is kept).
 """
 import argparse
-import math
 
 import numpy as np
 
@@ -24,7 +23,7 @@ from ..train.resume import reconcile
 from ..train.run import TrainingRun
 from ..train.setup import DATASETS, SCHEDULES, build_model
 from ..train.workers import run_workers
-from .common import nonnegative_int, positive_int
+from .common import nonnegative_int, number, positive_int
 
 
 def argument_type(parse):
@@ -35,20 +34,6 @@ def argument_type(parse):
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
         return text
-    return check
-
-
-def number(minimum=0.0, positive=False):
-    """An argparse type for a finite float >= ``minimum`` (> 0 with ``positive``)."""
-    def check(text):
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value) or value < minimum or (positive and value <= 0):
-            bound = "> 0" if positive else f">= {minimum:g}"
-            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number {bound}")
-        return value
     return check
 
 

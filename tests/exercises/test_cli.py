@@ -1,6 +1,8 @@
 """``minidl exercise list | check | student``: output and exit status (fake exercises, in process)."""
 import json
 
+import pytest
+
 from minidl.cli import COMMANDS, main
 
 
@@ -46,6 +48,21 @@ def test_check_failing_exits_non_zero_with_expected_got_and_hint(fake_exercises,
     assert "hint: look at the last element" in out
     assert "90.3   not written ... not implemented yet" in out
     assert out.rstrip().endswith("1 passed, 1 failed, 1 not implemented yet")
+
+
+def test_check_timeout_replaces_each_exercises_own(fake_exercises, capsys):
+    status, out, _ = run(capsys, "check", "90.6", "--timeout", "1.5")
+    assert status == 1
+    assert "90.6   never ends ... TIMED OUT" in out
+    assert "no answer after 1.5 s" in out
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "nan", "soon"])
+def test_check_timeout_must_be_a_positive_number(fake_exercises, capsys, bad):
+    with pytest.raises(SystemExit) as stop:
+        run(capsys, "check", "90.1", "--timeout", bad)
+    assert stop.value.code == 2
+    assert f"--timeout: {bad!r} is not a finite number > 0" in capsys.readouterr().err
 
 
 def test_check_json_is_one_document(fake_exercises, capsys):
