@@ -218,7 +218,8 @@ def _mpi_command(report_path, exercises):
     root = repository_root()
     bootstrap = (f"import sys; sys.path.insert(0, {root!r}); "
                  "from minidl.exercises.mpi_runner import main; sys.exit(main(sys.argv[1:]))")
-    return ["-c", bootstrap, report_path] + [f"{e.check.__module__}:{e.id}" for e in exercises]
+    return ["-c", bootstrap, report_path] + [f"{e.check.__module__}:{e.id}={e.timeout!r}"
+                                             for e in exercises]
 
 
 def _run_job(nranks, exercises, env):

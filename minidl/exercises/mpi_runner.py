@@ -1,9 +1,9 @@
 """Run MPI exercise checks on every rank and report per rank (started by the grader under mpiexec).
 
-    mpiexec -n 3 python -m minidl.exercises.mpi_runner REPORT_FILE MODULE:ID [MODULE:ID ...]
+    mpiexec -n 3 python -m minidl.exercises.mpi_runner REPORT_FILE MODULE:ID=TIMEOUT [...]
 
-Each ``MODULE:ID`` names a check's module (imported to register it) and its
-exercise id. Every rank runs ``check(comm)`` for each id in order, waits for
+Each ``MODULE:ID=TIMEOUT`` names a check's module (imported to register it),
+its exercise id, and the seconds it may take on a rank. Every rank runs ``check(comm)`` for each id in order, waits for
 the other ranks before the next check (so the messages of two checks never
 mix), and appends one line per check to REPORT_FILE, ``MINIDL-EXERCISE
 {"id", "rank", "status", "message", "seconds"}``: a failure as soon as it
@@ -23,6 +23,7 @@ out of a hang:
   for the others, then aborts the job: they are most likely waiting for a
   message it will never send, and its verdict is already reported.
 """
+import dataclasses
 import importlib
 import json
 import os
@@ -110,8 +111,9 @@ def main(argv):
     _report_path, targets = argv[0], []
     for arg in argv[1:]:
         module, _, exercise_id = arg.rpartition(":")
+        exercise_id, _, timeout = exercise_id.partition("=")
         importlib.import_module(module)
-        targets.append(get(exercise_id))
+        targets.append(dataclasses.replace(get(exercise_id), timeout=float(timeout)))
     comm, running = md.dist.init(), {}
     _abort_never_returns(comm, running)
     write_line(f"{READY} rank {comm.rank}")

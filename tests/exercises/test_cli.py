@@ -57,6 +57,14 @@ def test_check_timeout_replaces_each_exercises_own(fake_exercises, capsys):
     assert "no answer after 1.5 s" in out
 
 
+@pytest.mark.mpi
+def test_check_timeout_reaches_the_mpi_ranks(fake_exercises, capsys):
+    status, out, _ = run(capsys, "check", "91.3", "--timeout", "1.5")
+    assert status == 1
+    assert "91.3   waits for nobody ... TIMED OUT" in out
+    assert "timed out after 1.5 s" in out
+
+
 @pytest.mark.parametrize("bad", ["0", "-1", "nan", "soon"])
 def test_check_timeout_must_be_a_positive_number(fake_exercises, capsys, bad):
     with pytest.raises(SystemExit) as stop:
