@@ -12,7 +12,7 @@ import argparse
 import minidl as md
 from minidl import functional as F
 from minidl import optim
-from minidl.data import ArrayDataset, DataLoader, FashionMNIST
+from minidl.data import DataLoader, FashionMNIST
 
 
 def main():
@@ -25,8 +25,7 @@ def main():
 
     md.manual_seed(0)
     train, test = FashionMNIST(args.data_dir, train=True), FashionMNIST(args.data_dir, train=False)
-    if args.subset:
-        train = ArrayDataset(train.images[:args.subset], train.labels[:args.subset], train.classes)
+    train = train.first(args.subset)
     model = md.models.mlp(num_classes=10)
     opt = optim.Momentum(model.parameters(), lr=0.01, momentum=0.9)
     for epoch in range(1, args.epochs + 1):

@@ -13,7 +13,7 @@ import argparse
 
 import minidl as md
 from minidl import optim
-from minidl.data import ArrayDataset, DataLoader, FashionMNIST
+from minidl.data import DataLoader, FashionMNIST
 from minidl.train.loop import evaluate, train_epoch
 
 
@@ -28,8 +28,7 @@ def main():
 
     md.manual_seed(0)
     train, test = FashionMNIST(args.data_dir, train=True), FashionMNIST(args.data_dir, train=False)
-    if args.subset:
-        train = ArrayDataset(train.images[:args.subset], train.labels[:args.subset], train.classes)
+    train = train.first(args.subset)
     model = md.models.lenet5(conv_algo=args.conv_algo)
     print(model, f"\n{model.num_parameters():,} parameters")
     opt = optim.Momentum(model.parameters(), lr=0.01, momentum=0.9)

@@ -18,14 +18,7 @@ import argparse
 
 import minidl as md
 from minidl import optim
-from minidl.data import (
-    ArrayDataset,
-    Compose,
-    DataLoader,
-    FashionMNIST,
-    RandomCrop,
-    RandomHorizontalFlip,
-)
+from minidl.data import Compose, DataLoader, FashionMNIST, RandomCrop, RandomHorizontalFlip
 from minidl.train.loop import evaluate, train_epoch
 
 
@@ -41,11 +34,8 @@ def main():
 
     md.manual_seed(0)
     train, test = FashionMNIST(args.data_dir, train=True), FashionMNIST(args.data_dir, train=False)
-    if args.subset:
-        train = ArrayDataset(train.images[:args.subset], train.labels[:args.subset], train.classes)
-    if args.test_subset:
-        test = ArrayDataset(test.images[:args.test_subset], test.labels[:args.test_subset],
-                            test.classes)
+    train = train.first(args.subset)
+    test = test.first(args.test_subset)
     model = md.models.alexnet(num_classes=10, variant="small", in_channels=1)
     print(f"AlexNet-small: {model.num_parameters():,} parameters")
     opt = optim.Adam(model.parameters(), lr=1e-3)

@@ -15,7 +15,7 @@ import numpy as np
 import minidl as md
 from minidl import functional as F
 from minidl import optim
-from minidl.data import ArrayDataset, DataLoader, FashionMNIST
+from minidl.data import DataLoader, FashionMNIST
 from minidl.train.loop import evaluate
 
 SETTINGS = {"sgd": dict(lr=0.05), "momentum": dict(lr=0.01, momentum=0.9),
@@ -54,9 +54,7 @@ def main():
     import matplotlib.pyplot as plt
 
     train, test = FashionMNIST(args.data_dir, train=True), FashionMNIST(args.data_dir, train=False)
-    if args.test_subset:
-        test = ArrayDataset(test.images[:args.test_subset], test.labels[:args.test_subset],
-                            test.classes)
+    test = test.first(args.test_subset)
     kernel = np.ones(25) / 25
     for name in SETTINGS:
         losses, acc = run(name, train, test, args.steps)

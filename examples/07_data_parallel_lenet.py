@@ -19,7 +19,7 @@ from threadpoolctl import threadpool_limits
 
 import minidl as md
 from minidl import optim
-from minidl.data import ArrayDataset, DataLoader, FashionMNIST
+from minidl.data import DataLoader, FashionMNIST
 from minidl.dist import ALLREDUCE_ALGORITHMS, DistributedOptimizer
 from minidl.train.loop import evaluate, train_epoch
 
@@ -39,11 +39,8 @@ def main():
     comm = md.dist.init()
     md.manual_seed(comm.rank)  # different on purpose: the wrapper broadcasts rank 0's weights
     train, test = FashionMNIST(args.data_dir, train=True), FashionMNIST(args.data_dir, train=False)
-    if args.subset:
-        train = ArrayDataset(train.images[:args.subset], train.labels[:args.subset], train.classes)
-    if args.test_subset:
-        test = ArrayDataset(test.images[:args.test_subset], test.labels[:args.test_subset],
-                            test.classes)
+    train = train.first(args.subset)
+    test = test.first(args.test_subset)
     model = md.models.lenet5()
     opt = DistributedOptimizer(optim.Momentum(model.parameters(), lr=0.01, momentum=0.9), comm,
                                allreduce=args.allreduce, model=model)

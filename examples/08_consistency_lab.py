@@ -21,7 +21,7 @@ import argparse
 
 import minidl as md
 from minidl import optim
-from minidl.data import ArrayDataset, DataLoader, FashionMNIST
+from minidl.data import DataLoader, FashionMNIST
 from minidl.dist import init, make_session, parse_dist_mode
 from minidl.dist.straggler import Straggler
 from minidl.dist.telemetry import StalenessHistogram, summarize_epoch
@@ -38,8 +38,7 @@ def main():
 
     comm = init()
     md.manual_seed(0)
-    full = FashionMNIST(train=True)
-    train_set = ArrayDataset(full.images[:args.subset], full.labels[:args.subset], full.classes)
+    train_set = FashionMNIST(train=True).first(args.subset)
     test_loader = DataLoader(FashionMNIST(train=False), 1000, rank=comm.rank, world_size=comm.size)
     model = md.models.lenet5(conv_algo="im2col")
     session = make_session(parse_dist_mode(args.mode), comm, model,

@@ -34,6 +34,13 @@ class ArrayDataset:
     def __getitem__(self, index):
         return self.images[index], self.labels[index]
 
+    def first(self, n):
+        """The first ``n`` items as an ``ArrayDataset`` (views, no copy); all of it when ``n`` is
+        None or 0."""
+        if not n:
+            return self
+        return ArrayDataset(self.images[:n], self.labels[:n], self.classes)
+
 
 @functools.lru_cache(maxsize=8)
 def _load_idx_cached(path, inode, size, mtime_ns):

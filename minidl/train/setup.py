@@ -3,7 +3,7 @@ import os
 import time
 
 from .. import models, optim
-from ..data import ArrayDataset, Compose, FashionMNIST, MNIST, RandomCrop, RandomHorizontalFlip
+from ..data import Compose, FashionMNIST, MNIST, RandomCrop, RandomHorizontalFlip
 
 DATASETS = {"fashion-mnist": FashionMNIST, "mnist": MNIST}
 SCHEDULES = ("constant", "step", "cosine")
@@ -39,8 +39,7 @@ def build_model(args, train_set):
 def load_datasets(args):
     cls = DATASETS[args.dataset]
     train, test = cls(root=args.data_dir, train=True), cls(root=args.data_dir, train=False)
-    if args.subset:
-        train = ArrayDataset(train.images[:args.subset], train.labels[:args.subset], train.classes)
+    train = train.first(args.subset)
     return train, test
 
 

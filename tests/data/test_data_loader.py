@@ -109,3 +109,14 @@ def test_bad_arguments(kwargs, match):
 def test_dataset_without_arrays_is_rejected():
     with pytest.raises(TypeError, match="ArrayDataset"):
         DataLoader([(1, 2)], 1)
+
+
+def test_first_n_items_are_views_of_the_same_pairs():
+    data = ArrayDataset(np.arange(20.0).reshape(10, 2), np.arange(10), classes=("a", "b"))
+    head = data.first(4)
+    assert len(head) == 4 and head.classes == ("a", "b")
+    for i in range(4):
+        np.testing.assert_array_equal(head[i][0], data[i][0])
+        assert head[i][1] == data[i][1]
+    assert np.shares_memory(head.images, data.images)
+    assert data.first(None) is data and data.first(0) is data
