@@ -58,7 +58,7 @@ def check_reference_sums(comm):
                 assert bool((err <= tolerance).all()), (algorithm, length, dtype, op, err.max())
                 cases.append(f"{algorithm} n={length} {dtype} {op}")
                 digests.append(digest(x))
-    for case, hashes in zip(cases, zip(*comm.mpi.allgather(digests))):
+    for case, hashes in zip(cases, zip(*comm.allgather_object(digests))):
         assert len(set(hashes)) == 1, f"{case}: the ranks hold different bits"
 
 
@@ -113,7 +113,7 @@ def check_bucketed_equivalence(comm):
             np.testing.assert_allclose(p.data, q.data, rtol=1e-12, atol=1e-14,
                                        err_msg=f"{name}, {algorithm}, buckets of {bucket_bytes} B")
         weights = np.concatenate([p.data.ravel() for p in model.parameters()])
-        assert len(set(comm.mpi.allgather(digest(weights)))) == 1, "replicas differ"
+        assert len(set(comm.allgather_object(digest(weights)))) == 1, "replicas differ"
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ The MPI tests launch ``mpi_reference_checks.py`` under mpiexec, with the
 fixtures of tests/distributed (each launch has a timeout).
 """
 import inspect
-import pathlib
 
 import numpy as np
 import pytest
@@ -17,12 +16,6 @@ from minidl.reference.dist.buckets import assign_buckets
 
 PATHS = ("minidl/reference/dist/allreduce.py", "minidl/reference/dist/buckets.py")
 OUR_EXERCISES = [e.id for e in catalogue() if e.path in PATHS]
-
-
-@pytest.fixture
-def checks_script():
-    """What ``run_checks`` launches: this folder's runner."""
-    return pathlib.Path(__file__).with_name("mpi_reference_checks.py")
 
 
 def test_reference_algorithms_are_registered_apart_from_the_tuned_ones():

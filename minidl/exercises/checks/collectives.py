@@ -58,7 +58,7 @@ def expect_on_every_rank(comm, verify):
         mine = None
     except ExerciseFailure as failure:
         mine = (failure.what, failure.expected, failure.got, failure.where, failure.detail)
-    for rank, verdict in enumerate(comm.mpi.allgather(mine)):
+    for rank, verdict in enumerate(comm.allgather_object(mine)):
         if verdict is not None:
             what, expected, got, where, detail = verdict
             raise ExerciseFailure(f"rank {rank} of {comm.size}: {what}", expected, got, where,
@@ -68,7 +68,7 @@ def expect_on_every_rank(comm, verify):
 def check_allreduce(comm, algorithm, tuned):
     """Compare ``algorithm(comm, x)`` with the oracles for every length and dtype, on every rank."""
     rank, size = comm.rank, comm.size
-    comparisons, hashes = [], []
+    comparisons, cases, digests = [], [], []
     for length in lengths(size):
         x = np.full(length, rank, dtype="float64")
         algorithm(comm, x)
@@ -85,14 +85,16 @@ def check_allreduce(comm, algorithm, tuned):
             comparisons += [(f"sum of {case}", x, exact, tolerance),
                             (f"sum of {case}, against minidl's tuned {tuned!r}", x, y,
                              2 * tolerance)]
-            hashes.append((case, comm.mpi.allgather(digest(x))))
+            cases.append(case)
+            digests.append(digest(x))
 
     def verify():
         for what, got, expected, tolerance in comparisons:
             expect_close(what, got, expected, rtol=0.0, atol=tolerance)
     expect_on_every_rank(comm, verify)
-    for case, digests in hashes:  # every rank sees the same digests: the same verdict everywhere
-        differ = [r for r, d in enumerate(digests) if d != digests[0]]
+    # every rank sees the same digests: the same verdict everywhere
+    for case, per_rank in zip(cases, zip(*comm.allgather_object(digests))):
+        differ = [r for r, d in enumerate(per_rank) if d != per_rank[0]]
         expect_true(f"every rank ends with the same bits ({case})", not differ,
                     detail=f"ranks {differ} differ from rank 0; add each element on one rank "
                            "and copy it to the others")

@@ -74,8 +74,7 @@ def _or_abort(comm, role):
     except Exception:  # noqa: BLE001 (any failure must end every rank)
         sys.stderr.write(f"rank {comm.rank} of {comm.size} failed; aborting every rank so that "
                          f"none waits forever for its messages:\n{traceback.format_exc()}")
-        sys.stderr.flush()
-        comm.mpi.Abort(1)
+        comm.abort(1)
 
 
 def run_parameter_server(comm, clocks, delay=STRAGGLER_DELAY):

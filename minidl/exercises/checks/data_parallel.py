@@ -50,10 +50,11 @@ def check_buckets(comm):
     everyone = [rank_grads(r) for r in range(size)]
     mean = [np.mean([np.zeros(shape) if g[i] is None else g[i].astype(np.float64)
                      for g in everyone], axis=0) for i, shape in enumerate(SHAPES)]
-    comparisons = []
+    comparisons, groupings = [], []
     for bucket_bytes in BUCKET_BYTES:
         params = parameters(rank)
         buckets = [b.params for b in make_buckets(params, bucket_bytes)]  # the tuned grouping
+        groupings.append((bucket_bytes, params, grouping(buckets, params)))
         for p, g in zip(params, rank_grads(rank)):
             p.grad = g
         bucketed.average_gradients(comm, buckets)
@@ -79,12 +80,10 @@ def check_buckets(comm):
                     for i, (p, q) in enumerate(zip(params, parameters(0)))]
 
     def verify():
-        for bucket_bytes in BUCKET_BYTES:
-            params = parameters(rank)
+        for bucket_bytes, params, tuned in groupings:
             expect_equal(f"parameters (indices into the list) in each bucket of at most "
                          f"{bucket_bytes} bytes, last parameter first",
-                         grouping(bucketed.assign_buckets(params, bucket_bytes), params),
-                         grouping([b.params for b in make_buckets(params, bucket_bytes)], params))
+                         grouping(bucketed.assign_buckets(params, bucket_bytes), params), tuned)
         for what, got, expected, tolerance in comparisons:
             expect_equal(f"{what}: dtype", str(getattr(got, "dtype", type(got).__name__)),
                          str(expected.dtype))

@@ -35,25 +35,32 @@ import numpy as np
 from ...backend import get_array_module
 from ...conv.base import ConvAlgorithm
 from ...conv.fft import dilate_kernel
+from ...conv.layout import padded_nchw, symmetric_pads
 
 
 def _padded(x, geom):
-    xp = get_array_module(x)
-    ph, pw = geom.padding
-    return xp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    return padded_nchw(x, symmetric_pads(geom))
 
 
 def _padded_size(geom):
     return geom.height + 2 * geom.padding[0], geom.width + 2 * geom.padding[1]
 
 
+def _dilated_extent(geom):
+    """The rows and columns the dilated kernel spans: d (k - 1) + 1."""
+    return (geom.dilation[0] * (geom.kernel_h - 1) + 1, geom.dilation[1] * (geom.kernel_w - 1) + 1)
+
+
+def _grid_size(geom):
+    """The stride-1 output grid over the padded input: (Hp - KHd + 1, Wp - KWd + 1)."""
+    (hp, wp), (khd, kwd) = _padded_size(geom), _dilated_extent(geom)
+    return hp - khd + 1, wp - kwd + 1
+
+
 def _stride_one_grid(dy, geom):
     """dy (N, K, OH, OW) on the stride-1 output grid, zeros between the strided outputs."""
     xp = get_array_module(dy)
-    hp, wp = _padded_size(geom)
-    rows = hp - geom.dilation[0] * (geom.kernel_h - 1)
-    cols = wp - geom.dilation[1] * (geom.kernel_w - 1)
-    out = xp.zeros(dy.shape[:2] + (rows, cols), dtype=dy.dtype)
+    out = xp.zeros(dy.shape[:2] + _grid_size(geom), dtype=dy.dtype)
     out[:, :, ::geom.stride[0], ::geom.stride[1]] = dy
     return out
 
@@ -89,8 +96,8 @@ class FFTReference(ConvAlgorithm):
         x_f = xp.fft.rfft2(_padded(x, geom), s=size)
         dy_f = xp.fft.rfft2(_stride_one_grid(dy, geom), s=size)
         dwd = xp.fft.irfft2(xp.einsum("ncab,nkab->kcab", x_f, dy_f.conj()), s=size)
-        (dh, dw), (kh, kw) = geom.dilation, (geom.kernel_h, geom.kernel_w)
-        return dwd[:, :, :dh * (kh - 1) + 1:dh, :dw * (kw - 1) + 1:dw].astype(dy.dtype, copy=False)
+        (dh, dw), (khd, kwd) = geom.dilation, _dilated_extent(geom)
+        return dwd[:, :, :khd:dh, :kwd:dw].astype(dy.dtype, copy=False)
 
     def multiplies(self, geom):
         """Complex products (4 real multiplies each); transforms: L*log2(L) per real FFT of L points."""
@@ -108,10 +115,8 @@ class FFTReference(ConvAlgorithm):
         # real numbers in one rfft2, twice: each 2-D transform passes through a spectrum of
         # the same size (one axis at a time), and the conjugate is a copy
         spectrum = 2 * 2 * hp * (wp // 2 + 1)
-        kernel = k * c * (geom.dilation[0] * (geom.kernel_h - 1) + 1) * (
-            geom.dilation[1] * (geom.kernel_w - 1) + 1)
-        grid = n * k * (hp - geom.dilation[0] * (geom.kernel_h - 1)) * (
-            wp - geom.dilation[1] * (geom.kernel_w - 1))
+        kernel = k * c * int(np.prod(_dilated_extent(geom)))
+        grid = n * k * int(np.prod(_grid_size(geom)))
         elements = {  # the spatial inputs of the transforms, three spectra, the inverse's result
             "forward": n * c * hp * wp + kernel + spectrum * (n * c + k * c + n * k) + n * k * hp * wp,
             "backward_input": grid + kernel + spectrum * (n * k + k * c + n * c) + n * c * hp * wp,

@@ -19,18 +19,13 @@ zeros and counts them in the average. (Ben-Nun & Hoefler 2019, Demystifying
 Parallel and Distributed Deep Learning, §3.1.1 and App. A.5.)
 """
 from ...backend import get_array_module
-from ...functional.pooling import pool_geometry
+from ...functional.pooling import pad_hw, pool_geometry
 
 
 def window(a, i, j, geometry):
     """The view of the (padded) array ``a`` that output position (i, j) pools over."""
     (kh, kw), (sh, sw) = geometry[:2]
     return a[:, :, i * sh:i * sh + kh, j * sw:j * sw + kw]
-
-
-def pad(x, geometry, value):
-    (ph, pw) = geometry[2]
-    return get_array_module(x).pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=value)
 
 
 def unpad(a, geometry, shape):
@@ -44,7 +39,7 @@ def max_pool_forward(x, kernel_size, stride=None, padding=0):
     xp = get_array_module(x)
     geometry = pool_geometry(x.shape, kernel_size, stride, padding, "max_pool_forward")
     (oh, ow) = geometry[3]
-    xpad = pad(x, geometry, -xp.inf)
+    xpad = pad_hw(x, geometry[2], -xp.inf)
     y = xp.empty(x.shape[:2] + (oh, ow), dtype=x.dtype)
     for i in range(oh):
         for j in range(ow):
@@ -75,7 +70,7 @@ def avg_pool_forward(x, kernel_size, stride=None, padding=0):
     xp = get_array_module(x)
     geometry = pool_geometry(x.shape, kernel_size, stride, padding, "avg_pool_forward")
     (oh, ow) = geometry[3]
-    xpad = pad(x, geometry, 0)
+    xpad = pad_hw(x, geometry[2], 0)
     y = xp.empty(x.shape[:2] + (oh, ow), dtype=x.dtype)
     for i in range(oh):
         for j in range(ow):
