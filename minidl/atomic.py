@@ -43,8 +43,12 @@ def atomic_write(path):
 
 
 def naming_error(exc, path, consequence):
-    """An ``OSError`` like ``exc`` whose message names ``path`` (a full disk, a read-only folder)."""
-    if str(path) in str(exc):
+    """An ``OSError`` like ``exc`` whose message names ``path`` (a full disk, a read-only folder).
+
+    Errors without an errno are not the file system's (a download's checksum, a
+    timeout raised by the writer's own code): they are returned as they are.
+    """
+    if exc.errno is None or str(path) in str(exc):
         return exc
     what = exc.strerror or str(exc)
     return type(exc)(exc.errno, f"could not write {path}: {what} ({consequence})")

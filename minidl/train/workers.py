@@ -44,7 +44,8 @@ def worker_command(argv, workers, batch_size, threads_given):
                          "each worker takes an equal share of every step")
     reason = mpi_unavailable_reason()
     if reason:
-        raise RuntimeError(f"--workers needs MPI: {reason}")
+        raise OSError(f"--workers needs MPI: {reason}; without --workers the run trains in this "
+                      "one process")
     rest = _without(_without(argv, "--workers"), "--batch-size")
     extra = ["--dist", "sync", "--batch-size", str(batch_size // workers)]
     if not threads_given:

@@ -126,3 +126,17 @@ def test_atomic_write_leaves_target_untouched_on_error(tmp_path):
         handle.write(b"new")
     assert path.read_bytes() == b"new"
     assert os.listdir(tmp_path) == ["t"]
+
+
+def test_atomic_write_names_the_file_only_for_the_file_systems_errors(tmp_path):
+    path = tmp_path / "t"
+    with pytest.raises(OSError) as full:
+        with atomic_write(path):
+            raise OSError(28, "No space left on device")
+    assert str(full.value) == f"[Errno 28] could not write {path}: No space left on device " \
+                              "(the previous version, if any, is intact)"
+    mine = OSError("checksum mismatch: download it again")
+    with pytest.raises(OSError) as raised:
+        with atomic_write(path):
+            raise mine
+    assert raised.value is mine

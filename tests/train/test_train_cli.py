@@ -120,3 +120,12 @@ def test_lenet_learns_from_5000_real_images(tmp_path):
                  "--no-progress", "--out", out]) == 0
     record = json.loads(open(os.path.join(out, "metrics.jsonl")).readline())
     assert record["test_acc"] >= 0.75
+
+
+def test_workers_without_mpi_is_one_line_that_says_what_to_do(monkeypatch, capsys):
+    monkeypatch.setattr("minidl.train.workers.mpi_unavailable_reason",
+                        lambda: "mpi4py is not installed (pip install minidl[mpi])")
+    assert main(["train", "--workers", "2", "--epochs", "1"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err
+    assert "--workers needs MPI: mpi4py is not installed" in err and "without --workers" in err
