@@ -160,7 +160,7 @@ def run_train(args):
     if args.resume:
         checkpoint = load_checkpoint(args.resume)
         # with --workers, --batch-size here is the whole step's (the workers split it)
-        notes = reconcile(checkpoint.meta.get("config", {}), args, given,
+        notes = reconcile(checkpoint.training_config(), args, given,
                           1 if args.workers > 1 else ranks)
         if args.workers == 1 and mpiexec_rank() == 0:  # --workers: rank 0 will say it
             for note in notes:
@@ -193,8 +193,8 @@ def add_eval_arguments(p):
 def run_eval(args):
     """Print the test accuracy and the confusion matrix of a checkpoint."""
     ckpt = load_checkpoint(args.checkpoint)
-    config = ckpt.meta["config"]
-    test_set = DATASETS[config["dataset"]](root=args.data_dir or config.get("data_dir"), train=False)
+    config = ckpt.training_config()
+    test_set = DATASETS[config["dataset"]](root=args.data_dir, train=False)
     defaults = {"activation": "relu", "dtype": "float32"}  # of runs saved before these options
     model = build_model(argparse.Namespace(**(defaults | config | {"device": args.device})),
                         test_set)

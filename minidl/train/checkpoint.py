@@ -42,8 +42,25 @@ def save_checkpoint(path, model, optimizer=None, **meta):
 class Checkpoint:
     """What ``load_checkpoint`` returns: ``model_state``, ``optimizer_state`` (or None), ``meta``."""
 
-    def __init__(self, model_state, optimizer_state, meta):
+    def __init__(self, model_state, optimizer_state, meta, path=None):
         self.model_state, self.optimizer_state, self.meta = model_state, optimizer_state, meta
+        self.path = path
+
+    def training_config(self):
+        """The ``minidl train`` options of the run; a ``CheckpointError`` naming what is missing
+        when the file was not written by ``minidl train`` (resume and eval need them)."""
+        config = self.meta.get("config")
+        missing = [key for key in ("epoch", "rng", "config") if key not in self.meta]
+        if isinstance(config, dict):
+            missing += [f"config.{key}" for key in ("model", "dataset") if key not in config]
+        elif "config" not in missing:
+            missing.append("config")
+        if missing:
+            raise CheckpointError(f"checkpoint {self.path!r} lacks {', '.join(missing)}: it was "
+                                  "not written by 'minidl train'; resume or evaluate a checkpoint "
+                                  "of a minidl train run, or load this one with load_checkpoint "
+                                  "in your own code")
+        return config
 
 
 def _python(value):
@@ -80,7 +97,7 @@ def load_checkpoint(path):
                 _, _, index, name = k.split("/", 3)
                 state[int(index)][name] = _python(v)
         optimizer = {"hyper": hyper, "state": state}
-    return Checkpoint(model, optimizer, meta)
+    return Checkpoint(model, optimizer, meta, path)
 
 
 def _check_values(path, meta, items):

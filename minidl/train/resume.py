@@ -2,7 +2,9 @@
 
 Options not given on the command line are taken from the checkpoint's
 configuration, so ``minidl train --resume RUN/checkpoint.npz --epochs 10``
-continues the same run. Options given explicitly that differ from it are
+continues the same run (where the data is and how ranks are launched and
+slowed are this launch's own; compression and servers are restored only for a
+``--dist`` run). Options given explicitly that differ from it are
 either applied, with a line saying so (learning rate, momentum, weight decay,
 clipping, schedule, epochs, batch size, the number of processes...), or, for
 those that define what the run is (model, activation, dataset, optimizer,
@@ -12,8 +14,12 @@ schedule's base learning rate; the schedule continues from its epoch.
 import json
 
 FIXED = ("model", "activation", "dataset", "optimizer", "subset", "seed", "dtype")
+# how this launch runs, not what the run is: where the data is, how ranks are slowed...
 NOT_RESTORED = ("out", "resume", "overwrite", "verbose", "no_progress", "threads", "workers",
-                "device", "trace", "hang_timeout", "argv", "dist", "world_size")
+                "device", "trace", "hang_timeout", "argv", "dist", "world_size", "data_dir",
+                "straggler", "jitter")
+# options of a --dist run: restored only when the resumed run has --dist too
+DIST_ONLY = ("compress", "error_feedback", "servers")
 
 
 class ResumeError(ValueError):
@@ -39,6 +45,8 @@ def reconcile(saved, args, given, world_size=1):
     notes = []
     for key, old in saved.items():
         if key in NOT_RESTORED or not hasattr(args, key):
+            continue
+        if key in DIST_ONLY and getattr(args, "dist", None) is None:
             continue
         if key == "batch_size":
             notes += _batch_size(saved, args, key in given, world_size)

@@ -11,6 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
+import minidl as md
 from minidl import optim
 from minidl.cli import main
 from minidl.data import DatasetNotFoundError, FashionMNIST
@@ -287,3 +288,32 @@ def test_the_options_typed_are_told_from_the_defaults():
                                                                 "no_progress"}
     assert given_options(["--momentum", "0.9"]) == {"momentum"}  # typed, though the default
     assert given_options([]) == frozenset()
+
+
+@pytest.mark.parametrize("dist", [None, "sync"])
+def test_resume_restores_what_the_run_is_and_not_how_it_was_launched(dist):
+    from minidl.cli import build_parser
+    from minidl.train.resume import reconcile
+    argv = ["train", "--epochs", "3"] + (["--dist", dist] if dist else [])
+    args = build_parser(argv).parse_args(argv)
+    saved = {"lr": 0.05, "epochs": 2, "batch_size": 32, "world_size": 2, "compress": "topk:0.01",
+             "error_feedback": "on", "straggler": ["1:2.0"], "jitter": 0.1,
+             "data_dir": "/a/folder/of/another/machine"}
+    reconcile(saved, args, given={"epochs", "dist"}, world_size=1)
+    assert (args.lr, args.batch_size) == (0.05, 64)
+    assert (args.straggler, args.jitter, args.data_dir) == ([], 0.0, None)
+    if dist:
+        assert (args.compress, args.error_feedback) == ("topk:0.01", "on")
+    else:
+        assert (args.compress, args.error_feedback) == ("none", "auto")
+
+
+@pytest.mark.parametrize("command", ["eval", "train"])
+def test_a_checkpoint_not_written_by_train_is_named_with_what_it_lacks(tmp_path, capsys, command):
+    from minidl.train.checkpoint import save_checkpoint
+    path = str(tmp_path / "mine.npz")
+    save_checkpoint(path, md.models.mlp(num_classes=10), epoch=1)
+    flag = "--checkpoint" if command == "eval" else "--resume"
+    assert main([command, flag, path]) == 1
+    err = capsys.readouterr().err
+    assert f"checkpoint {path!r} lacks rng, config: it was not written by 'minidl train'" in err
