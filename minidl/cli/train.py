@@ -42,6 +42,15 @@ compression = argument_type(make_compressor)
 straggler = argument_type(parse_straggler)
 
 
+def add_data_arguments(p):
+    """--data-dir and --no-verify-data, shared by train and eval."""
+    p.add_argument("--data-dir", default=None,
+                   help="the folder with the IDX files (the only one looked in when given)")
+    p.add_argument("--no-verify-data", dest="verify_data", action="store_false",
+                   help="skip the SHA-256 check that the files are the dataset's published ones "
+                        "(for files prepared on purpose)")
+
+
 def add_train_arguments(p):
     p.add_argument("--model", default="lenet5", choices=list(models.MODELS))
     p.add_argument("--activation", default="relu", choices=list(models.ACTIVATIONS))
@@ -63,7 +72,7 @@ def add_train_arguments(p):
     p.add_argument("--augment", action="store_true", help="random crop (pad 2) and flips")
     p.add_argument("--subset", type=positive_int, default=None,
                    help="train on the first N training images only")
-    p.add_argument("--data-dir", default=None, help="folder with the IDX files")
+    add_data_arguments(p)
     p.add_argument("--dtype", default="float32", choices=("float32", "float64"),
                    help="of the weights and the arithmetic (float64: exact comparisons)")
     p.add_argument("--deterministic", default=True, action=argparse.BooleanOptionalAction,
@@ -185,7 +194,7 @@ def run_train(args):
 
 def add_eval_arguments(p):
     p.add_argument("--checkpoint", required=True, help="a checkpoint.npz from minidl train")
-    p.add_argument("--data-dir", default=None)
+    add_data_arguments(p)
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--batch-size", type=positive_int, default=1000)
 
@@ -194,7 +203,8 @@ def run_eval(args):
     """Print the test accuracy and the confusion matrix of a checkpoint."""
     ckpt = load_checkpoint(args.checkpoint)
     config = ckpt.training_config()
-    test_set = DATASETS[config["dataset"]](root=args.data_dir, train=False)
+    test_set = DATASETS[config["dataset"]](root=args.data_dir, train=False,
+                                           verify=args.verify_data)
     defaults = {"activation": "relu", "dtype": "float32"}  # of runs saved before these options
     model = build_model(argparse.Namespace(**(defaults | config | {"device": args.device})),
                         test_set)

@@ -68,4 +68,4 @@ def verify_file(spec, gz_name, path):
         f"{path} is not the published {spec.title} file (SHA-256 {digest[:16]}..., expected "
         f"{expected[:16]}...): it is damaged or another dataset's. Delete it and run "
         f"'minidl data download {spec.name}', or, for files prepared on purpose, "
-        "load them with verify=False")
+        "pass --no-verify-data (verify=False in code)")

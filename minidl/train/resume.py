@@ -17,7 +17,7 @@ FIXED = ("model", "activation", "dataset", "optimizer", "subset", "seed", "dtype
 # how this launch runs, not what the run is: where the data is, how ranks are slowed...
 NOT_RESTORED = ("out", "resume", "overwrite", "verbose", "no_progress", "threads", "workers",
                 "device", "trace", "hang_timeout", "argv", "dist", "world_size", "data_dir",
-                "straggler", "jitter")
+                "verify_data", "straggler", "jitter")
 # options of a --dist run: restored only when the resumed run has --dist too
 DIST_ONLY = ("compress", "error_feedback", "servers")
 

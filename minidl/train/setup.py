@@ -38,7 +38,8 @@ def build_model(args, train_set):
 
 def load_datasets(args):
     cls = DATASETS[args.dataset]
-    train, test = cls(root=args.data_dir, train=True), cls(root=args.data_dir, train=False)
+    train, test = (cls(root=args.data_dir, train=split, verify=args.verify_data)
+                   for split in (True, False))
     train = train.first(args.subset)
     return train, test
 

@@ -274,6 +274,22 @@ def test_a_data_dir_without_the_files_is_an_error(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
+def test_files_prepared_by_hand_need_no_verify_data(tmp_path, capsys):
+    from minidl.data import save_idx
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 256), ("t10k", 64)):
+        save_idx(tmp_path / f"{split}-images-idx3-ubyte",
+                 rng.integers(0, 256, (n, 28, 28), dtype=np.uint8))
+        save_idx(tmp_path / f"{split}-labels-idx1-ubyte", np.arange(n, dtype=np.uint8) % 10)
+    flags = ("--model", "mlp", "--epochs", "1", "--no-progress", "--data-dir", str(tmp_path))
+    code, _, err = train(capsys, *flags, "--out", str(tmp_path / "refused"))
+    assert code == 1 and "is not the published Fashion-MNIST file" in err
+    assert "pass --no-verify-data" in err
+    code, out, err = train(capsys, *flags, "--no-verify-data", "--out", str(tmp_path / "run"))
+    assert code == 0, err
+    assert "after epoch 1" in out
+
+
 def test_fashion_mnist_is_never_trained_as_mnist(tmp_path, capsys):
     folder = FashionMNIST(train=False).root
     code, _, err = train(capsys, "--dataset", "mnist", "--data-dir", str(folder),
