@@ -1,9 +1,7 @@
 """``minidl data download NAME [--dir DIR]`` and ``minidl data where NAME [--data-dir DIR]``."""
-import sys
-
 from ..data.catalog import DATASETS, get_spec
-from ..data.download import URL_ENV, DownloadError, download
-from ..data.locate import DatasetNotFoundError, locate
+from ..data.download import URL_ENV, download
+from ..data.locate import locate
 
 
 def add_data_arguments(parser):
@@ -18,17 +16,13 @@ def add_data_arguments(parser):
                      help=f"base URL of a mirror (default: ${URL_ENV} or the official one)")
     where = actions.add_parser("where", help="print the folder a dataset is loaded from")
     where.add_argument("name", choices=sorted(DATASETS))
-    where.add_argument("--data-dir", default=None, help="folder to look in first")
+    where.add_argument("--data-dir", default=None, help="the only folder looked in when given")
 
 
 def run_data(args):
-    """Run the chosen action; 1 with the error on stderr when it fails."""
-    try:
-        if args.data_action == "download":
-            print(download(args.name, args.dir, base_url=args.url, log=print))
-        else:
-            print(locate(get_spec(args.name), args.data_dir))
-    except (DatasetNotFoundError, DownloadError) as exc:
-        print(exc, file=sys.stderr)
-        return 1
+    """Run the chosen action (a failure is a user error: one line, exit status 1)."""
+    if args.data_action == "download":
+        print(download(args.name, args.dir, base_url=args.url, log=print))
+    else:
+        print(locate(get_spec(args.name), args.data_dir))
     return 0
