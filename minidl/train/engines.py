@@ -49,6 +49,8 @@ def make_straggler(args, comm, servers=0):
 class LocalEngine:
     """One process, or ``--dist sync``: the whole model on every rank, one update per step."""
 
+    progress_rank = 0  # the rank that shows a progress bar
+
     def __init__(self, args, comm, model, train_set):
         self.args, self.comm, self.model = args, comm, model
         self.plain = make_optimizer(args, model.parameters())
@@ -109,6 +111,9 @@ class SessionEngine:
     def progress_rank(self):
         """The rank that shows a progress bar: the first worker."""
         return self.servers
+
+    def distribute(self):
+        """Nothing to wrap: the session's optimizers talk to the servers or peers themselves."""
 
     def train(self, epoch, progress):
         self.loader.set_epoch(epoch - 1)

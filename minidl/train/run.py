@@ -80,8 +80,7 @@ class TrainingRun:
         schedulable = self.engine.schedulable
         self.scheduler = make_scheduler(args, schedulable) if schedulable is not None else None
         self.start_epoch = self._load(checkpoint) if checkpoint is not None else 0
-        if isinstance(self.engine, LocalEngine):
-            self.engine.distribute()
+        self.engine.distribute()
         self.test_loader = DataLoader(self.test_set, args.test_batch_size, rank=self.rank,
                                       world_size=self.size)
         self.out = self._run_directory(checkpoint)
@@ -159,11 +158,10 @@ class TrainingRun:
 
     def _epochs(self):
         args, engine = self.args, self.engine
-        progress_rank = getattr(engine, "progress_rank", 0)
         result = None
         self._last_good = self.start_epoch
         for epoch in range(self.start_epoch + 1, args.epochs + 1):
-            progress = self.rank == progress_rank and not args.no_progress
+            progress = self.rank == engine.progress_rank and not args.no_progress
             stats, lr, records = engine.train(epoch, progress)
             result = evaluate(self.model, self.test_loader, len(self.train_set.classes),
                               args.device, comm=self.comm)

@@ -64,9 +64,7 @@ class RunDirectory:
         metrics = self.file("metrics.jsonl")
         if os.path.exists(metrics):
             records = read_metrics(metrics, drop_torn_tail=True)
-            kept = [r for r in records if r.get("epoch", 0) <= epoch]
-            if len(kept) != len(records) or not _ends_with_newline(metrics):
-                rewrite_metrics(metrics, kept)
+            rewrite_metrics(metrics, [r for r in records if r.get("epoch", 0) <= epoch])
         self.write_config(config)
 
     def write_config(self, config):
@@ -79,12 +77,3 @@ class RunDirectory:
         metrics = self.file("metrics.jsonl")
         append_metrics(metrics, *records)
         plot_curves(read_metrics(metrics), self.file("curves.png"))
-
-
-def _ends_with_newline(path):
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        if f.tell() == 0:
-            return True
-        f.seek(-1, os.SEEK_END)
-        return f.read(1) == b"\n"
