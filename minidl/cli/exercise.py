@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import sys
+import traceback
 
 from ..exercises import catalogue, get, repository_root
 from .common import number
@@ -55,14 +56,17 @@ class CannotLoad(Exception):
 
 
 def _catalogue():
-    """The exercises; a file that does not import becomes one clear ``CannotLoad``."""
+    """The exercises; code that does not import becomes one clear ``CannotLoad`` naming its line."""
     try:
         return catalogue()
     except SyntaxError as exc:
         raise CannotLoad(f"cannot load the exercises: {exc.filename}, line {exc.lineno}: "
                          f"{exc.msg}; fix that line and run the command again") from exc
-    except ImportError as exc:
-        raise CannotLoad(f"cannot load the exercises: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 -- any error while a module runs on import
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        raise CannotLoad(f"cannot load the exercises: {type(exc).__name__}: {exc} "
+                         f"({frame.filename}, line {frame.lineno}); fix it and run the command "
+                         "again") from exc
 
 
 def _list(args):
@@ -119,15 +123,13 @@ def _check(args):
 
 
 def _student(args):
-    from ..exercises.student import MarkerError, write_student_tree
+    from ..exercises.student import write_student_tree
     only = None if args.only is None else [i for item in args.only for i in item.split(",") if i]
-    try:
-        regions = write_student_tree(args.dir, only=only, mode="trace" if args.trace else "stub")
-    except (MarkerError, FileExistsError) as exc:
-        print(exc, file=sys.stderr)
-        return 1
+    exercises = _catalogue()
+    regions = write_student_tree(args.dir, only=only, mode="trace" if args.trace else "stub",
+                                 exercises=exercises)
     written = {r.exercise_id for r in regions}
-    done = [e.id for e in catalogue() if e.id in written]
+    done = [e.id for e in exercises if e.id in written]
     what = "instrumented" if args.trace else "stubbed"
     print(f"wrote {args.dir}: {len(regions)} region(s) of {len(done)} exercise(s) {what}"
           + (f" ({', '.join(done)})" if done else ""))

@@ -125,3 +125,16 @@ def test_a_check_module_that_does_not_import_is_named_with_its_line(fake_exercis
     status, _, err = run(capsys, "check", "--all")
     assert status == 2
     assert err.startswith("cannot load the exercises: minidl/reference/broken.py, line 1:")
+
+
+@pytest.mark.parametrize("action", [("check", "--all"), ("student", "TREE")])
+def test_an_error_raised_while_a_module_imports_is_one_line_with_its_place(
+        fake_exercises, capsys, monkeypatch, tmp_path, action):
+    def broken():
+        exec(compile("import math\nmath.tau = math.pie\n", "minidl/reference/broken.py", "exec"))
+    monkeypatch.setattr("minidl.cli.exercise.catalogue", broken)
+    status, _, err = run(capsys, *[str(tmp_path / a) if a == "TREE" else a for a in action])
+    assert status == 2
+    assert err.startswith("cannot load the exercises: AttributeError:")
+    assert "(minidl/reference/broken.py, line 2)" in err and err.count("\n") == 1
+    assert not (tmp_path / "TREE").exists()
