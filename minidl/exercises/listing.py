@@ -12,7 +12,7 @@ import os
 import re
 
 from .checks import MODULES
-from .student import find_regions
+from .student import find_regions, stub_prefix
 
 NAME = r"(?:(?:[Dd]e|[Vv]an|[Vv]on|[Dd]er) )?[A-Z][\w'\-]+"
 CITATION = re.compile(rf"\b{NAME}(?:(?:, | & | and ){NAME})*(?: et al\.)? \(?(?:19|20)\d\d\)?")
@@ -23,11 +23,13 @@ END_LIST = "<!-- END EXERCISE LIST -->"
 def region_states(root, exercises):
     """``{id: "to do" | "written"}``: "to do" while a region of the exercise still raises its stub."""
     regions, _ = find_regions(root)
-    todo = set()
+    todo, texts = set(), {}
     for region in regions:
-        with open(os.path.join(root, region.path), encoding="utf-8") as source:
-            body = source.read().splitlines()[region.begin:region.end - 1]
-        if any(line.strip().startswith(f'raise Unimplemented("{region.exercise_id}"') for line in body):
+        if region.path not in texts:
+            with open(os.path.join(root, region.path), encoding="utf-8") as source:
+                texts[region.path] = source.read().splitlines()
+        body = texts[region.path][region.begin:region.end - 1]
+        if any(line.strip().startswith(stub_prefix(region.exercise_id)) for line in body):
             todo.add(region.exercise_id)
     return {e.id: "to do" if e.id in todo else "written" for e in exercises}
 

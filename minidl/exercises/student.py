@@ -239,8 +239,7 @@ def rewrite(text, regions, mode, titles):
     for r in sorted(regions, key=lambda r: r.begin, reverse=True):
         if mode == "stub":
             title = json.dumps(titles[r.exercise_id], ensure_ascii=False)
-            stub = f"{r.indent}raise Unimplemented({json.dumps(r.exercise_id)}, {title})\n"
-            lines[r.begin:r.end - 1] = [stub]
+            lines[r.begin:r.end - 1] = [f"{r.indent}{stub_prefix(r.exercise_id)}, {title})\n"]
         else:
             lines.insert(r.begin, f"{r.indent}record_region({json.dumps(r.exercise_id)}, "
                                   f"{json.dumps(r.where)})\n")
@@ -287,6 +286,11 @@ minidl, so they run whatever state your exercises are in.
 {text_table(todo)}
 ```
 """
+
+
+def stub_prefix(exercise_id):
+    """How the stub of a region begins: ``raise Unimplemented("6.1"``."""
+    return f"raise Unimplemented({json.dumps(exercise_id)}"
 
 
 def write_student_tree(out_dir, only=None, mode="stub", root=None, exercises=None):
