@@ -37,9 +37,9 @@ from dataclasses import asdict, dataclass, field
 from . import ExerciseFailure, Unimplemented, repository_root
 from .trace import running
 
-STATUSES = ("passed", "failed", "unimplemented", "error", "timed_out", "skipped")
 LABELS = {"passed": "passed", "failed": "FAILED", "unimplemented": "not implemented yet",
           "error": "ERROR", "timed_out": "TIMED OUT", "skipped": "skipped"}
+STATUSES = tuple(LABELS)
 MPI_HANG = "a rank may be waiting for a message nobody sends"
 MPI_STARTUP_S = 30.0   # allowance per mpiexec job for starting the ranks and importing minidl
 REPORT = "MINIDL-EXERCISE "   # the runner's per-rank verdicts start with this
@@ -316,9 +316,7 @@ def run_mpi_group(exercises, nranks):
                                         "(pip install 'minidl[mpi]', or your system's MPICH/Open "
                                         "MPI), then run the check again", 0.0)
         return
-    path = os.environ.get("PYTHONPATH")
-    env = {"PYTHONPATH": repository_root() + (os.pathsep + path if path else ""),
-           "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}  # the bootstrap finds the tree
     remaining = list(exercises)
     while remaining:
         job, text = _run_job(nranks, remaining, env)
@@ -376,8 +374,7 @@ def format_result(result):
 
 def format_summary(results):
     counts = summary(results)
-    words = {"unimplemented": "not implemented yet", "timed_out": "timed out"}
-    return ", ".join(f"{n} {words.get(s, s)}" + ("s" if s == "error" and n != 1 else "")
+    return ", ".join(f"{n} {LABELS[s].lower()}" + ("s" if s == "error" and n != 1 else "")
                      for s, n in counts.items() if n or s == "passed")
 
 
