@@ -97,12 +97,17 @@ def abort_job(mpi_comm, code):
     mpiexec forwards each rank's output asynchronously and discards what it
     has not forwarded when the job is torn down; a rank that printed why it
     aborts therefore flushes and gives it ``OUTPUT_GRACE_S`` first (under load
-    the message was seen to vanish without this pause).
+    the message was seen to vanish without this pause). Never returns: an
+    ``MPI_Abort`` may return before the job is torn down (MPICH), and the
+    rank must not go on as if nothing happened.
     """
     sys.stderr.flush()
     sys.stdout.flush()
     time.sleep(OUTPUT_GRACE_S)
-    mpi_comm.Abort(code)
+    try:
+        mpi_comm.Abort(code)
+    finally:
+        os._exit(code or 1)
 
 
 def world():

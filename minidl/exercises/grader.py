@@ -170,7 +170,8 @@ def crash_outcome(exercise, output):
 
 
 def _call_with_deadline(function, args, timeout):
-    """``(exception or None, timed_out)`` of ``function(*args)`` run in a thread for ``timeout`` s."""
+    """The exception of ``function(*args)`` run in a thread for ``timeout`` s (None when it
+    returned; a ``CheckTimeout`` when the deadline passed)."""
     box = {}
 
     def target():
@@ -183,11 +184,11 @@ def _call_with_deadline(function, args, timeout):
     worker.start()
     worker.join(timeout)
     if not worker.is_alive():
-        return box.get("exc"), False
+        return box.get("exc")
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident),
                                                ctypes.py_object(CheckTimeout))
     worker.join(1.0)
-    return None, True
+    return CheckTimeout()
 
 
 def invoke(exercise, *args):
@@ -199,11 +200,7 @@ def invoke(exercise, *args):
 def run_in_process(exercise):
     """Run one in-process check with its deadline; returns a ``Result``."""
     start = time.perf_counter()
-    exc, timed_out = _call_with_deadline(invoke, (exercise,), exercise.timeout)
-    if timed_out:
-        status, message = outcome(exercise, CheckTimeout())
-    else:
-        status, message = outcome(exercise, exc)
+    status, message = outcome(exercise, _call_with_deadline(invoke, (exercise,), exercise.timeout))
     return _result(exercise, status, message, time.perf_counter() - start)
 
 
