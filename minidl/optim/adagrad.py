@@ -6,16 +6,14 @@ Hoefler's Table 3 (2019) puts eps inside the root, lr g / sqrt(A + eps); with th
 default eps = 1e-10 the two differ only where A is near zero.
 """
 from ..backend import get_array_module
-from .optimizer import Optimizer, _check_nonnegative
+from .optimizer import Optimizer
 
 
 class AdaGrad(Optimizer):
     hyper_names = ("lr", "eps", "weight_decay")
 
     def __init__(self, params, lr=0.01, eps=1e-10, weight_decay=0.0, clip_grad_norm=None):
-        super().__init__(params, lr, weight_decay, clip_grad_norm)
-        _check_nonnegative(self, eps=eps)
-        self.eps = eps
+        super().__init__(params, lr, weight_decay, clip_grad_norm, eps=eps)
 
     def update(self, w, g, state):
         a = self.buffer(state, "sum", w)

@@ -19,9 +19,7 @@ class Adam(Optimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                  clip_grad_norm=None):
-        super().__init__(params, lr, weight_decay, clip_grad_norm)
-        self.betas, self.eps = tuple(betas), eps
-        self.check_hyper()
+        super().__init__(params, lr, weight_decay, clip_grad_norm, betas=tuple(betas), eps=eps)
 
     def check_hyper(self):
         super().check_hyper()

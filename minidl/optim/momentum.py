@@ -11,7 +11,7 @@ applies v_t rather than v_{t+1} (an erratum: the standard look-ahead is
 w + mu v); here the gradient is taken at the current weights and the update
 is PyTorch's reformulation of the standard rule.
 """
-from .optimizer import Optimizer, _check_nonnegative
+from .optimizer import Optimizer
 
 
 class Momentum(Optimizer):
@@ -20,9 +20,7 @@ class Momentum(Optimizer):
     hyper_names = ("lr", "momentum", "weight_decay")
 
     def __init__(self, params, lr, momentum=0.9, weight_decay=0.0, clip_grad_norm=None):
-        super().__init__(params, lr, weight_decay, clip_grad_norm)
-        _check_nonnegative(self, momentum=momentum)
-        self.momentum = momentum
+        super().__init__(params, lr, weight_decay, clip_grad_norm, momentum=momentum)
 
     def velocity(self, g, state):
         """b <- mu b + g (b = g on the first step)."""

@@ -39,7 +39,9 @@ class Optimizer:
 
     hyper_names = ("lr", "weight_decay")
 
-    def __init__(self, params, lr, weight_decay=0.0, clip_grad_norm=None):
+    def __init__(self, params, lr, weight_decay=0.0, clip_grad_norm=None, **hyper):
+        """``hyper``: the rule's own hyper-parameters (momentum, betas...), kept as attributes;
+        every name in ``hyper_names`` is then checked (``check_hyper``)."""
         self.params = list(params)
         if not self.params:
             raise ValueError(f"{type(self).__name__}: got an empty parameter list; "
@@ -50,10 +52,13 @@ class Optimizer:
                                 "with requires_grad=True")
         if len({id(p) for p in self.params}) != len(self.params):
             raise ValueError(f"{type(self).__name__}: a parameter appears twice in the list")
-        _check_nonnegative(self, lr=lr, weight_decay=weight_decay)
+        self.lr, self.weight_decay = lr, weight_decay
+        for name, value in hyper.items():
+            setattr(self, name, value)
+        self.check_hyper()
         if clip_grad_norm is not None and clip_grad_norm <= 0:
             raise ValueError(f"{type(self).__name__}: clip_grad_norm must be positive")
-        self.lr, self.weight_decay, self.clip_grad_norm = lr, weight_decay, clip_grad_norm
+        self.clip_grad_norm = clip_grad_norm
         self.state = [{} for _ in self.params]
 
     def zero_grad(self):

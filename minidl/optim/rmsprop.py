@@ -5,7 +5,7 @@ PyTorch's ``RMSprop`` (not centred, no momentum). Ben-Nun & Hoefler's Table 3 ha
 same form (eps outside the root), with alpha written beta.
 """
 from ..backend import get_array_module
-from .optimizer import Optimizer, _check_nonnegative
+from .optimizer import Optimizer
 
 
 class RMSProp(Optimizer):
@@ -13,9 +13,7 @@ class RMSProp(Optimizer):
 
     def __init__(self, params, lr=0.01, alpha=0.99, eps=1e-8, weight_decay=0.0,
                  clip_grad_norm=None):
-        super().__init__(params, lr, weight_decay, clip_grad_norm)
-        _check_nonnegative(self, alpha=alpha, eps=eps)
-        self.alpha, self.eps = alpha, eps
+        super().__init__(params, lr, weight_decay, clip_grad_norm, alpha=alpha, eps=eps)
 
     def update(self, w, g, state):
         a = self.buffer(state, "square_avg", w)
