@@ -243,16 +243,15 @@ def col2im(blocks, geom, batch_last=False, out=None):
     accumulator ``out`` (zeroed here), still padded.
     """
     xp = get_array_module(blocks)
-    (sh, sw), (dh, dw), (ph, pw) = geom.stride, geom.dilation, geom.padding
-    oh, ow = geom.out_h, geom.out_w
+    ph, pw = geom.padding
     if out is None:
         out = xp.empty((blocks.shape[2], geom.height + 2 * ph, geom.width + 2 * pw, blocks.shape[5]),
                        dtype=blocks.dtype)
     out[...] = 0
     for u in range(geom.kernel_h):
         for v in range(geom.kernel_w):
-            out[:, u * dh:u * dh + sh * (oh - 1) + 1:sh,
-                v * dw:v * dw + sw * (ow - 1) + 1:sw] += blocks[u, v]
+            rows, cols = geom.window(u, v)
+            out[:, rows, cols] += blocks[u, v]
     return out
 
 
