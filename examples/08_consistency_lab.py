@@ -22,7 +22,8 @@ import argparse
 import minidl as md
 from minidl import optim
 from minidl.data import DataLoader, FashionMNIST
-from minidl.dist import init, make_session, parse_dist_mode
+from minidl.cli.train import parse_dist_mode
+from minidl.dist import DistConfig, init, make_session
 from minidl.dist.straggler import Straggler
 from minidl.dist.telemetry import StalenessHistogram, summarize_epoch
 from minidl.train.loop import evaluate, train_epoch
@@ -41,14 +42,15 @@ def main():
     train_set = FashionMNIST(train=True).first(args.subset)
     test_loader = DataLoader(FashionMNIST(train=False), 1000, rank=comm.rank, world_size=comm.size)
     model = md.models.lenet5(conv_algo="im2col")
-    session = make_session(parse_dist_mode(args.mode), comm, model,
+    options = DistConfig(mode=parse_dist_mode(args.mode))  # e.g. DistMode("ssp", staleness=2)
+    session = make_session(options, comm, model,
                            lambda params: optim.Momentum(params, lr=0.01, momentum=0.9))
     loader = session.train_loader(train_set, batch_size=64, seed=0)
-    straggler = Straggler(comm.rank, [f"{comm.size - 1}:{args.factor}"])
+    straggler = Straggler(comm.rank, {comm.size - 1: args.factor})
     for epoch in range(args.epochs):
         loader.set_epoch(epoch)
         stats, stopped = session.run_epoch(
-            lambda: train_epoch(model, session.optimizer, loader, straggler=straggler))
+            lambda: train_epoch(model, session.optimizer, loader, callbacks=[straggler]))
         records = session.finish_epoch(stats, stopped)
         accuracy = evaluate(model, test_loader, 10, comm=comm)["acc"]
         session.restore_local()

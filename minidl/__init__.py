@@ -7,6 +7,7 @@ from . import optim
 from . import data
 from . import conv
 from . import models
+from . import train
 from . import dist
 from . import random
 from .random import manual_seed

@@ -17,6 +17,8 @@ import importlib
 import sys
 
 from .. import backend
+from ..train.config import name_options
+from .common import flag
 
 USER_ERRORS = (ValueError, OSError, LookupError, ArithmeticError)
 ERROR_EXIT = 1
@@ -92,6 +94,7 @@ def build_parser(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     backend.tune_malloc()  # training and benchmarks: keep step temporaries in the process
+    name_options(flag)  # messages of the library name options by their flags
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not hasattr(args, "_run"):

@@ -5,6 +5,16 @@ import math
 from ..perf.zoo import MODEL_NAMES, parse_shape
 
 
+# options whose flag is not the field's name with dashes
+FLAGS = {"progress": "--no-progress", "overlap": "--no-overlap", "verify_data": "--no-verify-data",
+         "stragglers": "--straggler", "compressor": "--compress"}
+
+
+def flag(field):
+    """The command-line flag of a configuration field: ``batch_size`` -> ``--batch-size``."""
+    return FLAGS.get(field, "--" + field.replace("_", "-"))
+
+
 def positive_int(text):
     """An argparse type: a positive integer, or a usage error that says so."""
     if not text.isdigit() or int(text) < 1:

@@ -5,25 +5,78 @@ shows the traceback), 2 for a bad flag, 3 when training diverged (the last
 good checkpoint is kept).
 """
 import argparse
+import sys
 
 import numpy as np
 
-from .. import conv, dist, models, optim
+from .. import dist, models, optim, train
 from ..conv import ALGORITHMS as CONV_ALGORITHMS
 from ..data import DataLoader
 from ..dist import ALLREDUCE_ALGORITHMS
 from ..dist.compression import SPEC_HELP, make_compressor
-from ..dist.consistency import MODES_HELP, parse_dist_mode
+from ..dist.config import DistConfig, DistMode
 from ..dist.launch import mpiexec_rank, mpiexec_ranks
 from ..dist.ps_server import DEFAULT_POLL_INTERVAL
-from ..dist.straggler import parse_straggler
+from ..dist.workers import run_workers, share_batch, worker_command
+from ..train import Diverged, TrainConfig
 from ..train.checkpoint import load_checkpoint
+from ..train.config import SCHEDULES
 from ..train.loop import evaluate
-from ..train.resume import reconcile
-from ..train.run import TrainingRun
-from ..train.setup import DATASETS, SCHEDULES, build_model
-from ..train.workers import run_workers
+from ..train.setup import DATASETS, build_model
 from .common import nonnegative_int, number, positive_int
+from .resume import reconcile
+
+DIVERGED_EXIT = 3
+MODES_HELP = "sync, bsp, ssp:S, asp, avg:H or easgd[:ALPHA[:TAU]]"
+
+
+def _field(text, value, kind, what):
+    try:
+        return kind(value)
+    except ValueError:
+        raise ValueError(
+            f"--dist {text!r}: {what} must be a number, got {value!r}; use {MODES_HELP}"
+        ) from None
+
+
+def parse_dist_mode(text):
+    """``--dist`` text -> ``DistMode``; errors list the modes."""
+    name, *fields = str(text).split(":")
+    if name in ("sync", "asp", "bsp") and not fields:
+        return DistMode(name)
+    if name == "ssp" and len(fields) == 1:
+        staleness = _field(text, fields[0], int, "S")
+        if staleness < 0:
+            raise ValueError(f"--dist {text!r}: the staleness bound S must be >= 0")
+        return DistMode("ssp", staleness=staleness)
+    if name == "avg" and len(fields) == 1:
+        period = _field(text, fields[0], int, "H")
+        if period < 1:
+            raise ValueError(f"--dist {text!r}: the averaging period H must be >= 1")
+        return DistMode("avg", period=period)
+    if name == "easgd" and len(fields) <= 2:
+        alpha = _field(text, fields[0], float, "ALPHA") if fields and fields[0] else None
+        period = _field(text, fields[1], int, "TAU") if len(fields) > 1 else None
+        if alpha is not None and not 0 < alpha < 1:
+            raise ValueError(f"--dist {text!r}: ALPHA must be in (0, 1)")
+        if period is not None and period < 1:
+            raise ValueError(f"--dist {text!r}: TAU must be >= 1")
+        return DistMode("easgd", period=period, alpha=alpha)
+    raise ValueError(f"unknown --dist {text!r}; use {MODES_HELP}")
+
+
+def parse_straggler(text):
+    """``"RANK:FACTOR"`` -> (rank, factor); FACTOR a finite number >= 1."""
+    try:
+        rank, factor = text.split(":")
+        rank, factor = int(rank), float(factor)
+    except ValueError:
+        raise ValueError(
+            f"--straggler {text!r}: expected RANK:FACTOR, e.g. 1:2 (rank 1 runs two times slower)"
+        ) from None
+    if rank < 0 or not 1 <= factor < float("inf"):
+        raise ValueError(f"--straggler {text!r}: RANK must be >= 0 and FACTOR a number >= 1")
+    return rank, factor
 
 
 def argument_type(parse):
@@ -128,68 +181,96 @@ def add_train_arguments(p):
                    help="write a Chrome-trace timeline (trace.json) of the run to the run directory")
 
 
+class _Unset(list):
+    """Every option's default while telling which ones argv sets (a list: appending copies it)."""
+
+
 def given_options(argv):
     """The option names (argparse dests) that ``argv`` sets explicitly."""
     parser = argparse.ArgumentParser(add_help=False)
     add_train_arguments(parser)
-    # a default nothing else can be: an empty list for options that append (argparse copies
-    # it before appending), a bare object for the rest
-    unset = {a.dest: [] if isinstance(a, argparse._AppendAction) else object()
-             for a in parser._actions}
-    parser.set_defaults(**unset)
-    parsed = parser.parse_known_args(argv)[0]
-    return frozenset(k for k, v in vars(parsed).items() if v is not unset[k])
+    parser.set_defaults(**dict.fromkeys(vars(parser.parse_args([])), _Unset()))
+    parsed = vars(parser.parse_known_args(argv)[0])
+    return frozenset(k for k, v in parsed.items() if not (isinstance(v, _Unset) and not v))
 
 
-def check_dist_options(args, mode):
-    """Refuse options that do not apply to ``mode`` (None: no --dist), naming the fix."""
-    what = f"--dist {mode.text}" if mode is not None else "a run without --dist"
-    if args.servers != 1 and (mode is None or not mode.uses_server):
-        raise ValueError(f"--servers applies to --dist bsp, ssp:S, asp and easgd, not to {what}")
-    if args.servers > 1 and args.clip_grad_norm is not None:
-        raise ValueError("--clip-grad-norm needs the whole gradient's norm, which no shard server "
-                         "sees; use --servers 1")
-    if args.compress != "none" and (mode is None or mode.name in ("avg", "easgd")):
-        raise ValueError(f"--compress applies to --dist sync, bsp, ssp:S and asp, not to {what}")
-    if args.error_feedback != "auto" and args.compress == "none":
-        raise ValueError("--error-feedback needs --compress")
-    if (args.straggler or args.jitter) and mode is None:
-        raise ValueError("--straggler and --jitter slow down ranks of a --dist run")
-    if args.trace and mode is not None and mode.name != "sync":
-        raise ValueError(f"--trace records --dist sync or single-process runs, not {what}")
-    if args.resume and mode is not None and mode.name != "sync":
-        raise ValueError(f"--resume works with --dist sync or without --dist, not with {what}")
+def train_config(args):
+    """The ``TrainConfig`` of the parsed flags."""
+    fields = {k: v for k, v in vars(args).items() if k in TrainConfig.__dataclass_fields__}
+    return TrainConfig(**fields, progress=not args.no_progress)
+
+
+def dist_config(args):
+    """The ``DistConfig`` of the parsed flags (``--dist`` absent: sync)."""
+    return DistConfig(
+        mode=parse_dist_mode(args.dist or "sync"),
+        allreduce=args.allreduce,
+        bucket_mb=args.bucket_mb,
+        overlap=not args.no_overlap,
+        servers=args.servers,
+        poll_interval=args.poll_interval,
+        compressor=make_compressor(args.compress),
+        error_feedback={"auto": None, "on": True, "off": False}[args.error_feedback],
+        stragglers=dict(parse_straggler(text) for text in args.straggler),
+        jitter=args.jitter,
+        hang_timeout=args.hang_timeout,
+    )
 
 
 def run_train(args):
     """Train as ``args`` says; returns 0, or 3 when the loss became NaN/inf."""
-    given = given_options(args.argv)
     ranks = mpiexec_ranks()
-    checkpoint = None
     if args.resume:
-        checkpoint = load_checkpoint(args.resume)
+        saved = load_checkpoint(args.resume).training_config()
         # with --workers, --batch-size here is the whole step's (the workers split it)
-        notes = reconcile(checkpoint.training_config(), args, given,
-                          1 if args.workers > 1 else ranks)
-        if args.workers == 1 and mpiexec_rank() == 0:  # --workers: rank 0 will say it
-            for note in notes:
-                print(f"resume: {note}", flush=True)
-    if args.workers > 1:
-        if args.dist or ranks > 1:
-            raise ValueError("--workers starts its own processes; under mpiexec use --dist instead")
-        return run_workers(args.argv, args.workers, args.batch_size, args.threads is not None)
-    mode = parse_dist_mode(args.dist) if args.dist else None
-    check_dist_options(args, mode)
-    comm = None
-    if args.dist:
-        comm = dist.init()
-    elif ranks > 1:
-        raise ValueError(f"started by mpiexec with {ranks} ranks but without --dist; add "
-                         "--dist sync to train one model together")
-    conv.configure(enabled=not args.deterministic)
-    if comm is not None:
-        comm.auto = "rule" if args.deterministic else "measure"
-    return TrainingRun(args, comm, mode, checkpoint, given).run()
+        world = 1 if args.workers > 1 else ranks
+        reconcile(saved, args, given_options(args.argv), world)
+    if args.workers > 1 and (args.dist or ranks > 1):
+        raise ValueError("--workers starts its own processes; under mpiexec use --dist instead")
+    if not args.dist and ranks > 1:
+        raise ValueError(
+            f"started by mpiexec with {ranks} ranks but without --dist; add --dist sync to train "
+            "one model together"
+        )
+    if (args.straggler or args.jitter) and not args.dist:
+        raise ValueError("--straggler and --jitter slow down ranks of a --dist run")
+    config = train_config(args)
+    options = dist_config(args).check(config.check(), args.resume)
+    try:
+        if args.workers > 1:
+            return relaunch(args.argv, share_batch(config, args.workers), args.workers)
+        if args.dist:
+            dist.fit(config, options, args.resume)
+        else:
+            train.fit(config, args.resume)
+    except Diverged as exc:
+        if mpiexec_rank() == 0:
+            print(f"minidl train: {exc}", file=sys.stderr, flush=True)
+        return DIVERGED_EXIT
+    return 0
+
+
+def relaunch(argv, config, workers):
+    """Run ``minidl train argv`` on ``workers`` local ranks as ``--dist sync`` with ``config``'s
+    share of the batch and threads; returns the job's exit status."""
+    rest = _without(_without(argv, "--workers"), "--batch-size")
+    rest = _without(rest, "--threads")
+    extra = ["--dist", "sync", "--batch-size", str(config.batch_size)]
+    extra += ["--threads", str(config.threads)]
+    return run_workers(*worker_command(["-m", "minidl", "train", *rest, *extra], workers))
+
+
+def _without(argv, flag):
+    """``argv`` without ``flag VALUE`` or ``flag=VALUE``."""
+    out, skip = [], False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item == flag:
+            skip = True
+        elif not item.startswith(flag + "="):
+            out.append(item)
+    return out
 
 
 def add_eval_arguments(p):
@@ -205,9 +286,7 @@ def run_eval(args):
     config = ckpt.training_config()
     test_set = DATASETS[config["dataset"]](root=args.data_dir, train=False,
                                            verify=args.verify_data)
-    defaults = {"activation": "relu", "dtype": "float32"}  # of runs saved before these options
-    model = build_model(argparse.Namespace(**(defaults | config | {"device": args.device})),
-                        test_set)
+    model = build_model(TrainConfig.from_record(config).replace(device=args.device), test_set)
     model.load_state_dict(ckpt.model_state)
     result = evaluate(model, DataLoader(test_set, args.batch_size), len(test_set.classes),
                       args.device)

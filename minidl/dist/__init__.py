@@ -11,9 +11,11 @@ compressors of ``compression.py``.
 from minidl.dist.collectives import ALLREDUCE_ALGORITHMS
 from minidl.dist.comm import Communicator, Request, init
 from minidl.dist.compression import GradientEncoder, make_compressor
-from minidl.dist.consistency import DistMode, make_session, parse_dist_mode
+from minidl.dist.config import DistConfig, DistMode
+from minidl.dist.consistency import make_session
 from minidl.dist.data_parallel import DistributedOptimizer
+from minidl.dist.fit import fit
 
-__all__ = ["ALLREDUCE_ALGORITHMS", "Communicator", "DistMode", "DistributedOptimizer",
-           "GradientEncoder", "Request", "init", "make_compressor", "make_session",
-           "parse_dist_mode"]
+__all__ = ["ALLREDUCE_ALGORITHMS", "Communicator", "DistConfig", "DistMode",
+           "DistributedOptimizer", "GradientEncoder", "Request", "fit", "init", "make_compressor",
+           "make_session"]

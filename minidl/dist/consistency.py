@@ -1,4 +1,4 @@
-"""Training under a consistency model: the ``--dist`` modes and their epochs.
+"""Training under a consistency model: the distributed modes (``DistMode``) and their epochs.
 
 Modes (Ben-Nun & Hoefler 2019, §6.1 and §6.4.2; the spectrum of communication
 completeness of Viviani, Drocco & Aldinucci 2018):
@@ -23,8 +23,6 @@ servers' weights, the center, or the replicas' average) into every rank's
 model for evaluation, and gathers every rank's counters.
 """
 import time
-from dataclasses import dataclass
-
 import numpy as np
 
 from minidl.data import DataLoader
@@ -32,79 +30,25 @@ from minidl.dist.averaging import ElasticAveragingOptimizer, ElasticRule, ModelA
 from minidl.dist.compression import make_compressor
 from minidl.dist.flat import FlatBuffer
 from minidl.dist.ps import NO_TICKET, Layout, TrainingAborted, wait_for_everyone
-from minidl.dist.ps_server import DEFAULT_POLL_INTERVAL, GradientRule, ParameterServer
+from minidl.dist.ps_server import GradientRule, ParameterServer
 from minidl.dist.ps_worker import ParameterServerOptimizer, ServerLink, TicketBatches
 from minidl.layers import Parameter
 
-MODES_HELP = "sync, bsp, ssp:S, asp, avg:H or easgd[:ALPHA[:TAU]]"
-EASGD_BETA, EASGD_TAU = 0.9, 4
+EASGD_BETA = 0.9  # alpha = EASGD_BETA / workers unless given (Zhang et al. 2015)
 
+def make_session(options, comm, model, make_optimizer, seed=0):
+    """The session of this rank for ``options.mode`` (not sync; see the module docstring).
 
-@dataclass(frozen=True)
-class DistMode:
-    """A parsed ``--dist`` value."""
-
-    text: str
-    name: str                 # sync, bsp, ssp, asp, avg, easgd
-    staleness: int = None     # bsp/ssp: S; None: unbounded
-    period: int = 1           # avg: H; easgd: tau
-    alpha: float = None       # easgd; None: 0.9 / workers
-
-    @property
-    def uses_server(self):
-        return self.name in ("bsp", "ssp", "asp", "easgd")
-
-
-def _field(text, value, kind, what):
-    try:
-        return kind(value)
-    except ValueError:
-        raise ValueError(f"--dist {text!r}: {what} must be a number, got {value!r}; "
-                         f"use {MODES_HELP}") from None
-
-
-def parse_dist_mode(text):
-    """``--dist`` text -> ``DistMode``; errors list the modes."""
-    name, *fields = str(text).split(":")
-    if name in ("sync", "asp") and not fields:
-        return DistMode(text, name)
-    if name == "bsp" and not fields:
-        return DistMode(text, "bsp", staleness=0)
-    if name == "ssp" and len(fields) == 1:
-        staleness = _field(text, fields[0], int, "S")
-        if staleness < 0:
-            raise ValueError(f"--dist {text!r}: the staleness bound S must be >= 0")
-        return DistMode(text, "ssp", staleness=staleness)
-    if name == "avg" and len(fields) == 1:
-        period = _field(text, fields[0], int, "H")
-        if period < 1:
-            raise ValueError(f"--dist {text!r}: the averaging period H must be >= 1")
-        return DistMode(text, "avg", period=period)
-    if name == "easgd" and len(fields) <= 2:
-        alpha = _field(text, fields[0], float, "ALPHA") if fields else None
-        period = _field(text, fields[1], int, "TAU") if len(fields) > 1 else EASGD_TAU
-        if alpha is not None and not 0 < alpha < 1:
-            raise ValueError(f"--dist {text!r}: ALPHA must be in (0, 1)")
-        if period < 1:
-            raise ValueError(f"--dist {text!r}: TAU must be >= 1")
-        return DistMode(text, "easgd", period=period, alpha=alpha)
-    raise ValueError(f"unknown --dist {text!r}; use {MODES_HELP}")
-
-
-def make_session(mode, comm, model, make_optimizer, servers=1, compression=None,
-                 error_feedback=None, poll_interval=DEFAULT_POLL_INTERVAL, seed=0,
-                 allreduce="auto"):
-    """The session of this rank for a non-sync ``mode`` (see the module docstring)."""
+    ``options``: a ``DistConfig`` (servers, compressor, error feedback, poll
+    interval, allreduce algorithm); ``make_optimizer(params)`` builds the
+    update rule; ``seed`` seeds random rounding of compressed gradients.
+    """
+    mode = options.mode
     if mode.uses_server:
-        return ParameterServerSession(mode, comm, model, make_optimizer, servers, compression,
-                                      error_feedback, poll_interval, seed)
-    if servers != 1:
-        raise ValueError(f"--servers applies to bsp, ssp, asp and easgd, not --dist {mode.text}")
-    if compression not in (None, "none"):
-        raise ValueError(f"--compress applies to sync, bsp, ssp and asp, not --dist {mode.text}")
+        return ParameterServerSession(options, comm, model, make_optimizer, seed)
     if mode.name == "avg":
-        return AveragingSession(mode, comm, model, make_optimizer, allreduce, poll_interval)
-    raise ValueError(f"--dist {mode.text}: not a session mode (sync uses DistributedOptimizer)")
+        return AveragingSession(options, comm, model, make_optimizer)
+    raise ValueError(f"dist mode {mode.text}: not a session mode (sync uses DistributedOptimizer)")
 
 
 class _Session:
@@ -167,13 +111,11 @@ def global_train_stats(records):
 class ParameterServerSession(_Session):
     """bsp / ssp:S / asp / easgd on one rank: a server of one shard, or a worker."""
 
-    def __init__(self, mode, comm, model, make_optimizer, servers=1, compression=None,
-                 error_feedback=None, poll_interval=DEFAULT_POLL_INTERVAL, seed=0):
+    def __init__(self, options, comm, model, make_optimizer, seed=0):
+        mode, poll_interval = options.mode, options.poll_interval
         super().__init__(mode, comm, model)
-        self.layout = layout = Layout(comm.size, servers, self.buffer.size, mode.text)
-        compressor = make_compressor(compression)
-        if mode.name == "easgd" and compressor.name != "none":
-            raise ValueError("--compress applies to gradients (sync, bsp, ssp, asp), not easgd")
+        self.layout = layout = Layout(comm.size, options.servers, self.buffer.size, mode.text)
+        compressor = options.compressor or make_compressor("none")
         elastic = mode.name == "easgd"
         push_capacity = [4 * layout.shard_size(k) if elastic
                          else compressor.wire_bytes(layout.shard_size(k))
@@ -204,7 +146,7 @@ class ParameterServerSession(_Session):
                 self.optimizer = ElasticAveragingOptimizer(self.schedulable, link, mode.period)
             else:
                 self.optimizer = ParameterServerOptimizer(params, link, compressor,
-                                                          error_feedback, seed)
+                                                          options.error_feedback, seed)
 
     @property
     def worker(self):
@@ -271,12 +213,12 @@ class ParameterServerSession(_Session):
 class AveragingSession(_Session):
     """avg:H on one rank: every rank a worker, no server."""
 
-    def __init__(self, mode, comm, model, make_optimizer, allreduce="auto",
-                 poll_interval=DEFAULT_POLL_INTERVAL):
-        super().__init__(mode, comm, model)
+    def __init__(self, options, comm, model, make_optimizer):
+        super().__init__(options.mode, comm, model)
         self.schedulable = make_optimizer(list(model.parameters()))
-        self.optimizer = ModelAveraging(self.schedulable, comm, mode.period, algorithm=allreduce,
-                                        poll_interval=poll_interval)
+        self.optimizer = ModelAveraging(self.schedulable, comm, options.mode.period,
+                                        algorithm=options.allreduce,
+                                        poll_interval=options.poll_interval)
 
     def train_loader(self, dataset, batch_size, seed=0, transform=None):
         return DataLoader(dataset, batch_size, shuffle=True, seed=seed, drop_last=False,

@@ -34,6 +34,8 @@ import time
 
 import numpy as np
 
+from minidl.train.config import option
+
 HEADER_FIELDS = 5
 HEADER_BYTES = 8 * HEADER_FIELDS
 TAG_PUSH, TAG_REPLY = 71, 72
@@ -51,13 +53,13 @@ class Layout:
 
     def __init__(self, size, servers, nparams, mode="ps"):
         if servers < 1:
-            raise ValueError(f"--servers must be >= 1, got {servers}")
+            raise ValueError(f"{option('servers')} must be >= 1, got {servers}")
         if size <= servers:
-            raise ValueError(f"--dist {mode} with {servers} server rank(s) needs at least "
+            raise ValueError(f"{option('dist')} {mode} with {servers} server rank(s) needs at least "
                              f"{servers + 1} ranks (servers first, then workers); "
                              f"start it with mpiexec -n {servers + 2} or more")
         if nparams < servers:
-            raise ValueError(f"--servers {servers}: the model has only {nparams} parameters")
+            raise ValueError(f"{option('servers')} {servers}: the model has only {nparams} parameters")
         self.size, self.servers, self.workers = size, servers, size - servers
         self.nparams = nparams
         self.bounds = [k * nparams // servers for k in range(servers + 1)]

@@ -1,8 +1,8 @@
 """Injected slowness for experiments and tests: deterministic stragglers and seeded jitter.
 
-``--straggler RANK:FACTOR`` makes rank RANK a FACTOR-times-slower worker: after
-computing each step it sleeps (FACTOR - 1) times that step's compute time.
-``--jitter SECONDS`` adds, on every worker and every step, an exponentially
+A straggler factor F for rank R makes R an F-times-slower worker: after
+computing each step it sleeps (F - 1) times that step's compute time.
+A jitter of S seconds adds, on every worker and every step, an exponentially
 distributed sleep of mean SECONDS drawn from a generator seeded by
 (seed, rank), so a run's delays are reproducible. Sleeping (not spinning)
 frees the core, so on a 2-core machine the ratios between consistency
@@ -12,28 +12,20 @@ import time
 
 import numpy as np
 
-
-def parse_straggler(text):
-    """``"RANK:FACTOR"`` -> (rank, factor); FACTOR >= 1."""
-    try:
-        rank, factor = text.split(":")
-        rank, factor = int(rank), float(factor)
-    except ValueError:
-        raise ValueError(f"--straggler {text!r}: expected RANK:FACTOR, e.g. 1:2 "
-                         "(rank 1 runs two times slower)") from None
-    if rank < 0 or not factor >= 1:
-        raise ValueError(f"--straggler {text!r}: RANK must be >= 0 and FACTOR >= 1")
-    return rank, factor
+from ..train.callbacks import Callback
+from ..train.config import option
 
 
-class Straggler:
-    """The delays of one rank: ``pause(compute_seconds)`` sleeps and returns how long."""
+class Straggler(Callback):
+    """The delays of one rank: ``pause(compute_seconds)`` sleeps and returns how long.
 
-    def __init__(self, rank, stragglers=(), jitter=0.0, seed=0, sleep=time.sleep):
+    ``stragglers`` maps ranks to factors (>= 1); as a loop callback it pauses after backward.
+    """
+
+    def __init__(self, rank, stragglers=None, jitter=0.0, seed=0, sleep=time.sleep):
         if jitter < 0:
-            raise ValueError(f"--jitter must be >= 0 seconds, got {jitter}")
-        factors = dict(parse_straggler(s) if isinstance(s, str) else s for s in stragglers)
-        self.factor = factors.get(rank, 1.0)
+            raise ValueError(f"{option('jitter')} must be >= 0 seconds, got {jitter}")
+        self.factor = float(dict(stragglers or {}).get(rank, 1.0))
         self.jitter = float(jitter)
         self.rng = np.random.default_rng([int(seed), int(rank), 0x57A6])
         self.sleep = sleep
@@ -57,3 +49,6 @@ class Straggler:
             self.sleep(extra)
             self.slept += extra
         return extra
+
+    def after_backward(self, compute_seconds):
+        return self.pause(compute_seconds)

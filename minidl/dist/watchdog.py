@@ -16,6 +16,9 @@ import sys
 import threading
 import time
 
+from ..train.callbacks import Callback
+from ..train.config import option
+
 _last = {"time": time.monotonic(), "where": "start-up"}
 
 
@@ -26,8 +29,10 @@ def progress(where=None):
         _last["where"] = where
 
 
-class Watchdog:
+class Watchdog(Callback):
     """Abort the job through ``abort(code)`` when ``progress`` was not called for ``timeout`` s.
+
+    As a loop callback, every step and evaluated batch counts as progress.
 
     ``abort`` is ``Communicator.abort``, which flushes the message and ends every rank.
     """
@@ -38,6 +43,9 @@ class Watchdog:
         self.timeout, self.rank, self.abort, self.exit_code = float(timeout), rank, abort, exit_code
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="minidl-watchdog", daemon=True)
+
+    def after_step(self, where):
+        progress(where)
 
     def start(self):
         progress()
@@ -59,7 +67,7 @@ class Watchdog:
         sys.stderr.write(
             f"minidl: rank {self.rank} made no progress for {idle:.0f} s (last: {_last['where']}): "
             "a rank is stopped, deadlocked or far slower than the others; aborting the job. "
-            "If a step can really take this long, raise --hang-timeout\n")
+            f"If a step can really take this long, raise {option('hang_timeout')}\n")
         try:
             self.abort(self.exit_code)
         finally:

@@ -1,53 +1,65 @@
 """The pieces a training run is assembled from: data, model, optimizer, schedule, its folder name."""
+
 import os
 import time
 
 from .. import models, optim
-from ..data import Compose, FashionMNIST, MNIST, RandomCrop, RandomHorizontalFlip
+from ..data import MNIST, Compose, FashionMNIST, RandomCrop, RandomHorizontalFlip
 
 DATASETS = {"fashion-mnist": FashionMNIST, "mnist": MNIST}
-SCHEDULES = ("constant", "step", "cosine")
 
 
-def make_optimizer(args, params):
-    kwargs = dict(lr=args.lr, weight_decay=args.weight_decay, clip_grad_norm=args.clip_grad_norm)
-    if args.optimizer in ("momentum", "nesterov"):
-        kwargs["momentum"] = args.momentum
-    return optim.OPTIMIZERS[args.optimizer](params, **kwargs)
+def make_optimizer(config, params):
+    """The update rule ``config.optimizer`` names, over ``params``."""
+    kwargs = dict(
+        lr=config.lr, weight_decay=config.weight_decay, clip_grad_norm=config.clip_grad_norm
+    )
+    if config.optimizer in ("momentum", "nesterov"):
+        kwargs["momentum"] = config.momentum
+    return optim.OPTIMIZERS[config.optimizer](params, **kwargs)
 
 
-def make_scheduler(args, opt):
-    if args.lr_schedule == "step":
-        then = optim.StepLR(opt, max(1, args.epochs // 3))
-    elif args.lr_schedule == "cosine":
-        then = optim.CosineAnnealingLR(opt, max(1, args.epochs - args.warmup_epochs))
+def make_scheduler(config, opt):
+    """The learning-rate schedule of ``config`` driving ``opt`` (None: constant)."""
+    if config.lr_schedule == "step":
+        then = optim.StepLR(opt, max(1, config.epochs // 3))
+    elif config.lr_schedule == "cosine":
+        then = optim.CosineAnnealingLR(opt, max(1, config.epochs - config.warmup_epochs))
     else:
         then = None
-    if args.warmup_epochs > 0:
-        return optim.LinearWarmup(opt, args.warmup_epochs, then=then)
+    if config.warmup_epochs > 0:
+        return optim.LinearWarmup(opt, config.warmup_epochs, then=then)
     return then
 
 
-def build_model(args, train_set):
-    """The model ``--model`` names, sized for the data, in ``--dtype`` on ``--device``."""
-    model = models.build(args.model, num_classes=len(train_set.classes),
-                         in_channels=train_set.images.shape[1], conv_algo=args.conv_algo,
-                         activation=args.activation)
-    return model.to(args.dtype).to(args.device)
+def build_model(config, train_set):
+    """The model ``config.model`` names, sized for the data, in its dtype on its device."""
+    model = models.build(
+        config.model,
+        num_classes=len(train_set.classes),
+        in_channels=train_set.images.shape[1],
+        conv_algo=config.conv_algo,
+        activation=config.activation,
+    )
+    return model.to(config.dtype).to(config.device)
 
 
-def load_datasets(args):
-    cls = DATASETS[args.dataset]
-    train, test = (cls(root=args.data_dir, train=split, verify=args.verify_data)
-                   for split in (True, False))
-    train = train.first(args.subset)
-    return train, test
+def load_datasets(config):
+    """(train, test) of ``config.dataset``; the training set cut to ``config.subset``."""
+    cls = DATASETS[config.dataset]
+    train, test = (
+        cls(root=config.data_dir, train=split, verify=config.verify_data) for split in (True, False)
+    )
+    return train.first(config.subset), test
 
 
-def augmentation(args):
-    """AlexNet-style augmentation when ``--augment``: random crops (pad 2) and flips."""
-    return Compose([RandomCrop(28, padding=2), RandomHorizontalFlip()]) if args.augment else None
+def augmentation(config):
+    """AlexNet-style augmentation when ``config.augment``: random crops (pad 2) and flips."""
+    if not config.augment:
+        return None
+    return Compose([RandomCrop(28, padding=2), RandomHorizontalFlip()])
 
 
-def default_run_dir(args):
-    return os.path.join("runs", f"{args.model}-{args.dataset}-{time.strftime('%Y%m%d-%H%M%S')}")
+def default_run_dir(config):
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return os.path.join("runs", f"{config.model}-{config.dataset}-{stamp}")

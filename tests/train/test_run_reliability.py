@@ -309,7 +309,7 @@ def test_the_options_typed_are_told_from_the_defaults():
 @pytest.mark.parametrize("dist", [None, "sync"])
 def test_resume_restores_what_the_run_is_and_not_how_it_was_launched(dist):
     from minidl.cli import build_parser
-    from minidl.train.resume import reconcile
+    from minidl.cli.resume import reconcile
     argv = ["train", "--epochs", "3"] + (["--dist", dist] if dist else [])
     args = build_parser(argv).parse_args(argv)
     saved = {"lr": 0.05, "epochs": 2, "batch_size": 32, "world_size": 2, "compress": "topk:0.01",

@@ -1,0 +1,138 @@
+"""How ranks cooperate in a training run: the consistency model and its options.
+
+``DistMode`` is a consistency model (Ben-Nun & Hoefler 2019, §6.1 and
+§6.4.2): ``sync`` (gradients averaged by allreduce), ``bsp`` (= ``ssp`` with
+S = 0), ``ssp`` (staleness bounded by S clocks, Ho et al. 2013), ``asp`` (no
+bound, Dean et al. 2012), ``avg`` (weights averaged every H steps) and
+``easgd`` (elastic averaging, Zhang et al. 2015; alpha defaults to 0.9 / n,
+tau to 4). ``DistConfig`` adds the options of the distributed engines; the
+``minidl train`` flags ``--dist``, ``--servers``... fill it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..train.config import ConfigError, TrainConfig, check_choice, check_number, option
+from .ps_server import DEFAULT_POLL_INTERVAL
+
+MODES = ("sync", "bsp", "ssp", "asp", "avg", "easgd")
+EASGD_TAU = 4
+
+
+@dataclass(frozen=True)
+class DistMode:
+    """A consistency model: ``name`` with its staleness bound, period or elastic weight."""
+
+    name: str = "sync"
+    staleness: int | None = None  # bsp: 0; ssp: S; asp: None (unbounded)
+    period: int | None = None  # avg: H; easgd: tau (None: 1, for easgd 4)
+    alpha: float | None = None  # easgd; None: 0.9 / workers
+
+    def __post_init__(self):
+        check_choice("dist", self.name, MODES)
+        if self.name == "bsp" and self.staleness != 0:
+            object.__setattr__(self, "staleness", 0)
+        if self.name == "ssp":
+            check_number("dist", self.staleness, integer=True)
+        if self.period is None:
+            object.__setattr__(self, "period", EASGD_TAU if self.name == "easgd" else 1)
+        check_number("dist", self.period, positive=True, integer=True)
+        if self.alpha is not None and not 0 < self.alpha < 1:
+            raise ConfigError(f"{option('dist')} easgd: alpha {self.alpha} must be in (0, 1)")
+
+    @property
+    def uses_server(self):
+        return self.name in ("bsp", "ssp", "asp", "easgd")
+
+    @property
+    def text(self):
+        """The mode as ``--dist`` writes it: ``ssp:2``, ``avg:4``, ``easgd:0.5:4``..."""
+        if self.name == "ssp":
+            return f"ssp:{self.staleness}"
+        if self.name == "avg":
+            return f"avg:{self.period}"
+        if self.name == "easgd" and (self.alpha is not None or self.period != EASGD_TAU):
+            alpha = "" if self.alpha is None else f"{self.alpha:g}"
+            return f"easgd:{alpha}:{self.period}" if self.period != EASGD_TAU else f"easgd:{alpha}"
+        return self.name
+
+
+@dataclass
+class DistConfig:
+    """The options of a distributed run; every field is a ``minidl train`` flag."""
+
+    mode: DistMode = field(default_factory=DistMode)
+    allreduce: str = "auto"
+    bucket_mb: float = 4.0  # fused gradient buffers (sync)
+    overlap: bool = True  # average gradients during backward (sync)
+    servers: int = 1  # parameter-server ranks (bsp, ssp, asp, easgd)
+    poll_interval: float = DEFAULT_POLL_INTERVAL  # sleep between polls; 0: blocking MPI waits
+    compressor: object = None  # a minidl.dist.compression scheme (sync, bsp, ssp, asp)
+    error_feedback: bool | None = None  # None: the scheme's default
+    stragglers: dict = field(default_factory=dict)  # rank -> factor: sleeps (factor-1) x compute
+    jitter: float = 0.0  # mean of an exponential sleep after every step, seconds
+    hang_timeout: float = 300.0  # abort when a rank makes no progress this long; 0: never
+
+    def check(self, config: TrainConfig, resume=None) -> DistConfig:
+        """Refuse options that do not fit the mode or ``config``; returns self."""
+        from .collectives import ALLREDUCE_ALGORITHMS
+
+        mode = self.mode
+        check_choice("allreduce", self.allreduce, ("auto", *ALLREDUCE_ALGORITHMS))
+        check_number("bucket_mb", self.bucket_mb, positive=True)
+        check_number("servers", self.servers, positive=True, integer=True)
+        for name in ("poll_interval", "jitter", "hang_timeout"):
+            check_number(name, getattr(self, name))
+        for rank, factor in self.stragglers.items():
+            check_number("straggler", rank, integer=True)
+            check_number("straggler", factor, minimum=1.0)
+        what = f"{option('dist')} {mode.text}"
+        if self.servers != 1 and not mode.uses_server:
+            raise ConfigError(
+                f"{option('servers')} applies to {option('dist')} bsp, ssp:S, asp and easgd, "
+                f"not to {what}"
+            )
+        if self.servers > 1 and config.clip_grad_norm is not None:
+            raise ConfigError(
+                f"{option('clip_grad_norm')} needs the whole gradient's norm, which no shard "
+                f"server sees; use {option('servers')} 1"
+            )
+        if self.compressed and mode.name in ("avg", "easgd"):
+            raise ConfigError(
+                f"{option('compress')} applies to {option('dist')} sync, bsp, ssp:S and asp, "
+                f"not to {what}"
+            )
+        if self.error_feedback is not None and not self.compressed:
+            raise ConfigError(f"{option('error_feedback')} needs {option('compress')}")
+        if config.trace and mode.name != "sync":
+            raise ConfigError(
+                f"{option('trace')} records {option('dist')} sync or single-process runs, "
+                f"not {what}"
+            )
+        if resume and mode.name != "sync":
+            raise ConfigError(
+                f"{option('resume')} works with {option('dist')} sync or without "
+                f"{option('dist')}, not with {what}"
+            )
+        return self
+
+    @property
+    def compressed(self):
+        return self.compressor is not None and self.compressor.name != "none"
+
+    def record(self) -> dict:
+        """The options as ``config.json`` keeps them (the flags' own text)."""
+        return {
+            "dist": self.mode.text,
+            "allreduce": self.allreduce,
+            "bucket_mb": self.bucket_mb,
+            "overlap": self.overlap,
+            "servers": self.servers,
+            "poll_interval": self.poll_interval,
+            "compress": self.compressor.spec if self.compressed else "none",
+            "error_feedback": {None: "auto", True: "on", False: "off"}[self.error_feedback],
+            "straggler": [f"{rank}:{factor}" for rank, factor in self.stragglers.items()],
+            "jitter": self.jitter,
+            "hang_timeout": self.hang_timeout,
+        }

@@ -1,0 +1,45 @@
+"""Hooks of the epoch loop: what a run adds to the textbook step without changing it.
+
+A callback overrides any of the methods below; the loop calls them in the
+order of its ``callbacks`` list. Watchdogs, injected stragglers, the batch
+weighting of data parallelism and the non-finite loss check are callbacks.
+"""
+import math
+
+STOPPED = (
+    "training stopped before this update (the last checkpoint is kept). "
+    "Lower the learning rate, or clip gradients"
+)
+
+
+class NonFiniteLossError(ArithmeticError):
+    """The loss (or the gradient of an update) became NaN or infinite; training stops."""
+
+
+class Callback:
+    """Does nothing; subclasses override the hooks they need."""
+
+    def before_step(self, step, batch_size):
+        """Before ``zero_grad`` of step ``step``, whose batch holds ``batch_size`` samples."""
+
+    def after_forward(self, epoch, step, loss):
+        """After the forward pass; ``loss`` is a Python float (0.0 for an empty share)."""
+
+    def after_backward(self, compute_seconds):
+        """After backward, before the update; returns the seconds it slept (stragglers)."""
+        return 0.0
+
+    def after_step(self, where):
+        """After the update, or after an evaluated batch; ``where`` says which."""
+
+
+class StopOnNonFiniteLoss(Callback):
+    """Raise ``NonFiniteLossError`` before the update when the loss is NaN or infinite.
+
+    Only for a process that decides alone: under data parallelism every rank
+    must take the same decision, which the averaged gradient's check makes.
+    """
+
+    def after_forward(self, epoch, step, loss):
+        if not math.isfinite(loss):
+            raise NonFiniteLossError(f"epoch {epoch}, step {step}: the loss is {loss}; " + STOPPED)
