@@ -130,7 +130,7 @@ class DistConfig:
             "overlap": self.overlap,
             "servers": self.servers,
             "poll_interval": self.poll_interval,
-            "compress": self.compressor.spec if self.compressed else "none",
+            "compress": self.compressor.name if self.compressed else "none",
             "error_feedback": {None: "auto", True: "on", False: "off"}[self.error_feedback],
             "straggler": [f"{rank}:{factor}" for rank, factor in self.stragglers.items()],
             "jitter": self.jitter,

@@ -13,7 +13,10 @@ import minidl as md
 from minidl import optim
 from minidl.data import ArrayDataset, DataLoader
 from minidl.dist import DistributedOptimizer
-from minidl.dist.consistency import make_session, parse_dist_mode
+from minidl.cli.train import parse_dist_mode, parse_straggler
+from minidl.dist import DistConfig
+from minidl.dist.compression import make_compressor
+from minidl.dist.consistency import make_session
 from minidl.dist.flat import FlatBuffer
 from minidl.dist.ps import TrainingAborted
 from minidl.dist.straggler import Straggler
@@ -56,10 +59,11 @@ def run(comm, mode, make_optimizer=sgd, epochs=2, stragglers=(), jitter=0.0, ser
     each of their optimizer steps. ``records`` is None when training stopped.
     """
     net = model()
-    session = make_session(parse_dist_mode(mode), comm, net, make_optimizer, servers=servers,
-                           compression=compression, poll_interval=poll_interval)
+    options = DistConfig(mode=parse_dist_mode(mode), servers=servers,
+                         compressor=make_compressor(compression), poll_interval=poll_interval)
+    session = make_session(options, comm, net, make_optimizer)
     loader = session.train_loader(dataset(), BATCH, seed=1)
-    delays = Straggler(comm.rank, stragglers, jitter, seed=3)
+    delays = Straggler(comm.rank, dict(map(parse_straggler, stragglers)), jitter, seed=3)
     if session.optimizer is not None:
         if setup is not None:
             setup(session)
@@ -69,7 +73,7 @@ def run(comm, mode, make_optimizer=sgd, epochs=2, stragglers=(), jitter=0.0, ser
 
     def train():
         try:
-            return train_epoch(net, session.optimizer, loader, straggler=delays)
+            return train_epoch(net, session.optimizer, loader, callbacks=[delays])
         except NonFiniteLossError as exc:
             raise TrainingAborted(str(exc)) from exc
 

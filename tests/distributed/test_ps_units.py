@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 
 from minidl.dist.averaging import ElasticRule, elastic_difference
-from minidl.dist.consistency import parse_dist_mode
+from minidl.cli.train import parse_dist_mode, parse_straggler
 from minidl.dist.ps import HEADER_BYTES, Layout, Message
 from minidl.dist.ssp import ClockedGradients, ClockTable
-from minidl.dist.straggler import Straggler, parse_straggler
+from minidl.dist.straggler import Straggler
 from minidl.dist.telemetry import StalenessHistogram, format_table, summarize_epoch
 
 
@@ -95,9 +95,9 @@ def test_elastic_exchange_is_symmetric():
 
 def test_straggler_sleeps_factor_minus_one_times_compute_plus_seeded_jitter():
     slept = []
-    slow = Straggler(rank=1, stragglers=["1:3"], sleep=slept.append)
+    slow = Straggler(rank=1, stragglers={1: 3.0}, sleep=slept.append)
     assert slow.pause(0.02) == pytest.approx(0.04) and slept == [pytest.approx(0.04)]
-    assert not Straggler(rank=0, stragglers=["1:3"]).active
+    assert not Straggler(rank=0, stragglers={1: 3.0}).active
     a = Straggler(rank=2, jitter=0.01, seed=5, sleep=lambda s: None)
     b = Straggler(rank=2, jitter=0.01, seed=5, sleep=lambda s: None)
     draws = [a.pause(0.0) for _ in range(2000)]

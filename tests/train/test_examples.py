@@ -6,11 +6,13 @@ quick run, and its output must show the thing it teaches: a model that
 learned (chance is 10%), replicas that stayed identical, a staleness bound,
 error feedback rescuing top-k and sign, a table with a row per case.
 """
+import json
 import os
 import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from minidl.data import DatasetNotFoundError, FashionMNIST
@@ -151,3 +153,24 @@ def test_scaling_example_predicts_both_networks_and_plots(tmp_path):
     assert len(re.findall(r"^\s*512\s", out, re.MULTILINE)) == 4, out   # tree and ring, both networks
     assert out.count("- best speedup") == 4, out
     assert (tmp_path / "predicted_speedup.png").stat().st_size > 0
+
+
+@needs_data
+def test_fit_example_trains_alone_on_workers_and_under_mpiexec(tmp_path):
+    """The README's script in its three modes: each writes its run; the two data-parallel
+    ones (2 workers splitting batches of 64, 2 MPI ranks of 32 each) are the same bits."""
+    common = ("--subset", 1024, "--epochs", 1)
+    alone = run_example("11_fit.py", *common, "--out", tmp_path / "alone")
+    workers = run_example("11_fit.py", *common, "--workers", 2, "--out", tmp_path / "workers")
+    ranks = run_mpi_example(2, "11_fit.py", *common, "--dist", "--batch-size", 32,
+                            "--out", tmp_path / "mpi")
+    for out in (alone, workers, ranks):
+        assert accuracies(out)[-1] > 40.0, out
+    sizes = [json.load(open(tmp_path / run / "config.json"))["world_size"]
+             for run in ("alone", "workers", "mpi")]
+    assert sizes == [1, 2, 2]
+    with np.load(tmp_path / "workers" / "checkpoint.npz") as a, \
+            np.load(tmp_path / "mpi" / "checkpoint.npz") as b:
+        for key in a.files:
+            if key.startswith("model/"):
+                np.testing.assert_array_equal(a[key], b[key], err_msg=key)
