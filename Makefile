@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 MINIDL := $(VENV)/bin/minidl
 RUN    ?=
 
-.PHONY: install setup setup-openmpi data train test bench clean
+.PHONY: install setup setup-openmpi data lint train test bench clean
 
 # minidl itself, with MPI and plotting: what `make train` needs.
 install: $(VENV)/.minidl-installed
@@ -47,7 +47,11 @@ train: install data
 	$(MINIDL) train --model lenet5 --dataset fashion-mnist --epochs 5 --batch-size 64 \
 		--optimizer adam --lr 0.002 --lr-schedule cosine $(if $(RUN),--out $(RUN))
 
-test: setup setup-openmpi data
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+test: setup setup-openmpi data lint
 	$(PY) -m pytest -q
 	$(OMPI)/bin/python -m pytest -q -m mpi
 

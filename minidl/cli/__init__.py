@@ -51,8 +51,15 @@ BENCHMARKS = {
 }
 
 
+class Parser(argparse.ArgumentParser):
+    """A parser whose usage errors are one line, as every other error of the command."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
+
+
 def _common_options():
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument("--verbose", action="store_true",
                         help="show the full traceback of an error")
     return common
@@ -69,7 +76,7 @@ def _add_commands(subparsers, table):
 
 def build_parser(argv):
     """The parser; only the sub-command named in ``argv`` imports its module."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="minidl", description="minidl: train, measure and model deep networks on NumPy/CuPy "
                                    "and MPI", parents=[_common_options()])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -29,10 +29,21 @@ from .rundir import RunDirectory
 from .setup import build_model, default_run_dir, load_datasets, make_scheduler
 
 
-def divergence(result, model):
-    """Why the epoch's outcome is unusable (test loss or weights not finite), or None."""
+# a test loss this many times the first epoch's has diverged though finite: a cross-entropy that
+# starts near ln(classes) and grows a million-fold means logits apart by millions, no model
+DIVERGED_GROWTH = 1e6
+
+
+def divergence(result, model, first_loss=None):
+    """Why the epoch's outcome is unusable, or None: a test loss that is not finite or grew
+    beyond ``DIVERGED_GROWTH`` times ``first_loss`` (the first epoch's), or weights not finite."""
     if not math.isfinite(result["loss"]):
         return f"the test loss is {result['loss']}"
+    if first_loss is not None and result["loss"] > DIVERGED_GROWTH * first_loss:
+        return (
+            f"the test loss is {result['loss']:.3g}, over {DIVERGED_GROWTH:g} times the first "
+            f"epoch's ({first_loss:.3g})"
+        )
     for name, p in model.named_parameters():
         if not bool(get_array_module(p.data).isfinite(p.data).all()):
             return f"the weights of {name} hold NaN or inf"
@@ -175,7 +186,7 @@ class TrainingRun:
 
     def _epochs(self):
         config, engine = self.config, self.engine
-        result = None
+        result = first_loss = None
         self._last_good = self.start_epoch
         for epoch in range(self.start_epoch + 1, config.epochs + 1):
             progress = self.rank == engine.progress_rank and config.progress
@@ -184,12 +195,14 @@ class TrainingRun:
                 self.model, self.test_loader, len(self.train_set.classes), config.device,
                 comm=self.comm, callbacks=engine.callbacks,
             )  # fmt: skip
-            problem = divergence(result, self.model)
+            problem = divergence(result, self.model, first_loss)
             if problem is not None:
                 raise Diverged(
                     f"epoch {epoch}: {problem}; training diverged. Lower {option('lr')}, or "
                     f"clip gradients ({option('clip_grad_norm')})"
                 )
+            if first_loss is None:
+                first_loss = result["loss"]
             if self.scheduler is not None:
                 self.scheduler.step()
             if self.rank == 0:

@@ -333,3 +333,10 @@ def test_a_checkpoint_not_written_by_train_is_named_with_what_it_lacks(tmp_path,
     assert main([command, flag, path]) == 1
     err = capsys.readouterr().err
     assert f"checkpoint {path!r} lacks rng, config: it was not written by 'minidl train'" in err
+
+
+def test_a_finite_loss_that_grew_a_million_fold_has_diverged():
+    model = md.models.mlp(num_classes=10)
+    assert divergence({"loss": 2.0e6}, model, first_loss=2.3) is None
+    problem = divergence({"loss": 4.6e16}, model, first_loss=2.3)
+    assert "4.6e+16" in problem and "first epoch's (2.3)" in problem

@@ -129,3 +129,12 @@ def test_workers_without_mpi_is_one_line_that_says_what_to_do(monkeypatch, capsy
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "Traceback" not in err
     assert "--workers needs MPI: mpi4py is not installed" in err and "without --workers" in err
+
+
+@pytest.mark.parametrize("argv", [["--lr", "abc"], ["--no-such-flag"], ["--straggler", "1:inf"]])
+def test_a_bad_flag_is_one_line_and_exit_status_2(capsys, argv):
+    with pytest.raises(SystemExit) as stop:
+        main(["train", *argv])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and err.startswith("minidl")
+    assert "error:" in err and "--help lists the options" in err
