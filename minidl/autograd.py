@@ -350,4 +350,28 @@ def tensor(data, requires_grad=False, dtype="float32", device="cpu"):
     return Tensor(xp.array(data, dtype=as_dtype(dtype)), requires_grad=requires_grad)
 
 
+def checked_state_value(value, like, where, owner, shape_fix):
+    """``value`` (an array, or a Tensor's array) once it is known to fit in place of ``like``.
+
+    Loading saved state checks every entry with this before changing any, so
+    that a bad entry leaves the model or optimizer as it was. The shape must
+    be ``like``'s; the dtype must convert to ``like``'s within its kind
+    (NumPy's "same_kind" casting: float64 into float32 is fine, a float into
+    an integer counter is not). ``where`` names the entry in errors, ``owner``
+    is what ``like`` belongs to, ``shape_fix`` how to get a state that fits.
+    """
+    if isinstance(value, Tensor):
+        value = value.data
+    elif backend.get_array_module(value) is np:
+        value = np.asarray(value)
+    if tuple(value.shape) != tuple(like.shape):
+        raise ValueError(f"{where} has shape {tuple(value.shape)} in the state but "
+                         f"{tuple(like.shape)} in the {owner}; {shape_fix}")
+    if not np.can_cast(value.dtype, like.dtype, casting="same_kind"):
+        raise TypeError(f"{where} is {value.dtype} in the state but {like.dtype} in the {owner}, "
+                        f"and {value.dtype} -> {like.dtype} would change the kind of number; "
+                        f"store it as {like.dtype} (are two entries swapped?)")
+    return value
+
+
 from . import functional as _ops  # noqa: E402  (the ops need Tensor defined first)
