@@ -1,5 +1,6 @@
 """The engine itself: graph traversal, accumulation, modes, hooks and its error messages."""
 import gc
+import warnings
 import weakref
 
 import numpy as np
@@ -206,6 +207,21 @@ def test_softmax_is_stable_for_huge_logits():
     loss = F.cross_entropy(md.tensor([[1000.0, 0.0]], requires_grad=True), np.array([1]))
     assert loss.item() == pytest.approx(1000.0)
 
+
+
+def test_non_finite_logits_give_a_non_finite_loss_without_numpy_warnings():
+    """A diverged run's logits: the NaN or inf loss is the report, NumPy's warnings are not."""
+    logits = md.tensor([[np.inf, 1.0, -np.inf], [np.nan, 0.0, 0.0], [3e38, -3e38, 0.0]],
+                       requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loss = F.cross_entropy(logits, np.array([0, 1, 1]), reduction="none")
+        loss.sum().backward()
+        probs, logp = F.softmax(logits).numpy(), F.log_softmax(logits).numpy()
+    assert np.isnan(loss.numpy()[:2]).all() and loss.numpy()[2] == np.inf
+    assert np.isnan(probs[:2]).all() and np.isnan(logp[:2]).all()
+    np.testing.assert_array_equal(probs[2], [1, 0, 0])
+    np.testing.assert_array_equal(logp[2], np.float32([0, -np.inf, -3e38]))
 
 @pytest.mark.parametrize("data,error,shown", [
     (None, TypeError, r"None \(a NoneType\): NumPy reads it as dtype object"),
