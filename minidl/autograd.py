@@ -12,6 +12,7 @@ a tensor used more than once, stores the result in the ``.grad`` of the leaves
 (tensors created by the user, not by an op) and frees the graph as it goes.
 """
 import contextlib
+import reprlib
 
 import numpy as np
 
@@ -112,13 +113,20 @@ class Tensor:
     ``data`` is the array; ``grad`` the gradient accumulated by ``backward``
     (leaves only; ``None`` until then). ``requires_grad`` marks tensors whose
     gradient is wanted.
+
+    ``Tensor(data)`` wraps ``data`` as it is: an array is neither copied nor
+    cast (float64 stays float64, so ops keep their inputs' dtype, and a batch
+    of float32 images is wrapped for free); a list or number becomes the
+    array NumPy makes of it (``Tensor([1, 2])`` is int64). ``md.tensor``, the
+    user-facing constructor, copies and casts to its ``dtype`` (float32 by
+    default) instead.
     """
 
     __slots__ = ("data", "grad", "requires_grad", "_ctx", "_hooks", "__weakref__")
     __array_ufunc__ = None  # ndarray <op> Tensor defers to Tensor's reflected operator
 
     def __init__(self, data, requires_grad=False):
-        if not isinstance(data, np.ndarray):
+        if not isinstance(data, np.ndarray) or data.dtype.kind not in _NUMBER_KINDS:
             data = _as_array(data)
         if requires_grad and data.dtype.kind != "f":
             raise TypeError(f"only floating-point tensors can require gradients, not {data.dtype}")
@@ -275,13 +283,34 @@ class _HookHandle:
             self._hooks.remove(self._hook)
 
 
+_NUMBER_KINDS = "biuf"  # the NumPy dtype kinds a tensor may hold: bool, ints, floats
+_ACCEPTED = ("a NumPy or CuPy array of numbers, a Python number, a (nested) list or tuple of "
+             "numbers, or a Tensor")
+
+
 def _as_array(data):
-    """An ndarray from array-likes; CuPy arrays pass through unchanged."""
+    """An ndarray of numbers from array-likes; CuPy arrays pass through unchanged.
+
+    Anything else is refused: NumPy would turn ``None`` into a NaN (or an
+    object array) and a ragged list into an object array, silently.
+    """
     if isinstance(data, Tensor):
         return data.data
     if backend.get_array_module(data) is not np:
         return data
-    return np.asarray(data)
+    try:
+        array = np.asarray(data)
+    except ValueError as exc:  # ragged nested lists
+        raise ValueError(f"cannot make a tensor from {_describe(data)}: "
+                         f"{str(exc).rstrip('.')}; pass {_ACCEPTED}") from None
+    if array.dtype.kind not in _NUMBER_KINDS:
+        raise TypeError(f"cannot make a tensor from {_describe(data)}: NumPy reads it as dtype "
+                        f"{array.dtype}, and tensors hold bools, ints or floats; pass {_ACCEPTED}")
+    return array
+
+
+def _describe(data):
+    return f"{reprlib.repr(data)} (a {type(data).__name__})"
 
 
 def _accumulate_leaf(leaf, grad, taken):
@@ -341,13 +370,43 @@ def _topological_order(root):
 
 
 def tensor(data, requires_grad=False, dtype="float32", device="cpu"):
-    """Create a leaf Tensor from an array, a list or a number (always a copy)."""
+    """Create a leaf Tensor from an array, a list or a number: always a copy, of ``dtype``.
+
+    The dtype is ``dtype`` whatever the data's: a float64 array or a list of
+    ints becomes float32 unless another ``dtype`` is given (e.g.
+    ``dtype="float64"`` for gradient checks). ``md.Tensor(array)`` keeps the
+    array's dtype and shares its memory instead. ``None``, strings and ragged
+    lists are refused with an error naming what was passed.
+    """
     xp = backend.xp_for(device)
-    if isinstance(data, Tensor):
-        data = data.data
+    data = _as_array(data)
     if backend.get_array_module(data) is not np:
         data = backend.to_device(data, device)
     return Tensor(xp.array(data, dtype=as_dtype(dtype)), requires_grad=requires_grad)
+
+
+def checked_state_value(value, like, where, owner, shape_fix):
+    """``value`` (an array, or a Tensor's array) once it is known to fit in place of ``like``.
+
+    Loading saved state checks every entry with this before changing any, so
+    that a bad entry leaves the model or optimizer as it was. The shape must
+    be ``like``'s; the dtype must convert to ``like``'s within its kind
+    (NumPy's "same_kind" casting: float64 into float32 is fine, a float into
+    an integer counter is not). ``where`` names the entry in errors, ``owner``
+    is what ``like`` belongs to, ``shape_fix`` how to get a state that fits.
+    """
+    if isinstance(value, Tensor):
+        value = value.data
+    elif backend.get_array_module(value) is np:
+        value = np.asarray(value)
+    if tuple(value.shape) != tuple(like.shape):
+        raise ValueError(f"{where} has shape {tuple(value.shape)} in the state but "
+                         f"{tuple(like.shape)} in the {owner}; {shape_fix}")
+    if not np.can_cast(value.dtype, like.dtype, casting="same_kind"):
+        raise TypeError(f"{where} is {value.dtype} in the state but {like.dtype} in the {owner}, "
+                        f"and {value.dtype} -> {like.dtype} would change the kind of number; "
+                        f"store it as {like.dtype} (are two entries swapped?)")
+    return value
 
 
 from . import functional as _ops  # noqa: E402  (the ops need Tensor defined first)

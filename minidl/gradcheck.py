@@ -4,8 +4,12 @@ For a random projection v of the output, L(x) = sum(v * f(x)) is a scalar
 whose gradient backward() computes; each input element's numerical
 derivative is (L(x + eps e_i) - L(x - eps e_i)) / (2 eps), with error
 O(eps^2). Checks run in float64, where eps ~ 1e-6 balances truncation
-against rounding error.
+against rounding error. A gradient that is not finite (NaN or inf) on either
+side fails the check: NaN compares false with every tolerance, so it would
+otherwise pass unnoticed.
 """
+import math
+
 import numpy as np
 
 from .autograd import Tensor, no_grad
@@ -20,7 +24,8 @@ def gradcheck(fn, *tensors, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0):
     """Check ``fn(*tensors)``'s gradients for every input that requires grad.
 
     Returns True, or raises ``GradcheckError`` naming the input, the index,
-    both values and the tolerance of the worst element.
+    both values and the tolerance of the worst element. Any NaN or inf in
+    either gradient is the worst element: the first one found is reported.
     """
     checked = [t for t in tensors if isinstance(t, Tensor) and t.requires_grad]
     if not checked:
@@ -46,7 +51,9 @@ def gradcheck(fn, *tensors, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0):
         worst = None
         for i, (t, grad) in enumerate(zip(checked, analytical)):
             numerical = _central_differences(objective, t.data, eps)
-            err = to_numpy(abs(grad - numerical) - (atol + rtol * abs(numerical)))
+            with np.errstate(invalid="ignore"):  # inf - inf: replaced by inf below
+                err = abs(grad - numerical) - (atol + rtol * abs(numerical))
+            err = to_numpy(xp.where(xp.isfinite(grad) & xp.isfinite(numerical), err, xp.inf))
             k = int(np.argmax(err)) if err.size else 0
             if err.size and err.flat[k] > 0 and (worst is None or err.flat[k] > worst[0]):
                 idx = np.unravel_index(k, err.shape)
@@ -56,10 +63,17 @@ def gradcheck(fn, *tensors, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0):
             t.grad = g
     if worst is not None:
         _, i, idx, a, n = worst
+        where = f"gradcheck: input {i} at index {tuple(int(j) for j in idx)}"
+        if not math.isfinite(a):
+            raise GradcheckError(f"{where}: the analytical gradient (backward) is {a} "
+                                 f"(numerical {n:.8g}); backward must return finite values")
+        if not math.isfinite(n):
+            raise GradcheckError(f"{where}: the numerical gradient is {n} (analytical {a:.8g}): "
+                                 f"fn is not finite within eps={eps} of this point; check it "
+                                 "at a point where it is defined")
         raise GradcheckError(
-            f"gradcheck: input {i} at index {tuple(int(j) for j in idx)}: analytical {a:.8g} "
-            f"vs numerical {n:.8g} (difference {abs(a - n):.3g} exceeds atol={atol} + "
-            f"rtol={rtol} * |numerical|)")
+            f"{where}: analytical {a:.8g} vs numerical {n:.8g} (difference {abs(a - n):.3g} "
+            f"exceeds atol={atol} + rtol={rtol} * |numerical|)")
     return True
 
 

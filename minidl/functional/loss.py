@@ -12,9 +12,21 @@ from ..backend import get_array_module, to_device
 from .arithmetic import _pair
 
 
+def _shift_by_max(x, axis):
+    """x - max(x) along ``axis``, without NumPy's warnings when the logits are not finite.
+
+    Logits holding inf (a diverged run) give inf - inf = NaN here, and so a
+    NaN loss: that loss is the report a training loop checks and stops on,
+    so the overflow and invalid-value warnings would only print ahead of it.
+    The values are the same with or without the warnings.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        return x - x.max(axis=axis, keepdims=True)
+
+
 def _log_softmax(x, axis):
     xp = get_array_module(x)
-    shifted = x - x.max(axis=axis, keepdims=True)
+    shifted = _shift_by_max(x, axis)
     return shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
 
 
@@ -22,7 +34,7 @@ class Softmax(Function):
     def forward(self, x, axis):
         xp = get_array_module(x)
         self.axis = axis
-        e = xp.exp(x - x.max(axis=axis, keepdims=True))
+        e = xp.exp(_shift_by_max(x, axis))
         e /= e.sum(axis=axis, keepdims=True)
         self.y = e
         return e

@@ -7,6 +7,7 @@ from ..conv.autotune import TUNER
 from ..conv.base import PASSES
 from ..conv.geometry import pair
 from . import init
+from .checks import groups_arg, int_arg, size_arg
 from .module import Module, Parameter
 
 
@@ -21,16 +22,20 @@ class Conv2d(Module):
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
                  groups=1, bias=True, algo="auto", dtype="float32"):
         super().__init__()
-        if in_channels % groups or out_channels % groups:
-            raise ValueError(f"Conv2d: in_channels {in_channels} and out_channels {out_channels} "
-                             f"must both be divisible by groups={groups}")
+        in_channels = int_arg("Conv2d", "in_channels", in_channels,
+                              hint="the input's channels, x.shape[1]")
+        out_channels = int_arg("Conv2d", "out_channels", out_channels,
+                               hint="the number of filters")
         self.in_channels, self.out_channels = in_channels, out_channels
-        self.kernel_size = pair(kernel_size, "kernel_size")
-        self.stride, self.padding = pair(stride, "stride"), pair(padding, "padding")
-        self.dilation, self.groups, self.algo = pair(dilation, "dilation"), groups, algo
+        self.kernel_size = pair(size_arg("Conv2d", "kernel_size", kernel_size), "kernel_size")
+        self.stride = pair(size_arg("Conv2d", "stride", stride), "stride")
+        self.padding = pair(size_arg("Conv2d", "padding", padding, minimum=0), "padding")
+        self.dilation = pair(size_arg("Conv2d", "dilation", dilation), "dilation")
+        self.groups = groups_arg("Conv2d", groups, in_channels, out_channels)
+        self.algo = algo
         dtype = as_dtype(dtype)
-        self.weight = Parameter(np.empty((out_channels, in_channels // groups) + self.kernel_size,
-                                         dtype=dtype))
+        shape = (out_channels, in_channels // self.groups) + self.kernel_size
+        self.weight = Parameter(np.empty(shape, dtype=dtype))
         self.bias = Parameter(np.empty(out_channels, dtype=dtype)) if bias else None
         init.default_init_(self.weight, self.bias)
         self._last = None   # (geometry, dtype, device) of the last forward

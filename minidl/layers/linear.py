@@ -4,6 +4,7 @@ import numpy as np
 from .. import functional as F
 from ..autograd import as_dtype
 from . import init
+from .checks import int_arg
 from .module import Module, Parameter
 
 
@@ -12,10 +13,12 @@ class Linear(Module):
 
     def __init__(self, in_features, out_features, bias=True, dtype="float32"):
         super().__init__()
-        self.in_features, self.out_features = in_features, out_features
+        self.in_features = int_arg("Linear", "in_features", in_features,
+                                   hint="the input's features, x.shape[-1]")
+        self.out_features = int_arg("Linear", "out_features", out_features)
         dtype = as_dtype(dtype)
-        self.weight = Parameter(np.empty((out_features, in_features), dtype=dtype))
-        self.bias = Parameter(np.empty(out_features, dtype=dtype)) if bias else None
+        self.weight = Parameter(np.empty((self.out_features, self.in_features), dtype=dtype))
+        self.bias = Parameter(np.empty(self.out_features, dtype=dtype)) if bias else None
         init.default_init_(self.weight, self.bias)
 
     def forward(self, x):

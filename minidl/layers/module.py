@@ -9,7 +9,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..autograd import Tensor, as_dtype
+from ..autograd import Tensor, as_dtype, checked_state_value
 from ..backend import DEVICES, to_device
 
 
@@ -98,10 +98,14 @@ class Module:
         return state
 
     def load_state_dict(self, state, strict=True):
-        """Copy arrays from ``state`` into this module's parameters and buffers.
+        """Copy arrays from ``state`` into this module's parameters and buffers, in place.
 
-        Shapes must match; with ``strict`` the keys must match exactly. Values
-        are converted to each parameter's device and dtype.
+        All or nothing, as ``Optimizer.load_state_dict``: every key, shape and
+        dtype is checked (``checked_state_value``) before any value is written,
+        so a bad entry leaves the module as it was. With ``strict`` the keys
+        must match exactly. Values are converted to each tensor's device and
+        dtype (float64 into float32 is fine; a float into an integer buffer is
+        an error).
         """
         own = OrderedDict(self.named_parameters())
         own.update(self.named_buffers())
@@ -109,15 +113,13 @@ class Module:
         unexpected = [k for k in state if k not in own]
         if strict and (missing or unexpected):
             raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys "
-                           f"{unexpected}; is this the state of another model?")
-        for name, t in own.items():
-            if name not in state:
-                continue
-            value = state[name]
-            value = value.data if isinstance(value, Tensor) else value
-            if tuple(value.shape) != t.shape:
-                raise ValueError(f"load_state_dict: {name} has shape {tuple(value.shape)} in the "
-                                 f"state but {t.shape} in the model")
+                           f"{unexpected}; is this the state of another model? (strict=False "
+                           "loads only the keys both have)")
+        checked = [(t, checked_state_value(state[name], t, f"load_state_dict: {name}", "model",
+                                           "build the model with the layer sizes it had when "
+                                           "the state was saved"))
+                   for name, t in own.items() if name in state]
+        for t, value in checked:
             t.data[...] = to_device(value, t.device)
         return self
 

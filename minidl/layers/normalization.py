@@ -3,6 +3,7 @@ import numpy as np
 
 from .. import functional as F
 from ..autograd import ShapeError, Tensor, as_dtype
+from .checks import int_arg, number_arg
 from .module import Module, Parameter
 
 
@@ -14,8 +15,14 @@ class _BatchNorm(Module):
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
                  track_running_stats=True, dtype="float32"):
         super().__init__()
+        name = type(self).__name__
+        self.num_features = num_features = int_arg(name, "num_features", num_features,
+                                                   hint="the input's channels, x.shape[1]")
+        self.eps = number_arg(name, "eps", eps, lambda v: v > 0,
+                              "a number > 0 (it keeps the variance away from zero)")
+        self.momentum = number_arg(name, "momentum", momentum, lambda v: 0 <= v <= 1,
+                                   "the running statistics' update weight, in [0, 1]")
         dtype = as_dtype(dtype)
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.weight = Parameter(np.ones(num_features, dtype=dtype)) if affine else None
         self.bias = Parameter(np.zeros(num_features, dtype=dtype)) if affine else None
         if track_running_stats:
@@ -57,7 +64,14 @@ class LocalResponseNorm(Module):
 
     def __init__(self, size, alpha=1e-4, beta=0.75, k=1.0):
         super().__init__()
-        self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
+        self.size = int_arg("LocalResponseNorm", "size", size,
+                            hint="the channels each sum spans; AlexNet uses 5")
+        self.alpha = number_arg("LocalResponseNorm", "alpha", alpha, lambda v: v >= 0,
+                                "a number >= 0")
+        self.beta = number_arg("LocalResponseNorm", "beta", beta, lambda v: v >= 0,
+                               "a number >= 0")
+        self.k = number_arg("LocalResponseNorm", "k", k, lambda v: v > 0,
+                            "a number > 0 (it keeps the denominator away from zero)")
 
     def forward(self, x):
         return F.local_response_norm(x, self.size, self.alpha, self.beta, self.k)

@@ -1,12 +1,18 @@
 """Pooling layers over NCHW inputs (see ``functional.pooling``)."""
 from .. import functional as F
+from .checks import size_arg
 from .module import Module
 
 
 class _Pool2d(Module):
+    """Sizes are ints or (height, width) pairs; ``stride=None`` means the kernel size."""
+
     def __init__(self, kernel_size, stride=None, padding=0):
         super().__init__()
-        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        name = type(self).__name__
+        self.kernel_size = size_arg(name, "kernel_size", kernel_size)
+        self.stride = None if stride is None else size_arg(name, "stride", stride)
+        self.padding = size_arg(name, "padding", padding, minimum=0)
 
     def extra_repr(self):
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"

@@ -15,7 +15,7 @@ import numbers
 
 import numpy as np
 
-from ..autograd import Tensor, no_grad
+from ..autograd import Tensor, checked_state_value, no_grad
 from ..backend import get_array_module
 
 
@@ -100,7 +100,8 @@ class Optimizer:
 
         Everything is checked before anything changes: the parameter count,
         the names, hyper-parameters that are finite numbers >= 0, state
-        arrays of the parameters' shapes holding finite values.
+        arrays of the parameters' shapes and kinds of number (the check
+        ``Module.load_state_dict`` uses too) holding finite values.
         """
         name = type(self).__name__
         states = state_dict["state"]
@@ -133,9 +134,10 @@ class Optimizer:
             if np.ndim(value) == 0:
                 own[key] = _item(value)
                 continue
-            if tuple(value.shape) != tuple(p.shape):
-                raise ValueError(f"{type(self).__name__}.load_state_dict: state {key!r} of "
-                                 f"parameter {i} has shape {value.shape}, the parameter {p.shape}")
+            value = checked_state_value(
+                value, p, f"{type(self).__name__}.load_state_dict: state {key!r} of parameter {i}",
+                "parameter", "build the optimizer over the parameters it had when the state "
+                "was saved, in the same order")
             if not np.isfinite(value).all():
                 raise ValueError(f"{type(self).__name__}.load_state_dict: state {key!r} of "
                                  f"parameter {i} holds NaN or inf; the run had diverged")

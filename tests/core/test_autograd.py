@@ -1,5 +1,6 @@
 """The engine itself: graph traversal, accumulation, modes, hooks and its error messages."""
 import gc
+import warnings
 import weakref
 
 import numpy as np
@@ -205,3 +206,46 @@ def test_softmax_is_stable_for_huge_logits():
     assert np.isfinite(F.log_softmax(x).numpy()[0, :2]).all()
     loss = F.cross_entropy(md.tensor([[1000.0, 0.0]], requires_grad=True), np.array([1]))
     assert loss.item() == pytest.approx(1000.0)
+
+
+
+def test_non_finite_logits_give_a_non_finite_loss_without_numpy_warnings():
+    """A diverged run's logits: the NaN or inf loss is the report, NumPy's warnings are not."""
+    logits = md.tensor([[np.inf, 1.0, -np.inf], [np.nan, 0.0, 0.0], [3e38, -3e38, 0.0]],
+                       requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loss = F.cross_entropy(logits, np.array([0, 1, 1]), reduction="none")
+        loss.sum().backward()
+        probs, logp = F.softmax(logits).numpy(), F.log_softmax(logits).numpy()
+    assert np.isnan(loss.numpy()[:2]).all() and loss.numpy()[2] == np.inf
+    assert np.isnan(probs[:2]).all() and np.isnan(logp[:2]).all()
+    np.testing.assert_array_equal(probs[2], [1, 0, 0])
+    np.testing.assert_array_equal(logp[2], np.float32([0, -np.inf, -3e38]))
+
+@pytest.mark.parametrize("data,error,shown", [
+    (None, TypeError, r"None \(a NoneType\): NumPy reads it as dtype object"),
+    ([1.0, None], TypeError, r"\[1\.0, None\] \(a list\)"),
+    ("1.5", TypeError, r"'1\.5' \(a str\): NumPy reads it as dtype <U3"),
+    (np.array([1, None], dtype=object), TypeError,
+     r"array\(\[1, None\], dtype=object\) \(a ndarray\): NumPy reads it as dtype object"),
+    ([[1, 2], [3]], ValueError, r"\[\[1, 2\], \[3\]\] \(a list\)"),
+])
+@pytest.mark.parametrize("make", [md.tensor, md.Tensor], ids=["md.tensor", "md.Tensor"])
+def test_tensor_refuses_what_is_not_numbers(make, data, error, shown):
+    with pytest.raises(error, match=rf"cannot make a tensor from {shown}.*; pass a NumPy or "
+                                    r"CuPy array of numbers, a Python number"):
+        make(data)
+
+
+def test_tensor_casts_to_its_dtype_and_copies_while_Tensor_wraps_as_is():
+    a = np.array([0.1, 0.2])  # float64
+    t = md.tensor(a)
+    assert t.dtype == np.float32 and not np.shares_memory(t.data, a)
+    np.testing.assert_array_equal(t.numpy(), a.astype(np.float32))
+    assert md.tensor(a, dtype="float64").dtype == np.float64
+    assert md.tensor([1, 2]).dtype == np.float32
+    assert md.tensor(True).dtype == np.float32 and md.tensor(3).item() == 3.0
+    w = md.Tensor(a)
+    assert w.data is a and w.dtype == np.float64
+    assert md.Tensor([1, 2]).dtype == np.asarray([1, 2]).dtype  # what NumPy makes of the list

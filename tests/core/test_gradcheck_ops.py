@@ -132,3 +132,68 @@ def test_gradcheck_refuses_float32():
     x = md.tensor(np.ones(3), requires_grad=True)
     with pytest.raises(TypeError, match="float64"):
         md.gradcheck(lambda x: x * 2, x)
+
+
+class SquareWithBadElement(md.Function):
+    """x * x whose backward puts ``bad`` at index ``at`` (and optionally a wrong finite value)."""
+
+    bad, at, also_wrong = np.nan, (1, 2), None
+
+    def forward(self, x):
+        self.x = x
+        return x * x
+
+    def backward(self, g):
+        grad = 2 * self.x * g
+        grad[self.at] = self.bad
+        if self.also_wrong is not None:
+            grad[self.also_wrong] += 0.5
+        return grad
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_gradcheck_fails_on_a_non_finite_analytical_gradient(bad, rng):
+    class Bad(SquareWithBadElement):
+        pass
+    Bad.bad, Bad.also_wrong = bad, (0, 0)  # a finite error elsewhere must not hide it
+    x = md.tensor(rng.standard_normal((3, 4)), requires_grad=True, dtype="float64")
+    with pytest.raises(md.GradcheckError,
+                       match=rf"input 0 at index \(1, 2\): the analytical gradient "
+                             rf"\(backward\) is {bad}"):
+        md.gradcheck(lambda x: Bad.apply(x), x)
+
+
+def test_gradcheck_names_the_input_whose_gradient_is_nan(rng):
+    a, b = (md.tensor(rng.standard_normal((3, 4)), requires_grad=True, dtype="float64")
+            for _ in range(2))
+    with pytest.raises(md.GradcheckError, match=r"input 1 at index \(1, 2\).* is nan"):
+        md.gradcheck(lambda a, b: a * 3 + SquareWithBadElement.apply(b), a, b)
+
+
+def test_gradcheck_fails_where_the_function_is_nan_near_the_point():
+    # log(x - eps) is NaN for x[2] = eps / 2: only that element's numerical derivative is NaN
+    x = md.tensor([1.0, 2.0, 5e-7, 3.0], requires_grad=True, dtype="float64")
+    before = x.numpy().copy()
+    with np.errstate(invalid="ignore"), pytest.raises(
+            md.GradcheckError, match=r"input 0 at index \(2,\): the numerical gradient is nan"):
+        md.gradcheck(lambda x: x.log(), x)
+    np.testing.assert_array_equal(x.numpy(), before)
+
+
+def test_gradcheck_fails_where_the_function_is_nan_at_the_point(rng):
+    class NanAtOne(md.Function):
+        """Finite backward, but the value is NaN at one element: every difference is NaN."""
+
+        def forward(self, x):
+            y = x * 2
+            y[0, 1] = np.nan
+            return y
+
+        def backward(self, g):
+            return 2 * g
+
+    x = md.tensor(rng.standard_normal((2, 3)), requires_grad=True, dtype="float64")
+    with pytest.raises(md.GradcheckError,
+                       match=r"input 0 at index \(0, 0\): the numerical gradient is nan "
+                             r"\(analytical .*\): fn is not finite"):
+        md.gradcheck(lambda x: NanAtOne.apply(x), x)

@@ -60,6 +60,45 @@ def test_load_state_dict_names_missing_and_unexpected_keys():
     TwoLayer().load_state_dict(state, strict=False)
 
 
+def snapshot(module):
+    return {k: v.copy() for k, v in module.state_dict().items()}
+
+
+def assert_unchanged(module, before):
+    after = module.state_dict()
+    assert after.keys() == before.keys()
+    for k in before:
+        assert after[k].dtype == before[k].dtype and after[k].tobytes() == before[k].tobytes(), k
+
+
+@pytest.mark.parametrize("bad_value,error,message", [
+    (np.zeros(3), ValueError,
+     r"load_state_dict: bn.num_batches_tracked has shape \(3,\) in the state but \(\) in the "
+     r"model; build the model with the layer sizes"),
+    (np.array(2.5), TypeError,
+     r"load_state_dict: bn.num_batches_tracked is float64 in the state but int64 in the model.*"
+     r"store it as int64"),
+])
+def test_load_state_dict_with_a_bad_last_key_changes_nothing(bad_value, error, message):
+    model, other = TwoLayer(), TwoLayer()
+    other(md.tensor(np.random.default_rng(0).standard_normal((5, 4))))  # running statistics move
+    state = snapshot(other)
+    assert list(state)[-1] == "bn.num_batches_tracked"
+    state["bn.num_batches_tracked"] = bad_value
+    before = snapshot(model)
+    with pytest.raises(error, match=message):
+        model.load_state_dict(state)
+    assert_unchanged(model, before)
+
+
+def test_load_state_dict_converts_within_a_kind():
+    model, other = TwoLayer(), TwoLayer().to("float64")
+    model.load_state_dict(other.state_dict())
+    for k, v in model.state_dict().items():
+        assert v.dtype == (np.int64 if k.endswith("num_batches_tracked") else np.float32), k
+        np.testing.assert_array_equal(v, other.state_dict()[k].astype(v.dtype))
+
+
 def test_train_eval_propagate_to_children():
     m = TwoLayer().eval()
     assert not m.bn.training and not m.training

@@ -137,6 +137,32 @@ def test_load_state_dict_rejects_another_optimizers_state():
         optim.SGD(model.parameters(), lr=0.1).load_state_dict(adam.state_dict())
 
 
+@pytest.mark.parametrize("bad_value,error,message", [
+    (np.zeros((4, 4), dtype=np.float32), ValueError,
+     r"Adam.load_state_dict: state 'exp_avg_sq' of parameter 5 has shape \(4, 4\) in the state "
+     r"but \(3,\) in the parameter; build the optimizer over the parameters it had"),
+    (np.zeros(3, dtype=np.complex64), TypeError,
+     r"state 'exp_avg_sq' of parameter 5 is complex64 in the state but float32"),
+])
+def test_optimizer_load_state_dict_with_a_bad_last_entry_changes_nothing(bad_value, error,
+                                                                         message):
+    model = mlp()
+    saved = optim.Adam(model.parameters(), lr=0.02)
+    train_minidl(model, saved, batches(2))
+    state = saved.state_dict()
+    state["state"][-1]["exp_avg_sq"] = bad_value
+    opt = optim.Adam(model.parameters(), lr=0.01)
+    train_minidl(model, opt, batches(1, seed=3))
+    before = [{k: np.copy(v) for k, v in s.items()} for s in opt.state]
+    with pytest.raises(error, match=message):
+        opt.load_state_dict(state)
+    assert opt.lr == 0.01
+    for own, old in zip(opt.state, before):
+        assert own.keys() == old.keys()
+        for k in old:
+            assert np.asarray(own[k]).tobytes() == np.asarray(old[k]).tobytes()
+
+
 def test_bad_arguments_are_reported():
     with pytest.raises(ValueError, match="empty parameter list"):
         optim.SGD([], lr=0.1)
