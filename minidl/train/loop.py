@@ -65,14 +65,15 @@ def train_epoch(
         optimizer.zero_grad()
         began = time.perf_counter()
         loss, value = None, 0.0  # an empty share of a short last batch still joins the step
-        if len(y):
-            logits = model(_inputs(model, x, device))
-            loss = F.cross_entropy(logits, y)
-            value = loss.item()
-        for callback in callbacks:
-            callback.after_forward(epoch, step, value)
-        if loss is not None:
-            loss.backward()
+        with np.errstate(over="ignore", invalid="ignore"):  # a non-finite loss is reported below
+            if len(y):
+                logits = model(_inputs(model, x, device))
+                loss = F.cross_entropy(logits, y)
+                value = loss.item()
+            for callback in callbacks:
+                callback.after_forward(epoch, step, value)
+            if loss is not None:
+                loss.backward()
         spent = time.perf_counter() - began
         compute += spent
         slept += sum(callback.after_backward(spent) for callback in callbacks)
