@@ -3,7 +3,7 @@
 Each algorithm reduces a flat, contiguous array in place, for any number of
 ranks P (not only powers of two) and any length n (0 and n < P included).
 The algorithms are the classic ones of Thakur, Rabenseifner & Gropp (2005),
-costed in ``costmodel.py`` with the formulas of Ben-Nun & Hoefler (2019, §2.5):
+costed in ``minidl/perf/allreduce_cost.py`` (Ben-Nun & Hoefler 2019, §2.5):
 
 * ``ring``: reduce-scatter then allgather around a ring, P-1 steps each;
   bandwidth-optimal, linear latency term.

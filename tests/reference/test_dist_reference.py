@@ -8,10 +8,11 @@ import inspect
 import numpy as np
 import pytest
 
-from minidl.dist import collectives, costmodel
+from minidl.dist import collectives
 from minidl.dist.data_parallel import make_buckets
 from minidl.exercises import catalogue
 from minidl.layers import Parameter
+from minidl.perf import allreduce_cost
 from minidl.reference.dist.buckets import assign_buckets
 
 PATHS = ("minidl/reference/dist/allreduce.py", "minidl/reference/dist/buckets.py")
@@ -31,11 +32,11 @@ def test_reference_algorithms_are_registered_apart_from_the_tuned_ones():
 def test_auto_never_picks_a_reference_algorithm():
     """The rule, the cost model and the measurement choose among the tuned algorithms only."""
     tuned = set(collectives.ALLREDUCE_ALGORITHMS)
-    assert {costmodel.choose_by_rule(1 << k) for k in range(34)} <= tuned
-    params = costmodel.CostParams(alpha=1e-6, beta=1e-10, gamma=1e-10)
-    assert {costmodel.choose(1 << k, size, params) for k in range(0, 34, 3)
+    assert {allreduce_cost.choose_by_rule(1 << k) for k in range(34)} <= tuned
+    params = allreduce_cost.CostParams(alpha=1e-6, beta=1e-10, gamma=1e-10)
+    assert {allreduce_cost.choose(1 << k, size, params) for k in range(0, 34, 3)
             for size in (2, 3, 8)} <= tuned
-    measured = inspect.signature(costmodel.choose_by_measurement).parameters["algorithms"]
+    measured = inspect.signature(allreduce_cost.choose_by_measurement).parameters["algorithms"]
     assert set(measured.default) <= tuned
 
 
