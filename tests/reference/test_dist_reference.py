@@ -21,12 +21,14 @@ OUR_EXERCISES = [e.id for e in catalogue() if e.path in PATHS]
 
 def test_reference_algorithms_are_registered_apart_from_the_tuned_ones():
     assert collectives.ALLREDUCE_ALGORITHMS == ("mpi", "ring", "butterfly", "tree", "rabenseifner")
-    assert collectives.REFERENCE_ALGORITHMS == tuple(
+    assert tuple(collectives.REFERENCE_ALGORITHMS) == tuple(
         f"{name}_reference" for name in collectives.ALLREDUCE_ALGORITHMS[1:])
     for name in collectives.REFERENCE_ALGORITHMS:
         assert collectives.check_algorithm(name, allow_auto=False) == name
     with pytest.raises(ValueError, match="ring_reference"):
         collectives.check_algorithm("ring_textbook")
+    with pytest.raises(ValueError, match="import minidl.reference"):
+        collectives.check_algorithm("hypercube_reference")
 
 
 def test_auto_never_picks_a_reference_algorithm():
