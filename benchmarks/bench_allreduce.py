@@ -25,7 +25,8 @@ import numpy as np
 
 import minidl.dist as dist
 from minidl.cli import bench_allreduce as bench
-from minidl.dist import collectives, costmodel
+from minidl.dist import collectives
+from minidl.perf import allreduce_cost as cost
 from minidl.backend import tune_malloc
 
 tune_malloc()  # as the minidl command does: step temporaries stay in the process
@@ -36,8 +37,9 @@ PINGPONG_SIZES = (1 << 24, 1 << 26)
 def bound_terms(comm, nbytes):
     """(link seconds, add seconds) of the bound, from one ping-pong and one add measurement."""
     share = (comm.size - 1) / comm.size
-    one_way = costmodel.pingpong(comm.mpi, PINGPONG_SIZES, batches=1)
-    add_seconds_per_byte = costmodel.measure_gamma(nbytes // comm.size, repeats=1)
+    one_way = cost.pingpong(comm, PINGPONG_SIZES, batches=1)
+    add_seconds_per_byte = cost.measure_gamma(collectives.SEGMENT_BYTES, nbytes // comm.size,
+                                              repeats=1)
     if comm.rank != 0:
         return None
     link = max(m / t for m, t in zip(PINGPONG_SIZES, one_way))
@@ -54,7 +56,7 @@ def measure(comm, array, names, runs):
         for name in names:
             algorithm, _, segment = name.partition("@")
             collectives.SEGMENT_BYTES = bench.parse_size(segment) if segment else default_segment
-            seconds = costmodel.time_allreduce(comm, array, algorithm, 1, warmup=False)[0]
+            seconds = cost.time_allreduce(comm, array, algorithm, 1, warmup=False)[0]
             if run:
                 times[name].append(seconds)
         if run and terms:
@@ -99,8 +101,8 @@ def main():
     medians = {name: float(np.median(t)) for name, t in times.items()}
     for name, median in medians.items():
         algorithm = name.partition("@")[0]
-        model = (f"{costmodel.predict(algorithm, nbytes, size, params) * 1e3:.1f}"
-                 if algorithm in costmodel.MODELLED_ALGORITHMS else "-")
+        model = (f"{cost.predict(algorithm, nbytes, size, params) * 1e3:.1f}"
+                 if algorithm in cost.MODELLED_ALGORITHMS else "-")
         print(f"{name:<16s}{median * 1e3:>10.1f}{min(times[name]) * 1e3:>9.1f}{model:>10s}"
               f"{median / native:>10.2f}{median / bound:>9.2f}")
     best = min(dist.ALLREDUCE_ALGORITHMS[1:], key=medians.get)

@@ -5,7 +5,7 @@
 (``mpiexec -n 2 ... --sizes 1K,64K``: a quick run of a few seconds.)
 
 Points are measured times (median of the slowest rank), lines the alpha-beta-
-gamma predictions of ``minidl.dist.costmodel`` with the parameters fitted on
+gamma predictions of ``minidl.perf.allreduce_cost`` with the parameters fitted on
 this machine. Things to look for: the butterfly wins for small messages
 (fewest latency terms), ring and Rabenseifner for large ones (each rank moves
 only 2(P-1)/P of the data), and the tree costs about twice the butterfly.
@@ -16,7 +16,7 @@ import numpy as np
 
 import minidl.dist as dist
 from minidl.cli import bench_allreduce as bench
-from minidl.dist import costmodel
+from minidl.perf import allreduce_cost
 
 
 def plot(path, results, size, params, algorithms):
@@ -31,8 +31,8 @@ def plot(path, results, size, params, algorithms):
     for name, colour in zip(algorithms, plt.rcParams["axes.prop_cycle"].by_key()["color"]):
         measured = [results[n][name] * 1e3 for n in sizes]
         ax.plot(sizes, measured, "o", color=colour, label=f"{name} (measured)")
-        if name in costmodel.MODELLED_ALGORITHMS:
-            model = [costmodel.predict(name, n, size, params) * 1e3 for n in fine]
+        if name in allreduce_cost.MODELLED_ALGORITHMS:
+            model = [allreduce_cost.predict(name, n, size, params) * 1e3 for n in fine]
             ax.plot(fine, model, "-", color=colour, alpha=0.7, label=f"{name} (model)")
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -17,6 +17,7 @@ import argparse
 
 import numpy as np
 
+from minidl.cli.specs import parse_compression
 from minidl.dist.compression import GradientEncoder
 from minidl.dist.telemetry import format_table
 
@@ -37,7 +38,8 @@ def problem(dim, seed=0):
 def descend(a, b, w_star, scheme, error_feedback, steps, lr):
     """Relative distance to the solution after ``steps`` compressed-gradient steps."""
     w = np.zeros(a.shape[1], dtype=np.float32)
-    encoder = GradientEncoder(scheme, w.size, error_feedback=error_feedback, seed=1)
+    encoder = GradientEncoder(parse_compression(scheme), w.size, error_feedback=error_feedback,
+                              seed=1)
     for _ in range(steps):
         grad = a.T @ (a @ w - b)
         _, sent = encoder.encode(grad.astype(np.float32))
@@ -55,7 +57,7 @@ def main():
     rows = []
     for scheme, feedback in SCHEMES:
         error, nbytes = descend(a, b, w_star, scheme, feedback, args.steps, args.lr)
-        encoder = GradientEncoder(scheme, args.dim, error_feedback=feedback)
+        encoder = GradientEncoder(parse_compression(scheme), args.dim, error_feedback=feedback)
         rows.append({"scheme": scheme, "feedback": "on" if encoder.residual is not None else "off",
                      "bytes": nbytes, "share": 100 * nbytes / (4 * args.dim), "error": error})
     print(f"least squares, {args.dim} unknowns, {args.steps} steps of lr {args.lr}")

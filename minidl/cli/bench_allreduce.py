@@ -2,14 +2,15 @@
 
 For each message size, each algorithm's time is the median over repetitions
 of the slowest rank's time (all ranks start after a barrier); next to it is
-the time ``costmodel.predict`` gives with the alpha, beta, gamma fitted on
-this machine at start-up.
+the time ``minidl.perf.allreduce_cost.predict`` gives with the alpha, beta,
+gamma fitted on this machine at start-up.
 """
 import re
 
 import numpy as np
 
-from minidl.dist import collectives, costmodel
+from minidl.dist import collectives
+from minidl.perf.allreduce_cost import MODELLED_ALGORITHMS, choose, predict, time_allreduce
 
 DEFAULT_SIZES = "1K,4K,16K,64K,256K,1M,4M,16M,64M,256M"
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -46,10 +47,10 @@ def sweep(comm, sizes, algorithms, dtype="float32", repeats=None):
     results = {}
     for nbytes in sizes:
         array = np.zeros(nbytes // itemsize, dtype=dtype)
-        slowest = max(costmodel.predict(name, array.nbytes, comm.size, params)
-                      for name in costmodel.MODELLED_ALGORITHMS)
+        slowest = max(predict(name, array.nbytes, comm.size, params)
+                      for name in MODELLED_ALGORITHMS)
         count = repeats or auto_repeats(slowest)
-        results[nbytes] = {name: float(np.median(costmodel.time_allreduce(comm, array, name, count)))
+        results[nbytes] = {name: float(np.median(time_allreduce(comm, array, name, count)))
                            for name in algorithms}
     return results
 
@@ -64,19 +65,19 @@ def describe_params(params):
 
 
 def format_table(results, size, params, algorithms):
-    """The sweep as text: measured and modelled ms per algorithm, the fastest and the model's pick."""
-    modelled = [name for name in algorithms if name in costmodel.MODELLED_ALGORITHMS]
+    """The sweep as text: measured and modelled ms per algorithm, the fastest, the model's pick."""
+    modelled = [name for name in algorithms if name in MODELLED_ALGORITHMS]
     lines = ["size       " + "".join(f"{name:>22s}" for name in algorithms)
              + "   fastest       model picks",
              "           " + "".join(f"{'measured (model) ms':>22s}" for _ in algorithms)]
     for nbytes, times in results.items():
         cells = []
         for name in algorithms:
-            model = (f"({costmodel.predict(name, nbytes, size, params) * 1e3:.3f})"
+            model = (f"({predict(name, nbytes, size, params) * 1e3:.3f})"
                      if name in modelled else "(-)")
             cells.append(f"{times[name] * 1e3:>12.3f} {model:>9s}")
         fastest = min(times, key=times.get)
-        pick = costmodel.choose(nbytes, size, params, modelled) if modelled else "-"
+        pick = choose(nbytes, size, params, modelled) if modelled else "-"
         lines.append(f"{format_size(nbytes):<11s}" + "".join(f"{c:>22s}" for c in cells)
                      + f"   {fastest:<13s} {pick}")
     return "\n".join(lines)

@@ -13,7 +13,6 @@ from .. import dist, models, optim, train
 from ..conv import ALGORITHMS as CONV_ALGORITHMS
 from ..data import DataLoader
 from ..dist import ALLREDUCE_ALGORITHMS
-from ..dist.compression import SPEC_HELP, make_compressor
 from ..dist.config import DistConfig, DistMode
 from ..dist.launch import mpiexec_rank, mpiexec_ranks
 from ..dist.ps_server import DEFAULT_POLL_INTERVAL
@@ -25,6 +24,7 @@ from ..train.loop import evaluate
 from ..train.setup import DATASETS, build_model
 from .common import nonnegative_int, number, positive_int
 from .resume import reconcile
+from .specs import SPEC_HELP, parse_compression
 
 DIVERGED_EXIT = 3
 MODES_HELP = "sync, bsp, ssp:S, asp, avg:H or easgd[:ALPHA[:TAU]]"
@@ -91,7 +91,7 @@ def argument_type(parse):
 
 
 dist_mode = argument_type(parse_dist_mode)
-compression = argument_type(make_compressor)
+compression = argument_type(parse_compression)
 straggler = argument_type(parse_straggler)
 
 
@@ -209,7 +209,7 @@ def dist_config(args):
         overlap=not args.no_overlap,
         servers=args.servers,
         poll_interval=args.poll_interval,
-        compressor=make_compressor(args.compress),
+        compressor=parse_compression(args.compress),
         error_feedback={"auto": None, "on": True, "off": False}[args.error_feedback],
         stragglers=dict(parse_straggler(text) for text in args.straggler),
         jitter=args.jitter,

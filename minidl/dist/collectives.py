@@ -3,7 +3,7 @@
 Each algorithm reduces a flat, contiguous array in place, for any number of
 ranks P (not only powers of two) and any length n (0 and n < P included).
 The algorithms are the classic ones of Thakur, Rabenseifner & Gropp (2005),
-costed in ``costmodel.py`` with the formulas of Ben-Nun & Hoefler (2019, §2.5):
+costed in ``minidl/perf/allreduce_cost.py`` (Ben-Nun & Hoefler 2019, §2.5):
 
 * ``ring``: reduce-scatter then allgather around a ring, P-1 steps each;
   bandwidth-optimal, linear latency term.
@@ -14,9 +14,10 @@ costed in ``costmodel.py`` with the formulas of Ben-Nun & Hoefler (2019, §2.5):
   allgather; bandwidth-optimal with a logarithmic latency term.
 * ``mpi``: the library's own ``Allreduce`` (``MPI_IN_PLACE``).
 
-``REFERENCE_ALGORITHMS`` (``"ring_reference"``...) run the textbook versions
-of ``minidl.reference.dist.allreduce`` instead: whole blocks, no pipelining.
-They are for reading, exercises and tests; ``auto`` never picks them.
+``REFERENCE_ALGORITHMS`` (``"ring_reference"``...) are the textbook versions:
+whole blocks, no pipelining, for reading, exercises and tests. Importing
+``minidl.reference`` registers them (``register_reference``); ``auto``
+never picks them.
 
 Ranks beyond the largest power of two ``p2 <= P`` are *folded*: rank
 ``p2 + i`` first adds its array into rank ``i`` and gets the result back at
@@ -39,8 +40,7 @@ import numpy as np
 from minidl import backend
 
 ALLREDUCE_ALGORITHMS = ("mpi", "ring", "butterfly", "tree", "rabenseifner")
-REFERENCE_ALGORITHMS = ("ring_reference", "butterfly_reference", "tree_reference",
-                        "rabenseifner_reference")
+REFERENCE_ALGORITHMS = {}  # "ring_reference": the textbook function (see register_reference)
 
 SEGMENT_BYTES = 1 << 19  # host arrays; tuned with benchmarks/bench_allreduce.py --segments
 
@@ -316,19 +316,27 @@ class PointToPoint:
         return recv_array
 
 
-def _run_reference(comm, x, algorithm, divide_by):
-    """Sum with the textbook algorithm of ``minidl.reference.dist.allreduce``, then divide."""
-    from minidl.reference.dist import allreduce as reference
-    getattr(reference, algorithm[:-len("_reference")])(PointToPoint(comm), x)
-    divide_in_place(x, divide_by)
+def register_reference(name, function):
+    """Make ``algorithm=name`` run ``function(comm, x)``, a textbook allreduce.
+
+    ``function`` sums the flat array ``x`` over ``comm`` (a ``PointToPoint``)
+    in place; the mean's division follows it. ``minidl.reference`` registers
+    its algorithms when it is imported.
+    """
+    if not name.endswith("_reference"):
+        raise ValueError(f"register_reference: {name!r} must end in '_reference' (the tuned "
+                         "algorithms own the plain names)")
+    REFERENCE_ALGORITHMS[name] = function
 
 
 def check_algorithm(algorithm, allow_auto=True):
     """Return ``algorithm`` if known, else raise an error that lists the choices."""
-    choices = ALLREDUCE_ALGORITHMS + REFERENCE_ALGORITHMS + (("auto",) if allow_auto else ())
+    choices = ALLREDUCE_ALGORITHMS + tuple(REFERENCE_ALGORITHMS) + (("auto",) if allow_auto else ())
     if algorithm not in choices:
+        unregistered = ("; to run a textbook algorithm, `import minidl.reference` first "
+                        "(which registers them)" if str(algorithm).endswith("_reference") else "")
         raise ValueError(f"allreduce: unknown algorithm {algorithm!r}; "
-                         f"choose one of {', '.join(choices)}")
+                         f"choose one of {', '.join(choices)}{unregistered}")
     return algorithm
 
 
@@ -343,7 +351,8 @@ def allreduce(comm, array, algorithm, divide_by, scratch):
     if flat.size == 0 or comm.Get_size() == 1:
         divide_in_place(flat, divide_by)
     elif algorithm in REFERENCE_ALGORITHMS:
-        _run_reference(comm, flat, algorithm, divide_by)
+        REFERENCE_ALGORITHMS[algorithm](PointToPoint(comm), flat)
+        divide_in_place(flat, divide_by)
     else:
         _IMPLEMENTATIONS[algorithm](comm, flat, Exchange(comm, flat, scratch), divide_by)
     return array

@@ -4,62 +4,35 @@ A thin layer over ``mpi4py`` that speaks NumPy and CuPy arrays. Arrays go
 through mpi4py's buffer calls (``Send``, ``Recv``, ``Allreduce``...), never
 the pickle-based lower-case ones, which are ~10x slower on large arrays;
 small Python objects may use ``bcast_object`` and ``allgather_object``.
-mpi4py is imported on ``init()`` only, so ``import minidl`` works without
-MPI. This module is minidl's one door to MPI: the rest of ``minidl.dist``
+This module is minidl's one door to MPI: the rest of ``minidl.dist``
 (data parallelism, the parameter server, model averaging) talks through a
-``Communicator`` and its ``Request`` objects.
-
-CuPy arrays: the current stream is synchronised before MPI touches a buffer
-(mpi4py cannot see GPU streams). The GPU buffer goes to MPI directly only when
-the library is CUDA-aware (``cuda_aware_mpi()``); otherwise it is staged
-through host memory.
-
-``init()`` also installs an exception hook: an uncaught exception on any rank
-prints that rank's traceback once and calls ``MPI_Abort``, so no rank is left
-waiting forever in a collective.
+``Communicator`` and its ``Request`` objects. ``staging.py`` gives it the
+buffer MPI works on for a GPU array, ``collectives.py`` the allreduce
+algorithms, and ``minidl.perf.allreduce_cost`` the pick of ``"auto"``.
 """
 import concurrent.futures
-import ctypes
-import ctypes.util
-import os
-import re
-import sys
-import threading
 import time
-import traceback
 
 import numpy as np
 
 from minidl import backend
-from minidl.dist import collectives, costmodel
+from minidl.dist import collectives
+from minidl.dist.job import abort_job, install_abort_hooks, mpi_module
+from minidl.dist.staging import Staging, cuda_aware_mpi
+from minidl.perf.allreduce_cost import AutoChoice
 
 OPS = ("sum", "mean")
-AUTO_MODES = ("rule", "model", "measure")
 
 _world = None
-
-
-def mpi_module():
-    """``mpi4py.MPI`` (importing it initialises MPI), or a clear error when it is missing."""
-    try:
-        from mpi4py import MPI
-    except ImportError as exc:
-        raise ImportError("minidl.dist needs mpi4py and an MPI library: "
-                          "pip install minidl[mpi]") from exc
-    return MPI
 
 
 def init(auto="rule"):
     """Initialise MPI once and return the world ``Communicator``.
 
-    ``auto`` says how ``algorithm="auto"`` picks an allreduce algorithm:
-    ``"rule"`` (the default: a fixed rule by message size,
-    ``costmodel.choose_by_rule``, so that a seeded run gives the same bits
-    every time), ``"measure"`` (time every algorithm once per message size,
-    the library's own included) or ``"model"`` (the fitted alpha-beta-gamma
-    cost model, which has no formula for the library's own algorithm and so
-    never picks it). The algorithms add in different orders, so the two
-    timing-based modes may round differently from run to run.
+    Installs the abort hooks (``job.install_abort_hooks``). ``auto`` says how
+    ``algorithm="auto"`` picks an allreduce algorithm: ``"rule"``,
+    ``"measure"`` or ``"model"`` (see ``minidl.perf.allreduce_cost.AutoChoice``);
+    a second call only changes it.
     """
     global _world
     if _world is None:
@@ -67,99 +40,13 @@ def init(auto="rule"):
         install_abort_hooks(MPI.COMM_WORLD)
         _world = Communicator(MPI.COMM_WORLD, auto=auto)
     else:
-        _world.auto = _check_auto(auto)
+        _world.auto = auto
     return _world
-
-
-def install_abort_hooks(mpi_comm):
-    """Make an uncaught exception (main thread or other threads) abort every rank.
-
-    Without this, the failing rank exits while the others block forever in
-    their next collective. The traceback is printed once, by the failing rank.
-    """
-    header = f"minidl.dist: uncaught exception on rank {mpi_comm.Get_rank()} " \
-             f"of {mpi_comm.Get_size()}, aborting all ranks\n"
-
-    def abort(exc_type, exc, tb):
-        sys.stderr.write(header + "".join(traceback.format_exception(exc_type, exc, tb)))
-        abort_job(mpi_comm, 1)
-
-    sys.excepthook = abort
-    threading.excepthook = lambda hook: abort(hook.exc_type, hook.exc_value, hook.exc_traceback)
-
-
-OUTPUT_GRACE_S = 0.5
-
-
-def abort_job(mpi_comm, code):
-    """End every rank of ``mpi_comm``'s job with exit status ``code`` (``MPI_Abort``).
-
-    mpiexec forwards each rank's output asynchronously and discards what it
-    has not forwarded when the job is torn down; a rank that printed why it
-    aborts therefore flushes and gives it ``OUTPUT_GRACE_S`` first (under load
-    the message was seen to vanish without this pause). Never returns: an
-    ``MPI_Abort`` may return before the job is torn down (MPICH), and the
-    rank must not go on as if nothing happened.
-    """
-    sys.stderr.flush()
-    sys.stdout.flush()
-    time.sleep(OUTPUT_GRACE_S)
-    try:
-        mpi_comm.Abort(code)
-    finally:
-        os._exit(code or 1)
 
 
 def world():
     """The world ``Communicator`` if ``init()`` ran in this process, else None."""
     return _world
-
-
-def _loaded_libmpi():
-    """The MPI shared library mpi4py loaded (ctypes handle), or None."""
-    paths = []
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = re.findall(r"(/\S*/libmpi(?:_abi)?\.so[.\d]*)$", maps.read(), re.M)
-    except OSError:
-        pass
-    for path in paths + [ctypes.util.find_library("mpi")]:
-        if path:
-            try:
-                return ctypes.CDLL(path)
-            except OSError:
-                continue
-    return None
-
-
-def cuda_aware_mpi(mpi_comm):
-    """True when the MPI library accepts CUDA device buffers.
-
-    Checked in order: the ``MINIDL_CUDA_AWARE_MPI=0|1`` override; the MPI-4.1
-    info key ``mpi_memory_alloc_kinds`` of the communicator (lists ``cuda``
-    when supported); ``MPIX_Query_cuda_support()``, which Open MPI
-    (``mpi-ext.h``) and MPICH >= 4 export. Anything else counts as not aware.
-    """
-    override = os.environ.get("MINIDL_CUDA_AWARE_MPI")
-    if override in ("0", "1"):
-        return override == "1"
-    try:
-        info = mpi_comm.Get_info()
-        kinds = info.Get("mpi_memory_alloc_kinds") or ""
-        info.Free()
-        if "cuda" in kinds:
-            return True
-    except Exception:  # pre-MPI-4 libraries
-        pass
-    lib = _loaded_libmpi()
-    query = getattr(lib, "MPIX_Query_cuda_support", None) if lib is not None else None
-    return bool(query is not None and query())
-
-
-def _check_auto(auto):
-    if auto not in AUTO_MODES:
-        raise ValueError(f"auto={auto!r}: choose one of {', '.join(AUTO_MODES)}")
-    return auto
 
 
 def _check_reduction(array, op):
@@ -274,46 +161,21 @@ class Communicator:
         self.mpi = mpi_comm
         self.rank = mpi_comm.Get_rank()
         self.size = mpi_comm.Get_size()
-        self.auto = _check_auto(auto)
-        self.cuda_aware = cuda_aware_mpi(mpi_comm)
+        self._auto = AutoChoice(auto, collectives.SEGMENT_BYTES)
+        self._staging = Staging(cuda_aware_mpi(mpi_comm))
         self.threaded = MPI.Query_thread() == MPI.THREAD_MULTIPLE
         self._collective = mpi_comm.Dup()
         self._scratch = collectives.Scratch()
-        self._staging = collectives.Scratch()
         self._background = None
-        self._cost_params = None
-        self._measured = {}
 
-    # ---- buffers -----------------------------------------------------------------------
-    def _mpi_buffer(self, array, copy_in=True, reuse=True, device_ok=True):
-        """What MPI reads or writes for ``array``: itself, or a host copy of a GPU array.
+    @property
+    def auto(self):
+        """How ``algorithm="auto"`` picks: ``"rule"``, ``"measure"`` or ``"model"`` (settable)."""
+        return self._auto.mode
 
-        ``reuse=False`` gives a fresh host copy (for requests still pending
-        when the next call comes); ``device_ok=False`` stages even with a
-        CUDA-aware library.
-        """
-        if not array.flags.c_contiguous:
-            raise ValueError(
-                f"MPI sends and receives C-contiguous arrays, got a strided {array.dtype} array "
-                f"of shape {array.shape}; pass a contiguous copy (np.ascontiguousarray(x), or "
-                "cupy's) and copy a received result back into the view")
-        if isinstance(array, np.ndarray):
-            return array
-        backend.synchronize(array)
-        if self.cuda_aware and device_ok:
-            return array
-        if not reuse:
-            return array.get() if copy_in else np.empty(array.shape, array.dtype)
-        host = self._staging.get(np.empty(0, array.dtype), array.size).reshape(array.shape)
-        if copy_in:
-            array.get(out=host)
-        return host
-
-    @staticmethod
-    def _copy_back(array, buffer):
-        """Copy a staged result back into the GPU array."""
-        if buffer is not array:
-            array.set(buffer)
+    @auto.setter
+    def auto(self, mode):
+        self._auto.mode = mode
 
     # ---- collectives -------------------------------------------------------------------
     def abort(self, code=1):
@@ -326,9 +188,9 @@ class Communicator:
 
     def bcast(self, array, root=0):
         """Copy ``root``'s array into every rank's ``array`` (in place); returns it."""
-        buffer = self._mpi_buffer(array, copy_in=self.rank == root)
+        buffer = (self._staging.outgoing if self.rank == root else self._staging.incoming)(array)
         self._collective.Bcast(buffer, root=root)
-        self._copy_back(array, buffer)
+        self._staging.copy_back(array, buffer)
         return array
 
     def bcast_object(self, obj, root=0):
@@ -351,9 +213,9 @@ class Communicator:
             raise ValueError(f"allgather: out must have shape {(self.size,) + array.shape} and "
                              f"dtype {array.dtype} (one row per rank), got {out.shape} {out.dtype};"
                              " pass out=None to have it made")
-        buffer = self._mpi_buffer(out, copy_in=False, reuse=False)
-        self._collective.Allgather(self._mpi_buffer(array), buffer)
-        self._copy_back(out, buffer)
+        buffer = self._staging.incoming(out)
+        self._collective.Allgather(self._staging.outgoing(array), buffer)
+        self._staging.copy_back(out, buffer)
         return out
 
     def ibarrier(self):
@@ -373,9 +235,9 @@ class Communicator:
         mean = _check_reduction(array, op)
         name = self.choose_algorithm(array, algorithm)
         divide_by = self.size if mean else None
-        buffer = self._mpi_buffer(array)
+        buffer = self._staging.outgoing(array)
         collectives.allreduce(self._collective, buffer, name, divide_by, self._scratch)
-        self._copy_back(array, buffer)
+        self._staging.copy_back(array, buffer)
         return array
 
     def iallreduce(self, array, op="sum", algorithm="auto"):
@@ -394,25 +256,23 @@ class Communicator:
         divide_by = self.size if mean else None
         if self.size == 1 or array.size == 0:
             return Request(self.allreduce(array, op, name))
-        # CUDA-aware MPI_Iallreduce on device buffers crashes some Open MPI versions
-        # (mpi4py issue 164): the library's own non-blocking allreduce always stages.
-        buffer = self._mpi_buffer(array, reuse=False, device_ok=name != "mpi")
         if name == "mpi":
+            buffer = self._staging.host_copy(array)
             MPI = mpi_module()
             request = self._collective.Iallreduce(MPI.IN_PLACE, buffer, op=MPI.SUM)
 
             def finish():
                 collectives.divide_in_place(buffer, divide_by)
-                self._copy_back(array, buffer)
+                self._staging.copy_back(array, buffer)
             return Request.of_mpi(array, request, finish)
         if not self.threaded:
-            collectives.allreduce(self._collective, buffer, name, divide_by, self._scratch)
-            self._copy_back(array, buffer)
-            return Request(array)
+            return Request(self.allreduce(array, op, name))
+        buffer = self._staging.outgoing(array, pending=True)
         executor, comm, scratch = self._background_lane()
         future = executor.submit(_on_device_of, buffer, collectives.allreduce,
                                  comm, buffer, name, divide_by, scratch)
-        request = Request(array, future.result, future.done, lambda: self._copy_back(array, buffer))
+        request = Request(array, future.result, future.done,
+                          lambda: self._staging.copy_back(array, buffer))
         future.add_done_callback(lambda _: request.mark_finished())
         return request
 
@@ -425,55 +285,40 @@ class Communicator:
         return self._background
 
     def choose_algorithm(self, array, algorithm="auto"):
-        """The algorithm ``allreduce`` runs for ``array``: ``algorithm``, or the pick for ``"auto"``.
+        """What ``allreduce`` runs for ``array``: ``algorithm``, or the pick for ``"auto"``.
 
-        The pick is the same on every rank: the cost model's parameters are
-        fitted once and broadcast from rank 0, and measurements take the
-        maximum over ranks.
+        The pick is the same on every rank (see ``AutoChoice``).
         """
         collectives.check_algorithm(algorithm)
-        if algorithm != "auto":
-            return algorithm
-        if self.size == 1:
-            return "mpi"
-        if self.auto == "rule":
-            return costmodel.choose_by_rule(array.nbytes)
-        if self.auto == "measure":
-            key = (array.nbytes, array.dtype.str, backend.device_of(array))
-            if key not in self._measured:
-                self._measured[key] = costmodel.choose_by_measurement(self, array)
-            return self._measured[key]
-        return costmodel.choose(array.nbytes, self.size, self.cost_params())
+        return self._auto.choose(self, array) if algorithm == "auto" else algorithm
 
     def cost_params(self):
-        """The fitted ``costmodel.CostParams`` of this communicator (fitted on first use)."""
-        if self._cost_params is None:
-            self._cost_params = costmodel.fit(self)
-        return self._cost_params
+        """The ``CostParams`` fitted on this communicator (collective the first time)."""
+        return self._auto.cost_params(self)
 
     # ---- point to point ----------------------------------------------------------------
     def send(self, array, dest, tag=0):
         """Blocking send of an array to rank ``dest``."""
-        self.mpi.Send(self._mpi_buffer(array), dest, tag)
+        self.mpi.Send(self._staging.outgoing(array), dest, tag)
 
     def recv(self, array, source, tag=0):
         """Blocking receive from rank ``source`` into ``array``; returns it."""
-        buffer = self._mpi_buffer(array, copy_in=False)
+        buffer = self._staging.incoming(array)
         self.mpi.Recv(buffer, source, tag)
-        self._copy_back(array, buffer)
+        self._staging.copy_back(array, buffer)
         return array
 
     def sendrecv(self, send_array, dest, recv_array, source, sendtag=0, recvtag=0):
         """Send to ``dest`` and receive from ``source`` at once (no deadlock in rings)."""
-        send_buffer = self._mpi_buffer(send_array)
-        recv_buffer = self._mpi_buffer(recv_array, copy_in=False, reuse=False)
-        self.mpi.Sendrecv(send_buffer, dest, sendtag, recv_buffer, source, recvtag)
-        self._copy_back(recv_array, recv_buffer)
+        recv_buffer = self._staging.incoming(recv_array)
+        self.mpi.Sendrecv(self._staging.outgoing(send_array), dest, sendtag, recv_buffer, source,
+                          recvtag)
+        self._staging.copy_back(recv_array, recv_buffer)
         return recv_array
 
     def isend(self, array, dest, tag=0):
         """Non-blocking send; do not modify ``array`` until the request completed."""
-        buffer = self._mpi_buffer(array, reuse=False)
+        buffer = self._staging.outgoing(array, pending=True)
         return Request.of_mpi(array, self.mpi.Isend(buffer, dest, tag))
 
     def irecv(self, array, source, tag=0):
@@ -483,9 +328,9 @@ class Communicator:
         the largest message of a protocol): the rest of ``array`` is left as
         it was, so the message itself must say how long it is.
         """
-        buffer = self._mpi_buffer(array, copy_in=False, reuse=False)
+        buffer = self._staging.incoming(array, pending=True)
         return Request.of_mpi(array, self.mpi.Irecv(buffer, source, tag),
-                              lambda: self._copy_back(array, buffer))
+                              lambda: self._staging.copy_back(array, buffer))
 
     def dup(self):
         """A communicator of the same ranks whose messages never match this one's (collective).

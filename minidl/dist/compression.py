@@ -5,20 +5,20 @@ fixed length ``wire_bytes(n)`` (indices and scales included: these are the
 bytes that travel) and back. Ben-Nun & Hoefler (2019, §6.3) names
 the schemes; the formulas are the primary sources':
 
-* ``none``: float32, 4n bytes.
-* ``fp16``: IEEE half precision (round to nearest), 2n bytes; halves can be
-  summed, so a synchronous job reduces them directly.
-* ``qsgd:S[:BUCKET]``: QSGD (Alistarh et al. 2017). Per bucket of d values
-  with norm ||v||_2: Q(v_i) = ||v|| sgn(v_i) xi_i / S, where with
+* ``Compressor()``: no compression, float32, 4n bytes.
+* ``Float16()``: IEEE half precision (round to nearest), 2n bytes; halves can
+  be summed, so a synchronous job reduces them directly.
+* ``QSGD(levels=S, bucket=d)``: QSGD (Alistarh et al. 2017). Per bucket of d
+  values with norm ||v||_2: Q(v_i) = ||v|| sgn(v_i) xi_i / S, where with
   l = floor(S |v_i| / ||v||), xi_i = l + 1 with probability S|v_i|/||v|| - l and
   l otherwise; unbiased, E[Q(v)] = v. A signed level in [-S, S] packs into
   the smallest of 2/4/8/16 bits; 4 bytes of norm per bucket.
-* ``terngrad[:BUCKET]``: TernGrad (Wen et al. 2017). Per bucket, s = max|v_i|,
+* ``TernGrad(bucket)``: TernGrad (Wen et al. 2017). Per bucket, s = max|v_i|,
   Q(v_i) = s sgn(v_i) b_i with b_i ~ Bernoulli(|v_i|/s); unbiased. 2 bits per
   value plus a 4-byte scale per bucket.
-* ``topk:RATIO``: the k = ceil(RATIO n) largest |v_i| (Aji & Heafield 2017;
+* ``TopK(ratio)``: the k = ceil(ratio n) largest |v_i| (Aji & Heafield 2017;
   Lin et al. 2018), sent as k uint32 indices and k float32 values: 8k bytes.
-* ``sign[:BUCKET]``: 1-bit SGD (Seide et al. 2014). One bit per value says
+* ``Sign(bucket)``: 1-bit SGD (Seide et al. 2014). One bit per value says
   v_i >= 0; each bucket sends two reconstruction values, the mean of its
   non-negative and of its negative entries: n/8 bytes plus 8 per bucket.
 
@@ -26,6 +26,8 @@ QSGD and TernGrad are unbiased; top-k and sign are biased and need *error
 feedback* (Ben-Nun & Hoefler 2019, §6.3.1: "carry the quantization error to the next
 gradient"): ``GradientEncoder`` adds the carried residual before
 compressing and keeps what was not sent, so sent + residual = accumulated.
+The spellings of the command line ("qsgd:4", "topk:0.01") are parsed in
+``minidl/cli/specs.py``.
 """
 import math
 
@@ -34,9 +36,6 @@ import numpy as np
 from minidl.backend import get_array_module, to_numpy
 
 DEFAULT_BUCKET = 512
-SCHEMES = ("none", "fp16", "qsgd", "terngrad", "topk", "sign")
-SPEC_HELP = ("none, fp16, qsgd:LEVELS[:BUCKET], terngrad[:BUCKET], topk:RATIO or "
-             "sign[:BUCKET] (e.g. qsgd:4, topk:0.01)")
 
 
 # ---- bit packing ----------------------------------------------------------------------------
@@ -99,7 +98,10 @@ def _uniform(rng, shape):
 
 # ---- the schemes ----------------------------------------------------------------------------
 class Compressor:
-    """A wire format for float32 vectors; subclasses define the three methods below."""
+    """A wire format for float32 vectors; this base sends them as they are ("none").
+
+    Subclasses define the three methods below.
+    """
 
     name = "none"
     summable = False          # payloads of several ranks can be added as they are
@@ -289,29 +291,6 @@ class TopK(Compressor):
         return out
 
 
-def make_compressor(spec):
-    """A ``Compressor`` from its command-line spelling (see ``SPEC_HELP``)."""
-    if isinstance(spec, Compressor):
-        return spec
-    name, *fields = str(spec or "none").split(":")
-    try:
-        if name == "none" and not fields:
-            return Compressor()
-        if name == "fp16" and not fields:
-            return Float16()
-        if name == "qsgd" and 1 <= len(fields) <= 2:
-            return QSGD(int(fields[0]), *map(int, fields[1:]))
-        if name == "terngrad" and len(fields) <= 1:
-            return TernGrad(*map(int, fields))
-        if name == "sign" and len(fields) <= 1:
-            return Sign(*map(int, fields))
-        if name == "topk" and len(fields) == 1:
-            return TopK(float(fields[0]))
-    except ValueError as exc:
-        raise ValueError(f"compression {spec!r}: {exc}; use {SPEC_HELP}") from None
-    raise ValueError(f"unknown compression {spec!r}; use {SPEC_HELP}")
-
-
 class GradientEncoder:
     """One rank's compressor for a vector of ``n`` values, with optional error feedback.
 
@@ -322,7 +301,11 @@ class GradientEncoder:
     """
 
     def __init__(self, compressor, n, error_feedback=None, seed=0, xp=np):
-        self.compressor = make_compressor(compressor)
+        if not isinstance(compressor, Compressor):
+            raise TypeError(f"GradientEncoder: expected a Compressor, got {compressor!r}; "
+                            "build one, e.g. TopK(ratio=0.01), QSGD(levels=4) or Compressor() "
+                            "for none")
+        self.compressor = compressor
         self.n = int(n)
         if error_feedback is None:
             error_feedback = self.compressor.error_feedback
@@ -346,49 +329,3 @@ class GradientEncoder:
             self.residual = v - xp.asarray(sent)
         self.bytes_sent += payload.nbytes
         return payload, sent
-
-
-class CompressedAllreduce:
-    """Average a gradient vector over all ranks through a compressed wire format.
-
-    fp16 halves can be added, so they are allreduced as they are. The other
-    formats cannot be summed without decoding them (a sum of two top-k vectors
-    is not a top-k vector), so every rank's payload is allgathered and each
-    rank decodes all n and averages them in rank order: every replica gets the
-    same bits. ``bytes_sent`` counts this rank's payloads (what the collective
-    spreads); an allgather then carries n - 1 of them into each rank.
-    """
-
-    def __init__(self, comm, size, compressor, error_feedback=None, seed=0, algorithm="auto",
-                 xp=np):
-        self.comm, self.algorithm = comm, algorithm
-        self.encoder = GradientEncoder(compressor, size, error_feedback, seed=[seed, comm.rank],
-                                       xp=xp)
-        self.gathered = None if self.encoder.compressor.summable else \
-            np.empty((comm.size, self.encoder.wire_bytes), dtype=np.uint8)
-        self.steps = 0
-
-    def mean(self, grad):
-        """The average over ranks of every rank's compressed ``grad`` (float32, host)."""
-        payload, _ = self.encoder.encode(grad)
-        self.steps += 1
-        compressor, n = self.encoder.compressor, self.encoder.n
-        if self.gathered is None:
-            halves = payload.view(np.float16).copy()
-            self.comm.allreduce(halves, op="mean", algorithm=self.algorithm)
-            return halves.astype(np.float32)
-        self.comm.allgather(payload, self.gathered)
-        total = compressor.decode(self.gathered[0], n)
-        for rank in range(1, self.comm.size):
-            total += compressor.decode(self.gathered[rank], n)
-        total /= np.float32(self.comm.size)
-        return total
-
-    def record(self, epoch):
-        """A metrics record: scheme, error feedback, bytes per step against float32."""
-        n = self.encoder.n
-        return {"kind": "compression", "epoch": epoch, "scheme": self.encoder.compressor.name,
-                "error_feedback": self.encoder.residual is not None, "steps": self.steps,
-                "payload_bytes_per_step": self.encoder.wire_bytes,
-                "float32_bytes_per_step": 4 * n,
-                "ratio": self.encoder.wire_bytes / (4 * n) if n else 0.0}

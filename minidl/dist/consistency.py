@@ -27,7 +27,7 @@ import numpy as np
 
 from minidl.data import DataLoader
 from minidl.dist.averaging import ElasticAveragingOptimizer, ElasticRule, ModelAveraging
-from minidl.dist.compression import make_compressor
+from minidl.dist.compression import Compressor
 from minidl.dist.flat import FlatBuffer
 from minidl.dist.ps import NO_TICKET, Layout, TrainingAborted, wait_for_everyone
 from minidl.dist.ps_server import GradientRule, ParameterServer
@@ -115,7 +115,7 @@ class ParameterServerSession(_Session):
         mode, poll_interval = options.mode, options.poll_interval
         super().__init__(mode, comm, model)
         self.layout = layout = Layout(comm.size, options.servers, self.buffer.size, mode.text)
-        compressor = options.compressor or make_compressor("none")
+        compressor = options.compressor or Compressor()
         elastic = mode.name == "easgd"
         push_capacity = [4 * layout.shard_size(k) if elastic
                          else compressor.wire_bytes(layout.shard_size(k))

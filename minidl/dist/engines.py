@@ -18,6 +18,7 @@ from ..train.config import option
 from ..train.engine import Diverged, LocalEngine
 from ..train.loop import train_epoch
 from ..train.setup import augmentation, make_optimizer
+from .compressed import CompressedOptimizer
 from .data_parallel import DistributedOptimizer
 from .consistency import global_train_stats, make_session
 from .ps import TrainingAborted
@@ -69,9 +70,8 @@ class SyncEngine(LocalEngine):
         """Wrap the optimizer (after a resume loaded its state): averaging starts here."""
         options, plain = self.options, self.optimizer
         if options.compressed:
-            self.optimizer = DistributedOptimizer(
-                plain, self.comm, compression=options.compressor,
-                error_feedback=options.error_feedback,
+            self.optimizer = CompressedOptimizer(
+                plain, self.comm, options.compressor, error_feedback=options.error_feedback,
                 seed=self.config.seed, allreduce=options.allreduce, model=self.model,
             )  # fmt: skip
         else:

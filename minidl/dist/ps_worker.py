@@ -17,7 +17,7 @@ import numpy as np
 
 from minidl.backend import get_array_module
 from minidl.data import DataLoader
-from minidl.dist.compression import GradientEncoder, make_compressor
+from minidl.dist.compression import Compressor, GradientEncoder
 from minidl.dist.flat import FlatBuffer
 from minidl.dist.ps import (ABORT, DONE, END, HEADER_BYTES, NO_TICKET, PUSH, STOP, TAG_PUSH,
                             TAG_REPLY, Message, TrainingAborted, wait_all)
@@ -117,7 +117,7 @@ class ParameterServerOptimizer(ServerClient):
             raise ValueError(f"ParameterServerOptimizer: the model has {self.buffer.size} "
                              f"values, the layout {layout.nparams}")
         self._connect(link)
-        compressor = make_compressor(compression)
+        compressor = compression or Compressor()
         xp = get_array_module(self.buffer.flat)
         self.encoders = [GradientEncoder(compressor, layout.shard_size(k), error_feedback,
                                          seed=[seed, link.rank, k], xp=xp)

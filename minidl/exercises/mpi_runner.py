@@ -75,7 +75,7 @@ def _abort_never_returns(comm, running):
     would then go on and might be reported as passed. ``running`` holds the
     exercise being checked and its start time.
     """
-    from ..dist.comm import install_abort_hooks
+    from ..dist.job import install_abort_hooks
     base = type(comm.mpi)
 
     class AbortingComm(base):

@@ -1,8 +1,8 @@
 """Communication time of one gradient exchange per iteration, by scheme.
 
 The allreduce schemes ("ring", "tree", "butterfly", "rabenseifner") use
-the alpha-beta-gamma formulas of ``minidl.dist.costmodel`` (Ben-Nun &
-Hoefler 2018, §2.5); this module only maps a ``Network`` onto its
+the alpha-beta-gamma model of ``allreduce_cost.py`` (Ben-Nun &
+Hoefler 2019, §2.5); this module only maps a ``Network`` onto its
 parameters. The parameter server ("ps") runs on one of the n nodes, which
 receives n-1 gradients and sends n-1 models through its one link, adding
 each gradient as it arrives: 2(n-1)(alpha + m beta) + (n-1) m gamma, the
@@ -12,14 +12,14 @@ sharded or tree-shaped server achieves; use "tree" for that.)
 """
 from dataclasses import dataclass
 
-from ..dist.costmodel import CostParams, MODELLED_ALGORITHMS, predict as allreduce_time
+from .allreduce_cost import MODELLED_ALGORITHMS, CostParams, predict
 
 SCHEMES = MODELLED_ALGORITHMS + ("ps",)
 
 
 @dataclass(frozen=True)
 class Network:
-    """Point-to-point latency (s), bandwidth (bytes/s) and the cost of adding received bytes (s/byte)."""
+    """Point-to-point latency (s), bandwidth (bytes/s), cost of adding received bytes (s/byte)."""
 
     latency_s: float
     bandwidth: float
@@ -39,13 +39,13 @@ NETWORKS = {
 
 
 def comm_time(scheme, nbytes, nodes, network):
-    """Seconds to combine ``nbytes`` of gradients over ``nodes`` with ``scheme`` (0 for one node)."""
+    """Seconds to combine ``nbytes`` of gradients over ``nodes`` with ``scheme`` (0: one node)."""
     if scheme not in SCHEMES:
-        raise ValueError(f"unknown communication scheme {scheme!r}: choose one of {', '.join(SCHEMES)}")
+        raise ValueError(f"unknown communication scheme {scheme!r}: "
+                         f"choose one of {', '.join(SCHEMES)}")
     if nodes <= 1 or nbytes == 0:
         return 0.0
     params = network.cost_params()
     if scheme == "ps":
-        alpha, beta, gamma = params
-        return (nodes - 1) * (2 * (alpha + nbytes * beta) + nbytes * gamma)
-    return allreduce_time(scheme, nbytes, nodes, params)
+        return params.seconds(2 * (nodes - 1), 2 * (nodes - 1) * nbytes, (nodes - 1) * nbytes)
+    return predict(scheme, nbytes, nodes, params)

@@ -12,10 +12,9 @@ import numpy as np
 import minidl as md
 from minidl import optim
 from minidl.data import ArrayDataset, DataLoader
-from minidl.dist import DistributedOptimizer
 from minidl.cli.train import parse_dist_mode, parse_straggler
-from minidl.dist import DistConfig
-from minidl.dist.compression import make_compressor
+from minidl.dist import CompressedOptimizer, DistConfig, DistributedOptimizer
+from minidl.dist.compression import TopK
 from minidl.dist.consistency import make_session
 from minidl.dist.flat import FlatBuffer
 from minidl.dist.ps import TrainingAborted
@@ -60,7 +59,7 @@ def run(comm, mode, make_optimizer=sgd, epochs=2, stragglers=(), jitter=0.0, ser
     """
     net = model()
     options = DistConfig(mode=parse_dist_mode(mode), servers=servers,
-                         compressor=make_compressor(compression), poll_interval=poll_interval)
+                         compressor=compression, poll_interval=poll_interval)
     session = make_session(options, comm, net, make_optimizer)
     loader = session.train_loader(dataset(), BATCH, seed=1)
     delays = Straggler(comm.rank, dict(map(parse_straggler, stragglers)), jitter, seed=3)
@@ -155,7 +154,7 @@ def check_asp_applies_every_update_once(comm):
     Also: every batch of the shared queue is processed exactly once, the server
     applies exactly as many gradients as the workers pushed, with compression too.
     """
-    for compression, poll in ((None, 2e-4), ("topk:0.05", 0.0)):
+    for compression, poll in ((None, 2e-4), (TopK(0.05), 0.0)):
         sent_sum = np.zeros(flat_weights(model()).size)
         tickets = []
 
@@ -233,17 +232,17 @@ def check_easgd_conserves_the_elastic_sum(comm):
 
 
 def check_compressed_sync(comm):
-    """--dist sync --compress: every rank applies the mean of all ranks' decoded payloads.
+    """CompressedOptimizer: every rank applies the mean of all ranks' decoded payloads.
 
     Oracle: the float64 mean over ranks of what each rank's encoder says it
     sent; replicas stay bit-identical; bytes are the format's size per step.
     """
-    from minidl.dist.compression import make_compressor
     x, y = dataset(seed=comm.rank).images[:BATCH], dataset(seed=comm.rank).labels[:BATCH]
     for spec, tolerance in (("fp16", 2e-3), ("qsgd:4", 1e-6), ("terngrad", 1e-6),
                             ("topk:0.05", 1e-6), ("sign", 1e-6)):
         net = model()
-        opt = DistributedOptimizer(sgd(list(net.parameters())), comm, compression=spec, seed=5)
+        opt = CompressedOptimizer(sgd(list(net.parameters())), comm, parse_compression(spec),
+                                  seed=5)
         encoder = opt.compressed.encoder
         encode, sent_now = encoder.encode, []
 
@@ -261,7 +260,7 @@ def check_compressed_sync(comm):
             scale = np.abs(mean).max()
             assert np.abs(applied - mean).max() <= tolerance * scale, (spec, step)
             assert same_everywhere(comm, flat_weights(net)), spec
-        assert opt.stats["bytes_reduced"] == 3 * make_compressor(spec).wire_bytes(applied.size)
+        assert opt.stats["bytes_reduced"] == 3 * parse_compression(spec).wire_bytes(applied.size)
         assert (encoder.residual is not None) == (spec in ("topk:0.05", "sign"))
 
 

@@ -4,8 +4,9 @@ import math
 import numpy as np
 import pytest
 
-from minidl.dist.compression import (GradientEncoder, QSGD, Sign, TernGrad, TopK,
-                                     make_compressor, pack_codes, unpack_codes)
+from minidl.cli.specs import parse_compression
+from minidl.dist.compression import (Float16, GradientEncoder, QSGD, Sign, TernGrad, TopK,
+                                     pack_codes, unpack_codes)
 
 LENGTHS = (1, 7, 511, 512, 1000, 4099)
 
@@ -47,7 +48,7 @@ SPECS = ("none", "fp16", "qsgd:1", "qsgd:4", "qsgd:7:100", "qsgd:127", "qsgd:300
 
 @pytest.mark.parametrize("spec", SPECS)
 def test_bytes_on_the_wire_match_the_formula(spec):
-    compressor = make_compressor(spec)
+    compressor = parse_compression(spec)
     for n in LENGTHS:
         payload = compressor.encode(vector(n), np.random.default_rng(1))
         assert payload.dtype == np.uint8
@@ -74,8 +75,9 @@ def test_bit_packing_round_trips(bits):
 
 def test_lossless_and_deterministic_schemes_decode_exactly():
     v = vector(1000)
-    assert np.array_equal(make_compressor("none").decode(make_compressor("none").encode(v), 1000), v)
-    half = make_compressor("fp16")
+    none = parse_compression("none")
+    assert np.array_equal(none.decode(none.encode(v), 1000), v)
+    half = parse_compression("fp16")
     assert np.array_equal(half.decode(half.encode(v), 1000), v.astype(np.float16).astype(np.float32))
     top = TopK(0.05)
     sent = top.decode(top.encode(v), 1000)
@@ -178,7 +180,7 @@ def test_error_feedback_conserves_the_gradient_sum(spec):
     """
     n, steps = 2000, 40
     eps = np.finfo(np.float32).eps
-    encoder = GradientEncoder(spec, n, error_feedback=True, seed=3)
+    encoder = GradientEncoder(parse_compression(spec), n, error_feedback=True, seed=3)
     rng = np.random.default_rng(9)
     sent_total, grad_total, rounding = np.zeros(n), np.zeros(n), np.zeros(n)
     for _ in range(steps):
@@ -200,20 +202,22 @@ def test_error_feedback_conserves_the_gradient_sum(spec):
 
 
 def test_without_error_feedback_topk_loses_what_it_drops():
-    encoder = GradientEncoder("topk:0.01", 1000, error_feedback=False)
+    encoder = GradientEncoder(TopK(0.01), 1000, error_feedback=False)
     g = vector(1000)
     _, sent = encoder.encode(g)
     assert encoder.residual is None and np.count_nonzero(sent) == 10
 
 
 def test_defaults_and_errors():
-    assert GradientEncoder("topk:0.1", 10).residual is not None      # biased: feedback on
-    assert GradientEncoder("qsgd:4", 10).residual is None           # unbiased: off
+    assert GradientEncoder(TopK(0.1), 10).residual is not None      # biased: feedback on
+    assert GradientEncoder(QSGD(4), 10).residual is None           # unbiased: off
     for bad, hint in (("zip", "unknown compression"), ("topk:2", "ratio must be in (0, 1]"),
                       ("qsgd", "unknown compression"), ("qsgd:0", "levels must be"),
                       ("sign:0", "bucket size must be"), ("topk:x", "qsgd:LEVELS")):
         with pytest.raises(ValueError, match=hint.replace("(", r"\(").replace(")", r"\)")
                            .replace("[", r"\[").replace("]", r"\]")):
-            make_compressor(bad)
+            parse_compression(bad)
     with pytest.raises(ValueError, match="expected 10 values"):
-        GradientEncoder("fp16", 10).encode(np.zeros(11, np.float32))
+        GradientEncoder(Float16(), 10).encode(np.zeros(11, np.float32))
+    with pytest.raises(TypeError, match="TopK"):
+        GradientEncoder("topk:0.1", 10)  # a spec string: parse it first

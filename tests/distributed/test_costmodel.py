@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from minidl.cli import bench_allreduce as bench
-from minidl.dist import costmodel
-from minidl.dist.costmodel import CostParams, predict
+from minidl.dist import collectives
+from minidl.perf import allreduce_cost
+from minidl.perf.allreduce_cost import CostParams, predict
 
 ALPHA, BETA = 2e-6, 1e-10
 
@@ -63,16 +64,17 @@ def test_reduction_term_counts_the_bytes_added_on_the_critical_path():
 def test_choice_follows_message_size():
     """Latency-bound small messages favour the butterfly; large ones a bandwidth-optimal one."""
     params = CostParams(ALPHA, BETA, 5e-11)
-    assert costmodel.choose(64, 16, params) == "butterfly"
-    assert costmodel.choose(1 << 28, 16, params) in ("ring", "rabenseifner")
-    assert costmodel.choose(1 << 28, 64, params) == "rabenseifner"  # ring's 2(P-1) alphas
-    times = {name: predict(name, 1 << 28, 16, params) for name in costmodel.MODELLED_ALGORITHMS}
+    assert allreduce_cost.choose(64, 16, params) == "butterfly"
+    assert allreduce_cost.choose(1 << 28, 16, params) in ("ring", "rabenseifner")
+    assert allreduce_cost.choose(1 << 28, 64, params) == "rabenseifner"  # ring's 2(P-1) alphas
+    times = {name: predict(name, 1 << 28, 16, params)
+             for name in allreduce_cost.MODELLED_ALGORITHMS}
     assert times["tree"] > times["butterfly"] > times["ring"]
 
 
 def test_one_rank_or_empty_message_costs_nothing():
     params = CostParams(ALPHA, BETA, 1e-10)
-    for name in costmodel.MODELLED_ALGORITHMS:
+    for name in allreduce_cost.MODELLED_ALGORITHMS:
         assert predict(name, 1 << 20, 1, params) == 0.0
         assert predict(name, 0, 4, params) == 0.0
 
@@ -82,19 +84,27 @@ def test_library_allreduce_has_no_formula():
         predict("mpi", 1024, 2, CostParams(ALPHA, BETA, 0.0))
 
 
+def test_auto_picks_among_implemented_algorithms_in_a_known_mode():
+    assert set(allreduce_cost.AUTO_ALGORITHMS) <= set(collectives.ALLREDUCE_ALGORITHMS)
+    choice = allreduce_cost.AutoChoice("rule", collectives.SEGMENT_BYTES)
+    with pytest.raises(ValueError, match="rule, model, measure"):
+        choice.mode = "fastest"
+    assert choice.mode == "rule"
+
+
 def test_fit_recovers_alpha_and_beta_from_synthetic_pingpong():
-    sizes = np.array(costmodel.PINGPONG_SIZES, dtype=float)
+    sizes = np.array(allreduce_cost.PINGPONG_SIZES, dtype=float)
     exact = ALPHA + BETA * sizes
-    alpha, beta = costmodel.fit_alpha_beta(sizes, exact)
+    alpha, beta = allreduce_cost.fit_alpha_beta(sizes, exact)
     assert alpha == pytest.approx(ALPHA, rel=1e-9) and beta == pytest.approx(BETA, rel=1e-9)
     noise = np.random.default_rng(0).uniform(0.97, 1.03, sizes.size)
-    alpha, beta = costmodel.fit_alpha_beta(sizes, exact * noise)
+    alpha, beta = allreduce_cost.fit_alpha_beta(sizes, exact * noise)
     assert alpha == pytest.approx(ALPHA, rel=0.1) and beta == pytest.approx(BETA, rel=0.1)
 
 
 def test_fit_never_returns_a_negative_latency():
     sizes = np.array([1e3, 1e5, 1e7])
-    alpha, beta = costmodel.fit_alpha_beta(sizes, 1e-10 * sizes - 1e-8)
+    alpha, beta = allreduce_cost.fit_alpha_beta(sizes, 1e-10 * sizes - 1e-8)
     assert alpha == 0.0 and beta == pytest.approx(1e-10, rel=0.1)
 
 

@@ -8,10 +8,11 @@ import inspect
 import numpy as np
 import pytest
 
-from minidl.dist import collectives, costmodel
+from minidl.dist import collectives
 from minidl.dist.data_parallel import make_buckets
 from minidl.exercises import catalogue
 from minidl.layers import Parameter
+from minidl.perf import allreduce_cost
 from minidl.reference.dist.buckets import assign_buckets
 
 PATHS = ("minidl/reference/dist/allreduce.py", "minidl/reference/dist/buckets.py")
@@ -20,22 +21,24 @@ OUR_EXERCISES = [e.id for e in catalogue() if e.path in PATHS]
 
 def test_reference_algorithms_are_registered_apart_from_the_tuned_ones():
     assert collectives.ALLREDUCE_ALGORITHMS == ("mpi", "ring", "butterfly", "tree", "rabenseifner")
-    assert collectives.REFERENCE_ALGORITHMS == tuple(
+    assert tuple(collectives.REFERENCE_ALGORITHMS) == tuple(
         f"{name}_reference" for name in collectives.ALLREDUCE_ALGORITHMS[1:])
     for name in collectives.REFERENCE_ALGORITHMS:
         assert collectives.check_algorithm(name, allow_auto=False) == name
     with pytest.raises(ValueError, match="ring_reference"):
         collectives.check_algorithm("ring_textbook")
+    with pytest.raises(ValueError, match="import minidl.reference"):
+        collectives.check_algorithm("hypercube_reference")
 
 
 def test_auto_never_picks_a_reference_algorithm():
     """The rule, the cost model and the measurement choose among the tuned algorithms only."""
     tuned = set(collectives.ALLREDUCE_ALGORITHMS)
-    assert {costmodel.choose_by_rule(1 << k) for k in range(34)} <= tuned
-    params = costmodel.CostParams(alpha=1e-6, beta=1e-10, gamma=1e-10)
-    assert {costmodel.choose(1 << k, size, params) for k in range(0, 34, 3)
+    assert {allreduce_cost.choose_by_rule(1 << k) for k in range(34)} <= tuned
+    params = allreduce_cost.CostParams(alpha=1e-6, beta=1e-10, gamma=1e-10)
+    assert {allreduce_cost.choose(1 << k, size, params) for k in range(0, 34, 3)
             for size in (2, 3, 8)} <= tuned
-    measured = inspect.signature(costmodel.choose_by_measurement).parameters["algorithms"]
+    measured = inspect.signature(allreduce_cost.choose_by_measurement).parameters["algorithms"]
     assert set(measured.default) <= tuned
 
 

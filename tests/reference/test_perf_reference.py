@@ -1,8 +1,8 @@
-"""The reference performance models against minidl.perf, minidl.dist.costmodel and closed forms.
+"""The reference performance models against minidl.perf and closed forms.
 
 * work and depth: layer by layer on LeNet-5 and both ImageNet AlexNets,
   against ``count_model`` (its consistent "corrected" convention);
-* allreduce: every algorithm for P = 1..9 against ``costmodel.predict``, Ben-Nun &
+* allreduce: every algorithm for P = 1..9 against ``allreduce_cost.predict``, Ben-Nun &
   Hoefler's formulas for powers of two (2019, §2.5), and
   the lower bound;
 * scaling: Keuper & Pfreundt's model against ``predict_scaling`` on a
@@ -15,8 +15,8 @@ import pytest
 
 from minidl import layers as L
 from minidl import models
-from minidl.dist.costmodel import MODELLED_ALGORITHMS, CostParams, predict
 from minidl.perf import count_model
+from minidl.perf.allreduce_cost import MODELLED_ALGORITHMS, CostParams, predict
 from minidl.perf.compute_model import RooflineCompute
 from minidl.perf.machine import PRESETS
 from minidl.perf.network import NETWORKS

@@ -1,8 +1,8 @@
-"""Checks of the perf exercises: counts and costs against ``minidl.perf`` and ``minidl.dist.costmodel``."""
+"""Checks of the perf exercises: counts and costs against ``minidl.perf``."""
 import numpy as np
 
 from minidl import layers as L
-from minidl.dist.costmodel import CostParams, predict
+from minidl.perf.allreduce_cost import CostParams, predict
 from minidl.exercises import exercise, expect_close, expect_equal
 from minidl.perf import count_model
 from minidl.perf.compute_model import StepTime

@@ -1,1 +1,12 @@
-"""Distributed training in textbook form: allreduce algorithms, gradient buckets, and more."""
+"""Distributed training in textbook form: allreduce algorithms, gradient buckets, and more.
+
+Importing it registers the allreduce algorithms of ``allreduce.py`` with
+minidl's tuned ones, as ``"ring_reference"``, ``"butterfly_reference"``,
+``"tree_reference"`` and ``"rabenseifner_reference"``:
+``comm.allreduce(x, algorithm="ring_reference")``.
+"""
+from minidl.dist.collectives import register_reference
+from minidl.reference.dist import allreduce
+
+for _name in ("ring", "butterfly", "tree", "rabenseifner"):
+    register_reference(f"{_name}_reference", getattr(allreduce, _name))

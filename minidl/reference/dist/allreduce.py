@@ -6,14 +6,10 @@ P ranks each hold an array x_r of n elements; allreduce leaves on every rank
 
 Each function below sums a flat NumPy/CuPy array ``x`` over ``comm``'s ranks
 in place (and returns it) using only ``comm.send``, ``comm.recv`` and
-``comm.sendrecv`` on whole blocks; the mean is the sum divided by P.
-Ben-Nun & Hoefler 2019 (Demystifying Parallel and Distributed Deep
-Learning, §2.5) cost them with latency L and time G per byte, for m bytes::
-
-    T_tree = 2 log2(P) (L + m G)            binomial tree: reduce, then broadcast
-    T_bfly =   log2(P) (L + m G)            butterfly (recursive doubling)
-    T_ring = 2 (P-1) (L + (m/P) G)          ring: reduce-scatter, then allgather
-    T_rabe = 2 L log2(P) + 2 m G (P-1)/P    Rabenseifner: halving, then doubling
+``comm.sendrecv`` on whole blocks; the mean is the sum divided by P. Their
+alpha-beta-gamma times are in ``minidl/reference/perf/allreduce_cost.py``
+(Ben-Nun & Hoefler 2019, Demystifying Parallel and Distributed Deep
+Learning, §2.5).
 
 The ring follows Patarasuk & Yuan 2009 (Bandwidth Optimal All-reduce
 Algorithms for Clusters of Workstations); the butterfly, the binomial tree
@@ -29,7 +25,7 @@ rank p2 + i (``fold_out``). This costs two extra messages of the whole array.
 Every element of y is added up on one rank and copied to the others, or (the
 butterfly) added in the same pairs on both partners, so all ranks hold the
 same bits. ``comm.allreduce(x, algorithm="ring_reference")`` runs these
-functions (``minidl.dist.collectives.REFERENCE_ALGORITHMS``).
+functions (``minidl.reference.dist`` registers them).
 """
 from minidl.backend import get_array_module
 

@@ -29,7 +29,7 @@ Every worker must take the same number of steps (else bsp and ssp would wait
 for a clock that never comes).
 """
 from minidl.backend import get_array_module
-from minidl.dist.comm import mpi_module
+from minidl.dist.job import mpi_module
 
 SERVER = 0
 HEADER = 2            # [worker rank, kind]

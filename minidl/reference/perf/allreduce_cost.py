@@ -29,6 +29,10 @@ processes of the largest power of two below P, after each of the P - p'
 others has sent its vector to a partner (which adds it in) and before they
 get the result back: 2 (alpha + m beta) + m gamma more, k = floor(log2 P).
 (Thakur et al. describe cheaper ways to fold for long messages.)
+
+``minidl/perf/allreduce_cost.py``, which ``algorithm="auto"`` and ``minidl
+predict`` use, computes the same times from counts of messages and bytes;
+the tests hold the two equal.
 """
 import math
 
