@@ -12,6 +12,7 @@ import numpy as np
 import minidl as md
 from minidl import optim
 from minidl.data import ArrayDataset, DataLoader
+from minidl.cli.specs import parse_compression
 from minidl.cli.train import parse_dist_mode, parse_straggler
 from minidl.dist import CompressedOptimizer, DistConfig, DistributedOptimizer
 from minidl.dist.compression import TopK
