@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..train.config import ConfigError, TrainConfig, check_choice, check_number, option
+from .collectives import ALLREDUCE_ALGORITHMS
 from .ps_server import DEFAULT_POLL_INTERVAL
 
 MODES = ("sync", "bsp", "ssp", "asp", "avg", "easgd")
@@ -76,8 +77,6 @@ class DistConfig:
 
     def check(self, config: TrainConfig, resume=None) -> DistConfig:
         """Refuse options that do not fit the mode or ``config``; returns self."""
-        from .collectives import ALLREDUCE_ALGORITHMS
-
         mode = self.mode
         check_choice("allreduce", self.allreduce, ("auto", *ALLREDUCE_ALGORITHMS))
         check_number("bucket_mb", self.bucket_mb, positive=True)

@@ -4,7 +4,7 @@ from ..train.config import TrainConfig
 from ..train.run import TrainingRun
 from .config import DistConfig
 from .engines import SessionEngine, SyncEngine
-from .comm import init  # moves to .job
+from .comm import init
 from .workers import fit_on_workers
 
 

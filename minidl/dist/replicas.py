@@ -109,4 +109,4 @@ class ReplicatedOptimizer(OptimizerWrapper):
     def _average_gradients(self):
         """Make each parameter's gradient the average over ranks of this rank's gradient times
         the batch weight (``set_batch_weight``); return the flat vectors that hold it."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__}._average_gradients")

@@ -20,6 +20,9 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from .. import conv, models, optim
+from .setup import DATASETS
+
 SCHEDULES = ("constant", "step", "cosine")
 DTYPES = ("float32", "float64")
 DEVICES = ("cpu", "cuda")
@@ -98,9 +101,6 @@ class TrainConfig:
 
     def check(self) -> TrainConfig:
         """Refuse values that cannot work, naming the option; returns the config."""
-        from .. import conv, models, optim
-        from .setup import DATASETS
-
         check_choice("model", self.model, list(models.MODELS))
         check_choice("activation", self.activation, list(models.ACTIVATIONS))
         check_choice("dataset", self.dataset, list(DATASETS))

@@ -17,7 +17,7 @@ FIXED = ("model", "activation", "dataset", "optimizer", "subset", "seed", "dtype
 # how this launch runs, not what the run is: not announced when they differ
 LAUNCH = (
     "out", "overwrite", "progress", "threads", "device", "trace", "data_dir", "verify_data",
-    "hang_timeout", "straggler", "jitter", "world_size", "batch_size", "workers", "dist",
+    "hang_timeout", "straggler", "jitter", "world_size", "batch_size", "dist",
 )  # fmt: skip
 
 
