@@ -84,7 +84,7 @@ class Direct(ConvAlgorithm):
         return dw
 
     def multiplies(self, geom):
-        return {"products": geom.direct_multiplies(), "total": geom.direct_multiplies()}
+        return {"products": geom.direct_multiplies()}
 
     def workspace_elements(self, geom, pass_, chunk):
         n, c, h, w = geom.input_shape

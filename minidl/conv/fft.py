@@ -175,9 +175,7 @@ class FFT(ConvAlgorithm):
         # estimate: L*log2(L) real multiplies per real 2-D FFT of L points (half a radix-2
         # complex FFT); transforms of x (N*C), w (K*C) and the inverse of y (N*K).
         transforms = int(points * np.log2(points)) * (n * c + k * c + n * k)
-        counts = {"pointwise": 4 * freqs * n * k * c, "transforms": transforms}
-        counts["total"] = sum(counts.values())
-        return counts
+        return {"pointwise": 4 * freqs * n * k * c, "transforms": transforms}
 
     def workspace_elements(self, geom, pass_, chunk):
         size, (hp, wp) = self._fft_size(geom), geom.padded_size

@@ -199,7 +199,7 @@ class Im2col(ConvAlgorithm):
         return crop_padding(acc, geom).transpose(0, 3, 1, 2)
 
     def multiplies(self, geom):
-        return {"gemm": geom.direct_multiplies(), "total": geom.direct_multiplies()}
+        return {"gemm": geom.direct_multiplies()}
 
     def workspace_elements(self, geom, pass_, chunk):
         n, c, h, w = geom.input_shape

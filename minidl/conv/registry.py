@@ -71,9 +71,11 @@ def require(name, geom):
 
 
 def multiplies(name, geom):
-    """Forward-pass multiplies of algorithm ``name`` for ``geom``, all groups, by stage."""
-    per_group = implementation(name).multiplies(geom.per_group())
-    return {stage: count * geom.groups for stage, count in per_group.items()}
+    """Forward-pass multiplies of algorithm ``name`` for ``geom``, all groups, by stage and
+    their ``"total"``."""
+    counts = {stage: count * geom.groups
+              for stage, count in implementation(name).multiplies(geom.per_group()).items()}
+    return {**counts, "total": sum(counts.values())}
 
 
 def workspace_bytes(name, geom, pass_, dtype="float32", device="cpu"):

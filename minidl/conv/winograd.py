@@ -252,12 +252,10 @@ class Winograd(ConvAlgorithm):
         th, tw = tile_counts(geom.out_h, geom.out_w, m)
         p = geom.batch * th * tw
         k, c = geom.out_channels, geom.in_channels
-        counts = {"elementwise": a * a * k * c * p,          # the alpha^2 batched GEMMs
-                  "input_transform": a ** 4 * c * p,         # dense Kronecker GEMM per tile
-                  "weight_transform": a * a * 9 * k * c,
-                  "output_transform": m * m * a * a * k * p}
-        counts["total"] = sum(counts.values())
-        return counts
+        return {"elementwise": a * a * k * c * p,          # the alpha^2 batched GEMMs
+                "input_transform": a ** 4 * c * p,         # dense Kronecker GEMM per tile
+                "weight_transform": a * a * 9 * k * c,
+                "output_transform": m * m * a * a * k * p}
 
     def workspace_elements(self, geom, pass_, chunk):
         """The peak of the kernel's arrays minus the pass's result (see ``_correlation_peak``)."""

@@ -33,6 +33,7 @@ response normalisation) are op counts of the textbook formulas; each
 counter's docstring gives them.
 """
 from ..conv.geometry import output_size, pair
+from ..functional.pooling import pool_geometry
 from ..intmath import ceil_div, ceil_log2
 from .costs import Counter, elements, register
 
@@ -42,10 +43,9 @@ def _pairs(m, *names):
     return [pair(getattr(m, name), name, type(m).__name__) for name in names]
 
 
-def _window(m):
-    """The (kernel, stride, padding) pairs of a pooling layer; the stride defaults to the kernel."""
-    k, p = _pairs(m, "kernel_size", "padding")
-    return k, k if m.stride is None else _pairs(m, "stride")[0], p
+def _pool_geometry(m, x_shape):
+    """(kernel, stride, padding, output size) of a pooling layer, checked as the op checks them."""
+    return pool_geometry(x_shape, m.kernel_size, m.stride, m.padding, type(m).__name__)
 
 
 def _has_bias(module):
@@ -125,17 +125,10 @@ class MaxPool2dCounter(Counter):
     is_max = True
 
     def output_shape(self, m, x_shape):
-        k, s, p = _window(m)
-        if len(x_shape) != 4:
-            raise ShapeMismatch(f"{type(m).__name__} needs an NCHW input, got {x_shape}")
-        out = tuple(output_size(x_shape[2 + i], k[i], s[i], p[i]) for i in range(2))
-        if min(out) < 1:
-            raise ShapeMismatch(f"{type(m).__name__}(kernel {k}) got an input {x_shape} smaller "
-                                "than its window")
-        return x_shape[:2] + out
+        return x_shape[:2] + _pool_geometry(m, x_shape)[3]
 
     def count(self, m, x_shape, y_shape, needs_input_grad, convention):
-        (kh, kw), (sh, sw), _ = _window(m)
+        (kh, kw), (sh, sw) = _pool_geometry(m, x_shape)[:2]
         window = kh * kw
         per_out = window - 1 if self.is_max else window
         outputs = elements(y_shape)
