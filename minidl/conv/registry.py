@@ -66,7 +66,7 @@ def require(name, geom):
         others = [n for n in ALGORITHMS
                   if implementation(n).unsupported(geom.per_group()) is None]
         raise Unsupported(f"conv2d (algo={name!r}): {reason} for {geom.describe()}; "
-                          f"use {_either(others)}")
+                          f"use {word_list([repr(n) for n in others])}")
     return impl
 
 
@@ -83,6 +83,6 @@ def workspace_bytes(name, geom, pass_, dtype="float32", device="cpu"):
     return implementation(name).workspace_bytes(geom.per_group(), pass_, dtype, device)
 
 
-def _either(names):
-    quoted = [repr(n) for n in names]
-    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+def word_list(words, conjunction="or"):
+    """``a``, ``a or b``, ``a, b or c``: words for an error message."""
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} {conjunction} {words[-1]}"

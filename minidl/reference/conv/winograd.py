@@ -33,6 +33,7 @@ from ...backend import get_array_module
 from ...conv.base import ConvAlgorithm
 from ...conv.direct import DIRECT
 from ...conv.layout import padded_nchw
+from ...conv.registry import word_list
 from ...conv.winograd import tile_counts
 
 B_T = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float64)
@@ -88,7 +89,7 @@ class WinogradReference(ConvAlgorithm):
             problems.append(f"dilation {geom.dilation}")
         if not problems:
             return None
-        listed = problems[0] if len(problems) == 1 else ", ".join(problems[:-1]) + " and " + problems[-1]
+        listed = word_list(problems, "and")
         return (f"F(2x2, 3x3) takes 3x3 kernels at stride 1 and dilation 1 only, not {listed} "
                 "('im2col_reference' and 'fft_reference' compute every shape, the tuned "
                 "'winograd_f2x2_3x3' also strided kernels with 3 taps per stride phase)")
