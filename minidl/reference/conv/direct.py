@@ -1,19 +1,10 @@
 """Direct convolution: the definition, vectorised over batch and channels.
 
 Ben-Nun & Hoefler 2019, Demystifying Parallel and Distributed Deep Learning,
-Eq. 2 / Alg. 3 (cross-correlation, indices corrected), with stride s,
-padding p and dilation d:
-
-    y[n, k, i, j] = sum_{c, u, v} xpad[n, c, i*sh + u*dh, j*sw + v*dw] * w[k, c, u, v]
-
-The seven loops keep only one in Python: over the KH*KW kernel offsets
-(u, v); each offset is one channel contraction over the whole batch, a GEMM
-``w[:, :, u, v] (K x C) @ x_shifted (C x N*OH*OW)`` (the input is laid out
-channels-first, (C, N, H, W), so that every shifted view is one matrix).
-
-This forward pass is the exercise; the gradients, the helpers and the costs
-are those of the library's ``minidl/conv/direct.py`` (``algo="direct"``).
-Selected by name: ``algo="direct_reference"``.
+Eq. 2 / Alg. 3: y[n, k, i, j] = sum_{c, u, v} xpad[n, c, i*sh + u*dh, j*sw + v*dw] * w[k, c, u, v],
+one GEMM ``w[:, :, u, v] (K x C) @ x_shifted (C x N*OH*OW)`` per kernel offset (u, v).
+The forward pass is the exercise (``algo="direct_reference"``); the gradients,
+helpers and costs are those of ``minidl/conv/direct.py`` (``algo="direct"``).
 """
 from ...backend import get_array_module
 from ...conv.direct import Direct, batch_first, padded_channels_first, shifted
