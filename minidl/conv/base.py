@@ -41,7 +41,7 @@ class ConvAlgorithm:
         raise NotImplementedError
 
     def multiplies(self, geom):
-        """Real multiplies of the forward pass, by stage (``registry.multiplies`` adds the total)."""
+        """Real multiplies of the forward pass by stage (``registry.multiplies`` adds the total)."""
         raise NotImplementedError
 
     def workspace_bytes(self, geom, pass_, dtype="float32", device="cpu"):

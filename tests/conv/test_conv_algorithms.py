@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import minidl as md
+import minidl.reference  # registers the textbook algorithms, tested here too
 from minidl.conv.registry import IMPLEMENTATIONS
-import minidl.reference  # noqa: F401 (registers the textbook algorithms, tested here too)
 
 from . import reference
 

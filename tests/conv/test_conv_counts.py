@@ -4,12 +4,12 @@ import tracemalloc
 import numpy as np
 import pytest
 
+import minidl.reference  # registers the textbook algorithms, tested here too
 from minidl.chunks import batch_chunks
 from minidl.conv import PASSES, make_geometry, multiplies, workspace_bytes
 from minidl.conv.function import run_backward_input, run_backward_weight, run_forward
 from minidl.conv.registry import IMPLEMENTATIONS, implementation
 from minidl.conv.winograd import tile_elements
-import minidl.reference  # noqa: F401 (registers the textbook algorithms, tested here too)
 
 LAYERS = {  # name: (x shape, w shape, conv kwargs)
     "lenet_conv2": ((64, 6, 14, 14), (16, 6, 5, 5), {}),

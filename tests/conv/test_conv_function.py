@@ -3,12 +3,12 @@ import numpy as np
 import pytest
 
 import minidl as md
+import minidl.reference  # registers the textbook algorithms, tested here too
 from minidl import functional as F
 from minidl import layers as L
 from minidl.conv.autotune import TUNER
 from minidl.conv.registry import AUTO_CANDIDATES, IMPLEMENTATIONS
 from minidl.conv.winograd import winograd_matrices
-import minidl.reference  # noqa: F401 (registers the textbook algorithms, tested here too)
 
 from . import reference
 
