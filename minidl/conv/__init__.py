@@ -1,15 +1,16 @@
-"""2-D convolution with four algorithms: direct, im2col, FFT and Winograd (Ben-Nun & Hoefler 2019, §4.3).
+"""2-D convolution with four algorithms: direct, im2col, FFT and Winograd (Ben-Nun & Hoefler 2019).
 
 ``conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1, algo="auto")``
-computes the cross-correlation of Ben-Nun & Hoefler 2019, Eq. 2 on NCHW tensors with weights
-(out, in/groups, kh, kw). ``algo`` is one of ``ALGORITHMS``, a Winograd tile
-(``"winograd_f2x2_3x3"``, ``"winograd_f4x4_3x3"``), a textbook version
-(``"im2col_reference"``, ``"fft_reference"``, ``"winograd_reference"``;
-``minidl/reference/conv/``) or ``"auto"``, which
-times the algorithms that can compute the shape, once per (shape, dtype,
-device, pass), and keeps the fastest (see ``autotune``; ``print(report())``).
-Each algorithm also reports its multiply count and workspace:
-``multiplies(name, geometry)``, ``workspace_bytes(name, geometry, pass_)``.
+computes the cross-correlation of Ben-Nun & Hoefler 2019, Eq. 2 (§4.3) on NCHW
+tensors with weights (out, in/groups, kh, kw). ``algo`` is one of
+``ALGORITHMS``, a Winograd tile (``"winograd_f2x2_3x3"``,
+``"winograd_f4x4_3x3"``), ``"auto"``, which picks among these per (shape,
+dtype, device, pass) (see ``autotune``; ``print(report())``), or a name that
+``registry.register`` added: ``import minidl.reference`` adds the textbook
+versions (``"im2col_reference"``...; ``minidl/reference/conv/``), which
+``auto`` never picks. Each algorithm also reports its multiply count and
+workspace: ``multiplies(name, geometry)``,
+``workspace_bytes(name, geometry, pass_, dtype="float32", device="cpu")``.
 
 Memory format: results are NCHW-indexed arrays, but im2col (for most
 shapes) and Winograd return them channels-last in memory (an NHWC array
@@ -28,8 +29,8 @@ from .registry import (ALGORITHMS, NAMES, applicable, implementation, multiplies
                        workspace_bytes)
 
 __all__ = ["conv2d", "ALGORITHMS", "NAMES", "PASSES", "Unsupported", "ConvGeometry",
-           "make_geometry", "implementation", "applicable", "multiplies", "workspace_bytes", "configure", "report",
-           "clear_cache", "choices"]
+           "make_geometry", "implementation", "applicable", "multiplies", "workspace_bytes",
+           "configure", "report", "clear_cache", "choices"]
 
 
 def conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1, algo="auto"):

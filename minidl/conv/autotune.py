@@ -22,13 +22,8 @@ tuning never tries, say, the FFT's 4.5 GB for AlexNet conv1 at batch 128;
 ``none`` removes it). The same limit decides whether a forward pass may keep
 state (im2col's columns, Winograd's transformed tiles) for backward.
 ``report()`` prints each key's choice, the layers that used it and the
-timings behind it.
-
-Stubbed exercises (the student tree of ``minidl exercise``, where an
-algorithm's region raises ``Unimplemented``) are skipped: a timed candidate
-that raises it is left out and tuning goes on; a pick that raises it on its
-first run is left out by ``exclude`` and the next candidate is chosen. The
-report lists them as "not implemented yet (exercise 3.x)".
+timings behind it. The candidates are the library's own algorithms
+(``registry.AUTO_CANDIDATES``); the textbook ones are never timed or picked.
 """
 import os
 import time
@@ -37,7 +32,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import backend
-from ..exercises import Unimplemented
 from .registry import IMPLEMENTATIONS, applicable
 
 RULE_FAST = "winograd_f4x4_3x3"
@@ -53,7 +47,6 @@ class Choice:
     seconds: dict = field(default_factory=dict)      # name -> best measured time
     excluded: dict = field(default_factory=dict)     # name -> why it was not a candidate
     layers: set = field(default_factory=set)         # labels of the layers that used it
-    stubbed: dict = field(default_factory=dict)      # name -> the Unimplemented it raised
 
 
 DEFAULT_WORKSPACE_MB = 1024
@@ -94,59 +87,35 @@ class Autotuner:
         key = (geom, np.dtype(dtype), device, pass_)
         choice = self.choices.get(key)
         if choice is None:
-            choice = self._tune(geom, dtype, device, pass_, run, {})
+            choice = self._tune(geom, dtype, device, pass_, run)
             self.choices[key] = choice
         if label is not None:
             choice.layers.add(label)
         return IMPLEMENTATIONS[choice.algorithm]
 
-    def exclude(self, geom, dtype, device, pass_, run, stub):
-        """Leave out this key's choice, which raised ``stub`` (its exercise is stubbed); choose again.
-
-        Raises ``stub`` when no other algorithm can compute the shape.
-        """
-        key = (geom, np.dtype(dtype), device, pass_)
-        old = self.choices[key]
-        choice = self._tune(geom, dtype, device, pass_, run,
-                            {**old.stubbed, old.algorithm: stub.with_traceback(None)})
-        choice.layers |= old.layers
-        self.choices[key] = choice
-
-    def _candidates(self, geom, dtype, pass_, stubbed):
+    def _candidates(self, geom, dtype, device, pass_):
+        """The applicable algorithms whose workspace fits, and why the others do not."""
         group = geom.per_group()
-        itemsize = np.dtype(dtype).itemsize
-        usable = [impl for impl in applicable(group) if impl.name not in stubbed]
-        if not usable:   # every algorithm for this shape is a stubbed exercise
-            raise next(iter(stubbed.values()))
-        fits, excluded = [], {name: _stub_reason(stub) for name, stub in stubbed.items()}
-        for impl in usable:
-            need = impl.workspace_bytes(group, pass_, itemsize)
-            if self.workspace_limit is not None and need > self.workspace_limit:
-                excluded[impl.name] = f"workspace {need / 2 ** 20:.1f} MB > limit"
-            else:
-                fits.append(impl)
+        need = {impl: impl.workspace_bytes(group, pass_, dtype, device)
+                for impl in applicable(group)}
+        limit = self.workspace_limit
+        fits = [impl for impl, nbytes in need.items() if limit is None or nbytes <= limit]
         if not fits:   # nothing fits: the leanest algorithm, and say so
-            leanest = min(usable, key=lambda i: i.workspace_bytes(group, pass_, itemsize))
-            excluded.pop(leanest.name)
-            fits = [leanest]
+            fits = [min(need, key=need.get)]
+        excluded = {impl.name: f"workspace {nbytes / 2 ** 20:.1f} MB > limit"
+                    for impl, nbytes in need.items() if impl not in fits}
         return fits, excluded
 
-    def _tune(self, geom, dtype, device, pass_, run, stubbed):
-        """The choice among the candidates not in ``stubbed`` ({name: Unimplemented})."""
-        while True:
-            candidates, excluded = self._candidates(geom, dtype, pass_, stubbed)
-            if not self.enabled:
-                return Choice(rule_choice(geom.per_group(), candidates), {}, excluded, stubbed=stubbed)
-            seconds, stubbed = {}, dict(stubbed)
-            for impl in candidates:
-                try:
-                    seconds[impl.name] = self._measure(impl, run, device,
-                                                       min(seconds.values(), default=None))
-                except Unimplemented as stub:
-                    stubbed[impl.name] = stub.with_traceback(None)
-                    excluded[impl.name] = _stub_reason(stub)
-            if seconds:   # else every candidate was stubbed: try the ones left out for workspace
-                return Choice(min(seconds, key=seconds.get), seconds, excluded, stubbed=stubbed)
+    def _tune(self, geom, dtype, device, pass_, run):
+        """The fixed rule's pick, or the fastest candidate when timing is on."""
+        candidates, excluded = self._candidates(geom, dtype, device, pass_)
+        if not self.enabled:
+            return Choice(rule_choice(geom.per_group(), candidates), {}, excluded)
+        seconds = {}
+        for impl in candidates:
+            seconds[impl.name] = self._measure(impl, run, device,
+                                               min(seconds.values(), default=None))
+        return Choice(min(seconds, key=seconds.get), seconds, excluded)
 
     def _measure(self, impl, run, device, best):
         """Best of ``repeats`` timed runs after a warm-up (plans, caches, page faults)."""
@@ -188,10 +157,6 @@ class Autotuner:
 
     def _limit_text(self):
         return "none" if self.workspace_limit is None else f"{self.workspace_limit / 2 ** 20:.1f} MB"
-
-
-def _stub_reason(stub):
-    return f"not implemented yet (exercise {stub.exercise_id})"
 
 
 def rule_choice(group, candidates):

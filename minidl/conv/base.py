@@ -7,6 +7,10 @@ The bias is added, and its gradient summed, once for all algorithms in
 ``function.py``. ``forward(..., keep=True)`` may return state (transformed
 input or weights) that the same algorithm's backward passes reuse.
 """
+import numpy as np
+
+from ..chunks import chunk_length
+
 PASSES = ("forward", "backward_input", "backward_weight")
 
 
@@ -37,15 +41,35 @@ class ConvAlgorithm:
         raise NotImplementedError
 
     def multiplies(self, geom):
-        """Real multiplies of the forward pass, by stage, with their ``"total"``."""
+        """Real multiplies of the forward pass by stage (``registry.multiplies`` adds the total)."""
         raise NotImplementedError
 
-    def workspace_bytes(self, geom, pass_, itemsize=4):
-        """Temporary memory of one pass beyond its inputs and output, in bytes."""
+    def workspace_bytes(self, geom, pass_, dtype="float32", device="cpu"):
+        """Temporary memory of one pass beyond its inputs and output, in bytes.
+
+        The arrays' ``dtype`` gives the item size, and with the ``device`` how many
+        images a chunk of the batch holds (``minidl/chunks.py``), as the kernels chunk.
+        """
+        itemsize = np.dtype(dtype).itemsize
+
+        def chunk(batch, elements_per_image):
+            return chunk_length(batch, elements_per_image * itemsize, gpu=device != "cpu")
+        return itemsize * self.workspace_elements(geom, pass_, chunk)
+
+    def workspace_elements(self, geom, pass_, chunk):
+        """The peak of one pass's temporary arrays, in elements (a complex number counts two).
+
+        ``chunk(batch, elements_per_image)`` is the number of images the kernel's
+        ``batch_chunks`` takes at once for that many elements of temporaries per image.
+        """
         raise NotImplementedError
 
-    def saved_bytes(self, geom, itemsize=4):
-        """Memory that ``forward(..., keep=True)`` holds for the backward passes."""
+    def saved_bytes(self, geom, dtype="float32"):
+        """Memory that ``forward(..., keep=True)`` holds for the backward passes, in bytes."""
+        return np.dtype(dtype).itemsize * self.saved_elements(geom)
+
+    def saved_elements(self, geom):
+        """``saved_bytes`` in elements."""
         return 0
 
     def __repr__(self):

@@ -84,6 +84,21 @@ def irfft2_cropped(spectra, size, rows, cols):
     return real.transpose(2, 3, 0, 1)
 
 
+def stride_one_size(geom):
+    """The stride-1 output grid over the padded input: (Hp - KHd + 1, Wp - KWd + 1)."""
+    return tuple(p - k + 1 for p, k in zip(geom.padded_size, geom.dilated_kernel))
+
+
+def stride_one_grid(dy, geom):
+    """dy (N, K, OH, OW) put back on the stride-1 output grid, zeros between strided outputs."""
+    if geom.stride == (1, 1):
+        return dy
+    xp = get_array_module(dy)
+    out = xp.zeros(dy.shape[:2] + stride_one_size(geom), dtype=dy.dtype)
+    out[:, :, ::geom.stride[0], ::geom.stride[1]] = dy
+    return out
+
+
 def dilate_kernel(w, dilation):
     """w (K, C, KH, KW) with d-1 zeros between taps: (K, C, d*(KH-1)+1, d*(KW-1)+1)."""
     dh, dw = dilation
@@ -102,12 +117,9 @@ class FFT(ConvAlgorithm):
     name = "fft"
     reuses = frozenset({"backward_input", "backward_weight"})   # kernel and input spectra
 
-    def _sizes(self, geom):
-        """Padded input size, stride-1 output size, dilated kernel size and FFT size."""
-        hp, wp = geom.height + 2 * geom.padding[0], geom.width + 2 * geom.padding[1]
-        kh = geom.dilation[0] * (geom.kernel_h - 1) + 1
-        kw = geom.dilation[1] * (geom.kernel_w - 1) + 1
-        return (hp, wp), (hp - kh + 1, wp - kw + 1), (kh, kw), (fast_length(hp), fast_length(wp))
+    def _fft_size(self, geom):
+        """The FFT size: a fast length >= the padded input, per axis."""
+        return tuple(fast_length(p) for p in geom.padded_size)
 
     def _input_spectra(self, x, geom, size):
         """Spectra of the padded input: (F, N, C)."""
@@ -121,7 +133,7 @@ class FFT(ConvAlgorithm):
 
     def forward(self, x, w, geom, keep=False):
         xp = get_array_module(x)
-        _, out1, _, size = self._sizes(geom)
+        size, out1 = self._fft_size(geom), stride_one_size(geom)
         (sh, sw) = geom.stride
         x_f = self._input_spectra(x, geom, size)
         w_c = self._conjugate_weight_spectra(w, geom, size)
@@ -131,17 +143,11 @@ class FFT(ConvAlgorithm):
 
     def _gradient_spectra(self, dy, geom, size):
         """dy on the stride-1 output grid (zeros between strided samples), as (F, N, K) spectra."""
-        xp = get_array_module(dy)
-        out1 = self._sizes(geom)[1]
-        if geom.stride != (1, 1):
-            full = xp.zeros(dy.shape[:2] + tuple(out1), dtype=dy.dtype)
-            full[:, :, ::geom.stride[0], ::geom.stride[1]] = dy
-            dy = full
-        return rfft2_padded(spatial_first(dy), size)
+        return rfft2_padded(spatial_first(stride_one_grid(dy, geom)), size)
 
     def backward_input(self, dy, w, geom, saved=None):
         xp = get_array_module(dy)
-        size = self._sizes(geom)[3]
+        size = self._fft_size(geom)
         w_c = self._conjugate_weight_spectra(w, geom, size) if saved is None else saved[1]
         dy_f = self._gradient_spectra(dy, geom, size)
         # dX = dY o FFT(w) = conj(conj(dY) o conj(FFT(w))): conjugates of batch-sized arrays only
@@ -153,7 +159,7 @@ class FFT(ConvAlgorithm):
 
     def backward_weight(self, dy, x, geom, saved=None):
         xp = get_array_module(dy)
-        _, _, kernel, size = self._sizes(geom)
+        kernel, size = geom.dilated_kernel, self._fft_size(geom)
         x_f = self._input_spectra(x, geom, size) if saved is None else saved[0]
         dy_f = self._gradient_spectra(dy, geom, size)
         dw_f = xp.matmul(xp.conj(dy_f, out=dy_f).transpose(0, 2, 1), x_f)   # (F, K, C)
@@ -162,31 +168,27 @@ class FFT(ConvAlgorithm):
         return xp.ascontiguousarray(grad, dtype=dy.dtype)
 
     def multiplies(self, geom):
-        size = self._sizes(geom)[3]
+        size = self._fft_size(geom)
         n, k, c = geom.batch, geom.out_channels, geom.in_channels
         freqs = size[0] * (size[1] // 2 + 1)
         points = size[0] * size[1]
         # estimate: L*log2(L) real multiplies per real 2-D FFT of L points (half a radix-2
         # complex FFT); transforms of x (N*C), w (K*C) and the inverse of y (N*K).
         transforms = int(points * np.log2(points)) * (n * c + k * c + n * k)
-        counts = {"pointwise": 4 * freqs * n * k * c, "transforms": transforms}
-        counts["total"] = sum(counts.values())
-        return counts
+        return {"pointwise": 4 * freqs * n * k * c, "transforms": transforms}
 
-    def workspace_bytes(self, geom, pass_, itemsize=4):
-        (hp, wp), _, _, size = self._sizes(geom)
+    def workspace_elements(self, geom, pass_, chunk):
+        size, (hp, wp) = self._fft_size(geom), geom.padded_size
         n, k, c = geom.batch, geom.out_channels, geom.in_channels
         freqs = size[0] * (size[1] // 2 + 1)
-        spectra = {"forward": n * c + k * c + n * k, "backward_input": n * k + k * c + n * c,
-                   "backward_weight": n * k + n * c + k * c}[pass_]
-        # complex spectra, twice (library output and the frequency-major copy), plus the padded input
-        return itemsize * (2 * 2 * freqs * spectra + n * c * hp * wp)
+        # every pass transforms x (or dx), w and y (or dy): complex spectra, twice (library
+        # output and the frequency-major copy), plus the padded input
+        return 2 * 2 * freqs * (n * c + k * c + n * k) + n * c * hp * wp
 
-    def saved_bytes(self, geom, itemsize=4):
-        size = self._sizes(geom)[3]
+    def saved_elements(self, geom):
+        size = self._fft_size(geom)
         freqs = size[0] * (size[1] // 2 + 1)
-        n, k, c = geom.batch, geom.out_channels, geom.in_channels
-        return 2 * itemsize * freqs * (n * c + c * k)   # input and kernel spectra
+        return 2 * freqs * geom.in_channels * (geom.batch + geom.out_channels)   # x and w spectra
 
 
 FFT_ALGORITHM = FFT()

@@ -7,14 +7,9 @@ pass). Two things are the same for every algorithm and live here once:
 * groups: group g convolves input channels [g*C/G, (g+1)*C/G) with its
   K/G filters, an independent ordinary convolution;
 * bias: ``y += b`` per output channel, and ``db = sum over (n, i, j) of dy``.
-
-With ``algo="auto"``, an algorithm that raises ``Unimplemented`` (a stubbed
-exercise region) is left out for the shape and the next candidate runs; an
-explicit ``algo`` lets the ``Unimplemented`` through.
 """
 from .. import backend
 from ..autograd import Function
-from ..exercises import Unimplemented
 from .autotune import TUNER
 from .registry import require
 
@@ -94,20 +89,14 @@ class Conv2dFunction(Function):
         return (dx, dw, db)[:len(self.inputs)]
 
     def _dispatch(self, pass_, run, timed=None):
-        """``(impl, run(impl))`` with the algorithm for this pass; ``timed(impl)`` is what tuning times.
-
-        Under ``auto``, a pick that raises ``Unimplemented`` is excluded and the next one runs.
-        """
+        """``(impl, run(impl))`` with the algorithm for this pass; ``timed(impl)`` is what
+        tuning times."""
         if self.algo != "auto":
             impl = require(self.algo, self.geom)
-            return impl, run(impl)
-        key = (self.geom, self.dtype, self.device, pass_)
-        while True:
-            impl = TUNER.choose(*key, timed or run, self.label)
-            try:
-                return impl, run(impl)
-            except Unimplemented as stub:
-                TUNER.exclude(*key, timed or run, stub)
+        else:
+            impl = TUNER.choose(self.geom, self.dtype, self.device, pass_, timed or run,
+                                self.label)
+        return impl, run(impl)
 
     def _keep(self, impl, need_x, need_w):
         """Keep the forward's reusable state when a backward pass will use the same algorithm.
@@ -115,7 +104,7 @@ class Conv2dFunction(Function):
         Not when the state is larger than the autotuner's workspace limit.
         """
         limit = TUNER.workspace_limit
-        if limit is not None and impl.saved_bytes(self.geom.per_group(), self.dtype.itemsize) > limit:
+        if limit is not None and impl.saved_bytes(self.geom.per_group(), self.dtype) > limit:
             return False
         for pass_, needed in (("backward_input", need_x), ("backward_weight", need_w)):
             if needed and pass_ in impl.reuses:

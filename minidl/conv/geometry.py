@@ -1,8 +1,9 @@
 """The shape of one convolution: sizes, stride, padding, dilation, groups.
 
-Output size (Ben-Nun & Hoefler 2019, App. A.4, minus sign restored; dilation as in Yu & Koltun):
-``OH = floor((H + 2*ph - dh*(KH - 1) - 1) / sh) + 1`` and likewise ``OW``.
-A ``ConvGeometry`` is hashable, so it doubles as the autotuner's cache key.
+Output size along one axis (Ben-Nun & Hoefler 2019, App. A.4, minus sign restored; dilation as
+in Yu & Koltun 2016): ``O = floor((I + 2*p - d*(K - 1) - 1) / s) + 1`` (``output_size``), for
+convolution and pooling windows alike. A ``ConvGeometry`` is hashable, so it doubles as the
+autotuner's cache key.
 """
 import functools
 from dataclasses import dataclass, replace
@@ -10,17 +11,33 @@ from dataclasses import dataclass, replace
 from ..autograd import ShapeError
 
 
-def pair(value, name):
-    """``3 -> (3, 3)``; ``(3, 5) -> (3, 5)``; anything else is an error naming ``name``."""
+def pair(value, name, op="conv2d"):
+    """``3 -> (3, 3)``; ``(3, 5) -> (3, 5)``; anything else is an error naming ``op`` and ``name``.
+    """
     if isinstance(value, int):
         return (value, value)
     try:
         a, b = value
     except (TypeError, ValueError):
-        raise TypeError(f"conv2d: {name} must be an int or a pair of ints, not {value!r}") from None
+        a = b = None
     if not (isinstance(a, int) and isinstance(b, int)):
-        raise TypeError(f"conv2d: {name} must be an int or a pair of ints, not {value!r}")
+        raise TypeError(f"{op}: {name} must be an int or a pair of ints, not {value!r}")
     return (a, b)
+
+
+def output_size(size, kernel, stride=1, padding=0, dilation=1):
+    """Outputs of a window sliding along one axis: floor((size + 2p - d(kernel - 1) - 1) / s) + 1.
+    """
+    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def window_slices(tap, stride, dilation, out_size):
+    """Per axis, the slice of the padded input that kernel tap ``tap`` meets at every output.
+
+    Output i meets tap u at padded index i*s + u*d: indices u*d, u*d + s, ..., u*d + s*(O - 1).
+    """
+    return tuple(slice(u * d, u * d + s * (o - 1) + 1, s)
+                 for u, s, d, o in zip(tap, stride, dilation, out_size))
 
 
 @dataclass(frozen=True)
@@ -41,13 +58,24 @@ class ConvGeometry:
 
     @property
     def out_h(self):
-        return (self.height + 2 * self.padding[0]
-                - self.dilation[0] * (self.kernel_h - 1) - 1) // self.stride[0] + 1
+        return output_size(self.height, self.kernel_h, self.stride[0], self.padding[0],
+                           self.dilation[0])
 
     @property
     def out_w(self):
-        return (self.width + 2 * self.padding[1]
-                - self.dilation[1] * (self.kernel_w - 1) - 1) // self.stride[1] + 1
+        return output_size(self.width, self.kernel_w, self.stride[1], self.padding[1],
+                           self.dilation[1])
+
+    @property
+    def padded_size(self):
+        """(H + 2*ph, W + 2*pw): the zero-padded input."""
+        return (self.height + 2 * self.padding[0], self.width + 2 * self.padding[1])
+
+    @property
+    def dilated_kernel(self):
+        """(d*(KH - 1) + 1, d*(KW - 1) + 1): the rows and columns the dilated kernel spans."""
+        return (self.dilation[0] * (self.kernel_h - 1) + 1,
+                self.dilation[1] * (self.kernel_w - 1) + 1)
 
     @property
     def input_shape(self):
@@ -66,17 +94,11 @@ class ConvGeometry:
         return _per_group(self)
 
     def window(self, u, v):
-        """The (rows, cols) slices of the padded input that kernel tap (u, v) multiplies.
-
-        Output (i, j) meets tap (u, v) at padded pixel (i*sh + u*dh, j*sw + v*dw):
-        rows u*dh, u*dh + sh, ..., u*dh + sh*(OH - 1), and likewise the columns.
-        """
-        (sh, sw), (dh, dw) = self.stride, self.dilation
-        return (slice(u * dh, u * dh + sh * (self.out_h - 1) + 1, sh),
-                slice(v * dw, v * dw + sw * (self.out_w - 1) + 1, sw))
+        """The (rows, cols) slices of the padded input that kernel tap (u, v) multiplies."""
+        return window_slices((u, v), self.stride, self.dilation, (self.out_h, self.out_w))
 
     def direct_multiplies(self):
-        """Multiplies of the definition (Ben-Nun & Hoefler 2019, Table 6, 'Direct'): N*K*(C/g)*KH*KW*OH*OW."""
+        """Multiplies of the definition, N*K*(C/g)*KH*KW*OH*OW (Ben-Nun & Hoefler 2019, Table 6)."""
         return (self.batch * self.out_channels * (self.in_channels // self.groups)
                 * self.kernel_h * self.kernel_w * self.out_h * self.out_w)
 
@@ -88,19 +110,22 @@ class ConvGeometry:
         for label, value in (("s", self.stride), ("p", self.padding), ("d", self.dilation)):
             if label == "d" and value == (1, 1):
                 continue
-            text += f" {label}{value[0]}" if value[0] == value[1] else f" {label}{value[0]},{value[1]}"
+            same = value[0] == value[1]
+            text += f" {label}{value[0]}" if same else f" {label}{value[0]},{value[1]}"
         if self.groups != 1:
             text += f" g{self.groups}"
         return text
 
 
 def make_geometry(x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1):
-    """Validate the shapes and hyper-parameters of a conv2d call; errors name the shapes and the fix."""
+    """Validated geometry of a conv2d call; errors name the shapes and the fix."""
     if len(x_shape) != 4:
         raise ShapeError(f"conv2d: input must be 4-D (N, C, H, W), got shape {tuple(x_shape)}")
     if len(w_shape) != 4:
-        raise ShapeError(f"conv2d: weight must be 4-D (out, in/groups, kh, kw), got shape {tuple(w_shape)}")
-    stride, padding, dilation = pair(stride, "stride"), pair(padding, "padding"), pair(dilation, "dilation")
+        raise ShapeError("conv2d: weight must be 4-D (out, in/groups, kh, kw), "
+                         f"got shape {tuple(w_shape)}")
+    stride, padding = pair(stride, "stride"), pair(padding, "padding")
+    dilation = pair(dilation, "dilation")
     if not isinstance(groups, int) or groups < 1:
         raise ValueError(f"conv2d: groups must be a positive int, not {groups!r}")
     if min(stride) < 1 or min(dilation) < 1 or min(padding) < 0:

@@ -29,8 +29,8 @@ weight gradient. Multiplies: N*K*C*KH*KW*OH*OW, as direct (Table 6).
 from dataclasses import replace
 
 from ..backend import get_array_module
+from ..chunks import batch_chunks
 from .base import ConvAlgorithm
-from ..chunks import batch_chunks, chunk_length
 from .layout import nhwc_rows, nhwc_windows, padded_nhwc, symmetric_pads
 
 
@@ -191,8 +191,7 @@ class Im2col(ConvAlgorithm):
                 dx[..., part] = crop_padding(acc, geom)
             return dx.transpose(3, 0, 1, 2)
         dy_rows = nhwc_rows(dy)
-        acc = xp.empty((geom.batch, geom.height + 2 * geom.padding[0],
-                        geom.width + 2 * geom.padding[1], geom.in_channels), dtype=dy.dtype)
+        acc = xp.empty((geom.batch,) + geom.padded_size + (geom.in_channels,), dtype=dy.dtype)
         for part in parts:                          # dA^T = dB^T F, rows (n, i, j)
             da_t = dy_rows[part.start * p:part.stop * p] @ f
             col2im(da_t.reshape(-1, geom.out_h, geom.out_w, geom.kernel_h, geom.kernel_w,
@@ -200,22 +199,22 @@ class Im2col(ConvAlgorithm):
         return crop_padding(acc, geom).transpose(0, 3, 1, 2)
 
     def multiplies(self, geom):
-        return {"gemm": geom.direct_multiplies(), "total": geom.direct_multiplies()}
+        return {"gemm": geom.direct_multiplies()}
 
-    def workspace_bytes(self, geom, pass_, itemsize=4):
+    def workspace_elements(self, geom, pass_, chunk):
         n, c, h, w = geom.input_shape
         p = geom.out_h * geom.out_w
-        chunk = chunk_length(n, p * _row_length(geom) * itemsize)
-        padded = chunk * c * (h + 2 * geom.padding[0]) * (w + 2 * geom.padding[1])
-        cols = chunk * p * _row_length(geom)              # one chunk of columns
-        outputs = 2 * chunk * geom.out_channels * p       # GEMM result before its NCHW copy
+        images = chunk(n, p * _row_length(geom))            # as ``_chunks`` splits the batch
+        padded = images * c * geom.padded_size[0] * geom.padded_size[1]
+        cols = images * p * _row_length(geom)              # one chunk of columns
+        outputs = 2 * images * geom.out_channels * p       # GEMM result before its NCHW copy
         extra = {"forward": outputs,
                  "backward_weight": outputs + geom.out_channels * _row_length(geom),
-                 "backward_input": outputs + cols + chunk * c * h * w}[pass_]   # dA + col2im
-        return itemsize * (padded + cols + extra + geom.out_channels * _row_length(geom))
+                 "backward_input": outputs + cols + images * c * h * w}[pass_]   # dA + col2im
+        return padded + cols + extra + geom.out_channels * _row_length(geom)
 
-    def saved_bytes(self, geom, itemsize=4):
-        return itemsize * geom.batch * geom.out_h * geom.out_w * _row_length(geom)
+    def saved_elements(self, geom):
+        return geom.batch * geom.out_h * geom.out_w * _row_length(geom)
 
 
 def transposed_geometry(geom):
@@ -243,9 +242,8 @@ def col2im(blocks, geom, batch_last=False, out=None):
     accumulator ``out`` (zeroed here), still padded.
     """
     xp = get_array_module(blocks)
-    ph, pw = geom.padding
     if out is None:
-        out = xp.empty((blocks.shape[2], geom.height + 2 * ph, geom.width + 2 * pw, blocks.shape[5]),
+        out = xp.empty((blocks.shape[2],) + geom.padded_size + (blocks.shape[5],),
                        dtype=blocks.dtype)
     out[...] = 0
     for u in range(geom.kernel_h):

@@ -9,33 +9,46 @@ below what SGD notices (tests/conv/test_conv_training.py). Ask for
 ``"winograd_f2x2_3x3"`` for the more accurate tile, which also wastes less on
 small images (a 13x13 output needs 4x4 tiles of 4 = 16x16, or 7x7 tiles of 2 = 14x14).
 
-``"direct"`` is the textbook definition (``minidl/reference/conv/direct.py``);
-the other textbook versions, ``"im2col_reference"``, ``"fft_reference"`` and
-``"winograd_reference"``, are chosen only by name: ``auto`` picks among
-``AUTO_CANDIDATES``, so that their exercise regions never run in training.
+``auto`` picks among ``AUTO_CANDIDATES``, the library's own algorithms. Other
+implementations join by ``register``, under their own names, and are chosen
+only by name: the textbook versions of ``minidl/reference/conv/``
+(``"im2col_reference"``...) register themselves when ``minidl.reference`` is
+imported, so a student's exercise never runs in ``auto``.
 """
-from ..reference.conv import DIRECT, FFT_REFERENCE, IM2COL_REFERENCE, WINOGRAD_REFERENCE
 from .base import Unsupported
+from .direct import DIRECT
 from .fft import FFT_ALGORITHM
 from .im2col import IM2COL
 from .winograd import WINOGRAD_F2X2_3X3, WINOGRAD_F4X4_3X3
 
 ALGORITHMS = ("direct", "im2col", "fft", "winograd")
 DEFAULT_WINOGRAD = WINOGRAD_F4X4_3X3.name
-
-_FOR_AUTO = (DIRECT, IM2COL, FFT_ALGORITHM, WINOGRAD_F2X2_3X3, WINOGRAD_F4X4_3X3)
-_BY_NAME_ONLY = (IM2COL_REFERENCE, FFT_REFERENCE, WINOGRAD_REFERENCE)
-IMPLEMENTATIONS = {impl.name: impl for impl in _FOR_AUTO + _BY_NAME_ONLY}
-AUTO_CANDIDATES = tuple(impl.name for impl in _FOR_AUTO)
 ALIASES = {"winograd": DEFAULT_WINOGRAD}
-NAMES = ("auto",) + ALGORITHMS + tuple(n for n in IMPLEMENTATIONS if n not in ALGORITHMS)
+_LIBRARY = (DIRECT, IM2COL, FFT_ALGORITHM, WINOGRAD_F2X2_3X3, WINOGRAD_F4X4_3X3)
+AUTO_CANDIDATES = tuple(impl.name for impl in _LIBRARY)
+IMPLEMENTATIONS = {impl.name: impl for impl in _LIBRARY}   # name -> algorithm; grows by register
+NAMES = ["auto", *ALGORITHMS, *(n for n in AUTO_CANDIDATES if n not in ALGORITHMS)]
+
+
+def register(*algorithms):
+    """Make each algorithm selectable as ``algo=algorithm.name`` (never by ``auto``)."""
+    for impl in algorithms:
+        known = IMPLEMENTATIONS.get(impl.name)
+        if known is not None and known is not impl:
+            raise ValueError(f"conv2d: algorithm name {impl.name!r} is taken by {known!r}; "
+                             "register it under another name")
+        if known is None:
+            IMPLEMENTATIONS[impl.name] = impl
+            NAMES.append(impl.name)
 
 
 def implementation(name):
     """The algorithm object for a name or alias; unknown names list the valid ones."""
     name = ALIASES.get(name, name)
     if name not in IMPLEMENTATIONS:
-        raise ValueError(f"conv2d: unknown algo {name!r}; choose one of {NAMES}")
+        raise ValueError(f"conv2d: unknown algo {name!r}; choose one of {tuple(NAMES)} "
+                         "(the textbook '*_reference' algorithms are registered by "
+                         "'import minidl.reference')")
     return IMPLEMENTATIONS[name]
 
 
@@ -53,21 +66,23 @@ def require(name, geom):
         others = [n for n in ALGORITHMS
                   if implementation(n).unsupported(geom.per_group()) is None]
         raise Unsupported(f"conv2d (algo={name!r}): {reason} for {geom.describe()}; "
-                          f"use {_either(others)}")
+                          f"use {word_list([repr(n) for n in others])}")
     return impl
 
 
 def multiplies(name, geom):
-    """Forward-pass multiplies of algorithm ``name`` for ``geom``, all groups, by stage."""
-    per_group = implementation(name).multiplies(geom.per_group())
-    return {stage: count * geom.groups for stage, count in per_group.items()}
+    """Forward-pass multiplies of algorithm ``name`` for ``geom``, all groups, by stage and
+    their ``"total"``."""
+    counts = {stage: count * geom.groups
+              for stage, count in implementation(name).multiplies(geom.per_group()).items()}
+    return {**counts, "total": sum(counts.values())}
 
 
-def workspace_bytes(name, geom, pass_, itemsize=4):
+def workspace_bytes(name, geom, pass_, dtype="float32", device="cpu"):
     """Temporary memory of one pass (one group at a time: the groups run one after another)."""
-    return implementation(name).workspace_bytes(geom.per_group(), pass_, itemsize)
+    return implementation(name).workspace_bytes(geom.per_group(), pass_, dtype, device)
 
 
-def _either(names):
-    quoted = [repr(n) for n in names]
-    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+def word_list(words, conjunction="or"):
+    """``a``, ``a or b``, ``a, b or c``: words for an error message."""
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} {conjunction} {words[-1]}"

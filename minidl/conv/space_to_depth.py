@@ -12,12 +12,13 @@ convolution over 48 channels, which Winograd F(4x4, 3x3) computes with about
 """
 from dataclasses import replace
 
+from ..intmath import ceil_div
 from .layout import padded_nchw
 
 
 def phase_taps(kernel, stride):
     """Taps per phase along one axis: ceil(kernel / stride)."""
-    return -(-kernel // stride)
+    return ceil_div(kernel, stride)
 
 
 def phase_geometry(geom):

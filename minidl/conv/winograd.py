@@ -41,8 +41,9 @@ from fractions import Fraction
 import numpy as np
 
 from ..backend import get_array_module
+from ..chunks import batch_chunks
+from ..intmath import ceil_div
 from .base import ConvAlgorithm
-from ..chunks import batch_chunks, chunk_length
 from .layout import as_strided, padded_nhwc
 from .space_to_depth import (depth_to_space, kernel_from_depth, kernel_to_depth, phase_geometry,
                              phase_taps, space_to_depth)
@@ -78,31 +79,49 @@ def _kron_matrices(m, dtype, xp):
     return _kron_cache[key]
 
 
-def _tile_counts(out_h, out_w, m):
-    return -(-out_h // m), -(-out_w // m)
+def tile_counts(out_h, out_w, m):
+    """Tiles per column and per row: ceil(OH/m), ceil(OW/m)."""
+    return ceil_div(out_h, m), ceil_div(out_w, m)
+
+
+def tile_elements(side, tiles, channels):
+    """Elements per image of a tile array: side x side values per tile and channel.
+
+    The kernels chunk the batch by these counts (``batch_chunks``), and
+    ``Winograd.workspace_elements`` by the same ones.
+    """
+    return side * side * tiles * channels
+
+
+def _transform_input_chunk(x, pads, tiles, m, out):
+    """``out`` (alpha^2, n*T*C) = (B^T kron B^T) d for the tiles d of the images x (n, C, H, W).
+
+    Pad to NHWC, gather the overlapping tiles, one GEMM; the two temporaries
+    are freed on return, before the next chunk's are made.
+    """
+    xp = get_array_module(x)
+    alpha, (th, tw), c = m + 2, tiles, x.shape[1]
+    xpad = padded_nhwc(x, pads)                        # (n, m*th + 2, m*tw + 2, C)
+    sn, sh, sw, sc = xpad.strides
+    view = as_strided(xpad, (alpha, alpha, xpad.shape[0], th, tw, c),
+                      (sh, sw, sn, m * sh, m * sw, sc))
+    d = xp.empty(view.shape, dtype=x.dtype)
+    d[...] = view
+    xp.matmul(_kron_matrices(m, x.dtype, xp)[0], d.reshape(alpha * alpha, -1), out=out)
 
 
 def transform_input(x, pads, tiles, m):
     """V (alpha^2, N, T, C): (B^T kron B^T) applied to every alpha x alpha input tile.
 
     ``pads`` = (top, bottom, left, right) make the input exactly m*th + 2 by
-    m*tw + 2; T = th*tw tiles per image. Chunk by chunk: pad to NHWC, gather
-    the overlapping tiles, one GEMM.
+    m*tw + 2; T = th*tw tiles per image; chunk by chunk.
     """
     xp = get_array_module(x)
-    alpha = m + 2
-    th, tw = tiles
+    a2, t = (m + 2) ** 2, tiles[0] * tiles[1]
     n, c = x.shape[0], x.shape[1]
-    kron_b = _kron_matrices(m, x.dtype, xp)[0]
-    v = xp.empty((alpha * alpha, n, th * tw, c), dtype=x.dtype)
-    for part in batch_chunks(n, alpha * alpha * th * tw * c * x.itemsize, x):
-        xpad = padded_nhwc(x[part], pads)              # (n', m*th + 2, m*tw + 2, C)
-        sn, sh, sw, sc = xpad.strides
-        view = as_strided(xpad, (alpha, alpha, xpad.shape[0], th, tw, c),
-                          (sh, sw, sn, m * sh, m * sw, sc))
-        d = xp.empty(view.shape, dtype=x.dtype)
-        d[...] = view
-        xp.matmul(kron_b, d.reshape(alpha * alpha, -1), out=v[:, part].reshape(alpha * alpha, -1))
+    v = xp.empty((a2, n, t, c), dtype=x.dtype)
+    for part in batch_chunks(n, tile_elements(m + 2, t, c) * x.itemsize, x):
+        _transform_input_chunk(x[part], pads, tiles, m, v[:, part].reshape(a2, -1))
     return v
 
 
@@ -120,6 +139,14 @@ def _full_tile_pads(pads, in_hw, tiles, m):
     return (top, m * tiles[0] + 2 - in_hw[0] - top, left, m * tiles[1] + 2 - in_hw[1] - left)
 
 
+def _output_chunk(z, tiles, m, out):
+    """``out`` (n, m*th, m*tw, K) = A^T Z A for the tiles of z (alpha^2, n, T, K), NHWC."""
+    xp = get_array_module(z)
+    (th, tw), (a2, k) = tiles, (z.shape[0], z.shape[-1])
+    y_tiles = (_kron_matrices(m, z.dtype, xp)[2] @ z.reshape(a2, -1)).reshape(m, m, -1, th, tw, k)
+    out.reshape(-1, th, m, tw, m, k)[...] = y_tiles.transpose(2, 3, 0, 4, 1, 5)
+
+
 def winograd_correlation(x, w, pads, out_hw, m, keep=False):
     """Stride-1 3x3 correlation of x (N, C, H, W) padded by ``pads`` = (t, b, l, r).
 
@@ -131,17 +158,31 @@ def winograd_correlation(x, w, pads, out_hw, m, keep=False):
     xp = get_array_module(x)
     n, k = x.shape[0], w.shape[0]
     oh, ow = out_hw
-    th, tw = _tile_counts(oh, ow, m)
+    th, tw = tile_counts(oh, ow, m)
     v = transform_input(x, _full_tile_pads(pads, x.shape[2:], (th, tw), m), (th, tw), m)
     a2 = v.shape[0]
     z = xp.matmul(v.reshape(a2, n * th * tw, -1), transform_weight(w, m).transpose(0, 2, 1))
     z = z.reshape(a2, n, th * tw, k)                                  # (alpha^2, N, T, K)
-    kron_a = _kron_matrices(m, x.dtype, xp)[2]
     y = xp.empty((n, m * th, m * tw, k), dtype=x.dtype)               # NHWC, whole tiles
-    for part in batch_chunks(n, m * m * th * tw * k * x.itemsize, x):
-        y_tiles = (kron_a @ z[:, part].reshape(a2, -1)).reshape(m, m, -1, th, tw, k)
-        y[part].reshape(-1, th, m, tw, m, k)[...] = y_tiles.transpose(2, 3, 0, 4, 1, 5)
+    for part in batch_chunks(n, tile_elements(m, th * tw, k) * x.itemsize, x):
+        _output_chunk(z[:, part], (th, tw), m, y[part])
     return y[:, :oh, :ow].transpose(0, 3, 1, 2), (v if keep else None)
+
+
+def _output_gradient_chunk(dy, tiles, m, out):
+    """``out`` (alpha^2, n*T*K) = A dY A^T for every m x m tile of dy (n, K, OH, OW).
+
+    The partial tiles at the bottom and right get a zero output gradient.
+    """
+    xp = get_array_module(dy)
+    (th, tw), (n, k, oh, ow) = tiles, dy.shape
+    if (oh, ow) == (m * th, m * tw):
+        block = dy.transpose(0, 2, 3, 1)                   # NHWC view, no copy
+    else:
+        block = padded_nhwc(dy, (0, m * th - oh, 0, m * tw - ow))
+    gathered = xp.empty((m, m, n, th, tw, k), dtype=dy.dtype)
+    gathered[...] = block.reshape(n, th, m, tw, m, k).transpose(2, 4, 0, 1, 3, 5)
+    xp.matmul(_kron_matrices(m, dy.dtype, xp)[2].T, gathered.reshape(m * m, -1), out=out)
 
 
 class Winograd(ConvAlgorithm):
@@ -191,22 +232,16 @@ class Winograd(ConvAlgorithm):
         xp = get_array_module(dy)
         m, a2 = self.m, self.alpha ** 2
         n, k, oh, ow = dy.shape
-        th, tw = _tile_counts(oh, ow, m)
+        th, tw = tile_counts(oh, ow, m)
         if saved is None:
             pads = _full_tile_pads(self._pads(geom), (geom.height, geom.width), (th, tw), m)
             saved = transform_input(x, pads, (th, tw), m)
-        kron_b, kron_g, kron_a = _kron_matrices(m, dy.dtype, xp)
         dz = xp.empty((a2, n, th * tw, k), dtype=dy.dtype)        # A dY A^T per output tile
-        for part in batch_chunks(n, a2 * th * tw * k * dy.itemsize, dy):
-            if (oh, ow) == (m * th, m * tw):
-                block = dy[part].transpose(0, 2, 3, 1)             # NHWC view, no copy
-            else:                              # zero output gradient on the partial tiles
-                block = padded_nhwc(dy[part], (0, m * th - oh, 0, m * tw - ow))
-            tiles = xp.empty((m, m, block.shape[0], th, tw, k), dtype=dy.dtype)
-            tiles[...] = block.reshape(-1, th, m, tw, m, k).transpose(2, 4, 0, 1, 3, 5)
-            xp.matmul(kron_a.T, tiles.reshape(m * m, -1), out=dz[:, part].reshape(a2, -1))
+        for part in batch_chunks(n, tile_elements(self.alpha, th * tw, k) * dy.itemsize, dy):
+            _output_gradient_chunk(dy[part], (th, tw), m, dz[:, part].reshape(a2, -1))
         du = xp.matmul(dz.reshape(a2, n * th * tw, k).transpose(0, 2, 1),
                        saved.reshape(a2, n * th * tw, -1))                  # (alpha^2, K, C)
+        kron_g = _kron_matrices(m, dy.dtype, xp)[1]
         dw = (kron_g.T @ du.reshape(a2, -1)).reshape(3, 3, k, -1)
         return xp.ascontiguousarray(dw.transpose(2, 3, 0, 1))
 
@@ -214,55 +249,85 @@ class Winograd(ConvAlgorithm):
         if geom.stride != (1, 1):
             return self.multiplies(phase_geometry(geom))
         m, a = self.m, self.alpha
-        th, tw = _tile_counts(geom.out_h, geom.out_w, m)
+        th, tw = tile_counts(geom.out_h, geom.out_w, m)
         p = geom.batch * th * tw
         k, c = geom.out_channels, geom.in_channels
-        counts = {"elementwise": a * a * k * c * p,          # the alpha^2 batched GEMMs
-                  "input_transform": a ** 4 * c * p,         # dense Kronecker GEMM per tile
-                  "weight_transform": a * a * 9 * k * c,
-                  "output_transform": m * m * a * a * k * p}
-        counts["total"] = sum(counts.values())
-        return counts
+        return {"elementwise": a * a * k * c * p,          # the alpha^2 batched GEMMs
+                "input_transform": a ** 4 * c * p,         # dense Kronecker GEMM per tile
+                "weight_transform": a * a * 9 * k * c,
+                "output_transform": m * m * a * a * k * p}
 
-    def workspace_bytes(self, geom, pass_, itemsize=4):
-        if geom.stride != (1, 1):      # plus the phases of x (or dx) and of the kernel
-            inner = phase_geometry(geom)
-            phases = inner.batch * inner.in_channels * inner.height * inner.width
-            kernel = inner.out_channels * inner.in_channels * 9
-            return self.workspace_bytes(inner, pass_, itemsize) + itemsize * (phases + kernel)
-        n, c, k = geom.batch, geom.in_channels, geom.out_channels
-        if pass_ == "backward_input":    # a correlation of dy (K channels) giving H x W
-            return itemsize * self._correlation_elements(n, k, c, geom.height, geom.width)
-        elements = self._correlation_elements(n, c, k, geom.out_h, geom.out_w)
-        if pass_ == "backward_weight":   # V, plus A dY A^T for every tile, plus the 6x6 dW
-            t = self._tiles(geom.out_h, geom.out_w)
-            elements = self._input_elements(n, c, geom.out_h, geom.out_w) + self.alpha ** 2 * (
-                n * t * k + k * c)
-        return itemsize * elements
-
-    def saved_bytes(self, geom, itemsize=4):
+    def workspace_elements(self, geom, pass_, chunk):
+        """The peak of the kernel's arrays minus the pass's result (see ``_correlation_peak``)."""
         if geom.stride != (1, 1):
-            return self.saved_bytes(phase_geometry(geom), itemsize)
-        return itemsize * self.alpha ** 2 * geom.batch * self._tiles(geom.out_h, geom.out_w) * \
-            geom.in_channels
+            return self._phases_workspace(geom, pass_, chunk)
+        n, c, k = geom.batch, geom.in_channels, geom.out_channels
+        if pass_ == "forward":
+            out_hw, result = (geom.out_h, geom.out_w), n * k * geom.out_h * geom.out_w
+            return self._correlation_peak(n, c, k, out_hw, chunk) - result
+        if pass_ == "backward_input":    # a correlation of dy (K channels) giving H x W
+            result = n * c * geom.height * geom.width
+            return self._correlation_peak(n, k, c, (geom.height, geom.width), chunk) - result
+        return self._weight_gradient_peak(geom, chunk) - 9 * k * c
 
-    def _tiles(self, out_h, out_w):
-        th, tw = _tile_counts(out_h, out_w, self.m)
-        return th * tw
+    def _input_transform_peak(self, n, c, tiles, chunk):
+        """V, plus one chunk's padded input and gathered tiles (``transform_input``)."""
+        m, (th, tw) = self.m, tiles
+        per_image = tile_elements(self.alpha, th * tw, c)
+        padded = (m * th + 2) * (m * tw + 2) * c
+        return n * per_image + chunk(n, per_image) * (padded + per_image)
 
-    def _input_elements(self, n, c, out_h, out_w):
-        """Padded chunk + gathered chunk + V (all tiles)."""
-        m, a2, t = self.m, self.alpha ** 2, self._tiles(out_h, out_w)
-        th, tw = _tile_counts(out_h, out_w, m)
-        chunk = chunk_length(n, a2 * t * c * 4)
-        return chunk * ((m * th + 2) * (m * tw + 2) * c + a2 * t * c) + a2 * n * t * c
+    def _correlation_peak(self, n, c, k, out_hw, chunk):
+        """Peak elements of ``winograd_correlation``, C -> K channels, its result included.
 
-    def _correlation_elements(self, n, c, k, out_h, out_w):
-        """Input side, U, Z (all tiles), and one chunk of output tiles (twice when cropping)."""
-        m, a2, t = self.m, self.alpha ** 2, self._tiles(out_h, out_w)
-        chunk = chunk_length(n, m * m * t * k * 4)
-        return self._input_elements(n, c, out_h, out_w) + a2 * (k * c + n * t * k) + \
-            2 * chunk * m * m * t * k
+        In turn: V and one input chunk; V, U and the kernels' copy (9KC), then
+        V, U and Z; V, Z, the whole-tile output Y and one chunk of output tiles.
+        """
+        m, alpha = self.m, self.alpha
+        tiles = tile_counts(*out_hw, m)
+        t = tiles[0] * tiles[1]
+        v, z = n * tile_elements(alpha, t, c), n * tile_elements(alpha, t, k)
+        per_image = tile_elements(m, t, k)
+        return max(self._input_transform_peak(n, c, tiles, chunk),
+                   v + alpha ** 2 * k * c + max(9 * k * c, z),
+                   v + z + (n + chunk(n, per_image)) * per_image)
+
+    def _weight_gradient_peak(self, geom, chunk):
+        """Peak elements of ``backward_weight`` at stride 1, its result (9KC) included.
+
+        In turn: V and one input chunk; V, dZ and one chunk of output-gradient
+        tiles (twice when partial tiles need a padded copy); V, dZ, dU, G^T dU G, dW.
+        """
+        n, c, k, m, alpha = geom.batch, geom.in_channels, geom.out_channels, self.m, self.alpha
+        tiles = tile_counts(geom.out_h, geom.out_w, m)
+        t = tiles[0] * tiles[1]
+        v, dz = n * tile_elements(alpha, t, c), n * tile_elements(alpha, t, k)
+        copies = 1 if (geom.out_h, geom.out_w) == (m * tiles[0], m * tiles[1]) else 2
+        gathered = copies * tile_elements(m, t, k) * chunk(n, tile_elements(alpha, t, k))
+        return max(self._input_transform_peak(n, c, tiles, chunk), v + dz + gathered,
+                   v + dz + alpha ** 2 * k * c + 2 * 9 * k * c)
+
+    def _phases_workspace(self, geom, pass_, chunk):
+        """Workspace of a strided pass: the stride-1 pass on the phases, plus the phases of x
+        (or dx) and of w, each made through one padded copy (``space_to_depth``)."""
+        inner = phase_geometry(geom)
+        phases = inner.batch * inner.in_channels * inner.height * inner.width
+        kernel = inner.out_channels * inner.in_channels * 9
+        inner_workspace = self.workspace_elements(inner, pass_, chunk)
+        if pass_ == "forward":           # the phases' output is the output
+            y = geom.batch * geom.out_channels * geom.out_h * geom.out_w
+            return max(2 * phases - y, phases + 2 * kernel - y, phases + kernel + inner_workspace)
+        if pass_ == "backward_input":    # the phases of dx, then dx through a padded copy
+            dx = geom.batch * geom.in_channels * geom.height * geom.width
+            return max(2 * kernel - dx, kernel + inner_workspace + phases - dx, 2 * phases + dx)
+        dw = geom.out_channels * geom.in_channels * geom.kernel_h * geom.kernel_w
+        return max(2 * phases - dw, phases + inner_workspace + kernel - dw, phases + 2 * kernel)
+
+    def saved_elements(self, geom):
+        if geom.stride != (1, 1):
+            return self.saved_elements(phase_geometry(geom))
+        t = tile_counts(geom.out_h, geom.out_w, self.m)
+        return geom.batch * tile_elements(self.alpha, t[0] * t[1], geom.in_channels)
 
 
 WINOGRAD_F2X2_3X3 = Winograd(2)

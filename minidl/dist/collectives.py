@@ -38,6 +38,7 @@ huge message.
 import numpy as np
 
 from minidl import backend
+from minidl.intmath import largest_power_of_two
 
 ALLREDUCE_ALGORITHMS = ("mpi", "ring", "butterfly", "tree", "rabenseifner")
 REFERENCE_ALGORITHMS = {}  # "ring_reference": the textbook function (see register_reference)
@@ -148,14 +149,9 @@ def _block_bounds(count, parts):
     return [i * count // parts for i in range(parts + 1)]
 
 
-def _power_of_two_below(size):
-    """The largest power of two <= size."""
-    return 1 << (size.bit_length() - 1)
-
-
 def _fold_in(ex, x, rank, size):
     """Fold ranks >= p2 into ranks < p2; returns p2 and whether this rank goes on."""
-    p2 = _power_of_two_below(size)
+    p2 = largest_power_of_two(size)
     if rank >= p2:
         ex.send(x, rank - p2)
         return p2, False
@@ -228,7 +224,7 @@ def tree(comm, x, ex, divide_by=None):
     lowest_bit = rank & -rank
     if rank == 0:
         divide_in_place(x, divide_by)
-        child = _power_of_two_below(size - 1) if size > 1 else 0
+        child = largest_power_of_two(size - 1) if size > 1 else 0
     else:
         ex.recv(x, rank - lowest_bit)
         child = lowest_bit >> 1

@@ -34,6 +34,7 @@ import math
 import numpy as np
 
 from minidl.backend import get_array_module, to_numpy
+from minidl.intmath import ceil_div
 
 DEFAULT_BUCKET = 512
 
@@ -62,7 +63,7 @@ def pack_codes(codes, bits):
     if bits == 1:
         return np.packbits(codes.astype(np.uint8), bitorder="little")
     per_byte = 8 // bits
-    padded = np.zeros(-(-codes.size // per_byte) * per_byte, dtype=np.uint8)
+    padded = np.zeros(ceil_div(codes.size, per_byte) * per_byte, dtype=np.uint8)
     padded[:codes.size] = codes
     shifts = (np.arange(per_byte) * bits).astype(np.uint8)
     return np.bitwise_or.reduce(padded.reshape(-1, per_byte) << shifts, axis=1).astype(np.uint8)
@@ -85,7 +86,7 @@ def unpack_codes(packed, n, bits):
 def _buckets(v, bucket):
     """``v`` zero-padded to whole buckets, shaped (buckets, bucket)."""
     xp = get_array_module(v)
-    count = -(-v.size // bucket)
+    count = ceil_div(v.size, bucket)
     padded = xp.zeros(count * bucket, dtype=np.float32)
     padded[:v.size] = v
     return padded.reshape(count, bucket)
@@ -153,7 +154,7 @@ class _BucketScaled(Compressor):
         raise NotImplementedError
 
     def wire_bytes(self, n):
-        buckets = -(-n // self.bucket)
+        buckets = ceil_div(n, self.bucket)
         return 4 * self.scales_per_bucket * buckets + packed_bytes(n, self.bits())
 
     def _payload(self, scales, codes, n):
@@ -167,7 +168,7 @@ class _BucketScaled(Compressor):
 
         The padding after the ``n`` codes gets ``zero_code``, the code of 0.
         """
-        buckets = -(-n // self.bucket)
+        buckets = ceil_div(n, self.bucket)
         head = 4 * self.scales_per_bucket * buckets
         scales = payload[:head].view(np.float32).reshape(buckets, self.scales_per_bucket)
         codes = np.full(buckets * self.bucket, self.zero_code, dtype=np.int32)

@@ -1,22 +1,15 @@
 """2-D max and average pooling over NCHW tensors (Ben-Nun & Hoefler 2019, §3.1.1, App. A.5).
 
-Output size per axis: floor((H + 2P - K) / S) + 1. Both ops visit the
-window by its K_h * K_w offsets: each offset is one strided view of the
-(padded) input covering every output position at once, so the work is
-K_h * K_w whole-array operations rather than a loop over windows.
+Output size per axis: floor((H + 2P - K) / S) + 1 (``conv.geometry.output_size``).
+Both ops visit the window by its K_h * K_w offsets: each offset is one
+strided view of the (padded) input covering every output position at once,
+so the work is K_h * K_w whole-array operations rather than a loop over windows.
 Max pooling routes the gradient to the first maximum of each window; average
 pooling spreads it evenly (padding counts as zeros in the average).
 """
 from ..autograd import Function, ShapeError
 from ..backend import get_array_module
-
-
-def pair(v, name, op):
-    """``v`` as a pair of ints (an int means the same value on both axes)."""
-    p = (v, v) if isinstance(v, int) else tuple(v)
-    if len(p) != 2 or not all(isinstance(i, int) for i in p):
-        raise ValueError(f"{op}: {name} must be an int or a pair of ints, got {v!r}")
-    return p
+from ..conv.geometry import output_size, pair, window_slices
 
 
 def pool_geometry(shape, kernel_size, stride, padding, op):
@@ -30,7 +23,7 @@ def pool_geometry(shape, kernel_size, stride, padding, op):
         raise ValueError(f"{op}: kernel {k} and stride {s} must be positive, padding {p} >= 0")
     if p[0] > k[0] // 2 or p[1] > k[1] // 2:
         raise ValueError(f"{op}: padding {p} must be at most half the kernel {k}")
-    out = tuple((shape[2 + i] + 2 * p[i] - k[i]) // s[i] + 1 for i in range(2))
+    out = tuple(output_size(shape[2 + i], k[i], s[i], p[i]) for i in range(2))
     if min(out) < 1:
         raise ShapeError(f"{op}: input {shape[2:]} with padding {p} is smaller than the kernel {k}")
     return k, s, p, out
@@ -38,7 +31,7 @@ def pool_geometry(shape, kernel_size, stride, padding, op):
 
 def window(a, i, j, s, out):
     """The strided view of ``a`` seen by kernel offset (i, j) at every output position."""
-    return a[:, :, i:i + s[0] * (out[0] - 1) + 1:s[0], j:j + s[1] * (out[1] - 1) + 1:s[1]]
+    return a[(slice(None), slice(None)) + window_slices((i, j), s, (1, 1), out)]
 
 
 def pad_hw(x, p, value):
@@ -111,7 +104,8 @@ class MaxPool2d(Function):
         xp = get_array_module(g)
         gx = xp.empty_like(self.x, dtype=g.dtype)
         for offset in range(k[0] * k[1]):
-            xp.multiply(g, self.arg == offset, out=window(gx, offset // k[1], offset % k[1], s, out))
+            view = window(gx, offset // k[1], offset % k[1], s, out)
+            xp.multiply(g, self.arg == offset, out=view)
         return gx
 
 

@@ -23,6 +23,7 @@ from collections import namedtuple
 import numpy as np
 
 from minidl import backend
+from minidl.intmath import ceil_log2, largest_power_of_two
 
 MODELLED_ALGORITHMS = ("ring", "butterfly", "tree", "rabenseifner")
 AUTO_ALGORITHMS = ("mpi",) + MODELLED_ALGORITHMS  # "mpi": the MPI library's own allreduce
@@ -64,11 +65,11 @@ def critical_path(algorithm, nbytes, size):
                          "use choose_by_measurement to include 'mpi'")
     m, p = float(nbytes), size
     if algorithm == "tree":
-        rounds = (p - 1).bit_length()
+        rounds = ceil_log2(p)
         return 2 * rounds, 2 * rounds * m, rounds * m
     if algorithm == "ring":
         return 2 * (p - 1), 2 * (p - 1) * m / p, (p - 1) * m / p
-    p2 = 1 << (p.bit_length() - 1)
+    p2 = largest_power_of_two(p)
     k = p2.bit_length() - 1
     fold = (0, 0.0, 0.0) if p2 == p else (2, 2 * m, m)
     if algorithm == "butterfly":

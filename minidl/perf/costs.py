@@ -24,8 +24,8 @@ Units and conventions (used by every counter):
   first layer's input is data), as the autograd engine does. Backward depth
   is the larger of the two, since both start from the output gradient.
 """
-from dataclasses import dataclass, field
 import math
+from dataclasses import dataclass, field
 
 CONVENTIONS = ("corrected", "paper")
 
@@ -56,11 +56,6 @@ class LayerCost:
     @property
     def batch(self):
         return self.input_shape[0]
-
-
-def log2_ceil(n):
-    """ceil(log2 n): the depth of a balanced reduction tree over n values (0 for n <= 1)."""
-    return 0 if n <= 1 else math.ceil(math.log2(n))
 
 
 def elements(shape):

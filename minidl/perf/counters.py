@@ -32,11 +32,20 @@ Costs that Ben-Nun & Hoefler 2019 does not state (bias additions, batch and loca
 response normalisation) are op counts of the textbook formulas; each
 counter's docstring gives them.
 """
-from .costs import Counter, elements, log2_ceil, register
+from ..conv.geometry import output_size, pair
+from ..functional.pooling import pool_geometry
+from ..intmath import ceil_div, ceil_log2
+from .costs import Counter, elements, register
 
 
-def _pair(v):
-    return (v, v) if isinstance(v, int) else tuple(v)
+def _pairs(m, *names):
+    """The layer's attributes ``names`` as pairs of ints (an int stands for both axes)."""
+    return [pair(getattr(m, name), name, type(m).__name__) for name in names]
+
+
+def _pool_geometry(m, x_shape):
+    """(kernel, stride, padding, output size) of a pooling layer, checked as the op checks them."""
+    return pool_geometry(x_shape, m.kernel_size, m.stride, m.padding, type(m).__name__)
 
 
 def _has_bias(module):
@@ -62,10 +71,10 @@ class LinearCounter(Counter):
         macs = rows * c_in * c_out
         bias = rows * c_out if _has_bias(m) else 0
         grad_x = macs if needs_input_grad else 0
-        return dict(macs=macs, forward_flops=2 * macs + bias, work=macs, depth=log2_ceil(c_in),
+        return dict(macs=macs, forward_flops=2 * macs + bias, work=macs, depth=ceil_log2(c_in),
                     backward_macs=macs + grad_x, backward_flops=2 * (macs + grad_x) + bias,
                     backward_work=macs + grad_x,
-                    backward_depth=max(log2_ceil(rows), log2_ceil(c_out) if grad_x else 0))
+                    backward_depth=max(ceil_log2(rows), ceil_log2(c_out) if grad_x else 0))
 
 
 @register("Conv2d")
@@ -76,10 +85,10 @@ class Conv2dCounter(Counter):
         if len(x_shape) != 4 or x_shape[1] != m.in_channels:
             raise ShapeMismatch(f"Conv2d({m.in_channels}, {m.out_channels}) needs an (N, "
                                 f"{m.in_channels}, H, W) input, got {x_shape}")
-        (kh, kw), (sh, sw) = _pair(m.kernel_size), _pair(m.stride)
-        (ph, pw), (dh, dw) = _pair(m.padding), _pair(m.dilation)
-        oh = (x_shape[2] + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-        ow = (x_shape[3] + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = _pairs(m, "kernel_size", "stride", "padding",
+                                                        "dilation")
+        oh = output_size(x_shape[2], kh, sh, ph, dh)
+        ow = output_size(x_shape[3], kw, sw, pw, dw)
         if oh < 1 or ow < 1:
             raise ShapeMismatch(f"Conv2d({m.in_channels}, {m.out_channels}, kernel {kh}x{kw}): "
                                 f"input {x_shape} is smaller than the kernel")
@@ -88,22 +97,22 @@ class Conv2dCounter(Counter):
     def count(self, m, x_shape, y_shape, needs_input_grad, convention):
         n, _, h, w = x_shape
         _, c_out, oh, ow = y_shape
-        kh, kw = _pair(m.kernel_size)
+        kh, kw = _pairs(m, "kernel_size")[0]
         cin_g, cout_g = m.in_channels // m.groups, c_out // m.groups
         taps = cin_g * kh * kw
         macs = n * c_out * oh * ow * taps
         bias = n * c_out * oh * ow if _has_bias(m) else 0
         grad_x = macs if needs_input_grad else 0
-        table6 = log2_ceil(cin_g) + log2_ceil(kh) + log2_ceil(kw)
+        table6 = ceil_log2(cin_g) + ceil_log2(kh) + ceil_log2(kw)
         if convention == "paper":
             at_input = n * c_out * h * w * taps
-            depth = log2_ceil(kh * kw) if cin_g == 1 else table6
+            depth = ceil_log2(kh * kw) if cin_g == 1 else table6
             work, bwd_work = at_input, at_input + (at_input if needs_input_grad else 0)
             bwd_depth = table6
         else:
             depth, work, bwd_work = table6, macs, macs + grad_x
-            bwd_depth = max(log2_ceil(n) + log2_ceil(oh) + log2_ceil(ow),
-                            log2_ceil(cout_g) + log2_ceil(kh) + log2_ceil(kw) if grad_x else 0)
+            bwd_depth = max(ceil_log2(n) + ceil_log2(oh) + ceil_log2(ow),
+                            ceil_log2(cout_g) + ceil_log2(kh) + ceil_log2(kw) if grad_x else 0)
         return dict(macs=macs, forward_flops=2 * macs + bias, work=work, depth=depth,
                     backward_macs=macs + grad_x, backward_flops=2 * (macs + grad_x) + bias,
                     backward_work=bwd_work, backward_depth=bwd_depth)
@@ -116,32 +125,22 @@ class MaxPool2dCounter(Counter):
     is_max = True
 
     def output_shape(self, m, x_shape):
-        k = _pair(m.kernel_size)
-        s = k if m.stride is None else _pair(m.stride)
-        p = _pair(m.padding)
-        if len(x_shape) != 4:
-            raise ShapeMismatch(f"{type(m).__name__} needs an NCHW input, got {x_shape}")
-        out = tuple((x_shape[2 + i] + 2 * p[i] - k[i]) // s[i] + 1 for i in range(2))
-        if min(out) < 1:
-            raise ShapeMismatch(f"{type(m).__name__}(kernel {k}) got an input {x_shape} smaller "
-                                "than its window")
-        return x_shape[:2] + out
+        return x_shape[:2] + _pool_geometry(m, x_shape)[3]
 
     def count(self, m, x_shape, y_shape, needs_input_grad, convention):
-        kh, kw = _pair(m.kernel_size)
-        sh, sw = (kh, kw) if m.stride is None else _pair(m.stride)
+        (kh, kw), (sh, sw) = _pool_geometry(m, x_shape)[:2]
         window = kh * kw
         per_out = window - 1 if self.is_max else window
         outputs = elements(y_shape)
-        depth = log2_ceil(kh) + log2_ceil(kw)
+        depth = ceil_log2(kh) + ceil_log2(kw)
         grad = (outputs if self.is_max else outputs * window) if needs_input_grad else 0
         if convention == "paper":
             work, bwd_depth = elements(x_shape) * (window - 1), 1 if grad else 0
             bwd_work = elements(x_shape) if grad else 0
         else:
             work, bwd_work = outputs * per_out, grad
-            overlap = -(-kh // sh) * -(-kw // sw)   # outputs whose windows share one input
-            bwd_depth = 1 + log2_ceil(overlap) if grad else 0
+            overlap = ceil_div(kh, sh) * ceil_div(kw, sw)   # outputs whose windows share one input
+            bwd_depth = 1 + ceil_log2(overlap) if grad else 0
         return dict(forward_flops=outputs * per_out, backward_flops=grad, work=work, depth=depth,
                     backward_work=bwd_work, backward_depth=bwd_depth)
 
@@ -211,7 +210,7 @@ class BatchNormCounter(Counter):
     def count(self, m, x_shape, y_shape, needs_input_grad, convention):
         n = elements(x_shape)
         per_channel = n // x_shape[1]
-        red = log2_ceil(per_channel)
+        red = ceil_log2(per_channel)
         grad_x = 6 * n if needs_input_grad else 0
         return dict(forward_flops=8 * n, work=8 * n, depth=2 * red + 4,
                     backward_flops=3 * n + grad_x, backward_work=3 * n + grad_x,
@@ -232,5 +231,5 @@ class LocalResponseNormCounter(Counter):
         n, size = elements(x_shape), m.size
         grad = n * (size + 7) if needs_input_grad else 0
         return dict(forward_flops=n * (size + 4), work=n * (size + 4),
-                    depth=log2_ceil(size) + 4, backward_flops=grad, backward_work=grad,
-                    backward_depth=log2_ceil(size) + 5 if grad else 0)
+                    depth=ceil_log2(size) + 4, backward_flops=grad, backward_work=grad,
+                    backward_depth=ceil_log2(size) + 5 if grad else 0)

@@ -8,6 +8,8 @@ compute the same functions faster; tests hold each reference against float64
 oracles and against its tuned twin. Where both are selectable, the reference
 is registered under its own name (``algo="im2col_reference"``,
 ``allreduce(..., algorithm="ring_reference")``); ``auto`` never needs it.
+Importing this package registers the convolutions and the allreduce
+algorithms; the library never imports it.
 
 Layout (mirrors the package)::
 
@@ -22,3 +24,4 @@ Layout (mirrors the package)::
 The regions between ``# BEGIN EXERCISE x.y`` and ``# END EXERCISE x.y`` are
 the course's exercises (``minidl exercise list``).
 """
+from . import conv, dist  # noqa: F401 (registers the textbook convolutions and allreduces)

@@ -18,13 +18,15 @@ import numpy as np
 import pytest
 
 import minidl as md
+import minidl.reference  # registers the textbook algorithms, tested here too
 from minidl.conv.registry import IMPLEMENTATIONS
 
 from . import reference
 
 FLOAT32_TOLERANCE = {"direct": 1e-5, "im2col": 1e-5, "fft": 1e-5,
                      "winograd_f2x2_3x3": 1e-5, "winograd_f4x4_3x3": 1e-4,
-                     "im2col_reference": 1e-5, "fft_reference": 1e-5, "winograd_reference": 1e-5}
+                     "direct_reference": 1e-5, "im2col_reference": 1e-5, "fft_reference": 1e-5,
+                     "winograd_reference": 1e-5}
 ALGOS = tuple(IMPLEMENTATIONS)
 
 # (N, C, H, W, K, (KH, KW), stride, padding, dilation, groups)

@@ -4,9 +4,12 @@ import tracemalloc
 import numpy as np
 import pytest
 
+import minidl.reference  # registers the textbook algorithms, tested here too
+from minidl.chunks import batch_chunks
 from minidl.conv import PASSES, make_geometry, multiplies, workspace_bytes
 from minidl.conv.function import run_backward_input, run_backward_weight, run_forward
 from minidl.conv.registry import IMPLEMENTATIONS, implementation
+from minidl.conv.winograd import tile_elements
 
 LAYERS = {  # name: (x shape, w shape, conv kwargs)
     "lenet_conv2": ((64, 6, 14, 14), (16, 6, 5, 5), {}),
@@ -92,3 +95,43 @@ def test_im2col_works_in_chunks_but_keeps_the_whole_column_matrix():
     wide = make_geometry((16, 64, 56, 56), (64, 64, 7, 7), padding=3)   # same output size
     assert workspace_bytes("direct", wide, "forward") < 1.2 * workspace_bytes("direct", geom, "forward")
     assert workspace_bytes("im2col", wide, "forward") > 4 * workspace_bytes("im2col", geom, "forward")
+
+
+WINOGRAD_LAYERS = {  # (x shape, w shape, conv kwargs): a batch in several chunks, partial tiles,
+    "chunked": ((64, 16, 32, 32), (16, 16, 3, 3), dict(padding=1)),       # a strided kernel
+    "partial_tiles": ((48, 8, 30, 29), (24, 8, 3, 3), dict(padding=1)),
+    "stride4_11x11": ((16, 3, 64, 64), (8, 3, 11, 11), dict(stride=4, padding=2)),
+}
+
+
+@pytest.mark.parametrize("name", WINOGRAD_LAYERS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("algo", ["winograd_f2x2_3x3", "winograd_f4x4_3x3"])
+def test_winograd_workspace_is_what_the_kernel_allocates(algo, dtype, name):
+    """The estimate follows the kernel's chunks for the dtype's item size: it is the traced peak."""
+    x_shape, w_shape, kwargs = WINOGRAD_LAYERS[name]
+    geom = make_geometry(x_shape, w_shape, **kwargs)
+    rng = np.random.default_rng(1)
+    x, w, dy = (rng.standard_normal(shape).astype(dtype)
+                for shape in (geom.input_shape, geom.weight_shape, geom.output_shape))
+    impl = implementation(algo)
+    if name == "chunked":   # the gathered input tiles of the batch exceed one chunk
+        per_image = tile_elements(impl.alpha, 8 * 8 if impl.m == 4 else 16 * 16, 16)
+        assert len(batch_chunks(64, per_image * x.itemsize, x)) > 1
+    runs = {"forward": (lambda: run_forward(impl, x, w, geom), dy.nbytes),
+            "backward_input": (lambda: run_backward_input(impl, dy, w, geom), x.nbytes),
+            "backward_weight": (lambda: run_backward_weight(impl, dy, x, geom), w.nbytes)}
+    for pass_, (run, result_bytes) in runs.items():
+        run()   # the cached transform matrices
+        measured = _traced_peak(run) - result_bytes
+        estimate = workspace_bytes(algo, geom, pass_, dtype)
+        assert abs(measured - estimate) <= 0.01 * estimate + 4096, (pass_, measured, estimate)
+
+
+def test_a_gpu_batch_is_one_chunk():
+    """On a GPU the kernels take the whole batch at once (``minidl/chunks.py``): more workspace."""
+    geom = make_geometry(*WINOGRAD_LAYERS["chunked"][:2], padding=1)
+    for algo in ("im2col", "winograd_f4x4_3x3"):
+        on_cpu = [workspace_bytes(algo, geom, pass_) for pass_ in PASSES]
+        on_gpu = [workspace_bytes(algo, geom, pass_, device="cuda") for pass_ in PASSES]
+        assert all(g >= c for g, c in zip(on_gpu, on_cpu)) and on_gpu != on_cpu, algo

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import minidl as md
+import minidl.reference  # registers the textbook algorithms, tested here too
 from minidl import functional as F
 from minidl import layers as L
 from minidl.conv.autotune import TUNER

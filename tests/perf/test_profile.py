@@ -12,7 +12,8 @@ from minidl import layers as L
 from minidl.autograd import Function
 from minidl.perf.profile import format_profile, profile_model
 
-FORWARD_S, BACKWARD_S = 0.02, 0.03
+FORWARD_S, BACKWARD_S = 0.06, 0.09
+SLACK = 0.03    # a loaded machine oversleeps; still half the smallest sleep
 
 
 class Sleep(Function):
@@ -48,10 +49,10 @@ def test_forward_and_backward_time_go_to_the_layer_that_spends_it():
     profile = profile_model(model, (8,), batch=4, steps=3, warmup=1, memory=False)
     by_name = rows(profile)
     slow = by_name["1"]
-    assert FORWARD_S <= slow.forward_s < FORWARD_S + 0.015
-    assert BACKWARD_S <= slow.backward_s < BACKWARD_S + 0.015
+    assert FORWARD_S <= slow.forward_s < FORWARD_S + SLACK
+    assert BACKWARD_S <= slow.backward_s < BACKWARD_S + SLACK
     for name in ("0", "2", "3"):            # neighbours do not inherit the sleeps
-        assert by_name[name].total_s < 0.01
+        assert by_name[name].total_s < SLACK
     assert profile.rows_s() <= profile.profiled_step_s      # disjoint pieces of one step
     assert 2 * (FORWARD_S + BACKWARD_S) > profile.step_s >= FORWARD_S + BACKWARD_S
 
@@ -60,8 +61,8 @@ def test_first_layer_backward_ends_when_its_weight_gradient_is_done():
     model = L.Sequential(SleepyLinear(8, 16), L.ReLU(), L.Linear(16, 4))
     profile = profile_model(model, (8,), batch=4, steps=3, warmup=1, memory=False)
     first = rows(profile)["0"]
-    assert BACKWARD_S <= first.backward_s < BACKWARD_S + 0.015
-    assert rows(profile)["2"].backward_s < 0.01
+    assert BACKWARD_S <= first.backward_s < BACKWARD_S + SLACK
+    assert rows(profile)["2"].backward_s < SLACK
 
 
 def test_memory_of_each_layer_covers_its_output():

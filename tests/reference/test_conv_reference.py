@@ -3,10 +3,14 @@
 Each reference algorithm runs through ``F.conv2d(..., algo=name)`` (so the
 dispatcher's groups loop and bias are included) for y, dx, dw and db, over
 geometries with stride, padding, dilation, groups and non-square shapes.
-Also: numerical gradients, the errors for unsupported cases, ``auto``
-skipping algorithms whose exercise region is stubbed, and the checks of
-exercises 3.1-3.5 (pass on the reference, fail on typical wrong answers).
+Also: numerical gradients, the errors for unsupported cases, registration by
+``import minidl.reference`` (and ``auto`` never running a reference algorithm,
+stubbed or not), and the checks of exercises 3.1-3.5 (pass on the reference,
+fail on typical wrong answers).
 """
+import subprocess
+import sys
+
 from dataclasses import replace
 
 import numpy as np
@@ -17,7 +21,7 @@ from minidl import exercises
 from minidl import functional as F
 from minidl.conv.registry import AUTO_CANDIDATES, IMPLEMENTATIONS
 from minidl.exercises import Unimplemented
-from minidl.reference.conv import DIRECT, FFT_REFERENCE
+from minidl.reference.conv import DIRECT_REFERENCE, FFT_REFERENCE, REFERENCE_ALGORITHMS
 from minidl.reference.conv import im2col as im2col_module
 from minidl.reference.conv import winograd as winograd_module
 
@@ -26,8 +30,8 @@ from ..conv.test_conv_algorithms import (SHAPES, make_case, pairs, rel_error, ru
                                          skip_unsupported)
 from ..conv.test_conv_function import fresh_tuner  # noqa: F401 (a fixture)
 
-TWINS = {"direct": "im2col", "im2col_reference": "im2col", "fft_reference": "fft",
-         "winograd_reference": "winograd_f2x2_3x3"}
+TWINS = {"direct": "im2col", "direct_reference": "direct", "im2col_reference": "im2col",
+         "fft_reference": "fft", "winograd_reference": "winograd_f2x2_3x3"}
 # stride, padding, dilation, groups, non-square kernels and images, partial Winograd tiles
 GEOMETRIES = ("odd_3x3", "batch1_valid", "pad3", "stride2", "dilation2", "groups2", "groups3_1x3",
               "nonsquare", "mixed_s_d", "5x5_s2_odd", "1x1")
@@ -92,6 +96,24 @@ def test_the_reference_names_are_registered_but_not_auto_candidates():
     assert md.conv.implementation("winograd").name == "winograd_f4x4_3x3"
 
 
+def test_a_reference_name_needs_import_minidl_reference():
+    """The library never imports the reference tier; without it the name is unknown, and the
+    error says how to get it."""
+    script = ("import sys, minidl as md, numpy as np\n"
+              "assert not [m for m in sys.modules if m.startswith(('minidl.reference', "
+              "'minidl.exercises'))]\n"
+              "x = md.tensor(np.zeros((1, 1, 4, 4)))\n"
+              "try:\n    md.functional.conv2d(x, x[:, :, :3, :3], algo='im2col_reference')\n"
+              "except ValueError as exc:\n    print(exc)\n"
+              "import minidl.reference\n"
+              "print(md.functional.conv2d(x, x[:, :, :3, :3], algo='im2col_reference').shape)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=True)
+    error, shape = done.stdout.strip().splitlines()
+    assert "unknown algo 'im2col_reference'" in error and "'import minidl.reference'" in error
+    assert shape == "(1, 1, 2, 2)"
+
+
 # ------------------------------------------------- auto and stubbed exercises
 def stub(monkeypatch, name, exercise_id):
     """Make every pass of algorithm ``name`` raise Unimplemented, as a stubbed region does."""
@@ -113,37 +135,17 @@ def train_step(rng):
         assert rel_error(got, expected) < 1e-10
 
 
-def test_fixed_rule_skips_a_stubbed_pick(fresh_tuner, monkeypatch, rng):  # noqa: F811
-    fresh_tuner.configure(enabled=False)
-    stub(monkeypatch, "im2col", "3.1")          # the rule's pick for three input channels
-    train_step(rng)
-    assert len(fresh_tuner.choices) == 3
-    for choice in fresh_tuner.choices.values():
-        assert choice.algorithm != "im2col"
-        assert choice.excluded["im2col"] == "not implemented yet (exercise 3.1)"
-    assert "not a candidate: not implemented yet (exercise 3.1)" in md.conv.report()
-    train_step(rng)                             # the choice is kept: no new exclusion needed
-    assert len(fresh_tuner.choices) == 3
-
-
-def test_timing_skips_a_stubbed_candidate(fresh_tuner, monkeypatch, rng):  # noqa: F811
-    stub(monkeypatch, "direct", "3.3")
-    train_step(rng)
-    for choice in fresh_tuner.choices.values():
-        assert "direct" not in choice.seconds
-        assert set(choice.seconds) == set(AUTO_CANDIDATES) - {"direct"}
-        assert choice.excluded == {"direct": "not implemented yet (exercise 3.3)"}
-    assert "not implemented yet (exercise 3.3)" in md.conv.report()
-
-
 @pytest.mark.parametrize("timing", [False, True])
-def test_auto_raises_the_stub_when_every_candidate_is_stubbed(fresh_tuner, monkeypatch, rng,  # noqa: F811
-                                                              timing):
+def test_auto_never_runs_a_reference_algorithm(fresh_tuner, monkeypatch, rng,  # noqa: F811
+                                               timing):
+    """A student tree stubs every exercise region: ``auto`` trains on as if they were absent."""
     fresh_tuner.configure(enabled=timing)
-    for i, name in enumerate(AUTO_CANDIDATES):
-        stub(monkeypatch, name, f"3.{i + 1}")
-    with pytest.raises(Unimplemented):
-        train_step(rng)
+    for i, algorithm in enumerate(REFERENCE_ALGORITHMS):
+        stub(monkeypatch, algorithm.name, f"3.{i + 1}")
+    train_step(rng)
+    for choice in fresh_tuner.choices.values():
+        assert set(choice.seconds) <= set(AUTO_CANDIDATES)
+        assert choice.algorithm in AUTO_CANDIDATES and not choice.excluded
 
 
 def test_an_explicit_algo_raises_the_stub(monkeypatch, rng):
@@ -199,7 +201,7 @@ MUTANTS = [  # (exercise, owner, attribute, wrong answer built from the right on
     ("3.1", im2col_module, "im2col", lambda right: without("stride", right)),
     ("3.1", im2col_module, "im2col", lambda right: without("dilation", right)),
     ("3.2", im2col_module, "col2im", rows_in_tap_major_order),
-    ("3.3", type(DIRECT), "forward", flipped_kernel),
+    ("3.3", type(DIRECT_REFERENCE), "forward", flipped_kernel),
     ("3.4", type(FFT_REFERENCE), "forward", all_stride_one_outputs),
     ("3.4", type(FFT_REFERENCE), "forward", lambda right: without("dilation", right, method=True)),
     ("3.5", winograd_module, "G", lambda right: right * np.array([[1], [2], [2], [1]])),  # no 1/2

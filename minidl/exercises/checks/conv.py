@@ -104,7 +104,7 @@ def check_col2im():
           hint="Loop over the kernel taps (u, v) and accumulate w[:, :, u, v] (K x C) times the "
                "(C x N*OH*OW) matrix of the inputs that tap meets.")
 def check_direct():
-    _expect_output("direct convolution", direct.DIRECT, GENERAL_CASES, seed=35)
+    _expect_output("direct convolution", direct.DIRECT_REFERENCE, GENERAL_CASES, seed=35)
 
 
 @exercise("3.4", "FFT convolution: the convolution theorem (forward)", path="minidl/reference/conv/fft.py",

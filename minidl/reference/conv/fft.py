@@ -34,35 +34,12 @@ import numpy as np
 
 from ...backend import get_array_module
 from ...conv.base import ConvAlgorithm
-from ...conv.fft import dilate_kernel
+from ...conv.fft import dilate_kernel, stride_one_grid, stride_one_size
 from ...conv.layout import padded_nchw, symmetric_pads
 
 
 def _padded(x, geom):
     return padded_nchw(x, symmetric_pads(geom))
-
-
-def _padded_size(geom):
-    return geom.height + 2 * geom.padding[0], geom.width + 2 * geom.padding[1]
-
-
-def _dilated_extent(geom):
-    """The rows and columns the dilated kernel spans: d (k - 1) + 1."""
-    return (geom.dilation[0] * (geom.kernel_h - 1) + 1, geom.dilation[1] * (geom.kernel_w - 1) + 1)
-
-
-def _grid_size(geom):
-    """The stride-1 output grid over the padded input: (Hp - KHd + 1, Wp - KWd + 1)."""
-    (hp, wp), (khd, kwd) = _padded_size(geom), _dilated_extent(geom)
-    return hp - khd + 1, wp - kwd + 1
-
-
-def _stride_one_grid(dy, geom):
-    """dy (N, K, OH, OW) on the stride-1 output grid, zeros between the strided outputs."""
-    xp = get_array_module(dy)
-    out = xp.zeros(dy.shape[:2] + _grid_size(geom), dtype=dy.dtype)
-    out[:, :, ::geom.stride[0], ::geom.stride[1]] = dy
-    return out
 
 
 class FFTReference(ConvAlgorithm):
@@ -72,7 +49,7 @@ class FFTReference(ConvAlgorithm):
 
     def forward(self, x, w, geom, keep=False):
         xp = get_array_module(x)
-        size = _padded_size(geom)
+        size = geom.padded_size
         # BEGIN EXERCISE 3.4
         x_f = xp.fft.rfft2(_padded(x, geom), s=size)                         # (N, C, Lh, Lw/2+1)
         w_f = xp.fft.rfft2(dilate_kernel(w, geom.dilation), s=size)          # (K, C, Lh, Lw/2+1)
@@ -83,8 +60,8 @@ class FFTReference(ConvAlgorithm):
 
     def backward_input(self, dy, w, geom, saved=None):
         xp = get_array_module(dy)
-        size = _padded_size(geom)
-        dy_f = xp.fft.rfft2(_stride_one_grid(dy, geom), s=size)
+        size = geom.padded_size
+        dy_f = xp.fft.rfft2(stride_one_grid(dy, geom), s=size)
         w_f = xp.fft.rfft2(dilate_kernel(w, geom.dilation), s=size)
         dxpad = xp.fft.irfft2(xp.einsum("nkab,kcab->ncab", dy_f, w_f), s=size)
         (ph, pw), (h, wd) = geom.padding, (geom.height, geom.width)
@@ -92,37 +69,34 @@ class FFTReference(ConvAlgorithm):
 
     def backward_weight(self, dy, x, geom, saved=None):
         xp = get_array_module(dy)
-        size = _padded_size(geom)
+        size = geom.padded_size
         x_f = xp.fft.rfft2(_padded(x, geom), s=size)
-        dy_f = xp.fft.rfft2(_stride_one_grid(dy, geom), s=size)
+        dy_f = xp.fft.rfft2(stride_one_grid(dy, geom), s=size)
         dwd = xp.fft.irfft2(xp.einsum("ncab,nkab->kcab", x_f, dy_f.conj()), s=size)
-        (dh, dw), (khd, kwd) = geom.dilation, _dilated_extent(geom)
+        (dh, dw), (khd, kwd) = geom.dilation, geom.dilated_kernel
         return dwd[:, :, :khd:dh, :kwd:dw].astype(dy.dtype, copy=False)
 
     def multiplies(self, geom):
         """Complex products (4 real multiplies each); transforms: L*log2(L) per real FFT of L points."""
-        hp, wp = _padded_size(geom)
+        hp, wp = geom.padded_size
         n, k, c = geom.batch, geom.out_channels, geom.in_channels
         points = hp * wp
-        counts = {"pointwise": 4 * hp * (wp // 2 + 1) * n * k * c,
-                  "transforms": int(points * np.log2(points)) * (n * c + k * c + n * k)}
-        counts["total"] = sum(counts.values())
-        return counts
+        return {"pointwise": 4 * hp * (wp // 2 + 1) * n * k * c,
+                "transforms": int(points * np.log2(points)) * (n * c + k * c + n * k)}
 
-    def workspace_bytes(self, geom, pass_, itemsize=4):
-        hp, wp = _padded_size(geom)
+    def workspace_elements(self, geom, pass_, chunk):
+        hp, wp = geom.padded_size
         n, k, c = geom.batch, geom.out_channels, geom.in_channels
         # real numbers in one rfft2, twice: each 2-D transform passes through a spectrum of
         # the same size (one axis at a time), and the conjugate is a copy
         spectrum = 2 * 2 * hp * (wp // 2 + 1)
-        kernel = k * c * int(np.prod(_dilated_extent(geom)))
-        grid = n * k * int(np.prod(_grid_size(geom)))
-        elements = {  # the spatial inputs of the transforms, three spectra, the inverse's result
-            "forward": n * c * hp * wp + kernel + spectrum * (n * c + k * c + n * k) + n * k * hp * wp,
-            "backward_input": grid + kernel + spectrum * (n * k + k * c + n * c) + n * c * hp * wp,
-            "backward_weight": n * c * hp * wp + grid + spectrum * (n * c + n * k + k * c)
-            + k * c * hp * wp}[pass_]
-        return itemsize * elements
+        kernel = k * c * int(np.prod(geom.dilated_kernel))
+        grid = n * k * int(np.prod(stride_one_size(geom)))
+        result = {"forward": n * k, "backward_input": n * c, "backward_weight": k * c}[pass_]
+        inputs = {"forward": n * c * hp * wp + kernel, "backward_input": grid + kernel,
+                  "backward_weight": n * c * hp * wp + grid}[pass_]
+        # the spatial inputs of the transforms, three spectra, the inverse's result
+        return inputs + spectrum * (n * c + k * c + n * k) + result * hp * wp
 
 
 FFT_REFERENCE = FFTReference()

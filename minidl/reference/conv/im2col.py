@@ -76,17 +76,15 @@ class Im2colReference(ConvAlgorithm):
         return (output_matrix(dy) @ im2col(x, geom).T).reshape(geom.weight_shape)
 
     def multiplies(self, geom):
-        return {"gemm": geom.direct_multiplies(), "total": geom.direct_multiplies()}
+        return {"gemm": geom.direct_multiplies()}
 
-    def workspace_bytes(self, geom, pass_, itemsize=4):
-        n, c, h, w = geom.input_shape
-        padded = n * c * (h + 2 * geom.padding[0]) * (w + 2 * geom.padding[1])
+    def workspace_elements(self, geom, pass_, chunk):
+        n, c = geom.batch, geom.in_channels
+        padded = n * c * geom.padded_size[0] * geom.padded_size[1]
         cols = n * geom.out_h * geom.out_w * c * geom.kernel_h * geom.kernel_w
         outputs = n * geom.out_channels * geom.out_h * geom.out_w
-        elements = {"forward": padded + cols + outputs,                     # xpad, A, B
-                    "backward_input": outputs + cols + padded,              # dB copy, dA, dxpad
-                    "backward_weight": padded + cols + outputs}[pass_]      # xpad, A, dB copy
-        return itemsize * elements
+        # forward: xpad, A, B; backward_input: dB copy, dA, dxpad; backward_weight: xpad, A, dB copy
+        return padded + cols + outputs
 
 
 IM2COL_REFERENCE = Im2colReference()

@@ -31,17 +31,14 @@ import numpy as np
 
 from ...backend import get_array_module
 from ...conv.base import ConvAlgorithm
+from ...conv.direct import DIRECT
 from ...conv.layout import padded_nchw
-from .direct import DIRECT
+from ...conv.registry import word_list
+from ...conv.winograd import tile_counts
 
 B_T = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float64)
 G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], dtype=np.float64)
 A_T = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], dtype=np.float64)
-
-
-def _tiles(out_h, out_w):
-    """Tiles per column and per row: ceil(OH/2), ceil(OW/2)."""
-    return -(-out_h // 2), -(-out_w // 2)
 
 
 def input_tiles(x, padding):
@@ -52,7 +49,7 @@ def input_tiles(x, padding):
     """
     xp = get_array_module(x)
     (ph, pw), (h, w) = padding, x.shape[2:]
-    th, tw = _tiles(h + 2 * ph - 2, w + 2 * pw - 2)
+    th, tw = tile_counts(h + 2 * ph - 2, w + 2 * pw - 2, 2)
     xpad = padded_nchw(x, (ph, 2 * th + 2 - h - ph, pw, 2 * tw + 2 - w - pw))
     d = xp.empty(x.shape[:2] + (th, tw, 4, 4), dtype=x.dtype)
     for a in range(4):
@@ -92,7 +89,7 @@ class WinogradReference(ConvAlgorithm):
             problems.append(f"dilation {geom.dilation}")
         if not problems:
             return None
-        listed = problems[0] if len(problems) == 1 else ", ".join(problems[:-1]) + " and " + problems[-1]
+        listed = word_list(problems, "and")
         return (f"F(2x2, 3x3) takes 3x3 kernels at stride 1 and dilation 1 only, not {listed} "
                 "('im2col_reference' and 'fft_reference' compute every shape, the tuned "
                 "'winograd_f2x2_3x3' also strided kernels with 3 taps per stride phase)")
@@ -109,28 +106,25 @@ class WinogradReference(ConvAlgorithm):
 
     def multiplies(self, geom):
         """Per tile: B^T d B 2*4^3, A^T M A 4*4*2 + 2*4*2; per kernel: G g G^T 4*3*3 + 4*3*4."""
-        th, tw = _tiles(geom.out_h, geom.out_w)
+        th, tw = tile_counts(geom.out_h, geom.out_w, 2)
         p = geom.batch * th * tw
         k, c = geom.out_channels, geom.in_channels
-        counts = {"elementwise": 16 * k * c * p, "input_transform": 128 * c * p,
-                  "weight_transform": 84 * k * c, "output_transform": 48 * k * p}
-        counts["total"] = sum(counts.values())
-        return counts
+        return {"elementwise": 16 * k * c * p, "input_transform": 128 * c * p,
+                "weight_transform": 84 * k * c, "output_transform": 48 * k * p}
 
-    def workspace_bytes(self, geom, pass_, itemsize=4):
+    def workspace_elements(self, geom, pass_, chunk):
         n, c, k = geom.batch, geom.in_channels, geom.out_channels
         if pass_ == "backward_weight":
-            return DIRECT.workspace_bytes(geom, pass_, itemsize)
+            return DIRECT.workspace_elements(geom, pass_, chunk)
         if pass_ == "backward_input":     # a correlation of dy (K channels) whose output is H x W
             c, k, out = k, c, (geom.height, geom.width)
         else:
             out = (geom.out_h, geom.out_w)
-        th, tw = _tiles(*out)
+        th, tw = tile_counts(*out, 2)
         tiles = n * th * tw
         padded = n * c * (2 * th + 2) * (2 * tw + 2)
         # padded input, d, B^T d and V, U (and G g), M, A^T M, Y and its reshaped copy
-        elements = padded + 3 * 16 * c * tiles + 2 * 16 * k * c + (16 + 8 + 4 + 4) * k * tiles
-        return itemsize * elements
+        return padded + 3 * 16 * c * tiles + 2 * 16 * k * c + (16 + 8 + 4 + 4) * k * tiles
 
 
 WINOGRAD_REFERENCE = WinogradReference()

@@ -36,17 +36,19 @@ the tests hold the two equal.
 """
 import math
 
+from minidl.intmath import ceil_log2, largest_power_of_two
+
 
 def fold(m, p, alpha, beta, gamma):
     """(p', seconds): the largest power of two p' <= p, and the time to fold the other p - p' in and out."""
-    p2 = 1 << (p.bit_length() - 1)
+    p2 = largest_power_of_two(p)
     extra = 0.0 if p2 == p else 2 * (alpha + m * beta) + m * gamma
     return p2, extra
 
 
 def tree_allreduce_time(m, p, alpha, beta, gamma=0.0):
     """Binomial-tree reduce, then binomial-tree broadcast: ceil(log2 p) rounds each."""
-    rounds = math.ceil(math.log2(p))
+    rounds = ceil_log2(p)
     return 2 * rounds * (alpha + m * beta) + rounds * m * gamma
 
 

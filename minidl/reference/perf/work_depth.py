@@ -37,25 +37,15 @@ at its output, as Table 6 does.
 """
 import math
 
-
-def tree_depth(n):
-    """ceil(log2 n): the depth of a balanced tree that sums n values (0 for one value)."""
-    return (n - 1).bit_length()
-
-
-def output_size(size, kernel, stride=1, padding=0):
-    """floor((size - kernel + 2 padding) / stride) + 1: outputs of a sliding window along one axis."""
-    return (size - kernel + 2 * padding) // stride + 1
-
-
-def _pair(v):
-    return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+from ...conv.geometry import output_size, pair
+from ...intmath import ceil_log2 as tree_depth   # a balanced tree sums n values in ceil(log2 n)
 
 
 def conv2d_work_depth(x_shape, out_channels, kernel_size, stride=1, padding=0, groups=1):
     """(W, D) of a convolution of an (N, C_in, H, W) input into ``out_channels`` channels."""
     n, c_in, h, w = x_shape
-    (ky, kx), (sy, sx), (py, px) = _pair(kernel_size), _pair(stride), _pair(padding)
+    (ky, kx), (sy, sx) = pair(kernel_size, "kernel_size"), pair(stride, "stride")
+    py, px = pair(padding, "padding")
     # BEGIN EXERCISE 5.1
     h_out, w_out = output_size(h, ky, sy, py), output_size(w, kx, sx, px)
     c_group = c_in // groups
@@ -73,11 +63,12 @@ def linear_work_depth(x_shape, out_features):
 
 def pool2d_work_depth(x_shape, kernel_size, stride=None, padding=0, mode="max"):
     """(W, D) of max or average pooling (``mode``); the stride defaults to the window size."""
+    op = "pool2d_work_depth"
     if mode not in ("max", "avg"):
-        raise ValueError(f"pool2d_work_depth: mode must be 'max' or 'avg', not {mode!r}")
+        raise ValueError(f"{op}: mode must be 'max' or 'avg', not {mode!r}")
     n, c, h, w = x_shape
-    (ky, kx), (py, px) = _pair(kernel_size), _pair(padding)
-    sy, sx = (ky, kx) if stride is None else _pair(stride)
+    (ky, kx), (py, px) = pair(kernel_size, "kernel_size", op), pair(padding, "padding", op)
+    sy, sx = (ky, kx) if stride is None else pair(stride, "stride", op)
     outputs = n * c * output_size(h, ky, sy, py) * output_size(w, kx, sx, px)
     per_output = ky * kx - 1 if mode == "max" else ky * kx
     return outputs * per_output, tree_depth(ky) + tree_depth(kx)

@@ -1,0 +1,100 @@
+"""Direct convolution: the definition, one matrix product per kernel tap.
+
+Ben-Nun & Hoefler 2019, Eq. 2 / Alg. 3 (cross-correlation, indices corrected), with stride s,
+padding p and dilation d:
+
+    y[n, k, i, j] = sum_{c, u, v} xpad[n, c, i*sh + u*dh, j*sw + v*dw] * w[k, c, u, v]
+
+The seven loops keep only one in Python: over the KH*KW kernel taps (u, v);
+each tap is one channel contraction over the whole batch, a GEMM
+``w[:, :, u, v] (K x C) @ x_shifted (C x N*OH*OW)`` (the input is laid out
+channels-first, (C, N, H, W), so that every shifted view is one matrix).
+The gradients follow the same loop (Ben-Nun & Hoefler 2019, App. A.4):
+
+    dx_pad[n, c, i*sh + u*dh, j*sw + v*dw] += sum_k w[k, c, u, v] * dy[n, k, i, j]
+    dw[k, c, u, v] = sum_{n, i, j} dy[n, k, i, j] * xpad[n, c, i*sh + u*dh, j*sw + v*dw]
+
+Multiplies: N*K*C*KH*KW*OH*OW (Table 6); no workspace beyond the padded input.
+"""
+from ..backend import get_array_module
+from .base import ConvAlgorithm
+from .layout import padded_nchw, symmetric_pads
+
+
+def channels_first(a):
+    """(N, C, H, W) -> a (C, N, H, W) copy, so one kernel tap is one (C, N*H*W) matrix."""
+    xp = get_array_module(a)
+    out = xp.empty((a.shape[1], a.shape[0]) + a.shape[2:], dtype=a.dtype)
+    out[...] = a.transpose(1, 0, 2, 3)
+    return out
+
+
+def padded_channels_first(x, geom):
+    """The zero-padded input, channels first: (C, N, H + 2*ph, W + 2*pw)."""
+    return channels_first(padded_nchw(x, symmetric_pads(geom)))
+
+
+def shifted(xpad, geom, u, v):
+    """The (C, N*OH*OW) matrix of inputs that kernel tap (u, v) multiplies (a copy)."""
+    rows, cols = geom.window(u, v)
+    return xpad[:, :, rows, cols].reshape(xpad.shape[0], -1)
+
+
+def batch_first(a, h, w):
+    """(C, N*H*W) or (C, N, H, W) -> a contiguous (N, C, H, W)."""
+    xp = get_array_module(a)
+    return xp.ascontiguousarray(a.reshape(a.shape[0], -1, h, w).transpose(1, 0, 2, 3))
+
+
+class Direct(ConvAlgorithm):
+    """The definition; supports every stride, padding, dilation and kernel size."""
+
+    name = "direct"
+
+    def forward(self, x, w, geom, keep=False):
+        xp = get_array_module(x)
+        xpad = padded_channels_first(x, geom)
+        y = xp.zeros((geom.out_channels, geom.batch * geom.out_h * geom.out_w), dtype=x.dtype)
+        for u in range(geom.kernel_h):
+            for v in range(geom.kernel_w):
+                y += w[:, :, u, v] @ shifted(xpad, geom, u, v)
+        return batch_first(y, geom.out_h, geom.out_w), None
+
+    def backward_input(self, dy, w, geom, saved=None):
+        xp = get_array_module(dy)
+        n, c, h, wd = geom.input_shape
+        ph, pw = geom.padding
+        dxpad = xp.zeros((c, n) + geom.padded_size, dtype=dy.dtype)
+        dy_rows = channels_first(dy).reshape(geom.out_channels, -1)
+        for u in range(geom.kernel_h):
+            for v in range(geom.kernel_w):
+                rows, cols = geom.window(u, v)
+                dxpad[:, :, rows, cols] += (w[:, :, u, v].T @ dy_rows).reshape(
+                    c, n, geom.out_h, geom.out_w)
+        return batch_first(dxpad[:, :, ph:ph + h, pw:pw + wd], h, wd)
+
+    def backward_weight(self, dy, x, geom, saved=None):
+        xp = get_array_module(dy)
+        xpad = padded_channels_first(x, geom)
+        dy_rows = channels_first(dy).reshape(geom.out_channels, -1)
+        dw = xp.empty(geom.weight_shape, dtype=dy.dtype)
+        for u in range(geom.kernel_h):
+            for v in range(geom.kernel_w):
+                dw[:, :, u, v] = dy_rows @ shifted(xpad, geom, u, v).T
+        return dw
+
+    def multiplies(self, geom):
+        return {"products": geom.direct_multiplies()}
+
+    def workspace_elements(self, geom, pass_, chunk):
+        n, c, h, w = geom.input_shape
+        padded = n * c * geom.padded_size[0] * geom.padded_size[1]
+        outputs = n * geom.out_channels * geom.out_h * geom.out_w
+        inputs = n * c * geom.out_h * geom.out_w
+        return {  # padded input (and its channels-first copy), one tap's operands, results
+            "forward": 2 * padded + inputs + 2 * outputs,
+            "backward_input": padded + inputs + outputs + n * c * h * w,
+            "backward_weight": 2 * padded + inputs + outputs}[pass_]
+
+
+DIRECT = Direct()
