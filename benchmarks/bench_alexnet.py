@@ -8,6 +8,7 @@ each so that neither pays for the other's spinning threads); medians over
 rounds after a warm-up round (which also lets minidl's autotuner choose).
 The output and the first layer's weight gradient are compared as a check.
 """
+
 import argparse
 import statistics
 import time
@@ -24,12 +25,28 @@ tune_malloc()  # as the minidl command does: step temporaries stay in the proces
 def torch_alexnet(torch, state):
     nn = torch.nn
     net = nn.Sequential(
-        nn.Conv2d(3, 64, 11, stride=4, padding=2), nn.ReLU(), nn.MaxPool2d(3, 2),
-        nn.Conv2d(64, 192, 5, padding=2), nn.ReLU(), nn.MaxPool2d(3, 2),
-        nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(), nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2), nn.Flatten(),
-        nn.Dropout(), nn.Linear(9216, 4096), nn.ReLU(), nn.Dropout(), nn.Linear(4096, 4096),
-        nn.ReLU(), nn.Linear(4096, 1000))
+        nn.Conv2d(3, 64, 11, stride=4, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(3, 2),
+        nn.Conv2d(64, 192, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(3, 2),
+        nn.Conv2d(192, 384, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(384, 256, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(256, 256, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(3, 2),
+        nn.Flatten(),
+        nn.Dropout(),
+        nn.Linear(9216, 4096),
+        nn.ReLU(),
+        nn.Dropout(),
+        nn.Linear(4096, 4096),
+        nn.ReLU(),
+        nn.Linear(4096, 1000),
+    )
     net.load_state_dict({k: torch.tensor(np.array(v)) for k, v in state.items()})
     return net
 
@@ -39,12 +56,17 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--pause", type=float, default=0.5,
-                        help="seconds of rest before each timed run: thread pools of the "
-                             "framework that ran last busy-wait for a while after their work")
+    parser.add_argument(
+        "--pause",
+        type=float,
+        default=0.5,
+        help="seconds of rest before each timed run: thread pools of the "
+        "framework that ran last busy-wait for a while after their work",
+    )
     args = parser.parse_args()
     import torch
     from threadpoolctl import threadpool_limits
+
     torch.set_num_threads(args.threads)
     limits = threadpool_limits(args.threads, user_api="blas")  # noqa: F841
     md.manual_seed(0)
@@ -79,13 +101,17 @@ def main():
             fn()
             times.append(time.perf_counter() - start)
     m, t = statistics.median(mine), statistics.median(ref_times)
-    print(f"AlexNet (torchvision) forward+backward, batch {args.batch}, {args.threads} threads, "
-          f"median of {args.rounds}")
+    print(
+        f"AlexNet (torchvision) forward+backward, batch {args.batch}, {args.threads} threads, "
+        f"median of {args.rounds}"
+    )
     print(f"  minidl  {1e3 * m:7.1f} ms   runs: " + ", ".join(f"{1e3 * s:.0f}" for s in mine))
     print(f"  PyTorch {1e3 * t:7.1f} ms   runs: " + ", ".join(f"{1e3 * s:.0f}" for s in ref_times))
     print(f"  ratio minidl/PyTorch = {m / t:.2f}  (target <= 1.0)")
-    print(f"  check: max output difference {err:.1e} (relative), conv1 weight-gradient "
-          f"difference {gerr:.1e}")
+    print(
+        f"  check: max output difference {err:.1e} (relative), conv1 weight-gradient "
+        f"difference {gerr:.1e}"
+    )
     print(md.conv.report())
 
 

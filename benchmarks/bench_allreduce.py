@@ -19,15 +19,16 @@ On shared memory both directions of an exchange share one memory system,
 which a ping-pong (one direction at a time) does not see, so the bound is
 optimistic there.
 """
+
 import argparse
 
 import numpy as np
 
 import minidl.dist as dist
+from minidl.backend import tune_malloc
 from minidl.cli import bench_allreduce as bench
 from minidl.dist import collectives
 from minidl.perf import allreduce_cost as cost
-from minidl.backend import tune_malloc
 
 tune_malloc()  # as the minidl command does: step temporaries stay in the process
 
@@ -38,8 +39,9 @@ def bound_terms(comm, nbytes):
     """(link seconds, add seconds) of the bound, from one ping-pong and one add measurement."""
     share = (comm.size - 1) / comm.size
     one_way = cost.pingpong(comm, PINGPONG_SIZES, batches=1)
-    add_seconds_per_byte = cost.measure_gamma(collectives.SEGMENT_BYTES, nbytes // comm.size,
-                                              repeats=1)
+    add_seconds_per_byte = cost.measure_gamma(
+        collectives.SEGMENT_BYTES, nbytes // comm.size, repeats=1
+    )
     if comm.rank != 0:
         return None
     link = max(m / t for m, t in zip(PINGPONG_SIZES, one_way))
@@ -69,8 +71,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--elements", type=int, default=61_100_840)
     parser.add_argument("--runs", type=int, default=7)
-    parser.add_argument("--segments", default="",
-                        help="also time the ring with these pipeline segment sizes, e.g. 256K,1M")
+    parser.add_argument(
+        "--segments",
+        default="",
+        help="also time the ring with these pipeline segment sizes, e.g. 256K,1M",
+    )
     args = parser.parse_args()
 
     comm = dist.init()
@@ -87,27 +92,42 @@ def main():
     link_s, add_s = (float(np.median(column)) for column in zip(*bounds))
     bound = link_s + add_s
     native = float(np.median(times["mpi"]))
-    print(f"allreduce of {args.elements:,} float32 ({nbytes / 1e6:.1f} MB) on {size} ranks; "
-          f"median (min) of {args.runs} interleaved runs, slowest rank, after a barrier; "
-          f"segment {bench.format_size(collectives.SEGMENT_BYTES)}")
+    print(
+        f"allreduce of {args.elements:,} float32 ({nbytes / 1e6:.1f} MB) on {size} ranks; "
+        f"median (min) of {args.runs} interleaved runs, slowest rank, after a barrier; "
+        f"segment {bench.format_size(collectives.SEGMENT_BYTES)}"
+    )
     share = (size - 1) / size
-    print(f"ping-pong bandwidth {2 * share * nbytes / link_s / 1e9:.2f} GB/s, "
-          f"segment-wise add {share * nbytes / add_s / 1e9:.2f} GB/s (medians over the runs)")
-    print(f"bound = 2(P-1)/P * bytes / B_link + (P-1)/P * bytes / B_add = "
-          f"{link_s * 1e3:.1f} + {add_s * 1e3:.1f} = {bound * 1e3:.1f} ms")
+    print(
+        f"ping-pong bandwidth {2 * share * nbytes / link_s / 1e9:.2f} GB/s, "
+        f"segment-wise add {share * nbytes / add_s / 1e9:.2f} GB/s (medians over the runs)"
+    )
+    print(
+        f"bound = 2(P-1)/P * bytes / B_link + (P-1)/P * bytes / B_add = "
+        f"{link_s * 1e3:.1f} + {add_s * 1e3:.1f} = {bound * 1e3:.1f} ms"
+    )
     print("fitted cost model: " + bench.describe_params(params))
-    print(f"{'algorithm':<16s}{'median ms':>10s}{'min ms':>9s}{'model ms':>10s}"
-          f"{'/ native':>10s}{'/ bound':>9s}")
+    print(
+        f"{'algorithm':<16s}{'median ms':>10s}{'min ms':>9s}{'model ms':>10s}"
+        f"{'/ native':>10s}{'/ bound':>9s}"
+    )
     medians = {name: float(np.median(t)) for name, t in times.items()}
     for name, median in medians.items():
         algorithm = name.partition("@")[0]
-        model = (f"{cost.predict(algorithm, nbytes, size, params) * 1e3:.1f}"
-                 if algorithm in cost.MODELLED_ALGORITHMS else "-")
-        print(f"{name:<16s}{median * 1e3:>10.1f}{min(times[name]) * 1e3:>9.1f}{model:>10s}"
-              f"{median / native:>10.2f}{median / bound:>9.2f}")
+        model = (
+            f"{cost.predict(algorithm, nbytes, size, params) * 1e3:.1f}"
+            if algorithm in cost.MODELLED_ALGORITHMS
+            else "-"
+        )
+        print(
+            f"{name:<16s}{median * 1e3:>10.1f}{min(times[name]) * 1e3:>9.1f}{model:>10s}"
+            f"{median / native:>10.2f}{median / bound:>9.2f}"
+        )
     best = min(dist.ALLREDUCE_ALGORITHMS[1:], key=medians.get)
-    print(f"best hand-written: {best}, {medians[best] / native:.2f}x MPI's Allreduce, "
-          f"{medians[best] / bound:.2f}x the bound")
+    print(
+        f"best hand-written: {best}, {medians[best] / native:.2f}x MPI's Allreduce, "
+        f"{medians[best] / bound:.2f}x the bound"
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ per step (indices and scales included) as a share of float32's; the target
 is top-k 1% within 1 point of float32 on at most 5% of the bytes. Same as
 ``minidl bench compression``.
 """
+
 import sys
 
 from minidl.cli import main

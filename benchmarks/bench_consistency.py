@@ -11,6 +11,7 @@ images/s, the final test accuracy, staleness, waiting and bytes, and the
 ratios the targets name: ssp:2 / bsp and asp / ssp:2 throughput, accuracy
 gaps to bsp. Same as ``minidl bench consistency``.
 """
+
 import sys
 
 from minidl.cli import main

@@ -13,6 +13,7 @@ each with a freshly tuned ``auto``):
 
 NumPy's GEMM rate is measured in the same run (2048^3 float32 matmul, median).
 """
+
 import argparse
 import statistics
 import time
@@ -20,8 +21,8 @@ import time
 import numpy as np
 
 import minidl as md
-from minidl.cli.bench_conv import LAYERS, bench_layer, format_rows
 from minidl.backend import tune_malloc
+from minidl.cli.bench_conv import LAYERS, bench_layer, format_rows
 
 tune_malloc()  # as the minidl command does: step temporaries stay in the process
 
@@ -35,7 +36,7 @@ def numpy_gemm_gflops(n=2048, repeats=9):
         start = time.perf_counter()
         np.matmul(a, a, out=out)
         times.append(time.perf_counter() - start)
-    return 2 * n ** 3 / statistics.median(times) / 1e9
+    return 2 * n**3 / statistics.median(times) / 1e9
 
 
 def one_run(batch_size, repeats, verbose, max_busy=None):
@@ -56,21 +57,25 @@ def ratios(results, gemm):
     out = {}
     c64 = results["3x3.c64.56px"]
     out["1. winograd_f4x4_3x3 fwd / torch fwd, 3x3.c64.56px (<= 0.8)"] = (
-        c64["winograd_f4x4_3x3"].forward_ms / c64["torch"].forward_ms)
+        c64["winograd_f4x4_3x3"].forward_ms / c64["torch"].forward_ms
+    )
     for name, rows in results.items():
         if name.startswith(("lenet", "alexnet")):
             out[f"2. auto fwd+bwd / torch fwd+bwd, {name} (<= 1.0)"] = (
-                rows["auto"].train_ms / rows["torch"].train_ms)
+                rows["auto"].train_ms / rows["torch"].train_ms
+            )
     for name in ("alexnet.conv3", "alexnet.conv4", "alexnet.conv5"):
         out[f"3. im2col fwd GFLOP/s / numpy GEMM GFLOP/s, {name} (>= 0.5)"] = (
-            results[name]["im2col"].gflops / gemm)
+            results[name]["im2col"].gflops / gemm
+        )
     for name, rows in results.items():
         timed = [r for a, r in rows.items() if a not in ("auto", "torch") and r.forward_ms]
         for kind in ("forward_ms", "train_ms"):
             best = min(getattr(r, kind) for r in timed)
             label = "fwd" if kind == "forward_ms" else "fwd+bwd"
             out[f"4. auto / fastest algorithm, {label}, {name} (<= 1.1)"] = (
-                getattr(rows["auto"], kind) / best)
+                getattr(rows["auto"], kind) / best
+            )
     return out
 
 
@@ -80,8 +85,12 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--quiet", action="store_true", help="only the ratios")
-    parser.add_argument("--max-busy", type=float, default=None,
-                        help="time only when other processes use less than this CPU fraction")
+    parser.add_argument(
+        "--max-busy",
+        type=float,
+        default=None,
+        help="time only when other processes use less than this CPU fraction",
+    )
     args = parser.parse_args()
     collected, gemm_rates = {}, []
     for run in range(args.runs):

@@ -7,14 +7,14 @@ a reload that hits the per-process decode cache, and one shuffled epoch of
 batches alone and with AlexNet-style augmentation. With PyTorch installed it
 also times ``torch.utils.data.DataLoader`` over the same arrays, side by side.
 """
+
 import argparse
 import statistics
 import time
 
-from minidl.data import (Compose, DataLoader, FashionMNIST, Pad, RandomCrop,
-                         RandomHorizontalFlip)
-from minidl.data.datasets import clear_cache
 from minidl.backend import tune_malloc
+from minidl.data import Compose, DataLoader, FashionMNIST, Pad, RandomCrop, RandomHorizontalFlip
+from minidl.data.datasets import clear_cache
 
 tune_malloc()  # as the minidl command does: step temporaries stay in the process
 
@@ -55,18 +55,23 @@ def main():
 
     loader = DataLoader(train, args.batch_size, shuffle=True, seed=0)
     plain = median_of(lambda: one_epoch(loader), args.repeats)
-    print(f"one epoch, batch {args.batch_size} ({len(loader)} steps): {plain:.3f} s "
-          f"({plain / len(loader) * 1e6:.0f} us/step)")
+    print(
+        f"one epoch, batch {args.batch_size} ({len(loader)} steps): {plain:.3f} s "
+        f"({plain / len(loader) * 1e6:.0f} us/step)"
+    )
     augment = Compose([Pad(2), RandomCrop(32, padding=4), RandomHorizontalFlip()])
     augmented = DataLoader(train, args.batch_size, shuffle=True, seed=0, transform=augment)
-    print(f"  with pad + random crop + flip: {median_of(lambda: one_epoch(augmented), args.repeats):.3f} s")
+    print(
+        f"  with pad + random crop + flip: {median_of(lambda: one_epoch(augmented), args.repeats):.3f} s"
+    )
 
     try:
         import torch
     except ImportError:
         return
-    dataset = torch.utils.data.TensorDataset(torch.from_numpy(train.images),
-                                             torch.from_numpy(train.labels))
+    dataset = torch.utils.data.TensorDataset(
+        torch.from_numpy(train.images), torch.from_numpy(train.labels)
+    )
     reference = torch.utils.data.DataLoader(dataset, args.batch_size, shuffle=True)
     ref = median_of(lambda: one_epoch(reference), args.repeats)
     print(f"torch DataLoader, same epoch: {ref:.3f} s; minidl/torch = {plain / ref:.3f}")

@@ -14,6 +14,7 @@ Each side's epoch time is its training loop's own (for 2 ranks, the slower
 rank's); the runs alternate ``--repeats`` times and medians are printed, with
 the two targets: 2-rank throughput >= 1.7x 1-rank, and faster than DDP.
 """
+
 import argparse
 import json
 import os
@@ -24,8 +25,23 @@ import sys
 import tempfile
 import time
 
-COMMON = ["--model", "lenet5", "--epochs", "1", "--batch-size", "64", "--optimizer", "momentum",
-          "--lr", "0.01", "--momentum", "0.9", "--seed", "0", "--no-progress"]
+COMMON = [
+    "--model",
+    "lenet5",
+    "--epochs",
+    "1",
+    "--batch-size",
+    "64",
+    "--optimizer",
+    "momentum",
+    "--lr",
+    "0.01",
+    "--momentum",
+    "0.9",
+    "--seed",
+    "0",
+    "--no-progress",
+]
 
 
 def minidl_epoch(ranks):
@@ -34,9 +50,14 @@ def minidl_epoch(ranks):
         cmd = [sys.executable, "-m", "minidl", "train", *COMMON, "--threads", "1", "--out", out]
         if ranks > 1:
             from minidl.dist.launch import mpiexec_path
+
             cmd = [mpiexec_path(), "-n", str(ranks)] + cmd + ["--dist", "sync"]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL,
-                       env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+        subprocess.run(
+            cmd,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+        )
         with open(os.path.join(out, "metrics.jsonl")) as f:
             return json.loads(f.readline())["seconds"]
 
@@ -45,20 +66,34 @@ def ddp_worker(rank, size, port, results):
     """One DDP rank: its shard of every global batch, then the epoch time."""
     import torch
     import torch.distributed as tdist
+
     from minidl.data import DataLoader, FashionMNIST
+
     torch.set_num_threads(1)
-    tdist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                             world_size=size)
+    tdist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size
+    )
     torch.manual_seed(0)
     nn = torch.nn
-    net = nn.Sequential(nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-                        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                        nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(),
-                        nn.Linear(84, 10))
+    net = nn.Sequential(
+        nn.Conv2d(1, 6, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(400, 120),
+        nn.ReLU(),
+        nn.Linear(120, 84),
+        nn.ReLU(),
+        nn.Linear(84, 10),
+    )
     model = nn.parallel.DistributedDataParallel(net)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loader = DataLoader(FashionMNIST(train=True), 64, shuffle=True, seed=0, rank=rank,
-                        world_size=size)
+    loader = DataLoader(
+        FashionMNIST(train=True), 64, shuffle=True, seed=0, rank=rank, world_size=size
+    )
     tdist.barrier()
     start = time.perf_counter()
     for x, y in loader:
@@ -76,6 +111,7 @@ def ddp_worker(rank, size, port, results):
 
 def ddp_epoch(size=2):
     import torch.multiprocessing as mp
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -101,8 +137,10 @@ def main():
         ddp.append(ddp_epoch(2))
     m1, m2, d = (statistics.median(v) for v in (one, two, ddp))
     show = lambda v: ", ".join(f"{s:.2f}" for s in v)  # noqa: E731
-    print(f"LeNet-5, one epoch of Fashion-MNIST, batch 64 per rank, 1 thread per rank, "
-          f"median of {args.repeats}")
+    print(
+        f"LeNet-5, one epoch of Fashion-MNIST, batch 64 per rank, 1 thread per rank, "
+        f"median of {args.repeats}"
+    )
     print(f"  minidl 1 rank    {m1:6.2f} s  {60000 / m1:7.0f} img/s   runs: {show(one)}")
     print(f"  minidl 2 ranks   {m2:6.2f} s  {60000 / m2:7.0f} img/s   runs: {show(two)}")
     print(f"  PyTorch DDP x2   {d:6.2f} s  {60000 / d:7.0f} img/s   runs: {show(ddp)}")

@@ -14,6 +14,7 @@ a test-set evaluation, so speed and accuracy are compared together. With
 processes of one thread, each taking 64/W samples of every step: the same
 updates), its epoch time read from the run's metrics.
 """
+
 import argparse
 import json
 import os
@@ -27,19 +28,29 @@ import numpy as np
 
 import minidl as md
 from minidl import optim
+from minidl.backend import tune_malloc
 from minidl.data import DataLoader, FashionMNIST
 from minidl.train.loop import evaluate, train_epoch
-from minidl.backend import tune_malloc
 
 tune_malloc()  # as the minidl command does: step temporaries stay in the process
 
 
 def torch_lenet(torch, state):
     nn = torch.nn
-    net = nn.Sequential(nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-                        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                        nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(),
-                        nn.Linear(84, 10))
+    net = nn.Sequential(
+        nn.Conv2d(1, 6, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(400, 120),
+        nn.ReLU(),
+        nn.Linear(120, 84),
+        nn.ReLU(),
+        nn.Linear(84, 10),
+    )
     net.load_state_dict({k: torch.tensor(np.array(v)) for k, v in state.items()})
     return net
 
@@ -65,10 +76,33 @@ def torch_accuracy(torch, net, test):
 def minidl_workers_epochs(args):
     """Epoch seconds and final test accuracy of ``minidl train --workers W`` on the same work."""
     with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, "-m", "minidl", "train", "--model", "lenet5", "--epochs",
-               str(args.epochs), "--batch-size", "64", "--optimizer", "momentum", "--lr", "0.01",
-               "--momentum", "0.9", "--seed", "0", "--conv-algo", args.conv_algo,
-               "--workers", str(args.workers), "--no-progress", "--out", out]
+        cmd = [
+            sys.executable,
+            "-m",
+            "minidl",
+            "train",
+            "--model",
+            "lenet5",
+            "--epochs",
+            str(args.epochs),
+            "--batch-size",
+            "64",
+            "--optimizer",
+            "momentum",
+            "--lr",
+            "0.01",
+            "--momentum",
+            "0.9",
+            "--seed",
+            "0",
+            "--conv-algo",
+            args.conv_algo,
+            "--workers",
+            str(args.workers),
+            "--no-progress",
+            "--out",
+            out,
+        ]
         if args.data_dir:
             cmd += ["--data-dir", args.data_dir]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
@@ -88,6 +122,7 @@ def main():
     args = parser.parse_args()
     import torch
     from threadpoolctl import threadpool_limits
+
     torch.set_num_threads(args.threads)
     limits = threadpool_limits(args.threads, user_api="blas")  # noqa: F841
     train, test = FashionMNIST(args.data_dir, train=True), FashionMNIST(args.data_dir, train=False)
@@ -115,15 +150,25 @@ def main():
             ours["acc"].append(evaluate(model, DataLoader(test, 1000), 10)["acc"])
         theirs["acc"].append(torch_accuracy(torch, net, test))
     m, t = statistics.median(ours["time"]), statistics.median(theirs["time"])
-    how = f"{args.workers} worker processes x 1 thread" if args.workers > 1 else f"{args.threads} threads"
-    print(f"LeNet-5 epoch on Fashion-MNIST (60,000 images, batch 64); minidl: {how}, PyTorch: "
-          f"{args.threads} threads; median of {len(ours['time'])}")
-    print(f"  minidl  {m:6.2f} s  ({60000 / m:7.0f} img/s)  test accuracy "
-          f"{100 * statistics.median(ours['acc']):.2f}%  epochs: "
-          + ", ".join(f"{s:.2f}" for s in ours["time"]))
-    print(f"  PyTorch {t:6.2f} s  ({60000 / t:7.0f} img/s)  test accuracy "
-          f"{100 * statistics.median(theirs['acc']):.2f}%  epochs: "
-          + ", ".join(f"{s:.2f}" for s in theirs["time"]))
+    how = (
+        f"{args.workers} worker processes x 1 thread"
+        if args.workers > 1
+        else f"{args.threads} threads"
+    )
+    print(
+        f"LeNet-5 epoch on Fashion-MNIST (60,000 images, batch 64); minidl: {how}, PyTorch: "
+        f"{args.threads} threads; median of {len(ours['time'])}"
+    )
+    print(
+        f"  minidl  {m:6.2f} s  ({60000 / m:7.0f} img/s)  test accuracy "
+        f"{100 * statistics.median(ours['acc']):.2f}%  epochs: "
+        + ", ".join(f"{s:.2f}" for s in ours["time"])
+    )
+    print(
+        f"  PyTorch {t:6.2f} s  ({60000 / t:7.0f} img/s)  test accuracy "
+        f"{100 * statistics.median(theirs['acc']):.2f}%  epochs: "
+        + ", ".join(f"{s:.2f}" for s in theirs["time"])
+    )
     print(f"  ratio minidl/PyTorch = {m / t:.2f}  (target <= 1.0)")
     if args.workers == 1:
         print(md.conv.report())

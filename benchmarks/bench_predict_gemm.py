@@ -10,12 +10,14 @@ memory-bound and stops getting faster.
 
 Run: ``python benchmarks/bench_predict_gemm.py [--threads 1]``.
 """
+
 import argparse
+
 import numpy as np
 
+from minidl.backend import limit_threads, tune_malloc
 from minidl.perf.compute_model import roofline_time
 from minidl.perf.machine import measure_machine, median_seconds
-from minidl.backend import limit_threads, tune_malloc
 
 tune_malloc()  # as the minidl command does: step temporaries stay in the process
 
@@ -31,28 +33,35 @@ def main():
     threads = limit_threads(args.threads)  # noqa: F841
     try:
         import torch
+
         if args.threads:
             torch.set_num_threads(args.threads)
     except ImportError:
         torch = None
     machine = measure_machine()
-    print(f"roofline: {machine.peak_flops / 1e9:.0f} GFLOP/s, {machine.bandwidth / 1e9:.1f} GB/s, "
-          f"ridge {machine.ridge:.1f} FLOP/byte")
+    print(
+        f"roofline: {machine.peak_flops / 1e9:.0f} GFLOP/s, {machine.bandwidth / 1e9:.1f} GB/s, "
+        f"ridge {machine.ridge:.1f} FLOP/byte"
+    )
     rng = np.random.default_rng(0)
     for label, (k, n) in SHAPES.items():
         w = rng.standard_normal((k, n)).astype(np.float32)
         tw = torch.from_numpy(w) if torch else None
         print(f"\n{label}: b x {k} * {k} x {n}")
-        print(f"{'b':>4} {'numpy ms':>9} {'GFLOP/s':>8} {'speedup':>8} {'ideal':>6} {'roofline':>9}"
-              + (f" {'torch ms':>9} {'numpy/torch':>12}" if torch else ""))
+        print(
+            f"{'b':>4} {'numpy ms':>9} {'GFLOP/s':>8} {'speedup':>8} {'ideal':>6} {'roofline':>9}"
+            + (f" {'torch ms':>9} {'numpy/torch':>12}" if torch else "")
+        )
         base = None
         for b in BATCHES:
             x = rng.standard_normal((b, k)).astype(np.float32)
             t = median_seconds(lambda: x @ w, args.repeats)
             roof = roofline_time(machine, 2 * b * k * n, 4 * (k * n + b * k + b * n))
             base = base or (t, roof)
-            line = (f"{b:>4} {t * 1e3:9.2f} {2 * b * k * n / t / 1e9:8.1f} {base[0] / t:8.1f} "
-                    f"{BATCHES[0] / b:6.0f} {base[1] / roof:9.1f}")
+            line = (
+                f"{b:>4} {t * 1e3:9.2f} {2 * b * k * n / t / 1e9:8.1f} {base[0] / t:8.1f} "
+                f"{BATCHES[0] / b:6.0f} {base[1] / roof:9.1f}"
+            )
             if torch:
                 tx = torch.from_numpy(x)
                 tt = median_seconds(lambda: tx @ tw, args.repeats)

@@ -7,6 +7,7 @@
 Every line of Algorithm 2 of Ben-Nun & Hoefler 2019 is visible: sample a minibatch,
 forward, loss, backward (backpropagation), update.
 """
+
 import argparse
 
 import minidl as md
@@ -31,17 +32,19 @@ def main():
     for epoch in range(1, args.epochs + 1):
         model.train()
         for x, y in DataLoader(train, batch_size=64, shuffle=True, seed=epoch):
-            loss = F.cross_entropy(model(md.Tensor(x)), y)   # forward and loss
+            loss = F.cross_entropy(model(md.Tensor(x)), y)  # forward and loss
             opt.zero_grad()
-            loss.backward()                                  # gradients of every parameter
-            opt.step()                                       # w <- w - lr * update
+            loss.backward()  # gradients of every parameter
+            opt.step()  # w <- w - lr * update
         model.eval()
         correct = 0
         with md.no_grad():
             for x, y in DataLoader(test, batch_size=1000):
                 correct += int((model(md.Tensor(x)).numpy().argmax(axis=1) == y).sum())
-        print(f"epoch {epoch}: last batch loss {loss.item():.3f}, "
-              f"test accuracy {100 * correct / len(test):.2f}%")
+        print(
+            f"epoch {epoch}: last batch loss {loss.item():.3f}, "
+            f"test accuracy {100 * correct / len(test):.2f}%"
+        )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ The same network trains with any algorithm (Winograd needs 3x3 kernels, so
 LeNet's 5x5 layers cannot use it: the error message says which can). After
 training, ``md.conv.report()`` shows what the autotuner chose per layer.
 """
+
 import argparse
 
 import minidl as md
@@ -36,8 +37,10 @@ def main():
     for epoch in range(1, args.epochs + 1):
         stats = train_epoch(model, opt, loader, epoch, progress=True)
         result = evaluate(model, DataLoader(test, batch_size=1000), num_classes=10)
-        print(f"epoch {epoch}: {stats['seconds']:.1f} s, {stats['images_per_s']:.0f} img/s, "
-              f"test accuracy {100 * result['acc']:.2f}%")
+        print(
+            f"epoch {epoch}: {stats['seconds']:.1f} s, {stats['images_per_s']:.0f} img/s, "
+            f"test accuracy {100 * result['acc']:.2f}%"
+        )
     print(md.conv.report())
 
 

@@ -14,6 +14,7 @@ Adam (lr 1e-3) with cosine annealing: the recipe of
 as 2 processes on 2 cores (benchmarks/RESULTS.md); this script trains in
 one process, about twice as long per epoch.
 """
+
 import argparse
 
 import minidl as md
@@ -26,8 +27,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--subset", type=int, default=None, help="train on the first N images")
-    parser.add_argument("--test-subset", type=int, default=None,
-                        help="measure the accuracy on the first N test images")
+    parser.add_argument(
+        "--test-subset",
+        type=int,
+        default=None,
+        help="measure the accuracy on the first N test images",
+    )
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args()
     md.backend.tune_malloc()  # optional: steps ~1.4x faster (see minidl/backend.py)
@@ -46,8 +51,10 @@ def main():
         stats = train_epoch(model, opt, loader, epoch, progress=True)
         schedule.step()
         result = evaluate(model, DataLoader(test, batch_size=500), num_classes=10)
-        print(f"epoch {epoch}: {stats['seconds']:.0f} s, train accuracy {100 * stats['acc']:.2f}%, "
-              f"test accuracy {100 * result['acc']:.2f}%")
+        print(
+            f"epoch {epoch}: {stats['seconds']:.0f} s, train accuracy {100 * stats['acc']:.2f}%, "
+            f"test accuracy {100 * result['acc']:.2f}%"
+        )
 
 
 if __name__ == "__main__":

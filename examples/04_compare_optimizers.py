@@ -8,6 +8,7 @@ Each rule trains LeNet-5 from the same initial weights on the same batches
 of Fashion-MNIST; the plot shows the training loss per step (smoothed) and
 the legend the final test accuracy.
 """
+
 import argparse
 
 import numpy as np
@@ -18,9 +19,14 @@ from minidl import optim
 from minidl.data import DataLoader, FashionMNIST
 from minidl.train.loop import evaluate
 
-SETTINGS = {"sgd": dict(lr=0.05), "momentum": dict(lr=0.01, momentum=0.9),
-            "nesterov": dict(lr=0.01, momentum=0.9), "adagrad": dict(lr=0.02),
-            "rmsprop": dict(lr=0.001), "adam": dict(lr=0.001)}
+SETTINGS = {
+    "sgd": dict(lr=0.05),
+    "momentum": dict(lr=0.01, momentum=0.9),
+    "nesterov": dict(lr=0.01, momentum=0.9),
+    "adagrad": dict(lr=0.02),
+    "rmsprop": dict(lr=0.001),
+    "adam": dict(lr=0.001),
+}
 
 
 def run(name, train, test, steps):
@@ -43,13 +49,18 @@ def run(name, train, test, steps):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--test-subset", type=int, default=None,
-                        help="measure the accuracy on the first N test images")
+    parser.add_argument(
+        "--test-subset",
+        type=int,
+        default=None,
+        help="measure the accuracy on the first N test images",
+    )
     parser.add_argument("--out", default="optimizers.png")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args()
     md.backend.tune_malloc()  # optional: steps ~1.4x faster (see minidl/backend.py)
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

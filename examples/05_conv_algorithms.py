@@ -21,6 +21,7 @@ minidl/conv/:
    win, and what would make it win more often?
 5. Which algorithm does ``algo="auto"`` choose per pass? (``print(md.conv.report())``)
 """
+
 import argparse
 
 import minidl as md
@@ -45,8 +46,10 @@ def main():
         results[name] = {r.algo: r for r in rows}
         for r in rows:
             if r.forward_ms is not None:
-                print(f"{name:14s} {r.algo:18s} fwd {r.forward_ms:8.2f} ms  fwd+bwd {r.train_ms:8.2f} ms"
-                      f"  error {r.error:.1e}  {r.note}")
+                print(
+                    f"{name:14s} {r.algo:18s} fwd {r.forward_ms:8.2f} ms  fwd+bwd {r.train_ms:8.2f} ms"
+                    f"  error {r.error:.1e}  {r.note}"
+                )
     print(md.conv.report())
     plot(results, layers, args.out)
     print(f"figure written to {args.out}")
@@ -54,6 +57,7 @@ def main():
 
 def plot(results, layers, path):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -69,15 +73,19 @@ def plot(results, layers, path):
                 errors.append(row.error)
         speed.bar(xs, times, width, label=algo)
         accuracy.bar(xs, errors, width, label=algo)
-    for ax, title, unit in ((speed, "forward + backward time", "ms"),
-                            (accuracy, "max |y - y_float64| / max |y_float64|", "relative error")):
+    for ax, title, unit in (
+        (speed, "forward + backward time", "ms"),
+        (accuracy, "max |y - y_float64| / max |y_float64|", "relative error"),
+    ):
         ax.set_xticks(range(len(layers)))
         ax.set_xticklabels(layers)
         ax.set_yscale("log")
         ax.set_title(title)
         ax.set_ylabel(unit)
     speed.legend(fontsize=8)
-    fig.suptitle("Convolution algorithms (float32, CPU); missing bars: the algorithm cannot do the layer")
+    fig.suptitle(
+        "Convolution algorithms (float32, CPU); missing bars: the algorithm cannot do the layer"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

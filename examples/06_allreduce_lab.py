@@ -10,6 +10,7 @@ this machine. Things to look for: the butterfly wins for small messages
 (fewest latency terms), ring and Rabenseifner for large ones (each rank moves
 only 2(P-1)/P of the data), and the tree costs about twice the butterfly.
 """
+
 import argparse
 
 import numpy as np
@@ -22,6 +23,7 @@ from minidl.perf import allreduce_cost
 def plot(path, results, size, params, algorithms):
     """Measured points and model lines, log-log, one colour per algorithm."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -11,6 +11,7 @@ replicas stay identical: the invariant checked at the end. Rank 0 reports
 throughput, test accuracy and how much of the allreduce time overlapped
 with backward.
 """
+
 import argparse
 import hashlib
 
@@ -30,8 +31,12 @@ def main():
     parser.add_argument("--batch-size", type=int, default=64, help="per rank")
     parser.add_argument("--allreduce", default="auto", choices=("auto",) + ALLREDUCE_ALGORITHMS)
     parser.add_argument("--subset", type=int, default=None, help="train on the first N images")
-    parser.add_argument("--test-subset", type=int, default=None,
-                        help="measure the accuracy on the first N test images")
+    parser.add_argument(
+        "--test-subset",
+        type=int,
+        default=None,
+        help="measure the accuracy on the first N test images",
+    )
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args()
     threadpool_limits(1)  # one BLAS thread per rank: the ranks already fill the cores
@@ -42,22 +47,32 @@ def main():
     train = train.first(args.subset)
     test = test.first(args.test_subset)
     model = md.models.lenet5()
-    opt = DistributedOptimizer(optim.Momentum(model.parameters(), lr=0.01, momentum=0.9), comm,
-                               allreduce=args.allreduce, model=model)
+    opt = DistributedOptimizer(
+        optim.Momentum(model.parameters(), lr=0.01, momentum=0.9),
+        comm,
+        allreduce=args.allreduce,
+        model=model,
+    )
     loader = DataLoader(train, args.batch_size, shuffle=True, rank=comm.rank, world_size=comm.size)
     test_loader = DataLoader(test, 1000, rank=comm.rank, world_size=comm.size)
     for epoch in range(1, args.epochs + 1):
         stats = train_epoch(model, opt, loader, epoch, comm=comm)
         result = evaluate(model, test_loader, 10, comm=comm)
         if comm.rank == 0:
-            print(f"epoch {epoch}: {stats['seconds']:.2f} s, {stats['images_per_s']:.0f} img/s "
-                  f"on {comm.size} ranks, test accuracy {100 * result['acc']:.2f}%")
-    digest = hashlib.sha1(np.concatenate([p.numpy().ravel() for p in model.parameters()])).hexdigest()
+            print(
+                f"epoch {epoch}: {stats['seconds']:.2f} s, {stats['images_per_s']:.0f} img/s "
+                f"on {comm.size} ranks, test accuracy {100 * result['acc']:.2f}%"
+            )
+    digest = hashlib.sha1(
+        np.concatenate([p.numpy().ravel() for p in model.parameters()])
+    ).hexdigest()
     digests = comm.allgather_object(digest)
     if comm.rank == 0:
-        print(f"replicas bit-identical: {len(set(digests)) == 1}; allreduce overlapped with "
-              f"backward: {100 * opt.overlap_fraction():.0f}% of "
-              f"{opt.stats['comm_seconds']:.2f} s")
+        print(
+            f"replicas bit-identical: {len(set(digests)) == 1}; allreduce overlapped with "
+            f"backward: {100 * opt.overlap_fraction():.0f}% of "
+            f"{opt.stats['comm_seconds']:.2f} s"
+        )
 
 
 if __name__ == "__main__":

@@ -17,12 +17,13 @@ it is 2 clocks ahead (a persistent straggler sets the pace of every bounded
 mode); under asp nobody waits, the fast worker takes more of the epoch's
 batches and the staleness has no bound.
 """
+
 import argparse
 
 import minidl as md
 from minidl import optim
-from minidl.data import DataLoader, FashionMNIST
 from minidl.cli.train import parse_dist_mode
+from minidl.data import DataLoader, FashionMNIST
 from minidl.dist import DistConfig, init, make_session
 from minidl.dist.straggler import Straggler
 from minidl.dist.telemetry import StalenessHistogram, summarize_epoch
@@ -43,27 +44,34 @@ def main():
     test_loader = DataLoader(FashionMNIST(train=False), 1000, rank=comm.rank, world_size=comm.size)
     model = md.models.lenet5(conv_algo="im2col")
     options = DistConfig(mode=parse_dist_mode(args.mode))  # e.g. DistMode("ssp", staleness=2)
-    session = make_session(options, comm, model,
-                           lambda params: optim.Momentum(params, lr=0.01, momentum=0.9))
+    session = make_session(
+        options, comm, model, lambda params: optim.Momentum(params, lr=0.01, momentum=0.9)
+    )
     loader = session.train_loader(train_set, batch_size=64, seed=0)
     straggler = Straggler(comm.rank, {comm.size - 1: args.factor})
     for epoch in range(args.epochs):
         loader.set_epoch(epoch)
         stats, stopped = session.run_epoch(
-            lambda: train_epoch(model, session.optimizer, loader, callbacks=[straggler]))
+            lambda: train_epoch(model, session.optimizer, loader, callbacks=[straggler])
+        )
         records = session.finish_epoch(stats, stopped)
         accuracy = evaluate(model, test_loader, 10, comm=comm)["acc"]
         session.restore_local()
         if comm.rank == 0:
             summary = summarize_epoch(args.mode, records, sum(r.get("images", 0) for r in records))
             histogram = StalenessHistogram(summary["staleness"]["histogram"])
-            print(f"epoch {epoch + 1}: test accuracy {100 * accuracy:.2f}%, "
-                  f"{summary['seconds']:.1f} s, {summary['images_per_s']:.0f} images/s")
-            print(f"  gradients per worker {summary['per_worker']['gradients']}, "
-                  f"gate wait per worker (s) "
-                  + ", ".join(f"{w:.2f}" for w in summary["gate_wait_s"]))
-            print(f"  staleness: mean {histogram.mean:.2f}, max {histogram.max}, histogram "
-                  + ", ".join(f"{k}: {v}" for k, v in sorted(histogram.counts.items())))
+            print(
+                f"epoch {epoch + 1}: test accuracy {100 * accuracy:.2f}%, "
+                f"{summary['seconds']:.1f} s, {summary['images_per_s']:.0f} images/s"
+            )
+            print(
+                f"  gradients per worker {summary['per_worker']['gradients']}, "
+                f"gate wait per worker (s) " + ", ".join(f"{w:.2f}" for w in summary["gate_wait_s"])
+            )
+            print(
+                f"  staleness: mean {histogram.mean:.2f}, max {histogram.max}, histogram "
+                + ", ".join(f"{k}: {v}" for k, v in sorted(histogram.counts.items()))
+            )
     session.close()
 
 

@@ -13,6 +13,7 @@ feedback delays a coordinate until it is large enough to be sent (about
 1 / ratio steps for top-k), so it needs a step size small against that
 delay: try --lr 0.5 and watch top-k with feedback diverge.
 """
+
 import argparse
 
 import numpy as np
@@ -21,9 +22,17 @@ from minidl.cli.specs import parse_compression
 from minidl.dist.compression import GradientEncoder
 from minidl.dist.telemetry import format_table
 
-SCHEMES = [("none", None), ("fp16", None), ("qsgd:8", None), ("qsgd:2", None),
-           ("terngrad", None), ("topk:0.01", False), ("topk:0.01", True),
-           ("sign", False), ("sign", True)]
+SCHEMES = [
+    ("none", None),
+    ("fp16", None),
+    ("qsgd:8", None),
+    ("qsgd:2", None),
+    ("terngrad", None),
+    ("topk:0.01", False),
+    ("topk:0.01", True),
+    ("sign", False),
+    ("sign", True),
+]
 
 
 def problem(dim, seed=0):
@@ -38,8 +47,9 @@ def problem(dim, seed=0):
 def descend(a, b, w_star, scheme, error_feedback, steps, lr):
     """Relative distance to the solution after ``steps`` compressed-gradient steps."""
     w = np.zeros(a.shape[1], dtype=np.float32)
-    encoder = GradientEncoder(parse_compression(scheme), w.size, error_feedback=error_feedback,
-                              seed=1)
+    encoder = GradientEncoder(
+        parse_compression(scheme), w.size, error_feedback=error_feedback, seed=1
+    )
     for _ in range(steps):
         grad = a.T @ (a @ w - b)
         _, sent = encoder.encode(grad.astype(np.float32))
@@ -58,12 +68,28 @@ def main():
     for scheme, feedback in SCHEMES:
         error, nbytes = descend(a, b, w_star, scheme, feedback, args.steps, args.lr)
         encoder = GradientEncoder(parse_compression(scheme), args.dim, error_feedback=feedback)
-        rows.append({"scheme": scheme, "feedback": "on" if encoder.residual is not None else "off",
-                     "bytes": nbytes, "share": 100 * nbytes / (4 * args.dim), "error": error})
+        rows.append(
+            {
+                "scheme": scheme,
+                "feedback": "on" if encoder.residual is not None else "off",
+                "bytes": nbytes,
+                "share": 100 * nbytes / (4 * args.dim),
+                "error": error,
+            }
+        )
     print(f"least squares, {args.dim} unknowns, {args.steps} steps of lr {args.lr}")
-    print(format_table(rows, [("scheme", "scheme", "{}"), ("error feedback", "feedback", "{}"),
-                              ("bytes/step", "bytes", "{}"), ("% of fp32", "share", "{:.1f}"),
-                              ("||w - w*|| / ||w*||", "error", "{:.2e}")]))
+    print(
+        format_table(
+            rows,
+            [
+                ("scheme", "scheme", "{}"),
+                ("error feedback", "feedback", "{}"),
+                ("bytes/step", "bytes", "{}"),
+                ("% of fp32", "share", "{:.1f}"),
+                ("||w - w*|| / ||w*||", "error", "{:.2e}"),
+            ],
+        )
+    )
 
 
 if __name__ == "__main__":

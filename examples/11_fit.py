@@ -24,8 +24,16 @@ def main():
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
 
-    config = md.train.TrainConfig(model="lenet5", optimizer="adam", lr=0.002, epochs=args.epochs,
-                                  batch_size=args.batch_size, subset=args.subset, out=args.out, progress=False)
+    config = md.train.TrainConfig(
+        model="lenet5",
+        optimizer="adam",
+        lr=0.002,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        subset=args.subset,
+        out=args.out,
+        progress=False,
+    )
     if args.workers > 1 or args.dist:
         options = md.dist.DistConfig(mode=md.dist.DistMode("sync"), allreduce="ring")
         md.dist.fit(config, options, workers=args.workers)

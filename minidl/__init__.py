@@ -1,16 +1,9 @@
 """minidl: a from-scratch deep-learning framework on NumPy/CuPy and MPI."""
-from . import backend
-from .autograd import Tensor, Function, no_grad, is_grad_enabled, tensor, ShapeError, DeviceError
-from . import functional
-from . import layers
-from . import optim
-from . import data
-from . import conv
-from . import models
-from . import train
-from . import dist
-from . import random
+
+# autograd first: it imports functional at its end, which needs conv, which needs Tensor
+from . import autograd, backend, conv, data, dist, functional, layers, models, optim, random, train
+from .autograd import DeviceError, Function, ShapeError, Tensor, is_grad_enabled, no_grad, tensor
+from .gradcheck import GradcheckError, gradcheck
 from .random import manual_seed
-from .gradcheck import gradcheck, GradcheckError
 
 __version__ = "0.1.0"

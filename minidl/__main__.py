@@ -1,4 +1,5 @@
 """``python -m minidl``: the same as the ``minidl`` console script."""
+
 import sys
 
 from .cli import main

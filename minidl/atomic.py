@@ -7,6 +7,7 @@ target is left untouched, and the error names the file (a full disk says
 which file it could not write). A process killed mid-write leaves its
 temporary file behind: ``remove_stale_parts`` clears them.
 """
+
 import contextlib
 import glob
 import os

@@ -11,6 +11,7 @@ consumer of a tensor before the tensor itself), applies the chain rule
 a tensor used more than once, stores the result in the ``.grad`` of the leaves
 (tensors created by the user, not by an op) and frees the graph as it goes.
 """
+
 import contextlib
 import reprlib
 
@@ -18,9 +19,20 @@ import numpy as np
 
 from . import backend
 
-DTYPES = {name: np.dtype(name) for name in
-          ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
-           "uint8", "bool")}
+DTYPES = {
+    name: np.dtype(name)
+    for name in (
+        "float16",
+        "float32",
+        "float64",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "bool",
+    )
+}
 
 
 class ShapeError(ValueError):
@@ -95,12 +107,15 @@ def _check_same_device(op, arrays):
     on_cpu = [isinstance(a, np.ndarray) for a in arrays]
     if any(on_cpu) and not all(on_cpu):
         devices = ", ".join(backend.device_of(a) for a in arrays)
-        raise DeviceError(f"{op}: operands are on different devices ({devices}); "
-                          "move them to one device with .to('cpu') or .to('cuda')")
+        raise DeviceError(
+            f"{op}: operands are on different devices ({devices}); "
+            "move them to one device with .to('cpu') or .to('cuda')"
+        )
 
 
 class _FreedGraph:
     """Stands in for the Function of a tensor whose graph backward already freed."""
+
     inputs = ()
 
 
@@ -185,20 +200,24 @@ class Tensor:
         The graph is freed afterwards unless ``retain_graph`` is True.
         """
         if not self.requires_grad:
-            raise RuntimeError("backward() on a tensor that does not require grad: "
-                               "no input of the computation had requires_grad=True")
+            raise RuntimeError(
+                "backward() on a tensor that does not require grad: "
+                "no input of the computation had requires_grad=True"
+            )
         xp = backend.get_array_module(self.data)
         if grad is None:
             if self.data.size != 1:
                 raise RuntimeError(
                     f"backward() without a gradient needs a one-element tensor, not shape "
-                    f"{self.shape}: reduce it first (e.g. loss.sum()) or pass grad=")
+                    f"{self.shape}: reduce it first (e.g. loss.sum()) or pass grad="
+                )
             grad = xp.ones_like(self.data)
         else:
             grad = grad.data if isinstance(grad, Tensor) else grad
             if grad.shape != self.shape:
-                raise ShapeError(f"backward(): grad has shape {grad.shape}, "
-                                 f"the tensor has shape {self.shape}")
+                raise ShapeError(
+                    f"backward(): grad has shape {grad.shape}, the tensor has shape {self.shape}"
+                )
         if self._ctx is None:
             _accumulate_leaf(self, grad, set())
             _run_hooks(self)
@@ -240,34 +259,85 @@ class Tensor:
         return _HookHandle(self._hooks, hook)
 
     # ----------------------------------------------------- ops as methods
-    def __add__(self, other): return _ops.add(self, other)
-    def __radd__(self, other): return _ops.add(other, self)
-    def __sub__(self, other): return _ops.sub(self, other)
-    def __rsub__(self, other): return _ops.sub(other, self)
-    def __mul__(self, other): return _ops.mul(self, other)
-    def __rmul__(self, other): return _ops.mul(other, self)
-    def __truediv__(self, other): return _ops.div(self, other)
-    def __rtruediv__(self, other): return _ops.div(other, self)
-    def __pow__(self, other): return _ops.pow(self, other)
-    def __rpow__(self, other): return _ops.pow(other, self)
-    def __matmul__(self, other): return _ops.matmul(self, other)
-    def __rmatmul__(self, other): return _ops.matmul(other, self)
-    def __neg__(self): return _ops.neg(self)
-    def __getitem__(self, key): return _ops.getitem(self, key)
+    def __add__(self, other):
+        return _ops.add(self, other)
 
-    def sum(self, axis=None, keepdims=False): return _ops.sum(self, axis, keepdims)
-    def mean(self, axis=None, keepdims=False): return _ops.mean(self, axis, keepdims)
-    def max(self, axis=None, keepdims=False): return _ops.max(self, axis, keepdims)
-    def reshape(self, *shape): return _ops.reshape(self, *shape)
-    def transpose(self, *axes): return _ops.transpose(self, *axes)
+    def __radd__(self, other):
+        return _ops.add(other, self)
+
+    def __sub__(self, other):
+        return _ops.sub(self, other)
+
+    def __rsub__(self, other):
+        return _ops.sub(other, self)
+
+    def __mul__(self, other):
+        return _ops.mul(self, other)
+
+    def __rmul__(self, other):
+        return _ops.mul(other, self)
+
+    def __truediv__(self, other):
+        return _ops.div(self, other)
+
+    def __rtruediv__(self, other):
+        return _ops.div(other, self)
+
+    def __pow__(self, other):
+        return _ops.pow(self, other)
+
+    def __rpow__(self, other):
+        return _ops.pow(other, self)
+
+    def __matmul__(self, other):
+        return _ops.matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return _ops.matmul(other, self)
+
+    def __neg__(self):
+        return _ops.neg(self)
+
+    def __getitem__(self, key):
+        return _ops.getitem(self, key)
+
+    def sum(self, axis=None, keepdims=False):
+        return _ops.sum(self, axis, keepdims)
+
+    def mean(self, axis=None, keepdims=False):
+        return _ops.mean(self, axis, keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        return _ops.max(self, axis, keepdims)
+
+    def reshape(self, *shape):
+        return _ops.reshape(self, *shape)
+
+    def transpose(self, *axes):
+        return _ops.transpose(self, *axes)
+
     T = property(lambda self: _ops.transpose(self))
-    def flatten(self, start_dim=0): return _ops.flatten(self, start_dim)
-    def exp(self): return _ops.exp(self)
-    def log(self): return _ops.log(self)
-    def sqrt(self): return _ops.sqrt(self)
-    def relu(self): return _ops.relu(self)
-    def tanh(self): return _ops.tanh(self)
-    def sigmoid(self): return _ops.sigmoid(self)
+
+    def flatten(self, start_dim=0):
+        return _ops.flatten(self, start_dim)
+
+    def exp(self):
+        return _ops.exp(self)
+
+    def log(self):
+        return _ops.log(self)
+
+    def sqrt(self):
+        return _ops.sqrt(self)
+
+    def relu(self):
+        return _ops.relu(self)
+
+    def tanh(self):
+        return _ops.tanh(self)
+
+    def sigmoid(self):
+        return _ops.sigmoid(self)
 
     def argmax(self, axis=None):
         """Indices of the maxima (an integer tensor; not differentiable)."""
@@ -284,8 +354,10 @@ class _HookHandle:
 
 
 _NUMBER_KINDS = "biuf"  # the NumPy dtype kinds a tensor may hold: bool, ints, floats
-_ACCEPTED = ("a NumPy or CuPy array of numbers, a Python number, a (nested) list or tuple of "
-             "numbers, or a Tensor")
+_ACCEPTED = (
+    "a NumPy or CuPy array of numbers, a Python number, a (nested) list or tuple of "
+    "numbers, or a Tensor"
+)
 
 
 def _as_array(data):
@@ -301,11 +373,14 @@ def _as_array(data):
     try:
         array = np.asarray(data)
     except ValueError as exc:  # ragged nested lists
-        raise ValueError(f"cannot make a tensor from {_describe(data)}: "
-                         f"{str(exc).rstrip('.')}; pass {_ACCEPTED}") from None
+        raise ValueError(
+            f"cannot make a tensor from {_describe(data)}: {str(exc).rstrip('.')}; pass {_ACCEPTED}"
+        ) from None
     if array.dtype.kind not in _NUMBER_KINDS:
-        raise TypeError(f"cannot make a tensor from {_describe(data)}: NumPy reads it as dtype "
-                        f"{array.dtype}, and tensors hold bools, ints or floats; pass {_ACCEPTED}")
+        raise TypeError(
+            f"cannot make a tensor from {_describe(data)}: NumPy reads it as dtype "
+            f"{array.dtype}, and tensors hold bools, ints or floats; pass {_ACCEPTED}"
+        )
     return array
 
 
@@ -355,7 +430,8 @@ def _topological_order(root):
         if t._ctx is _FREED:
             raise RuntimeError(
                 "backward() through a graph a second time: its saved values were freed; "
-                "pass retain_graph=True to the first backward() to keep them")
+                "pass retain_graph=True to the first backward() to keep them"
+            )
         visited.add(id(t))
         stack.append((t, True))
         for x in t._ctx.inputs:
@@ -400,12 +476,16 @@ def checked_state_value(value, like, where, owner, shape_fix):
     elif backend.get_array_module(value) is np:
         value = np.asarray(value)
     if tuple(value.shape) != tuple(like.shape):
-        raise ValueError(f"{where} has shape {tuple(value.shape)} in the state but "
-                         f"{tuple(like.shape)} in the {owner}; {shape_fix}")
+        raise ValueError(
+            f"{where} has shape {tuple(value.shape)} in the state but "
+            f"{tuple(like.shape)} in the {owner}; {shape_fix}"
+        )
     if not np.can_cast(value.dtype, like.dtype, casting="same_kind"):
-        raise TypeError(f"{where} is {value.dtype} in the state but {like.dtype} in the {owner}, "
-                        f"and {value.dtype} -> {like.dtype} would change the kind of number; "
-                        f"store it as {like.dtype} (are two entries swapped?)")
+        raise TypeError(
+            f"{where} is {value.dtype} in the state but {like.dtype} in the {owner}, "
+            f"and {value.dtype} -> {like.dtype} would change the kind of number; "
+            f"store it as {like.dtype} (are two entries swapped?)"
+        )
     return value
 
 

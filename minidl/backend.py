@@ -5,6 +5,7 @@ device arrays, so ``xp = get_array_module(x); xp.exp(x)`` runs on either.
 CuPy is imported lazily, the first time a ``"cuda"`` device is asked for or a
 CuPy array is seen, so minidl works (and imports fast) where CuPy is absent.
 """
+
 import ctypes
 import os
 import sys
@@ -13,8 +14,8 @@ import numpy as np
 
 DEVICES = ("cpu", "cuda")
 
-_cupy = None          # the cupy module once imported
-_cupy_error = None    # why it could not be imported
+_cupy = None  # the cupy module once imported
+_cupy_error = None  # why it could not be imported
 
 
 def cupy_module():
@@ -23,6 +24,7 @@ def cupy_module():
     if _cupy is None and _cupy_error is None:
         try:
             import cupy
+
             cupy.cuda.runtime.getDeviceCount()
             _cupy = cupy
         except Exception as exc:  # ImportError, or CUDA present without a GPU
@@ -52,7 +54,8 @@ def xp_for(device):
     if cp is None:
         raise RuntimeError(
             f"device {device!r} needs CuPy and an NVIDIA GPU ({_cupy_error}); "
-            "install minidl[gpu] on a machine with a GPU, or use device='cpu'")
+            "install minidl[gpu] on a machine with a GPU, or use device='cpu'"
+        )
     return cp
 
 
@@ -90,8 +93,7 @@ def to_numpy(array):
 
 def synchronize(array_or_device="cuda"):
     """Wait for queued GPU work (a no-op on the CPU); MPI must see finished buffers."""
-    if _cupy is not None and (array_or_device == "cuda"
-                              or device_of(array_or_device) == "cuda"):
+    if _cupy is not None and (array_or_device == "cuda" or device_of(array_or_device) == "cuda"):
         _cupy.cuda.get_current_stream().synchronize()
 
 
@@ -102,6 +104,7 @@ def scatter_add(target, index, values):
         np.add.at(target, index, values)
     else:
         import cupyx
+
         cupyx.scatter_add(target, index, values)
     return target
 
@@ -111,6 +114,7 @@ def limit_threads(n):
     if n is None:
         return None
     from threadpoolctl import threadpool_limits
+
     return threadpool_limits(limits=n)
 
 

@@ -8,6 +8,7 @@ against rounding error. A gradient that is not finite (NaN or inf) on either
 side fails the check: NaN compares false with every tolerance, so it would
 otherwise pass unnoticed.
 """
+
 import math
 
 import numpy as np
@@ -32,8 +33,10 @@ def gradcheck(fn, *tensors, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0):
         raise ValueError("gradcheck: no input has requires_grad=True; nothing to check")
     for i, t in enumerate(checked):
         if t.dtype != np.float64:
-            raise TypeError(f"gradcheck: input {i} is {t.dtype}; numerical gradients need "
-                            "float64 tensors: create them with dtype='float64'")
+            raise TypeError(
+                f"gradcheck: input {i} is {t.dtype}; numerical gradients need "
+                "float64 tensors: create them with dtype='float64'"
+            )
     saved = [t.grad for t in checked]
     try:
         out = fn(*tensors)
@@ -65,15 +68,20 @@ def gradcheck(fn, *tensors, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0):
         _, i, idx, a, n = worst
         where = f"gradcheck: input {i} at index {tuple(int(j) for j in idx)}"
         if not math.isfinite(a):
-            raise GradcheckError(f"{where}: the analytical gradient (backward) is {a} "
-                                 f"(numerical {n:.8g}); backward must return finite values")
+            raise GradcheckError(
+                f"{where}: the analytical gradient (backward) is {a} "
+                f"(numerical {n:.8g}); backward must return finite values"
+            )
         if not math.isfinite(n):
-            raise GradcheckError(f"{where}: the numerical gradient is {n} (analytical {a:.8g}): "
-                                 f"fn is not finite within eps={eps} of this point; check it "
-                                 "at a point where it is defined")
+            raise GradcheckError(
+                f"{where}: the numerical gradient is {n} (analytical {a:.8g}): "
+                f"fn is not finite within eps={eps} of this point; check it "
+                "at a point where it is defined"
+            )
         raise GradcheckError(
             f"{where}: analytical {a:.8g} vs numerical {n:.8g} (difference {abs(a - n):.3g} "
-            f"exceeds atol={atol} + rtol={rtol} * |numerical|)")
+            f"exceeds atol={atol} + rtol={rtol} * |numerical|)"
+        )
     return True
 
 

@@ -4,6 +4,7 @@
 the CPU generator can be saved and restored as a JSON string (checkpoints
 store data, never pickled objects).
 """
+
 import json
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Shared test helpers: seeded data, devices, and a one-line comparison with PyTorch."""
+
 import numpy as np
 import pytest
 
@@ -39,14 +40,23 @@ def compare_with_torch(md_fn, torch_fn, arrays, atol=1e-5, rtol=1e-4, grad=True,
     mine = [md.tensor(a, requires_grad=grad, dtype=dtype, device=device) for a in arrays]
     theirs = [torch.tensor(a, requires_grad=grad) for a in arrays]
     out, ref = md_fn(*mine), torch_fn(*theirs)
-    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), atol=atol, rtol=rtol,
-                               err_msg="forward differs from PyTorch")
+    np.testing.assert_allclose(
+        out.numpy(),
+        ref.detach().numpy(),
+        atol=atol,
+        rtol=rtol,
+        err_msg="forward differs from PyTorch",
+    )
     if grad:
         g = np.random.default_rng(7).standard_normal(ref.shape).astype(dtype)
         out.backward(md.tensor(g, dtype=dtype, device=device))
         ref.backward(torch.tensor(g))
         for i, (m, t) in enumerate(zip(mine, theirs)):
-            np.testing.assert_allclose(m.grad if device == "cpu" else backend.to_numpy(m.grad),
-                                       t.grad.numpy(), atol=atol, rtol=rtol,
-                                       err_msg=f"gradient of input {i} differs from PyTorch")
+            np.testing.assert_allclose(
+                m.grad if device == "cpu" else backend.to_numpy(m.grad),
+                t.grad.numpy(),
+                atol=atol,
+                rtol=rtol,
+                err_msg=f"gradient of input {i} differs from PyTorch",
+            )
     return out

@@ -16,6 +16,7 @@ Every ``import`` and ``from ... import`` in ``minidl/`` counts, wherever it
 stands (module level, function body), with relative imports resolved; so
 does any string constant that is exactly the dotted path of a minidl module.
 """
+
 import ast
 import re
 from dataclasses import dataclass
@@ -25,17 +26,27 @@ import minidl
 
 PACKAGE_DIR = Path(minidl.__file__).parent
 FACADE = "minidl"
-LEVELS = {"backend": 0, "atomic": 0, "chunks": 0, "intmath": 0, "random": 0,
-          "autograd": 1, "gradcheck": 1,
-          "functional": 2, "conv": 2,
-          "layers": 3,
-          "optim": 4,
-          "models": 5, "data": 5,
-          "perf": 6,
-          "train": 7,
-          "dist": 8,
-          FACADE: 9,
-          "cli": 10, "__main__": 10}
+LEVELS = {
+    "backend": 0,
+    "atomic": 0,
+    "chunks": 0,
+    "intmath": 0,
+    "random": 0,
+    "autograd": 1,
+    "gradcheck": 1,
+    "functional": 2,
+    "conv": 2,
+    "layers": 3,
+    "optim": 4,
+    "models": 5,
+    "data": 5,
+    "perf": 6,
+    "train": 7,
+    "dist": 8,
+    FACADE: 9,
+    "cli": 10,
+    "__main__": 10,
+}
 LEAVES = ("reference", "exercises")
 COMMAND_LINE = LEVELS["cli"]
 DELIBERATE_BACK_EDGES = {("autograd", "functional")}
@@ -46,9 +57,9 @@ MODULE_PATH = re.compile(r"minidl(\.\w+)+")
 class Edge:
     """One import: the importing module, the imported module, and where it stands."""
 
-    source: str          # dotted module name, e.g. "minidl.conv.function"
+    source: str  # dotted module name, e.g. "minidl.conv.function"
     target: str
-    file: str            # relative to the repository root
+    file: str  # relative to the repository root
     line: int
     statement: str
 
@@ -72,7 +83,7 @@ def _resolve(module, is_package, node):
     if node.level == 0:
         return node.module
     base = module.split(".")
-    base = base[:len(base) - node.level + (1 if is_package else 0)]
+    base = base[: len(base) - node.level + (1 if is_package else 0)]
     return ".".join(base + ([node.module] if node.module else []))
 
 
@@ -86,10 +97,15 @@ def _edges_of(path, package_dir, modules):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = _resolve(module, is_package, node)
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
-                       for a in node.names]
-        elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
-              and MODULE_PATH.fullmatch(node.value) and node.value in modules):
+            targets = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names
+            ]
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and MODULE_PATH.fullmatch(node.value)
+            and node.value in modules
+        ):
             targets = [node.value]
         for target in targets:
             if target == FACADE or target.startswith(FACADE + "."):
@@ -101,7 +117,7 @@ def import_edges(package_dir=PACKAGE_DIR):
     paths = sorted(package_dir.rglob("*.py"))
     modules = {_module_name(p, package_dir) for p in paths}
     edges = (edge for path in paths for edge in _edges_of(path, package_dir, modules))
-    return list(dict.fromkeys(edges))   # ``from a import b, c`` of one module counts once
+    return list(dict.fromkeys(edges))  # ``from a import b, c`` of one module counts once
 
 
 def _cycles(edges):
@@ -136,9 +152,20 @@ def _cycles(edges):
     for v in sorted(graph):
         if v not in index:
             visit(v)
-    return [(sorted(c), [e for e in edges if package_of(e.source) in c and package_of(e.target) in c
-                         and package_of(e.source) != package_of(e.target) and not _downward(e)])
-            for c in components]
+    return [
+        (
+            sorted(c),
+            [
+                e
+                for e in edges
+                if package_of(e.source) in c
+                and package_of(e.target) in c
+                and package_of(e.source) != package_of(e.target)
+                and not _downward(e)
+            ],
+        )
+        for c in components
+    ]
 
 
 def _rank(package):
@@ -164,14 +191,17 @@ def layering_violations(edges):
             continue
         if b in LEAVES:
             if LEVELS[a] < COMMAND_LINE:
-                problems.append(f"{e}: the library ({a}) imports the leaf {b!r}; "
-                                f"only {b} itself (or the command line) may")
+                problems.append(
+                    f"{e}: the library ({a}) imports the leaf {b!r}; "
+                    f"only {b} itself (or the command line) may"
+                )
         elif LEVELS[b] > LEVELS[a]:
-            problems.append(f"{e}: {a} (level {LEVELS[a]}) imports the higher {b} "
-                            f"(level {LEVELS[b]})")
+            problems.append(
+                f"{e}: {a} (level {LEVELS[a]}) imports the higher {b} (level {LEVELS[b]})"
+            )
     for packages, cycle in _cycles(edges):
         problems += [f"{e}: part of the package cycle {' <-> '.join(packages)}" for e in cycle]
-    return list(dict.fromkeys(problems))   # ``from a import b, c`` of two submodules: once
+    return list(dict.fromkeys(problems))  # ``from a import b, c`` of two submodules: once
 
 
 def test_minidl_imports_follow_the_layers():
@@ -185,10 +215,15 @@ def edge(source, target, statement="import"):
 
 
 def test_an_upward_import_is_reported_with_its_file_and_statement():
-    problems = layering_violations([edge("minidl.conv.fft", "minidl.layers.module",
-                                         "from ..layers.module import Module")])
-    assert problems == [("minidl/conv/fft.py:1: from ..layers.module import Module: conv (level 2) "
-                         "imports the higher layers (level 3)")]
+    problems = layering_violations(
+        [edge("minidl.conv.fft", "minidl.layers.module", "from ..layers.module import Module")]
+    )
+    assert problems == [
+        (
+            "minidl/conv/fft.py:1: from ..layers.module import Module: conv (level 2) "
+            "imports the higher layers (level 3)"
+        )
+    ]
 
 
 def test_a_library_import_of_a_leaf_is_reported_even_from_the_top():
@@ -196,19 +231,41 @@ def test_a_library_import_of_a_leaf_is_reported_even_from_the_top():
         for leaf in LEAVES:
             (problem,) = layering_violations([edge(source, f"minidl.{leaf}")])
             assert f"imports the leaf {leaf!r}" in problem
-    assert layering_violations([edge("minidl.cli.exercise", "minidl.exercises"),
-                                edge("minidl.exercises.checks.conv", "minidl.reference.conv"),
-                                edge("minidl.reference.conv.fft", "minidl.conv.fft")]) == []
+    assert (
+        layering_violations(
+            [
+                edge("minidl.cli.exercise", "minidl.exercises"),
+                edge("minidl.exercises.checks.conv", "minidl.reference.conv"),
+                edge("minidl.reference.conv.fft", "minidl.conv.fft"),
+            ]
+        )
+        == []
+    )
 
 
 def test_a_cycle_is_reported_but_not_the_deliberate_one():
-    assert layering_violations([edge("minidl.autograd", "minidl.functional"),
-                                edge("minidl.functional.arithmetic", "minidl.autograd")]) == []
-    problems = layering_violations([edge("minidl.conv.base", "minidl.functional.pooling"),
-                                    edge("minidl.functional.conv", "minidl.conv")])
+    assert (
+        layering_violations(
+            [
+                edge("minidl.autograd", "minidl.functional"),
+                edge("minidl.functional.arithmetic", "minidl.autograd"),
+            ]
+        )
+        == []
+    )
+    problems = layering_violations(
+        [
+            edge("minidl.conv.base", "minidl.functional.pooling"),
+            edge("minidl.functional.conv", "minidl.conv"),
+        ]
+    )
     assert len(problems) == 2 and all("package cycle conv <-> functional" in p for p in problems)
-    leaves = layering_violations([edge("minidl.reference.conv", "minidl.exercises"),
-                                  edge("minidl.exercises.checks.conv", "minidl.reference.conv")])
+    leaves = layering_violations(
+        [
+            edge("minidl.reference.conv", "minidl.exercises"),
+            edge("minidl.exercises.checks.conv", "minidl.reference.conv"),
+        ]
+    )
     assert len(leaves) == 2 and all("exercises <-> reference" in p for p in leaves)
 
 
@@ -225,10 +282,13 @@ def test_imports_are_found_everywhere_and_resolved(tmp_path):
     (root / "conv" / "fft.py").write_text(
         "from .base import x\nfrom .. import backend\n"
         "def f():\n    from ..reference import conv\n    import minidl.exercises\n"
-        "    importlib.import_module('minidl.conv.base')\n")
+        "    importlib.import_module('minidl.conv.base')\n"
+    )
     found = {(e.source, e.target, e.line) for e in import_edges(root)}
-    assert found == {("minidl.conv.fft", "minidl.conv.base", 1),
-                     ("minidl.conv.fft", "minidl.backend", 2),
-                     ("minidl.conv.fft", "minidl.reference", 4),
-                     ("minidl.conv.fft", "minidl.exercises", 5),
-                     ("minidl.conv.fft", "minidl.conv.base", 6)}
+    assert found == {
+        ("minidl.conv.fft", "minidl.conv.base", 1),
+        ("minidl.conv.fft", "minidl.backend", 2),
+        ("minidl.conv.fft", "minidl.reference", 4),
+        ("minidl.conv.fft", "minidl.exercises", 5),
+        ("minidl.conv.fft", "minidl.conv.base", 6),
+    }

@@ -12,6 +12,7 @@ with status 1; ``--verbose`` (anywhere on the line) shows the traceback
 instead. Under mpiexec, such an error on any rank aborts the whole job, so no
 rank is left waiting for it. Anything else is a bug and shows its traceback.
 """
+
 import argparse
 import importlib
 import sys
@@ -28,26 +29,47 @@ COMMANDS = {
     "train": ("minidl.cli.train", "train", "train a model (add --dist under mpiexec)"),
     "eval": ("minidl.cli.train", "eval", "accuracy and confusion matrix of a checkpoint"),
     "data": ("minidl.cli.data", "data", "get and locate datasets"),
-    "summary": ("minidl.cli.summary", "summary",
-                "per-layer shapes, parameters, FLOPs, memory, work and depth"),
-    "profile": ("minidl.cli.profile", "profile",
-                "measured per-layer forward/backward time and memory of a training step"),
-    "predict": ("minidl.cli.predict", "predict",
-                "time per iteration, speedup and efficiency of data-parallel training on n nodes"),
+    "summary": (
+        "minidl.cli.summary",
+        "summary",
+        "per-layer shapes, parameters, FLOPs, memory, work and depth",
+    ),
+    "profile": (
+        "minidl.cli.profile",
+        "profile",
+        "measured per-layer forward/backward time and memory of a training step",
+    ),
+    "predict": (
+        "minidl.cli.predict",
+        "predict",
+        "time per iteration, speedup and efficiency of data-parallel training on n nodes",
+    ),
     "report": ("minidl.cli.report", "report", "tables and plots of distributed training runs"),
-    "exercise": ("minidl.cli.exercise", "exercise",
-                 "course exercises: list, check (expected vs got, a hint), write a student tree"),
+    "exercise": (
+        "minidl.cli.exercise",
+        "exercise",
+        "course exercises: list, check (expected vs got, a hint), write a student tree",
+    ),
 }
 
 BENCHMARKS = {
     # name: (module, prefix, help)
     "conv": ("minidl.cli.bench_conv", "conv", "convolution algorithms side by side"),
-    "allreduce": ("minidl.cli.bench_allreduce", "allreduce",
-                  "allreduce algorithms: measured vs the cost model"),
-    "consistency": ("minidl.cli.bench_consistency", "consistency",
-                    "bsp, ssp, asp, avg with a straggler: time, accuracy, staleness, bytes"),
-    "compression": ("minidl.cli.bench_consistency", "compression",
-                    "sync SGD with compressed gradients: accuracy and bytes vs float32"),
+    "allreduce": (
+        "minidl.cli.bench_allreduce",
+        "allreduce",
+        "allreduce algorithms: measured vs the cost model",
+    ),
+    "consistency": (
+        "minidl.cli.bench_consistency",
+        "consistency",
+        "bsp, ssp, asp, avg with a straggler: time, accuracy, staleness, bytes",
+    ),
+    "compression": (
+        "minidl.cli.bench_consistency",
+        "compression",
+        "sync SGD with compressed gradients: accuracy and bytes vs float32",
+    ),
 }
 
 
@@ -60,15 +82,17 @@ class Parser(argparse.ArgumentParser):
 
 def _common_options():
     common = Parser(add_help=False)
-    common.add_argument("--verbose", action="store_true",
-                        help="show the full traceback of an error")
+    common.add_argument(
+        "--verbose", action="store_true", help="show the full traceback of an error"
+    )
     return common
 
 
 def _add_commands(subparsers, table):
     for name, (module, prefix, help_text) in table.items():
-        sub = subparsers.add_parser(name, help=help_text, description=help_text,
-                                    parents=[_common_options()])
+        sub = subparsers.add_parser(
+            name, help=help_text, description=help_text, parents=[_common_options()]
+        )
         mod = importlib.import_module(module)
         getattr(mod, f"add_{prefix}_arguments")(sub)
         sub.set_defaults(_run=(module, prefix))
@@ -77,8 +101,10 @@ def _add_commands(subparsers, table):
 def build_parser(argv):
     """The parser; only the sub-command named in ``argv`` imports its module."""
     parser = Parser(
-        prog="minidl", description="minidl: train, measure and model deep networks on NumPy/CuPy "
-                                   "and MPI", parents=[_common_options()])
+        prog="minidl",
+        description="minidl: train, measure and model deep networks on NumPy/CuPy and MPI",
+        parents=[_common_options()],
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = argv[0] if argv else None
     for name, (module, prefix, help_text) in COMMANDS.items():
@@ -86,8 +112,9 @@ def build_parser(argv):
             _add_commands(sub, {name: (module, prefix, help_text)})
         else:
             sub.add_parser(name, help=help_text, add_help=False)
-    bench = sub.add_parser("bench", help="side-by-side benchmarks",
-                           description="side-by-side benchmarks")
+    bench = sub.add_parser(
+        "bench", help="side-by-side benchmarks", description="side-by-side benchmarks"
+    )
     bench_sub = bench.add_subparsers(dest="benchmark", metavar="BENCHMARK")
     wanted_bench = argv[1] if wanted == "bench" and len(argv) > 1 else None
     for name, entry in BENCHMARKS.items():

@@ -5,6 +5,7 @@ of the slowest rank's time (all ranks start after a barrier); next to it is
 the time ``minidl.perf.allreduce_cost.predict`` gives with the alpha, beta,
 gamma fitted on this machine at start-up.
 """
+
 import re
 
 import numpy as np
@@ -47,63 +48,91 @@ def sweep(comm, sizes, algorithms, dtype="float32", repeats=None):
     results = {}
     for nbytes in sizes:
         array = np.zeros(nbytes // itemsize, dtype=dtype)
-        slowest = max(predict(name, array.nbytes, comm.size, params)
-                      for name in MODELLED_ALGORITHMS)
+        slowest = max(
+            predict(name, array.nbytes, comm.size, params) for name in MODELLED_ALGORITHMS
+        )
         count = repeats or auto_repeats(slowest)
-        results[nbytes] = {name: float(np.median(time_allreduce(comm, array, name, count)))
-                           for name in algorithms}
+        results[nbytes] = {
+            name: float(np.median(time_allreduce(comm, array, name, count))) for name in algorithms
+        }
     return results
 
 
 def describe_params(params):
     """One line with the fitted alpha, beta, gamma and the bandwidths they imply."""
     alpha, beta, gamma = params
+
     def rate(seconds_per_byte):
         return f"{1e-9 / seconds_per_byte:.1f} GB/s" if seconds_per_byte > 0 else "-"
-    return (f"alpha = {alpha * 1e6:.2f} us, beta = {beta * 1e9:.4f} ns/B ({rate(beta)}), "
-            f"gamma = {gamma * 1e9:.4f} ns/B ({rate(gamma)})")
+
+    return (
+        f"alpha = {alpha * 1e6:.2f} us, beta = {beta * 1e9:.4f} ns/B ({rate(beta)}), "
+        f"gamma = {gamma * 1e9:.4f} ns/B ({rate(gamma)})"
+    )
 
 
 def format_table(results, size, params, algorithms):
     """The sweep as text: measured and modelled ms per algorithm, the fastest, the model's pick."""
     modelled = [name for name in algorithms if name in MODELLED_ALGORITHMS]
-    lines = ["size       " + "".join(f"{name:>22s}" for name in algorithms)
-             + "   fastest       model picks",
-             "           " + "".join(f"{'measured (model) ms':>22s}" for _ in algorithms)]
+    lines = [
+        "size       "
+        + "".join(f"{name:>22s}" for name in algorithms)
+        + "   fastest       model picks",
+        "           " + "".join(f"{'measured (model) ms':>22s}" for _ in algorithms),
+    ]
     for nbytes, times in results.items():
         cells = []
         for name in algorithms:
-            model = (f"({predict(name, nbytes, size, params) * 1e3:.3f})"
-                     if name in modelled else "(-)")
+            model = (
+                f"({predict(name, nbytes, size, params) * 1e3:.3f})" if name in modelled else "(-)"
+            )
             cells.append(f"{times[name] * 1e3:>12.3f} {model:>9s}")
         fastest = min(times, key=times.get)
         pick = choose(nbytes, size, params, modelled) if modelled else "-"
-        lines.append(f"{format_size(nbytes):<11s}" + "".join(f"{c:>22s}" for c in cells)
-                     + f"   {fastest:<13s} {pick}")
+        lines.append(
+            f"{format_size(nbytes):<11s}"
+            + "".join(f"{c:>22s}" for c in cells)
+            + f"   {fastest:<13s} {pick}"
+        )
     return "\n".join(lines)
 
 
 def add_allreduce_arguments(parser):
-    parser.add_argument("--sizes", default=DEFAULT_SIZES,
-                        help=f"comma-separated message sizes in bytes (default {DEFAULT_SIZES})")
-    parser.add_argument("--algorithms", default=",".join(collectives.ALLREDUCE_ALGORITHMS),
-                        help="comma-separated algorithms (default: all)")
+    parser.add_argument(
+        "--sizes",
+        default=DEFAULT_SIZES,
+        help=f"comma-separated message sizes in bytes (default {DEFAULT_SIZES})",
+    )
+    parser.add_argument(
+        "--algorithms",
+        default=",".join(collectives.ALLREDUCE_ALGORITHMS),
+        help="comma-separated algorithms (default: all)",
+    )
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="repetitions per point (default: from the model, 5 to 100)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="repetitions per point (default: from the model, 5 to 100)",
+    )
 
 
 def run_allreduce(args):
     from minidl.dist import init
+
     comm = init()
-    algorithms = [collectives.check_algorithm(name.strip(), allow_auto=False)
-                  for name in args.algorithms.split(",")]
+    algorithms = [
+        collectives.check_algorithm(name.strip(), allow_auto=False)
+        for name in args.algorithms.split(",")
+    ]
     sizes = [parse_size(text) for text in args.sizes.split(",")]
     params = comm.cost_params()
     results = sweep(comm, sizes, algorithms, args.dtype, args.repeats)
     if comm.rank == 0:
-        print(f"allreduce on {comm.size} ranks, {args.dtype}: median over repetitions of the "
-              "slowest rank's time, after a barrier")
+        print(
+            f"allreduce on {comm.size} ranks, {args.dtype}: median over repetitions of the "
+            "slowest rank's time, after a barrier"
+        )
         print("fitted cost model: " + describe_params(params))
         print(format_table(results, comm.size, params, algorithms))
     return 0

@@ -14,24 +14,36 @@ feedback within 1 point of float32 on <= 5% of its bytes.
 Each configuration is a real ``mpiexec ... minidl train`` run; its run
 directory stays under ``--out`` for ``minidl report``.
 """
+
 import os
 import statistics
 
-from minidl.dist.launch import run_mpi
 from minidl.cli.report import load_run, run_row
+from minidl.dist.launch import run_mpi
 from minidl.dist.telemetry import format_table
 
 CONSISTENCY_COLUMNS = [
-    ("mode", "mode", "{}"), ("poll s", "poll", "{}"), ("epoch s", "epoch_seconds", "{:.1f}"),
-    ("img/s", "images_per_s", "{:.0f}"), ("vs bsp", "speedup", "{:.2f}x"),
-    ("final acc %", "final_acc_pct", "{:.2f}"), ("acc - bsp", "acc_gap", "{:+.2f}"),
-    ("staleness mean", "staleness_mean", "{:.2f}"), ("staleness max", "staleness_max", "{}"),
-    ("wait s/epoch", "wait_s", "{:.1f}"), ("server cpu s/epoch", "server_cpu_s", "{:.1f}"),
-    ("MiB/epoch", "mib_sent", "{:.1f}")]
+    ("mode", "mode", "{}"),
+    ("poll s", "poll", "{}"),
+    ("epoch s", "epoch_seconds", "{:.1f}"),
+    ("img/s", "images_per_s", "{:.0f}"),
+    ("vs bsp", "speedup", "{:.2f}x"),
+    ("final acc %", "final_acc_pct", "{:.2f}"),
+    ("acc - bsp", "acc_gap", "{:+.2f}"),
+    ("staleness mean", "staleness_mean", "{:.2f}"),
+    ("staleness max", "staleness_max", "{}"),
+    ("wait s/epoch", "wait_s", "{:.1f}"),
+    ("server cpu s/epoch", "server_cpu_s", "{:.1f}"),
+    ("MiB/epoch", "mib_sent", "{:.1f}"),
+]
 COMPRESSION_COLUMNS = [
-    ("scheme", "scheme", "{}"), ("final acc %", "final_acc_pct", "{:.2f}"),
-    ("acc - fp32", "acc_gap", "{:+.2f}"), ("bytes/step", "bytes_per_step", "{:.0f}"),
-    ("% of fp32", "bytes_pct", "{:.2f}"), ("epoch s", "epoch_seconds", "{:.1f}")]
+    ("scheme", "scheme", "{}"),
+    ("final acc %", "final_acc_pct", "{:.2f}"),
+    ("acc - fp32", "acc_gap", "{:+.2f}"),
+    ("bytes/step", "bytes_per_step", "{:.0f}"),
+    ("% of fp32", "bytes_pct", "{:.2f}"),
+    ("epoch s", "epoch_seconds", "{:.1f}"),
+]
 
 
 def _add_common(p, epochs):
@@ -52,8 +64,11 @@ def add_consistency_arguments(p):
     p.add_argument("--modes", default="bsp,ssp:2,asp,avg:4")
     p.add_argument("--factor", type=float, default=2.0, help="slowdown of the last worker")
     p.add_argument("--jitter", type=float, default=0.0, help="seconds, mean, every worker")
-    p.add_argument("--poll-intervals", default=None,
-                   help="comma-separated --poll-interval values to compare (0: blocking waits)")
+    p.add_argument(
+        "--poll-intervals",
+        default=None,
+        help="comma-separated --poll-interval values to compare (0: blocking waits)",
+    )
 
 
 def add_compression_arguments(p):
@@ -65,19 +80,40 @@ def add_compression_arguments(p):
 
 def train(nprocs, options, out, timeout):
     """One ``mpiexec -n nprocs minidl train`` run into ``out``; returns its run row."""
-    args = ["-m", "minidl", "train", "--model", "lenet5", "--conv-algo", "im2col",
-            "--no-progress", "--out", out, *options]
+    args = [
+        "-m",
+        "minidl",
+        "train",
+        "--model",
+        "lenet5",
+        "--conv-algo",
+        "im2col",
+        "--no-progress",
+        "--out",
+        out,
+        *options,
+    ]
     result = run_mpi(nprocs, args, timeout=timeout, env={"OPENBLAS_NUM_THREADS": "1"})
     if result.timed_out or result.returncode != 0:
-        raise RuntimeError(f"minidl train {' '.join(options)} failed "
-                           f"({'timed out' if result.timed_out else result.returncode}):\n"
-                           f"{result.output[-3000:]}")
+        raise RuntimeError(
+            f"minidl train {' '.join(options)} failed "
+            f"({'timed out' if result.timed_out else result.returncode}):\n"
+            f"{result.output[-3000:]}"
+        )
     return load_run(out)
 
 
 def _common_options(args):
-    options = ["--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
-               "--optimizer", args.optimizer, "--lr", str(args.lr)]
+    options = [
+        "--epochs",
+        str(args.epochs),
+        "--batch-size",
+        str(args.batch_size),
+        "--optimizer",
+        args.optimizer,
+        "--lr",
+        str(args.lr),
+    ]
     if args.subset:
         options += ["--subset", str(args.subset)]
     if args.data_dir:
@@ -109,7 +145,11 @@ def run_consistency(args):
             uses_server = not (mode.startswith("avg") or mode == "sync")
             nprocs = args.workers + (1 if uses_server else 0)
             options = _common_options(args) + [
-                "--dist", mode, "--straggler", f"{nprocs - 1}:{args.factor}"]
+                "--dist",
+                mode,
+                "--straggler",
+                f"{nprocs - 1}:{args.factor}",
+            ]
             if args.jitter:
                 options += ["--jitter", str(args.jitter)]
             if poll is not None:
@@ -118,11 +158,15 @@ def run_consistency(args):
             run = train(nprocs, options, os.path.join(args.out, name), args.timeout)
             runs[(mode, poll)].append(run)
             print(f"  {name}: {run_row(run)['images_per_s']:.0f} img/s", flush=True)
-    rows = [dict(_median_row(runs[(mode, poll)]), mode=mode, poll=poll or "default")
-            for mode, poll in configs]
-    print(f"\n{args.workers} workers, the last slowed {args.factor}x"
-          + (f", jitter {args.jitter} s" if args.jitter else "")
-          + f", {args.epochs} epochs, medians of {args.repeats} run(s)")
+    rows = [
+        dict(_median_row(runs[(mode, poll)]), mode=mode, poll=poll or "default")
+        for mode, poll in configs
+    ]
+    print(
+        f"\n{args.workers} workers, the last slowed {args.factor}x"
+        + (f", jitter {args.jitter} s" if args.jitter else "")
+        + f", {args.epochs} epochs, medians of {args.repeats} run(s)"
+    )
     print(format_table(_with_baseline(rows), CONSISTENCY_COLUMNS))
     print(consistency_targets(rows))
     return 0
@@ -144,17 +188,23 @@ def consistency_targets(rows):
     lines = ["targets:"]
     if {"bsp", "ssp:2"} <= by_mode.keys():
         ratio = by_mode["ssp:2"]["images_per_s"] / by_mode["bsp"]["images_per_s"]
-        lines.append(f"  ssp:2 / bsp throughput {ratio:.2f}x (target >= 1.3x): "
-                     f"{'met' if ratio >= 1.3 else 'missed'}")
+        lines.append(
+            f"  ssp:2 / bsp throughput {ratio:.2f}x (target >= 1.3x): "
+            f"{'met' if ratio >= 1.3 else 'missed'}"
+        )
     if {"asp", "ssp:2"} <= by_mode.keys():
         ratio = by_mode["asp"]["images_per_s"] / by_mode["ssp:2"]["images_per_s"]
-        lines.append(f"  asp / ssp:2 throughput {ratio:.2f}x (target >= 1): "
-                     f"{'met' if ratio >= 1 else 'missed'}")
+        lines.append(
+            f"  asp / ssp:2 throughput {ratio:.2f}x (target >= 1): "
+            f"{'met' if ratio >= 1 else 'missed'}"
+        )
     for mode in ("ssp:2", "asp", "avg:4"):
         if mode in by_mode and "bsp" in by_mode:
             gap = by_mode[mode]["final_acc_pct"] - by_mode["bsp"]["final_acc_pct"]
-            lines.append(f"  {mode} accuracy {gap:+.2f} points vs bsp (target within 1.5): "
-                         f"{'met' if abs(gap) <= 1.5 or gap > 0 else 'missed'}")
+            lines.append(
+                f"  {mode} accuracy {gap:+.2f} points vs bsp (target within 1.5): "
+                f"{'met' if abs(gap) <= 1.5 or gap > 0 else 'missed'}"
+            )
     return "\n".join(lines)
 
 
@@ -170,8 +220,14 @@ def run_compression(args):
         row = _median_row(runs)
         record = next(iter(runs[0]["compression"].values()), None)
         nbytes = record["payload_bytes_per_step"] if record else None
-        rows.append(dict(row, scheme=scheme, bytes_per_step=nbytes, float32=(
-            record["float32_bytes_per_step"] if record else nbytes)))
+        rows.append(
+            dict(
+                row,
+                scheme=scheme,
+                bytes_per_step=nbytes,
+                float32=(record["float32_bytes_per_step"] if record else nbytes),
+            )
+        )
     float32 = next((r for r in rows if r["scheme"] == "none"), None)
     for row in rows:
         if float32 is not None:
@@ -183,7 +239,9 @@ def run_compression(args):
     print(format_table(rows, COMPRESSION_COLUMNS))
     top = next((r for r in rows if r["scheme"] == "topk:0.01"), None)
     if top is not None and float32 is not None:
-        print(f"target: top-k 1% with error feedback {top['acc_gap']:+.2f} points vs float32 "
-              f"(within 1), {top['bytes_pct']:.2f}% of the bytes (<= 5%): "
-              f"{'met' if top['acc_gap'] >= -1 and top['bytes_pct'] <= 5 else 'missed'}")
+        print(
+            f"target: top-k 1% with error feedback {top['acc_gap']:+.2f} points vs float32 "
+            f"(within 1), {top['bytes_pct']:.2f}% of the bytes (<= 5%): "
+            f"{'met' if top['acc_gap'] >= -1 and top['bytes_pct'] <= 5 else 'missed'}"
+        )
     return 0

@@ -8,6 +8,7 @@ the forward workspace; plus PyTorch's times when torch is installed. All
 candidates of a layer are timed in interleaved rounds in one process and
 the median is reported (the machine is shared; see benchmarks/RESULTS.md).
 """
+
 import time
 from dataclasses import dataclass
 
@@ -49,10 +50,12 @@ def layer_batch(name, batch_size):
 
 def busy_fraction(interval=0.1):
     """Fraction of the machine's CPU time spent by any process over ``interval`` s (Linux; else 0)."""
+
     def sample():
         with open("/proc/stat") as stat:
             fields = [int(v) for v in stat.readline().split()[1:]]
-        return sum(fields), fields[3] + fields[4]          # total, idle + iowait
+        return sum(fields), fields[3] + fields[4]  # total, idle + iowait
+
     try:
         total0, idle0 = sample()
         time.sleep(interval)
@@ -83,6 +86,7 @@ def interleaved_medians(fns, repeats, max_busy=None, patience=10.0, pause_before
     first one's idle BLAS/OpenMP threads still spin for up to ~0.1 s and would
     slow the second.
     """
+
     def settle(i):
         if max_busy is not None:
             wait_until_idle(max_busy, patience)
@@ -96,7 +100,7 @@ def interleaved_medians(fns, repeats, max_busy=None, patience=10.0, pause_before
     for _ in range(repeats):
         for i, fn in enumerate(fns):
             settle(i)
-            if max_busy is not None:    # after a wait, caches and clocks are cold: run once more
+            if max_busy is not None:  # after a wait, caches and clocks are cold: run once more
                 fn()
             start = time.perf_counter()
             fn()
@@ -117,6 +121,7 @@ def _minidl_runners(md, x, w, b, dy, kwargs, algo, first):
     def train():
         tx.grad = tw.grad = tb.grad = None
         md.conv.conv2d(tx, tw, tb, algo=algo, **kwargs).backward(grad)
+
     return forward, train
 
 
@@ -132,14 +137,17 @@ def _torch_runners(torch, x, w, b, dy, kwargs, first):
     def train():
         tx.grad = tw.grad = tb.grad = None
         torch.nn.functional.conv2d(tx, tw, tb, **kwargs).backward(grad)
+
     return forward, train
 
 
-def bench_layer(name, batch_size, algos=CANDIDATES, repeats=5, use_torch=True, seed=0,
-                max_busy=None):
+def bench_layer(
+    name, batch_size, algos=CANDIDATES, repeats=5, use_torch=True, seed=0, max_busy=None
+):
     """Rows for one layer of ``LAYERS``: every algorithm in ``algos`` (+ "torch")."""
     import minidl as md
     from minidl.conv.registry import implementation
+
     _, x_shape, w_shape, kwargs, first = next(layer for layer in LAYERS if layer[0] == name)
     n = layer_batch(name, batch_size)
     rng = np.random.default_rng(seed)
@@ -149,8 +157,13 @@ def bench_layer(name, batch_size, algos=CANDIDATES, repeats=5, use_torch=True, s
     geom = md.conv.make_geometry(x.shape, w.shape, **kwargs)
     dy = rng.standard_normal(geom.output_shape).astype(np.float32)
     with md.no_grad():
-        y64 = md.conv.conv2d(md.tensor(x, dtype="float64"), md.tensor(w, dtype="float64"),
-                             md.tensor(b, dtype="float64"), algo="im2col", **kwargs).numpy()
+        y64 = md.conv.conv2d(
+            md.tensor(x, dtype="float64"),
+            md.tensor(w, dtype="float64"),
+            md.tensor(b, dtype="float64"),
+            algo="im2col",
+            **kwargs,
+        ).numpy()
     flops = 2 * geom.direct_multiplies()
     md.conv.configure(enabled=True)  # the "auto" row measures the timing autotuner
     rows, runners = [], []
@@ -162,7 +175,7 @@ def bench_layer(name, batch_size, algos=CANDIDATES, repeats=5, use_torch=True, s
                 row.note = reason
                 rows.append(row)
                 continue
-            row.workspace_mb = md.conv.workspace_bytes(algo, geom, "forward") / 2 ** 20
+            row.workspace_mb = md.conv.workspace_bytes(algo, geom, "forward") / 2**20
         fwd, train = _minidl_runners(md, x, w, b, dy, kwargs, algo, first)
         y = fwd().numpy()
         row.error = float(np.abs(y - y64).max() / np.abs(y64).max())
@@ -176,7 +189,7 @@ def bench_layer(name, batch_size, algos=CANDIDATES, repeats=5, use_torch=True, s
         rows.append(row)
         runners.append((row, fwd, train))
     fns = [f for _, fwd, train in runners for f in (fwd, train)]
-    switches = {0, len(fns) - 2} if torch is not None else set()   # into minidl, into torch
+    switches = {0, len(fns) - 2} if torch is not None else set()  # into minidl, into torch
     seconds = interleaved_medians(fns, repeats, max_busy, pause_before=switches)
     for i, (row, _, _) in enumerate(runners):
         row.forward_ms, row.train_ms = 1e3 * seconds[2 * i], 1e3 * seconds[2 * i + 1]
@@ -184,8 +197,11 @@ def bench_layer(name, batch_size, algos=CANDIDATES, repeats=5, use_torch=True, s
     for row in rows:
         if row.algo == "auto":
             keys = {p: (geom, np.dtype("float32"), "cpu", p) for p in md.conv.PASSES}
-            chosen = {p: md.conv.choices()[key].algorithm
-                      for p, key in keys.items() if key in md.conv.choices()}
+            chosen = {
+                p: md.conv.choices()[key].algorithm
+                for p, key in keys.items()
+                if key in md.conv.choices()
+            }
             row.note = "chose " + ", ".join(f"{p}={a}" for p, a in chosen.items())
     return rows
 
@@ -200,31 +216,52 @@ def _import_torch():
 
 def format_rows(rows):
     """A fixed-width table of ``Row`` objects."""
-    head = (f"{'layer':14s} {'algorithm':18s} {'fwd ms':>8s} {'fwd+bwd ms':>10s} {'GFLOP/s':>8s} "
-            f"{'max rel err':>11s} {'wksp MB':>8s}  note")
+    head = (
+        f"{'layer':14s} {'algorithm':18s} {'fwd ms':>8s} {'fwd+bwd ms':>10s} {'GFLOP/s':>8s} "
+        f"{'max rel err':>11s} {'wksp MB':>8s}  note"
+    )
     lines = [head, "-" * len(head)]
 
     def num(v, fmt):
         return format(v, fmt) if v is not None else "-"
+
     for r in rows:
-        lines.append(f"{r.layer:14s} {r.algo:18s} {num(r.forward_ms, '8.2f')} {num(r.train_ms, '10.2f')} "
-                     f"{num(r.gflops, '8.1f')} {num(r.error, '11.1e')} {num(r.workspace_mb, '8.1f')}  "
-                     f"{r.note}")
+        lines.append(
+            f"{r.layer:14s} {r.algo:18s} {num(r.forward_ms, '8.2f')} {num(r.train_ms, '10.2f')} "
+            f"{num(r.gflops, '8.1f')} {num(r.error, '11.1e')} {num(r.workspace_mb, '8.1f')}  "
+            f"{r.note}"
+        )
     return "\n".join(lines)
 
 
 def add_conv_arguments(parser):
-    parser.add_argument("--batch-size", type=int, default=16,
-                        help="batch of the AlexNet and 3x3 layers (LeNet layers use 64)")
-    parser.add_argument("--layers", nargs="*", default=None,
-                        help=f"layer names or prefixes (default: all of {[n for n, *_ in LAYERS]})")
-    parser.add_argument("--algos", nargs="*", default=list(CANDIDATES),
-                        help=f"algorithms to time (default: {' '.join(CANDIDATES)})")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=16,
+        help="batch of the AlexNet and 3x3 layers (LeNet layers use 64)",
+    )
+    parser.add_argument(
+        "--layers",
+        nargs="*",
+        default=None,
+        help=f"layer names or prefixes (default: all of {[n for n, *_ in LAYERS]})",
+    )
+    parser.add_argument(
+        "--algos",
+        nargs="*",
+        default=list(CANDIDATES),
+        help=f"algorithms to time (default: {' '.join(CANDIDATES)})",
+    )
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds per layer (median)")
     parser.add_argument("--no-torch", action="store_true", help="do not time PyTorch")
-    parser.add_argument("--max-busy", type=float, default=None,
-                        help="before each timed run, wait (up to 10 s) until other processes "
-                             "use less than this fraction of the CPUs, e.g. 0.1 on a shared machine")
+    parser.add_argument(
+        "--max-busy",
+        type=float,
+        default=None,
+        help="before each timed run, wait (up to 10 s) until other processes "
+        "use less than this fraction of the CPUs, e.g. 0.1 on a shared machine",
+    )
 
 
 def selected_layers(patterns):
@@ -240,8 +277,16 @@ def selected_layers(patterns):
 def run_conv(args):
     all_rows = []
     for name in selected_layers(args.layers):
-        rows = bench_layer(name, args.batch_size, tuple(args.algos), args.repeats,
-                           use_torch=not args.no_torch, max_busy=args.max_busy)
-        print(format_rows(rows) if not all_rows else format_rows(rows).split("\n", 2)[2], flush=True)
+        rows = bench_layer(
+            name,
+            args.batch_size,
+            tuple(args.algos),
+            args.repeats,
+            use_torch=not args.no_torch,
+            max_busy=args.max_busy,
+        )
+        print(
+            format_rows(rows) if not all_rows else format_rows(rows).split("\n", 2)[2], flush=True
+        )
         all_rows += rows
     return 0

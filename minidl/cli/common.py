@@ -1,13 +1,18 @@
 """Argument types and options shared by the sub-commands."""
+
 import argparse
 import math
 
 from ..perf.zoo import MODEL_NAMES, parse_shape
 
-
 # options whose flag is not the field's name with dashes
-FLAGS = {"progress": "--no-progress", "overlap": "--no-overlap", "verify_data": "--no-verify-data",
-         "stragglers": "--straggler", "compressor": "--compress"}
+FLAGS = {
+    "progress": "--no-progress",
+    "overlap": "--no-overlap",
+    "verify_data": "--no-verify-data",
+    "stragglers": "--straggler",
+    "compressor": "--compress",
+}
 
 
 def flag(field):
@@ -31,6 +36,7 @@ def nonnegative_int(text):
 
 def number(minimum=0.0, positive=False):
     """An argparse type for a finite float >= ``minimum`` (> 0 with ``positive``)."""
+
     def check(text):
         try:
             value = float(text)
@@ -40,6 +46,7 @@ def number(minimum=0.0, positive=False):
             bound = "> 0" if positive else f">= {minimum:g}"
             raise argparse.ArgumentTypeError(f"{text!r} is not a finite number {bound}")
         return value
+
     return check
 
 
@@ -53,7 +60,16 @@ def _shape_argument(text):
 def add_model_arguments(p, default="lenet5"):
     """--model, --input and --threads, shared by the perf commands."""
     p.add_argument("--model", default=default, choices=MODEL_NAMES)
-    p.add_argument("--input", default=None, metavar="CxHxW", type=_shape_argument,
-                   help="input shape without the batch (default: the model's own)")
-    p.add_argument("--threads", type=positive_int, default=None,
-                   help="BLAS threads (default: all cores; 1 is steadier on a busy machine)")
+    p.add_argument(
+        "--input",
+        default=None,
+        metavar="CxHxW",
+        type=_shape_argument,
+        help="input shape without the batch (default: the model's own)",
+    )
+    p.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="BLAS threads (default: all cores; 1 is steadier on a busy machine)",
+    )

@@ -5,6 +5,7 @@ tree, run ``python -m minidl exercise ...`` from the tree's folder (or
 install the tree with ``pip install -e .``). The command warns when the
 current folder holds another ``minidl`` than the one being checked.
 """
+
 import dataclasses
 import json
 import os
@@ -19,36 +20,56 @@ def add_exercise_arguments(parser):
     """The ``list``, ``check`` and ``student`` actions of ``minidl exercise``."""
     actions = parser.add_subparsers(dest="exercise_action", metavar="ACTION", required=True)
     listing = actions.add_parser("list", help="the exercises: id, title, file")
-    listing.add_argument("--status", action="store_true",
-                         help="add whether each exercise's regions are still stubs")
-    listing.add_argument("--markdown", action="store_true",
-                         help="Markdown tables by chapter: what each file implements, its source")
-    listing.add_argument("--update", metavar="FILE",
-                         help="with --markdown: rewrite the generated exercise list inside FILE")
+    listing.add_argument(
+        "--status", action="store_true", help="add whether each exercise's regions are still stubs"
+    )
+    listing.add_argument(
+        "--markdown",
+        action="store_true",
+        help="Markdown tables by chapter: what each file implements, its source",
+    )
+    listing.add_argument(
+        "--update",
+        metavar="FILE",
+        help="with --markdown: rewrite the generated exercise list inside FILE",
+    )
     check = actions.add_parser("check", help="run exercise checks: expected vs got, and a hint")
     check.add_argument("ids", nargs="*", metavar="ID", help="exercise ids, e.g. 3.1")
     check.add_argument("--all", action="store_true", help="every exercise")
     check.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    check.add_argument("--timeout", type=number(positive=True), metavar="SECONDS",
-                       help="seconds each check may take before it is reported as a hang "
-                            "(default: the exercise's own, 60 s for most)")
+    check.add_argument(
+        "--timeout",
+        type=number(positive=True),
+        metavar="SECONDS",
+        help="seconds each check may take before it is reported as a hang "
+        "(default: the exercise's own, 60 s for most)",
+    )
     student = actions.add_parser("student", help="write a student tree: exercise regions stubbed")
     student.add_argument("dir", help="the new folder")
-    student.add_argument("--only", nargs="+", metavar="IDS",
-                         help="stub only these exercises (space or comma separated)")
-    student.add_argument("--trace", action="store_true",
-                         help="keep the solutions and record which regions each check runs "
-                              "(for testing the checks)")
+    student.add_argument(
+        "--only",
+        nargs="+",
+        metavar="IDS",
+        help="stub only these exercises (space or comma separated)",
+    )
+    student.add_argument(
+        "--trace",
+        action="store_true",
+        help="keep the solutions and record which regions each check runs (for testing the checks)",
+    )
 
 
 def _warn_other_tree():
     """Say so when the current folder holds a minidl package other than the one being checked."""
     here = os.path.realpath(os.path.join(os.getcwd(), "minidl", "__init__.py"))
-    if os.path.exists(here) and os.path.dirname(os.path.dirname(here)) != \
-            os.path.realpath(repository_root()):
-        print(f"note: checking the minidl in {repository_root()}, not the one in this folder; "
-              "run 'python -m minidl exercise ...' here to check this folder's code",
-              file=sys.stderr)
+    if os.path.exists(here) and os.path.dirname(os.path.dirname(here)) != os.path.realpath(
+        repository_root()
+    ):
+        print(
+            f"note: checking the minidl in {repository_root()}, not the one in this folder; "
+            "run 'python -m minidl exercise ...' here to check this folder's code",
+            file=sys.stderr,
+        )
 
 
 class CannotLoad(Exception):
@@ -60,17 +81,22 @@ def _catalogue():
     try:
         return catalogue()
     except SyntaxError as exc:
-        raise CannotLoad(f"cannot load the exercises: {exc.filename}, line {exc.lineno}: "
-                         f"{exc.msg}; fix that line and run the command again") from exc
+        raise CannotLoad(
+            f"cannot load the exercises: {exc.filename}, line {exc.lineno}: "
+            f"{exc.msg}; fix that line and run the command again"
+        ) from exc
     except Exception as exc:  # noqa: BLE001 -- any error while a module runs on import
         frame = traceback.extract_tb(exc.__traceback__)[-1]
-        raise CannotLoad(f"cannot load the exercises: {type(exc).__name__}: {exc} "
-                         f"({frame.filename}, line {frame.lineno}); fix it and run the command "
-                         "again") from exc
+        raise CannotLoad(
+            f"cannot load the exercises: {type(exc).__name__}: {exc} "
+            f"({frame.filename}, line {frame.lineno}); fix it and run the command "
+            "again"
+        ) from exc
 
 
 def _list(args):
     from ..exercises import listing
+
     exercises = _catalogue()
     if args.markdown:
         text = listing.markdown_list(exercises, repository_root())
@@ -98,6 +124,7 @@ def _list(args):
 
 def _check(args):
     from ..exercises import grader
+
     if args.all == bool(args.ids):
         print("name exercise ids (minidl exercise check 3.1 3.2) or --all", file=sys.stderr)
         return 2
@@ -114,25 +141,32 @@ def _check(args):
         results = grader.grade(exercises)
         print(json.dumps(grader.report_json(results), indent=2))
     else:
-        print(f"checking {len(exercises)} exercise(s) of the minidl in {repository_root()}",
-              flush=True)
-        results = grader.grade(exercises, on_result=lambda r: print(grader.format_result(r),
-                                                                     flush=True))
+        print(
+            f"checking {len(exercises)} exercise(s) of the minidl in {repository_root()}",
+            flush=True,
+        )
+        results = grader.grade(
+            exercises, on_result=lambda r: print(grader.format_result(r), flush=True)
+        )
         print(grader.format_summary(results))
     return 0 if all(r.ok for r in results) else 1
 
 
 def _student(args):
     from ..exercises.student import write_student_tree
+
     only = None if args.only is None else [i for item in args.only for i in item.split(",") if i]
     exercises = _catalogue()
-    regions = write_student_tree(args.dir, only=only, mode="trace" if args.trace else "stub",
-                                 exercises=exercises)
+    regions = write_student_tree(
+        args.dir, only=only, mode="trace" if args.trace else "stub", exercises=exercises
+    )
     written = {r.exercise_id for r in regions}
     done = [e.id for e in exercises if e.id in written]
     what = "instrumented" if args.trace else "stubbed"
-    print(f"wrote {args.dir}: {len(regions)} region(s) of {len(done)} exercise(s) {what}"
-          + (f" ({', '.join(done)})" if done else ""))
+    print(
+        f"wrote {args.dir}: {len(regions)} region(s) of {len(done)} exercise(s) {what}"
+        + (f" ({', '.join(done)})" if done else "")
+    )
     print(f"students run: cd {args.dir} && python -m minidl exercise list")
     return 0
 

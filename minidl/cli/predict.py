@@ -1,7 +1,9 @@
 """``minidl predict``: time per iteration, speedup and efficiency of data-parallel training."""
+
 import argparse
 import math
 
+from ..backend import limit_threads
 from ..perf.compute_model import RooflineCompute, measure_compute
 from ..perf.machine import machine_named
 from ..perf.model_costs import count_model
@@ -9,7 +11,6 @@ from ..perf.network import NETWORKS, SCHEMES, Network
 from ..perf.predict import explain, format_prediction, predict_scaling
 from ..perf.summary import human_bytes
 from ..perf.zoo import build_named
-from ..backend import limit_threads
 from .common import add_model_arguments, positive_int
 
 
@@ -20,38 +21,66 @@ def parse_nodes(text):
     except ValueError:
         nodes = []
     if not nodes or nodes[0] < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give positive integers separated by commas, "
-                                         "e.g. 1,2,4,8")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give positive integers separated by commas, e.g. 1,2,4,8"
+        )
     return nodes
 
 
 def default_nodes(global_batch):
     """Powers of two up to 2B: one beyond n = B shows that limit."""
-    return [2 ** k for k in range(int(math.log2(global_batch)) + 2)]
+    return [2**k for k in range(int(math.log2(global_batch)) + 2)]
 
 
 def add_predict_arguments(p):
     add_model_arguments(p)
     p.add_argument("--batch", type=positive_int, default=256, help="global batch B")
-    p.add_argument("--nodes", type=parse_nodes, default=None,
-                   help="node counts, e.g. 1,2,4,8 (default powers of 2 up to 2B)")
+    p.add_argument(
+        "--nodes",
+        type=parse_nodes,
+        default=None,
+        help="node counts, e.g. 1,2,4,8 (default powers of 2 up to 2B)",
+    )
     p.add_argument("--scheme", default="tree", choices=SCHEMES)
     p.add_argument("--network", default="fdr-infiniband", choices=list(NETWORKS))
     p.add_argument("--latency-us", type=float, default=None, help="overrides the network's latency")
-    p.add_argument("--bandwidth-gbs", type=float, default=None,
-                   help="overrides the network's bandwidth (GB/s; 'inf' for free communication)")
+    p.add_argument(
+        "--bandwidth-gbs",
+        type=float,
+        default=None,
+        help="overrides the network's bandwidth (GB/s; 'inf' for free communication)",
+    )
     p.add_argument("--compression", type=float, default=1.0, help="gradient compression ratio r")
     p.add_argument("--serial-fraction", type=float, default=0.0, help="non-scaling fraction s")
-    p.add_argument("--overlap", type=float, default=0.0,
-                   help="fraction of the communication that may hide behind the backward pass")
-    p.add_argument("--compute", default="measure", choices=("measure", "roofline"),
-                   help="measure per-layer times here at each local batch, or a roofline model")
+    p.add_argument(
+        "--overlap",
+        type=float,
+        default=0.0,
+        help="fraction of the communication that may hide behind the backward pass",
+    )
+    p.add_argument(
+        "--compute",
+        default="measure",
+        choices=("measure", "roofline"),
+        help="measure per-layer times here at each local batch, or a roofline model",
+    )
     p.add_argument("--machine", default="here", help="roofline device: here, k80, haswell-2x12")
-    p.add_argument("--time-per-iteration", type=float, default=None, metavar="SECONDS",
-                   help="calibrate the roofline so one node takes this long at the global batch")
-    p.add_argument("--max-measured-batch", type=positive_int, default=64,
-                   help="measure local batches up to this size, extrapolate beyond")
-    p.add_argument("--steps", type=positive_int, default=3, help="profiled steps per measured batch size")
+    p.add_argument(
+        "--time-per-iteration",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="calibrate the roofline so one node takes this long at the global batch",
+    )
+    p.add_argument(
+        "--max-measured-batch",
+        type=positive_int,
+        default=64,
+        help="measure local batches up to this size, extrapolate beyond",
+    )
+    p.add_argument(
+        "--steps", type=positive_int, default=3, help="profiled steps per measured batch size"
+    )
 
 
 def network_from_args(args):
@@ -67,16 +96,23 @@ def compute_from_args(args, model, shape, nodes):
         machine = machine_named(args.machine)
         roof = RooflineCompute(count_model(model, shape, 1), machine)
         if args.time_per_iteration is None:
-            return roof, f"roofline on {machine.name} ({machine.peak_flops / 1e9:.0f} GFLOP/s, " \
-                         f"{machine.bandwidth / 1e9:.0f} GB/s)"
-        return (roof.calibrated(args.batch, args.time_per_iteration),
-                f"roofline shape of {machine.name}, scaled to {args.time_per_iteration} s at B={args.batch}")
+            return (
+                roof,
+                f"roofline on {machine.name} ({machine.peak_flops / 1e9:.0f} GFLOP/s, "
+                f"{machine.bandwidth / 1e9:.0f} GB/s)",
+            )
+        return (
+            roof.calibrated(args.batch, args.time_per_iteration),
+            f"roofline shape of {machine.name}, scaled to {args.time_per_iteration} s at B={args.batch}",
+        )
     local = sorted({math.ceil(args.batch / n) for n in nodes if n <= args.batch})
     measured = [b for b in local if b <= args.max_measured_batch] or local[:1]
     if len(measured) < len(local) and len(measured) == 1:
         measured.append(max(1, measured[0] // 2))
-    return (measure_compute(model, shape, measured, steps=args.steps),
-            f"measured here at b = {', '.join(map(str, sorted(set(measured))))}")
+    return (
+        measure_compute(model, shape, measured, steps=args.steps),
+        f"measured here at b = {', '.join(map(str, sorted(set(measured))))}",
+    )
 
 
 def run_predict(args):
@@ -86,11 +122,14 @@ def run_predict(args):
     compute, source = compute_from_args(args, model, shape, nodes)
     nbytes = model.num_parameters() * next(model.parameters()).dtype.itemsize / args.compression
     network = network_from_args(args)
-    points = predict_scaling(compute, args.batch, nodes, nbytes, network, args.scheme,
-                             args.serial_fraction, args.overlap)
-    print(f"{args.model}, B={args.batch}, {args.scheme} over {network.bandwidth / 1e9:g} GB/s, "
-          f"{network.latency_s * 1e6:g} us; gradients {human_bytes(nbytes)} "
-          f"(compression {args.compression:g}); compute: {source}")
+    points = predict_scaling(
+        compute, args.batch, nodes, nbytes, network, args.scheme, args.serial_fraction, args.overlap
+    )
+    print(
+        f"{args.model}, B={args.batch}, {args.scheme} over {network.bandwidth / 1e9:g} GB/s, "
+        f"{network.latency_s * 1e6:g} us; gradients {human_bytes(nbytes)} "
+        f"(compression {args.compression:g}); compute: {source}"
+    )
     print(format_prediction(points))
     for line in explain(points, compute, args.batch, nbytes, args.scheme, args.serial_fraction):
         print("- " + line)

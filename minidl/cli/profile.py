@@ -1,14 +1,17 @@
 """``minidl profile``: measured per-layer forward/backward time and memory of a training step."""
+
+from ..backend import limit_threads
 from ..perf.profile import format_profile, profile_model
 from ..perf.zoo import build_named
-from ..backend import limit_threads
 from .common import add_model_arguments, positive_int
 
 
 def add_profile_arguments(p):
     add_model_arguments(p)
     p.add_argument("--batch", type=positive_int, default=64)
-    p.add_argument("--steps", type=positive_int, default=5, help="profiled steps (medians are reported)")
+    p.add_argument(
+        "--steps", type=positive_int, default=5, help="profiled steps (medians are reported)"
+    )
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--conv-algo", default="auto")
@@ -20,7 +23,8 @@ def run_profile(args):
     threads = limit_threads(args.threads)  # noqa: F841  (kept alive while profiling)
     model, shape = build_named(args.model, args.input, conv_algo=args.conv_algo)
     model.to(args.device)
-    profile = profile_model(model, shape, args.batch, args.steps, args.warmup, args.device,
-                            memory=not args.no_memory)
+    profile = profile_model(
+        model, shape, args.batch, args.steps, args.warmup, args.device, memory=not args.no_memory
+    )
     print(format_profile(profile, title=f"{args.model}:", by_type=args.by_type))
     return 0

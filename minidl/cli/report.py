@@ -6,34 +6,47 @@ runs, also one comparison line per run. It draws ``report.png`` (in the
 first run directory, or ``--out``): test accuracy against training wall time
 and against gradients computed, and the staleness histogram of each run.
 """
+
 import json
 import os
 
 from minidl.dist.telemetry import StalenessHistogram, format_table
 from minidl.train.metrics import read_metrics
 
-EPOCH_COLUMNS = [("epoch", "epoch", "{}"), ("test acc %", "test_acc_pct", "{:.2f}"),
-                 ("seconds", "seconds", "{:.1f}"), ("img/s", "images_per_s", "{:.0f}"),
-                 ("updates/s", "updates_per_s", "{:.1f}"),
-                 ("staleness mean", "staleness_mean", "{:.2f}"),
-                 ("staleness max", "staleness_max", "{}"),
-                 ("worker wait s", "wait_s", "{:.1f}"), ("gate wait s", "gate_wait_s", "{:.1f}"),
-                 ("MiB sent", "mib_sent", "{:.1f}")]
+EPOCH_COLUMNS = [
+    ("epoch", "epoch", "{}"),
+    ("test acc %", "test_acc_pct", "{:.2f}"),
+    ("seconds", "seconds", "{:.1f}"),
+    ("img/s", "images_per_s", "{:.0f}"),
+    ("updates/s", "updates_per_s", "{:.1f}"),
+    ("staleness mean", "staleness_mean", "{:.2f}"),
+    ("staleness max", "staleness_max", "{}"),
+    ("worker wait s", "wait_s", "{:.1f}"),
+    ("gate wait s", "gate_wait_s", "{:.1f}"),
+    ("MiB sent", "mib_sent", "{:.1f}"),
+]
 
-RUN_COLUMNS = [("run", "label", "{}"), ("epochs", "epochs", "{}"),
-               ("epoch s", "epoch_seconds", "{:.1f}"), ("img/s", "images_per_s", "{:.0f}"),
-               ("final acc %", "final_acc_pct", "{:.2f}"),
-               ("staleness mean", "staleness_mean", "{:.2f}"),
-               ("staleness max", "staleness_max", "{}"),
-               ("wait s/epoch", "wait_s", "{:.1f}"), ("MiB/epoch", "mib_sent", "{:.1f}")]
+RUN_COLUMNS = [
+    ("run", "label", "{}"),
+    ("epochs", "epochs", "{}"),
+    ("epoch s", "epoch_seconds", "{:.1f}"),
+    ("img/s", "images_per_s", "{:.0f}"),
+    ("final acc %", "final_acc_pct", "{:.2f}"),
+    ("staleness mean", "staleness_mean", "{:.2f}"),
+    ("staleness max", "staleness_max", "{}"),
+    ("wait s/epoch", "wait_s", "{:.1f}"),
+    ("MiB/epoch", "mib_sent", "{:.1f}"),
+]
 
 
 def load_run(path):
     """{"path", "label", "config", "epochs": [...], "dist": {epoch: record}, "compression": ...}."""
     metrics = os.path.join(path, "metrics.jsonl")
     if not os.path.exists(metrics):
-        raise FileNotFoundError(f"minidl report: {path!r} has no metrics.jsonl; pass the --out "
-                                "folder of a 'minidl train' run")
+        raise FileNotFoundError(
+            f"minidl report: {path!r} has no metrics.jsonl; pass the --out "
+            "folder of a 'minidl train' run"
+        )
     records = read_metrics(metrics)
     config = {}
     if os.path.exists(os.path.join(path, "config.json")):
@@ -44,10 +57,14 @@ def load_run(path):
         label += f" {config['compress']}"
     if config.get("straggler"):
         label += " straggler " + ",".join(config["straggler"])
-    return {"path": path, "label": label, "config": config,
-            "epochs": [r for r in records if r.get("kind") == "epoch"],
-            "dist": {r["epoch"]: r for r in records if r.get("kind") == "dist"},
-            "compression": {r["epoch"]: r for r in records if r.get("kind") == "compression"}}
+    return {
+        "path": path,
+        "label": label,
+        "config": config,
+        "epochs": [r for r in records if r.get("kind") == "epoch"],
+        "dist": {r["epoch"]: r for r in records if r.get("kind") == "dist"},
+        "compression": {r["epoch"]: r for r in records if r.get("kind") == "compression"},
+    }
 
 
 def epoch_rows(run):
@@ -56,16 +73,22 @@ def epoch_rows(run):
     for record in run["epochs"]:
         dist = run["dist"].get(record["epoch"], {})
         staleness = dist.get("staleness")
-        rows.append({"epoch": record["epoch"], "test_acc_pct": 100 * record["test_acc"],
-                     "seconds": record["seconds"], "images_per_s": record["images_per_s"],
-                     "updates_per_s": dist.get("updates_per_s"),
-                     "staleness_mean": staleness["mean"] if staleness else None,
-                     "staleness_max": staleness["max"] if staleness else None,
-                     "wait_s": sum(dist["per_worker"]["wait_s"]) if dist else None,
-                     "gate_wait_s": sum(dist["gate_wait_s"]) if "gate_wait_s" in dist else None,
-                     "mib_sent": dist["bytes_sent"] / 2**20 if dist else None,
-                     "server_cpu_s": sum(dist["server_cpu_s"]) if "server_cpu_s" in dist else None,
-                     "gradients": dist.get("gradients")})
+        rows.append(
+            {
+                "epoch": record["epoch"],
+                "test_acc_pct": 100 * record["test_acc"],
+                "seconds": record["seconds"],
+                "images_per_s": record["images_per_s"],
+                "updates_per_s": dist.get("updates_per_s"),
+                "staleness_mean": staleness["mean"] if staleness else None,
+                "staleness_max": staleness["max"] if staleness else None,
+                "wait_s": sum(dist["per_worker"]["wait_s"]) if dist else None,
+                "gate_wait_s": sum(dist["gate_wait_s"]) if "gate_wait_s" in dist else None,
+                "mib_sent": dist["bytes_sent"] / 2**20 if dist else None,
+                "server_cpu_s": sum(dist["server_cpu_s"]) if "server_cpu_s" in dist else None,
+                "gradients": dist.get("gradients"),
+            }
+        )
     return rows
 
 
@@ -74,15 +97,24 @@ def run_row(run):
     rows = epoch_rows(run)
     if not rows:
         raise ValueError(f"minidl report: {run['path']!r} has no finished epoch yet")
-    mean = lambda key: (sum(r[key] for r in rows) / len(rows)  # noqa: E731
-                        if rows[0][key] is not None else None)
+    mean = lambda key: (
+        sum(r[key] for r in rows) / len(rows)  # noqa: E731
+        if rows[0][key] is not None
+        else None
+    )
     histogram = staleness_histogram(run)
-    return {"label": run["label"], "epochs": len(rows), "epoch_seconds": mean("seconds"),
-            "images_per_s": mean("images_per_s"), "final_acc_pct": rows[-1]["test_acc_pct"],
-            "staleness_mean": histogram.mean if histogram.count else None,
-            "staleness_max": histogram.max if histogram.count else None,
-            "wait_s": mean("wait_s"), "mib_sent": mean("mib_sent"),
-            "server_cpu_s": mean("server_cpu_s")}
+    return {
+        "label": run["label"],
+        "epochs": len(rows),
+        "epoch_seconds": mean("seconds"),
+        "images_per_s": mean("images_per_s"),
+        "final_acc_pct": rows[-1]["test_acc_pct"],
+        "staleness_mean": histogram.mean if histogram.count else None,
+        "staleness_max": histogram.max if histogram.count else None,
+        "wait_s": mean("wait_s"),
+        "mib_sent": mean("mib_sent"),
+        "server_cpu_s": mean("server_cpu_s"),
+    }
 
 
 def staleness_histogram(run):
@@ -98,6 +130,7 @@ def plot_runs(runs, path):
     """Accuracy vs wall time, accuracy vs gradients, staleness histograms; returns the path."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -117,15 +150,23 @@ def plot_runs(runs, path):
         histogram = staleness_histogram(run)
         if histogram.count:
             keys = sorted(histogram.counts)
-            stale.bar([k + i * width for k in keys],
-                      [histogram.counts[k] / histogram.count for k in keys], width=width,
-                      label=run["label"])
-    by_time.set(xlabel="training wall time (s)", ylabel="test accuracy (%)",
-                title="accuracy vs wall time")
-    by_updates.set(xlabel="gradients computed", ylabel="test accuracy (%)",
-                   title="accuracy vs updates")
-    stale.set(xlabel="staleness (server updates between read and apply)", ylabel="fraction",
-              title="staleness histogram")
+            stale.bar(
+                [k + i * width for k in keys],
+                [histogram.counts[k] / histogram.count for k in keys],
+                width=width,
+                label=run["label"],
+            )
+    by_time.set(
+        xlabel="training wall time (s)", ylabel="test accuracy (%)", title="accuracy vs wall time"
+    )
+    by_updates.set(
+        xlabel="gradients computed", ylabel="test accuracy (%)", title="accuracy vs updates"
+    )
+    stale.set(
+        xlabel="staleness (server updates between read and apply)",
+        ylabel="fraction",
+        title="staleness histogram",
+    )
     for ax in (by_time, by_updates, stale):
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
@@ -138,8 +179,11 @@ def plot_runs(runs, path):
 
 def add_report_arguments(p):
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories of minidl train")
-    p.add_argument("--out", default=None,
-                   help="where to write the plot (default RUN_DIR/report.png of the first run)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="where to write the plot (default RUN_DIR/report.png of the first run)",
+    )
 
 
 def run_report(args):
@@ -148,8 +192,10 @@ def run_report(args):
         print(f"{run['label']}  ({run['path']})")
         print(format_table(epoch_rows(run), EPOCH_COLUMNS))
         for record in run["compression"].values():
-            print(f"  compression {record['scheme']}: {record['payload_bytes_per_step']} bytes "
-                  f"per step, {100 * record['ratio']:.2f}% of float32")
+            print(
+                f"  compression {record['scheme']}: {record['payload_bytes_per_step']} bytes "
+                f"per step, {100 * record['ratio']:.2f}% of float32"
+            )
             break
         print()
     if len(runs) > 1:

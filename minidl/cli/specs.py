@@ -1,8 +1,11 @@
 """The command line's spellings of library objects: ``--compress qsgd:4`` -> ``QSGD(levels=4)``."""
+
 from ..dist.compression import QSGD, Compressor, Float16, Sign, TernGrad, TopK
 
-SPEC_HELP = ("none, fp16, qsgd:LEVELS[:BUCKET], terngrad[:BUCKET], topk:RATIO or "
-             "sign[:BUCKET] (e.g. qsgd:4, topk:0.01)")
+SPEC_HELP = (
+    "none, fp16, qsgd:LEVELS[:BUCKET], terngrad[:BUCKET], topk:RATIO or "
+    "sign[:BUCKET] (e.g. qsgd:4, topk:0.01)"
+)
 
 
 def parse_compression(text):

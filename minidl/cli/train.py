@@ -4,6 +4,7 @@ Exit status: 0 when the run finished, 1 for an error (one line; ``--verbose``
 shows the traceback), 2 for a bad flag, 3 when training diverged (the last
 good checkpoint is kept).
 """
+
 import argparse
 import sys
 
@@ -81,12 +82,14 @@ def parse_straggler(text):
 
 def argument_type(parse):
     """An argparse type that keeps the text and turns ``parse``'s ValueError into a usage error."""
+
     def check(text):
         try:
             parse(text)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
         return text
+
     return check
 
 
@@ -97,11 +100,18 @@ straggler = argument_type(parse_straggler)
 
 def add_data_arguments(p):
     """--data-dir and --no-verify-data, shared by train and eval."""
-    p.add_argument("--data-dir", default=None,
-                   help="the folder with the IDX files (the only one looked in when given)")
-    p.add_argument("--no-verify-data", dest="verify_data", action="store_false",
-                   help="skip the SHA-256 check that the files are the dataset's published ones "
-                        "(for files prepared on purpose)")
+    p.add_argument(
+        "--data-dir",
+        default=None,
+        help="the folder with the IDX files (the only one looked in when given)",
+    )
+    p.add_argument(
+        "--no-verify-data",
+        dest="verify_data",
+        action="store_false",
+        help="skip the SHA-256 check that the files are the dataset's published ones "
+        "(for files prepared on purpose)",
+    )
 
 
 def add_train_arguments(p):
@@ -109,76 +119,155 @@ def add_train_arguments(p):
     p.add_argument("--activation", default="relu", choices=list(models.ACTIVATIONS))
     p.add_argument("--dataset", default="fashion-mnist", choices=list(DATASETS))
     p.add_argument("--epochs", type=positive_int, default=3)
-    p.add_argument("--batch-size", type=positive_int, default=64,
-                   help="samples per step per process")
+    p.add_argument(
+        "--batch-size", type=positive_int, default=64, help="samples per step per process"
+    )
     p.add_argument("--test-batch-size", type=positive_int, default=1000)
     p.add_argument("--optimizer", default="momentum", choices=list(optim.OPTIMIZERS))
     p.add_argument("--lr", type=number(positive=True), default=0.01)
     p.add_argument("--momentum", type=number(), default=0.9, help="for momentum and nesterov")
     p.add_argument("--weight-decay", type=number(), default=0.0)
     p.add_argument("--clip-grad-norm", type=number(positive=True), default=None)
-    p.add_argument("--lr-schedule", default="constant", choices=SCHEDULES,
-                   help="step: x0.1 every third of the epochs; cosine: down to 0 at the end")
+    p.add_argument(
+        "--lr-schedule",
+        default="constant",
+        choices=SCHEDULES,
+        help="step: x0.1 every third of the epochs; cosine: down to 0 at the end",
+    )
     p.add_argument("--warmup-epochs", type=nonnegative_int, default=0)
     p.add_argument("--conv-algo", default="auto", choices=("auto",) + tuple(CONV_ALGORITHMS))
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--augment", action="store_true", help="random crop (pad 2) and flips")
-    p.add_argument("--subset", type=positive_int, default=None,
-                   help="train on the first N training images only")
+    p.add_argument(
+        "--subset",
+        type=positive_int,
+        default=None,
+        help="train on the first N training images only",
+    )
     add_data_arguments(p)
-    p.add_argument("--dtype", default="float32", choices=("float32", "float64"),
-                   help="of the weights and the arithmetic (float64: exact comparisons)")
-    p.add_argument("--deterministic", default=True, action=argparse.BooleanOptionalAction,
-                   help="the same seed gives the same bits: convolution and allreduce 'auto' "
-                        "pick by a fixed rule (--no-deterministic: by timing, which is faster "
-                        "on some machines and may differ between runs)")
-    p.add_argument("--out", default=None, help="run directory (default runs/MODEL-DATASET-TIME); "
-                   "a folder holding a run is refused unless --overwrite")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace the run in --out (its files are deleted first)")
-    p.add_argument("--resume", default=None, metavar="CKPT",
-                   help="continue from a checkpoint.npz up to --epochs, with the options it was "
-                        "trained with unless given anew")
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        choices=("float32", "float64"),
+        help="of the weights and the arithmetic (float64: exact comparisons)",
+    )
+    p.add_argument(
+        "--deterministic",
+        default=True,
+        action=argparse.BooleanOptionalAction,
+        help="the same seed gives the same bits: convolution and allreduce 'auto' "
+        "pick by a fixed rule (--no-deterministic: by timing, which is faster "
+        "on some machines and may differ between runs)",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        help="run directory (default runs/MODEL-DATASET-TIME); "
+        "a folder holding a run is refused unless --overwrite",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run in --out (its files are deleted first)",
+    )
+    p.add_argument(
+        "--resume",
+        default=None,
+        metavar="CKPT",
+        help="continue from a checkpoint.npz up to --epochs, with the options it was "
+        "trained with unless given anew",
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workers", type=positive_int, default=1,
-                   help="data-parallel processes on this machine (needs the mpi extra); "
-                        "--batch-size stays the samples per step")
-    p.add_argument("--threads", type=positive_int, default=None,
-                   help="BLAS/FFT threads (default: all cores)")
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        help="data-parallel processes on this machine (needs the mpi extra); "
+        "--batch-size stays the samples per step",
+    )
+    p.add_argument(
+        "--threads", type=positive_int, default=None, help="BLAS/FFT threads (default: all cores)"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--dist", default=None, type=dist_mode, metavar="MODE",
-                   help=f"{MODES_HELP} (start under mpiexec). sync: gradients averaged by "
-                        "allreduce; bsp/ssp:S/asp: parameter server on ranks 0..K-1, workers "
-                        "on the rest; avg:H: weights averaged every H steps; easgd: elastic "
-                        "averaging with a center on the server. The batch size is per worker")
-    p.add_argument("--servers", type=positive_int, default=1,
-                   help="parameter-server ranks (bsp, ssp, asp, easgd); the weights are "
-                        "sharded over them")
-    p.add_argument("--poll-interval", type=number(), default=DEFAULT_POLL_INTERVAL,
-                   metavar="SECONDS", help="how long servers and waiting workers (and avg:H "
-                   "ranks that reach an average early) sleep between polls; 0: blocking MPI "
-                   "waits, which busy-poll a core")
-    p.add_argument("--compress", default="none", type=compression, metavar="SPEC",
-                   help=f"gradient compression for sync, bsp, ssp and asp: {SPEC_HELP}")
-    p.add_argument("--error-feedback", default="auto", choices=("auto", "on", "off"),
-                   help="carry what compression dropped into the next step (auto: on for "
-                        "topk and sign)")
-    p.add_argument("--straggler", action="append", default=[], type=straggler,
-                   metavar="RANK:FACTOR", help="make RANK sleep (FACTOR-1) x its compute time "
-                   "after each step (repeatable)")
-    p.add_argument("--jitter", type=number(), default=0.0, metavar="SECONDS",
-                   help="every worker sleeps an exponential delay of this mean after each "
-                        "step (seeded by --seed and the rank)")
+    p.add_argument(
+        "--dist",
+        default=None,
+        type=dist_mode,
+        metavar="MODE",
+        help=f"{MODES_HELP} (start under mpiexec). sync: gradients averaged by "
+        "allreduce; bsp/ssp:S/asp: parameter server on ranks 0..K-1, workers "
+        "on the rest; avg:H: weights averaged every H steps; easgd: elastic "
+        "averaging with a center on the server. The batch size is per worker",
+    )
+    p.add_argument(
+        "--servers",
+        type=positive_int,
+        default=1,
+        help="parameter-server ranks (bsp, ssp, asp, easgd); the weights are sharded over them",
+    )
+    p.add_argument(
+        "--poll-interval",
+        type=number(),
+        default=DEFAULT_POLL_INTERVAL,
+        metavar="SECONDS",
+        help="how long servers and waiting workers (and avg:H "
+        "ranks that reach an average early) sleep between polls; 0: blocking MPI "
+        "waits, which busy-poll a core",
+    )
+    p.add_argument(
+        "--compress",
+        default="none",
+        type=compression,
+        metavar="SPEC",
+        help=f"gradient compression for sync, bsp, ssp and asp: {SPEC_HELP}",
+    )
+    p.add_argument(
+        "--error-feedback",
+        default="auto",
+        choices=("auto", "on", "off"),
+        help="carry what compression dropped into the next step (auto: on for topk and sign)",
+    )
+    p.add_argument(
+        "--straggler",
+        action="append",
+        default=[],
+        type=straggler,
+        metavar="RANK:FACTOR",
+        help="make RANK sleep (FACTOR-1) x its compute time after each step (repeatable)",
+    )
+    p.add_argument(
+        "--jitter",
+        type=number(),
+        default=0.0,
+        metavar="SECONDS",
+        help="every worker sleeps an exponential delay of this mean after each "
+        "step (seeded by --seed and the rank)",
+    )
     p.add_argument("--allreduce", default="auto", choices=("auto",) + ALLREDUCE_ALGORITHMS)
-    p.add_argument("--bucket-mb", type=number(positive=True), default=4.0,
-                   help="size of the fused gradient buffers (--dist sync)")
-    p.add_argument("--no-overlap", action="store_true",
-                   help="average gradients after backward instead of during it (--dist sync)")
-    p.add_argument("--hang-timeout", type=number(), default=300.0, metavar="SECONDS",
-                   help="under MPI, abort the job when a rank makes no progress for this long "
-                        "(a stopped or deadlocked rank); 0: never")
-    p.add_argument("--trace", action="store_true",  # perf: timeline
-                   help="write a Chrome-trace timeline (trace.json) of the run to the run directory")
+    p.add_argument(
+        "--bucket-mb",
+        type=number(positive=True),
+        default=4.0,
+        help="size of the fused gradient buffers (--dist sync)",
+    )
+    p.add_argument(
+        "--no-overlap",
+        action="store_true",
+        help="average gradients after backward instead of during it (--dist sync)",
+    )
+    p.add_argument(
+        "--hang-timeout",
+        type=number(),
+        default=300.0,
+        metavar="SECONDS",
+        help="under MPI, abort the job when a rank makes no progress for this long "
+        "(a stopped or deadlocked rank); 0: never",
+    )
+    p.add_argument(
+        "--trace",
+        action="store_true",  # perf: timeline
+        help="write a Chrome-trace timeline (trace.json) of the run to the run directory",
+    )
 
 
 class _Unset(list):
@@ -284,14 +373,16 @@ def run_eval(args):
     """Print the test accuracy and the confusion matrix of a checkpoint."""
     ckpt = load_checkpoint(args.checkpoint)
     config = ckpt.training_config()
-    test_set = DATASETS[config["dataset"]](root=args.data_dir, train=False,
-                                           verify=args.verify_data)
+    test_set = DATASETS[config["dataset"]](root=args.data_dir, train=False, verify=args.verify_data)
     model = build_model(TrainConfig.from_record(config).replace(device=args.device), test_set)
     model.load_state_dict(ckpt.model_state)
-    result = evaluate(model, DataLoader(test_set, args.batch_size), len(test_set.classes),
-                      args.device)
-    print(f"{config['model']} on {config['dataset']} (epoch {ckpt.meta['epoch']}): "
-          f"test accuracy {100 * result['acc']:.2f}% over {result['images']} images")
+    result = evaluate(
+        model, DataLoader(test_set, args.batch_size), len(test_set.classes), args.device
+    )
+    print(
+        f"{config['model']} on {config['dataset']} (epoch {ckpt.meta['epoch']}): "
+        f"test accuracy {100 * result['acc']:.2f}% over {result['images']} images"
+    )
     print(format_confusion(result["confusion"], test_set.classes))
     return 0
 
@@ -302,8 +393,10 @@ def format_confusion(confusion, classes):
     names = [c[:12] for c in classes]
     label_w = max(len(n) for n in names) + 1
     head = " " * label_w + "".join(f"{i:>{width}}" for i in range(len(names)))
-    rows = [f"{n:<{label_w}}" + "".join(f"{v:>{width}}" for v in row) + f"   {i}"
-            for i, (n, row) in enumerate(zip(names, confusion))]
+    rows = [
+        f"{n:<{label_w}}" + "".join(f"{v:>{width}}" for v in row) + f"   {i}"
+        for i, (n, row) in enumerate(zip(names, confusion))
+    ]
     recall = np.diag(confusion) / np.maximum(confusion.sum(axis=1), 1)
     rows.append("per-class accuracy: " + ", ".join(f"{100 * r:.1f}" for r in recall))
     return "\n".join(["confusion matrix (rows: true class, columns: predicted)", head] + rows)

@@ -20,17 +20,39 @@ cost up to a third of the forward pass. Every NumPy/CuPy operation treats
 them as NCHW; a following convolution reads them without a transpose, and
 ``reshape``/``flatten`` copy when they must.
 """
+
 from ..autograd import Tensor
 from .autotune import TUNER
 from .base import PASSES, Unsupported
 from .function import Conv2dFunction
 from .geometry import ConvGeometry, make_geometry
-from .registry import (ALGORITHMS, NAMES, applicable, implementation, multiplies, require,
-                       workspace_bytes)
+from .registry import (
+    ALGORITHMS,
+    NAMES,
+    applicable,
+    implementation,
+    multiplies,
+    require,
+    workspace_bytes,
+)
 
-__all__ = ["conv2d", "ALGORITHMS", "NAMES", "PASSES", "Unsupported", "ConvGeometry",
-           "make_geometry", "implementation", "applicable", "multiplies", "workspace_bytes",
-           "configure", "report", "clear_cache", "choices"]
+__all__ = [
+    "conv2d",
+    "ALGORITHMS",
+    "NAMES",
+    "PASSES",
+    "Unsupported",
+    "ConvGeometry",
+    "make_geometry",
+    "implementation",
+    "applicable",
+    "multiplies",
+    "workspace_bytes",
+    "configure",
+    "report",
+    "clear_cache",
+    "choices",
+]
 
 
 def conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1, algo="auto"):

@@ -25,6 +25,7 @@ state (im2col's columns, Winograd's transformed tiles) for backward.
 timings behind it. The candidates are the library's own algorithms
 (``registry.AUTO_CANDIDATES``); the textbook ones are never timed or picked.
 """
+
 import os
 import time
 from dataclasses import dataclass, field
@@ -44,9 +45,9 @@ class Choice:
     """The outcome of tuning one key: the winner and what every candidate measured."""
 
     algorithm: str
-    seconds: dict = field(default_factory=dict)      # name -> best measured time
-    excluded: dict = field(default_factory=dict)     # name -> why it was not a candidate
-    layers: set = field(default_factory=set)         # labels of the layers that used it
+    seconds: dict = field(default_factory=dict)  # name -> best measured time
+    excluded: dict = field(default_factory=dict)  # name -> why it was not a candidate
+    layers: set = field(default_factory=set)  # labels of the layers that used it
 
 
 DEFAULT_WORKSPACE_MB = 1024
@@ -54,7 +55,7 @@ DEFAULT_WORKSPACE_MB = 1024
 
 def _env_limit():
     mb = os.environ.get("MINIDL_CONV_WORKSPACE_MB", str(DEFAULT_WORKSPACE_MB))
-    return None if mb in ("", "none") else int(float(mb) * 2 ** 20)
+    return None if mb in ("", "none") else int(float(mb) * 2**20)
 
 
 class Autotuner:
@@ -96,14 +97,18 @@ class Autotuner:
     def _candidates(self, geom, dtype, device, pass_):
         """The applicable algorithms whose workspace fits, and why the others do not."""
         group = geom.per_group()
-        need = {impl: impl.workspace_bytes(group, pass_, dtype, device)
-                for impl in applicable(group)}
+        need = {
+            impl: impl.workspace_bytes(group, pass_, dtype, device) for impl in applicable(group)
+        }
         limit = self.workspace_limit
         fits = [impl for impl, nbytes in need.items() if limit is None or nbytes <= limit]
-        if not fits:   # nothing fits: the leanest algorithm, and say so
+        if not fits:  # nothing fits: the leanest algorithm, and say so
             fits = [min(need, key=need.get)]
-        excluded = {impl.name: f"workspace {nbytes / 2 ** 20:.1f} MB > limit"
-                    for impl, nbytes in need.items() if impl not in fits}
+        excluded = {
+            impl.name: f"workspace {nbytes / 2**20:.1f} MB > limit"
+            for impl, nbytes in need.items()
+            if impl not in fits
+        }
         return fits, excluded
 
     def _tune(self, geom, dtype, device, pass_, run):
@@ -113,8 +118,9 @@ class Autotuner:
             return Choice(rule_choice(geom.per_group(), candidates), {}, excluded)
         seconds = {}
         for impl in candidates:
-            seconds[impl.name] = self._measure(impl, run, device,
-                                               min(seconds.values(), default=None))
+            seconds[impl.name] = self._measure(
+                impl, run, device, min(seconds.values(), default=None)
+            )
         return Choice(min(seconds, key=seconds.get), seconds, excluded)
 
     def _measure(self, impl, run, device, best):
@@ -138,16 +144,23 @@ class Autotuner:
         """
         if not self.choices:
             return "conv autotuner: no convolution has run with algo='auto' yet"
-        lines = [f"conv autotuner ({'timing' if self.enabled else 'fixed rule, no timing'}; "
-                 f"workspace limit {self._limit_text()})"]
-        keys = list(self.choices) if layer_names is None else [
-            k for k in layer_names if k in self.choices]
+        lines = [
+            f"conv autotuner ({'timing' if self.enabled else 'fixed rule, no timing'}; "
+            f"workspace limit {self._limit_text()})"
+        ]
+        keys = (
+            list(self.choices)
+            if layer_names is None
+            else [k for k in layer_names if k in self.choices]
+        )
         for key in keys:
             geom, dtype, device, pass_ = key
             choice = self.choices[key]
             names = choice.layers if layer_names is None else layer_names[key]
-            lines.append(f"{geom.describe()} {dtype} {device} {pass_}: {choice.algorithm}"
-                         f"   [layers: {', '.join(sorted(names)) or '-'}]")
+            lines.append(
+                f"{geom.describe()} {dtype} {device} {pass_}: {choice.algorithm}"
+                f"   [layers: {', '.join(sorted(names)) or '-'}]"
+            )
             for name, sec in sorted(choice.seconds.items(), key=lambda item: item[1]):
                 mark = "*" if name == choice.algorithm else " "
                 lines.append(f"    {mark} {name:20s} {sec * 1e3:9.3f} ms")
@@ -156,7 +169,7 @@ class Autotuner:
         return "\n".join(lines)
 
     def _limit_text(self):
-        return "none" if self.workspace_limit is None else f"{self.workspace_limit / 2 ** 20:.1f} MB"
+        return "none" if self.workspace_limit is None else f"{self.workspace_limit / 2**20:.1f} MB"
 
 
 def rule_choice(group, candidates):

@@ -7,6 +7,7 @@ The bias is added, and its gradient summed, once for all algorithms in
 ``function.py``. ``forward(..., keep=True)`` may return state (transformed
 input or weights) that the same algorithm's backward passes reuse.
 """
+
 import numpy as np
 
 from ..chunks import chunk_length
@@ -22,7 +23,7 @@ class ConvAlgorithm:
     """Interface of one convolution algorithm; subclasses live one per file."""
 
     name = None
-    reuses = frozenset()   # backward passes that can use ``forward(..., keep=True)``'s state
+    reuses = frozenset()  # backward passes that can use ``forward(..., keep=True)``'s state
 
     def unsupported(self, geom):
         """Why this algorithm cannot compute ``geom`` (a phrase), or None when it can."""
@@ -54,6 +55,7 @@ class ConvAlgorithm:
 
         def chunk(batch, elements_per_image):
             return chunk_length(batch, elements_per_image * itemsize, gpu=device != "cpu")
+
         return itemsize * self.workspace_elements(geom, pass_, chunk)
 
     def workspace_elements(self, geom, pass_, chunk):

@@ -16,6 +16,7 @@ The gradients follow the same loop (Ben-Nun & Hoefler 2019, App. A.4):
 
 Multiplies: N*K*C*KH*KW*OH*OW (Table 6); no workspace beyond the padded input.
 """
+
 from ..backend import get_array_module
 from .base import ConvAlgorithm
 from .layout import padded_nchw, symmetric_pads
@@ -70,8 +71,9 @@ class Direct(ConvAlgorithm):
             for v in range(geom.kernel_w):
                 rows, cols = geom.window(u, v)
                 dxpad[:, :, rows, cols] += (w[:, :, u, v].T @ dy_rows).reshape(
-                    c, n, geom.out_h, geom.out_w)
-        return batch_first(dxpad[:, :, ph:ph + h, pw:pw + wd], h, wd)
+                    c, n, geom.out_h, geom.out_w
+                )
+        return batch_first(dxpad[:, :, ph : ph + h, pw : pw + wd], h, wd)
 
     def backward_weight(self, dy, x, geom, saved=None):
         xp = get_array_module(dy)
@@ -94,7 +96,8 @@ class Direct(ConvAlgorithm):
         return {  # padded input (and its channels-first copy), one tap's operands, results
             "forward": 2 * padded + inputs + 2 * outputs,
             "backward_input": padded + inputs + outputs + n * c * h * w,
-            "backward_weight": 2 * padded + inputs + outputs}[pass_]
+            "backward_weight": 2 * padded + inputs + outputs,
+        }[pass_]
 
 
 DIRECT = Direct()

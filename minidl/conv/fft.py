@@ -25,6 +25,7 @@ transpose of the kernel spectra cost 77 ms of 144 on AlexNet conv2).
 Uses scipy.fft (all cores) on CPU, cupyx.scipy.fft on GPU. Best for large
 kernels: the work does not grow with KH*KW.
 """
+
 import numpy as np
 
 from ..backend import get_array_module
@@ -36,14 +37,17 @@ def _fft_module(xp):
     """(scipy-like fft module, extra keyword arguments) for NumPy or CuPy arrays."""
     if xp is np:
         import scipy.fft
+
         return scipy.fft, {"workers": -1}
     import cupyx.scipy.fft
+
     return cupyx.scipy.fft, {}
 
 
 def fast_length(n):
     """The smallest length >= n that the FFT library computes quickly (2^a 3^b 5^c ...)."""
     import scipy.fft
+
     return scipy.fft.next_fast_len(n, real=True)
 
 
@@ -57,7 +61,7 @@ def spatial_first(a, pads=(0, 0, 0, 0)):
     view, (t, b, l, r) = crop_and_pads(a, pads)
     h, w = view.shape[2:]
     out = xp.zeros((t + h + b, l + w + r) + view.shape[:2], dtype=a.dtype)
-    out[t:t + h, l:l + w] = view.transpose(2, 3, 0, 1)
+    out[t : t + h, l : l + w] = view.transpose(2, 3, 0, 1)
     return out
 
 
@@ -95,7 +99,7 @@ def stride_one_grid(dy, geom):
         return dy
     xp = get_array_module(dy)
     out = xp.zeros(dy.shape[:2] + stride_one_size(geom), dtype=dy.dtype)
-    out[:, :, ::geom.stride[0], ::geom.stride[1]] = dy
+    out[:, :, :: geom.stride[0], :: geom.stride[1]] = dy
     return out
 
 
@@ -115,7 +119,7 @@ class FFT(ConvAlgorithm):
     """Fourier-domain convolution; any kernel size, stride (by subsampling) and dilation."""
 
     name = "fft"
-    reuses = frozenset({"backward_input", "backward_weight"})   # kernel and input spectra
+    reuses = frozenset({"backward_input", "backward_weight"})  # kernel and input spectra
 
     def _fft_size(self, geom):
         """The FFT size: a fast length >= the padded input, per axis."""
@@ -137,7 +141,7 @@ class FFT(ConvAlgorithm):
         (sh, sw) = geom.stride
         x_f = self._input_spectra(x, geom, size)
         w_c = self._conjugate_weight_spectra(w, geom, size)
-        y_f = xp.matmul(x_f, w_c.transpose(0, 2, 1))                   # (F, N, K)
+        y_f = xp.matmul(x_f, w_c.transpose(0, 2, 1))  # (F, N, K)
         y = irfft2_cropped(y_f, size, slice(0, out1[0], sh), slice(0, out1[1], sw))
         return xp.ascontiguousarray(y, dtype=x.dtype), ((x_f, w_c) if keep else None)
 
@@ -151,10 +155,11 @@ class FFT(ConvAlgorithm):
         w_c = self._conjugate_weight_spectra(w, geom, size) if saved is None else saved[1]
         dy_f = self._gradient_spectra(dy, geom, size)
         # dX = dY o FFT(w) = conj(conj(dY) o conj(FFT(w))): conjugates of batch-sized arrays only
-        dx_f = xp.matmul(xp.conj(dy_f, out=dy_f), w_c)                    # (F, N, C)
+        dx_f = xp.matmul(xp.conj(dy_f, out=dy_f), w_c)  # (F, N, C)
         ph, pw = geom.padding
-        dx = irfft2_cropped(xp.conj(dx_f, out=dx_f), size, slice(ph, ph + geom.height),
-                            slice(pw, pw + geom.width))
+        dx = irfft2_cropped(
+            xp.conj(dx_f, out=dx_f), size, slice(ph, ph + geom.height), slice(pw, pw + geom.width)
+        )
         return xp.ascontiguousarray(dx, dtype=dy.dtype)
 
     def backward_weight(self, dy, x, geom, saved=None):
@@ -162,7 +167,7 @@ class FFT(ConvAlgorithm):
         kernel, size = geom.dilated_kernel, self._fft_size(geom)
         x_f = self._input_spectra(x, geom, size) if saved is None else saved[0]
         dy_f = self._gradient_spectra(dy, geom, size)
-        dw_f = xp.matmul(xp.conj(dy_f, out=dy_f).transpose(0, 2, 1), x_f)   # (F, K, C)
+        dw_f = xp.matmul(xp.conj(dy_f, out=dy_f).transpose(0, 2, 1), x_f)  # (F, K, C)
         dh, dw = geom.dilation
         grad = irfft2_cropped(dw_f, size, slice(0, kernel[0], dh), slice(0, kernel[1], dw))
         return xp.ascontiguousarray(grad, dtype=dy.dtype)
@@ -188,7 +193,7 @@ class FFT(ConvAlgorithm):
     def saved_elements(self, geom):
         size = self._fft_size(geom)
         freqs = size[0] * (size[1] // 2 + 1)
-        return 2 * freqs * geom.in_channels * (geom.batch + geom.out_channels)   # x and w spectra
+        return 2 * freqs * geom.in_channels * (geom.batch + geom.out_channels)  # x and w spectra
 
 
 FFT_ALGORITHM = FFT()

@@ -8,6 +8,7 @@ pass). Two things are the same for every algorithm and live here once:
   K/G filters, an independent ordinary convolution;
 * bias: ``y += b`` per output channel, and ``db = sum over (n, i, j) of dy``.
 """
+
 from .. import backend
 from ..autograd import Function
 from .autotune import TUNER
@@ -32,16 +33,20 @@ def run_forward(impl, x, w, geom, keep=False):
 def run_backward_input(impl, dy, w, geom, saved=None):
     """dx for all groups."""
     group = geom.per_group()
-    parts = [impl.backward_input(dy[:, ko], w[ko], group, None if saved is None else saved[g])
-             for g, (ci, ko) in enumerate(_group_slices(geom))]
+    parts = [
+        impl.backward_input(dy[:, ko], w[ko], group, None if saved is None else saved[g])
+        for g, (ci, ko) in enumerate(_group_slices(geom))
+    ]
     return parts[0] if len(parts) == 1 else backend.get_array_module(dy).concatenate(parts, axis=1)
 
 
 def run_backward_weight(impl, dy, x, geom, saved=None):
     """dw for all groups."""
     group = geom.per_group()
-    parts = [impl.backward_weight(dy[:, ko], x[:, ci], group, None if saved is None else saved[g])
-             for g, (ci, ko) in enumerate(_group_slices(geom))]
+    parts = [
+        impl.backward_weight(dy[:, ko], x[:, ci], group, None if saved is None else saved[g])
+        for g, (ci, ko) in enumerate(_group_slices(geom))
+    ]
     return parts[0] if len(parts) == 1 else backend.get_array_module(dy).concatenate(parts, axis=0)
 
 
@@ -51,17 +56,23 @@ class Conv2dFunction(Function):
     def forward(self, x, w, b=None, *, geometry, algo="auto", label=None):
         if x.dtype != w.dtype or (b is not None and b.dtype != x.dtype):
             dtypes = (x.dtype, w.dtype) + (() if b is None else (b.dtype,))
-            raise TypeError(f"conv2d: input, weight and bias must share a dtype, got {dtypes}; "
-                            "convert with .to(dtype)")
+            raise TypeError(
+                f"conv2d: input, weight and bias must share a dtype, got {dtypes}; "
+                "convert with .to(dtype)"
+            )
         if b is not None and tuple(b.shape) != (geometry.out_channels,):
-            raise ValueError(f"conv2d: bias shape {tuple(b.shape)} does not match the "
-                             f"{geometry.out_channels} output channels of weight {tuple(w.shape)}")
+            raise ValueError(
+                f"conv2d: bias shape {tuple(b.shape)} does not match the "
+                f"{geometry.out_channels} output channels of weight {tuple(w.shape)}"
+            )
         self.geom, self.algo, self.label = geometry, algo, label
         self.device, self.dtype = backend.device_of(x), x.dtype
         need_x, need_w = (tuple(self.needs_input_grad) + (False, False))[:2]
         impl, (y, self.saved) = self._dispatch(
-            "forward", lambda i: run_forward(i, x, w, geometry, keep=self._keep(i, need_x, need_w)),
-            timed=lambda i: run_forward(i, x, w, geometry))
+            "forward",
+            lambda i: run_forward(i, x, w, geometry, keep=self._keep(i, need_x, need_w)),
+            timed=lambda i: run_forward(i, x, w, geometry),
+        )
         if b is not None:
             y += b.reshape(1, -1, 1, 1)
         self.forward_impl = impl
@@ -78,15 +89,17 @@ class Conv2dFunction(Function):
 
         dx = dw = db = None
         if need_x:
-            dx = self._dispatch("backward_input",
-                                lambda i: run_backward_input(i, dy, self.w, geom, reuse(i)))[1]
+            dx = self._dispatch(
+                "backward_input", lambda i: run_backward_input(i, dy, self.w, geom, reuse(i))
+            )[1]
         if need_w:
-            dw = self._dispatch("backward_weight",
-                                lambda i: run_backward_weight(i, dy, self.x, geom, reuse(i)))[1]
+            dw = self._dispatch(
+                "backward_weight", lambda i: run_backward_weight(i, dy, self.x, geom, reuse(i))
+            )[1]
         if need_b:
             db = dy.sum(axis=(0, 2, 3))
         self.saved = self.x = self.w = None
-        return (dx, dw, db)[:len(self.inputs)]
+        return (dx, dw, db)[: len(self.inputs)]
 
     def _dispatch(self, pass_, run, timed=None):
         """``(impl, run(impl))`` with the algorithm for this pass; ``timed(impl)`` is what
@@ -94,8 +107,7 @@ class Conv2dFunction(Function):
         if self.algo != "auto":
             impl = require(self.algo, self.geom)
         else:
-            impl = TUNER.choose(self.geom, self.dtype, self.device, pass_, timed or run,
-                                self.label)
+            impl = TUNER.choose(self.geom, self.dtype, self.device, pass_, timed or run, self.label)
         return impl, run(impl)
 
     def _keep(self, impl, need_x, need_w):
@@ -108,8 +120,11 @@ class Conv2dFunction(Function):
             return False
         for pass_, needed in (("backward_input", need_x), ("backward_weight", need_w)):
             if needed and pass_ in impl.reuses:
-                later = (require(self.algo, self.geom) if self.algo != "auto"
-                         else TUNER.known(self.geom, self.dtype, self.device, pass_))
+                later = (
+                    require(self.algo, self.geom)
+                    if self.algo != "auto"
+                    else TUNER.known(self.geom, self.dtype, self.device, pass_)
+                )
                 if later is None or later is impl:
                     return True
         return False

@@ -5,6 +5,7 @@ in Yu & Koltun 2016): ``O = floor((I + 2*p - d*(K - 1) - 1) / s) + 1`` (``output
 convolution and pooling windows alike. A ``ConvGeometry`` is hashable, so it doubles as the
 autotuner's cache key.
 """
+
 import functools
 from dataclasses import dataclass, replace
 
@@ -12,8 +13,7 @@ from ..autograd import ShapeError
 
 
 def pair(value, name, op="conv2d"):
-    """``3 -> (3, 3)``; ``(3, 5) -> (3, 5)``; anything else is an error naming ``op`` and ``name``.
-    """
+    """``3 -> (3, 3)``; ``(3, 5) -> (3, 5)``; anything else is an error naming ``op`` and ``name``."""
     if isinstance(value, int):
         return (value, value)
     try:
@@ -26,8 +26,7 @@ def pair(value, name, op="conv2d"):
 
 
 def output_size(size, kernel, stride=1, padding=0, dilation=1):
-    """Outputs of a window sliding along one axis: floor((size + 2p - d(kernel - 1) - 1) / s) + 1.
-    """
+    """Outputs of a window sliding along one axis: floor((size + 2p - d(kernel - 1) - 1) / s) + 1."""
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
 
 
@@ -36,8 +35,10 @@ def window_slices(tap, stride, dilation, out_size):
 
     Output i meets tap u at padded index i*s + u*d: indices u*d, u*d + s, ..., u*d + s*(O - 1).
     """
-    return tuple(slice(u * d, u * d + s * (o - 1) + 1, s)
-                 for u, s, d, o in zip(tap, stride, dilation, out_size))
+    return tuple(
+        slice(u * d, u * d + s * (o - 1) + 1, s)
+        for u, s, d, o in zip(tap, stride, dilation, out_size)
+    )
 
 
 @dataclass(frozen=True)
@@ -58,13 +59,15 @@ class ConvGeometry:
 
     @property
     def out_h(self):
-        return output_size(self.height, self.kernel_h, self.stride[0], self.padding[0],
-                           self.dilation[0])
+        return output_size(
+            self.height, self.kernel_h, self.stride[0], self.padding[0], self.dilation[0]
+        )
 
     @property
     def out_w(self):
-        return output_size(self.width, self.kernel_w, self.stride[1], self.padding[1],
-                           self.dilation[1])
+        return output_size(
+            self.width, self.kernel_w, self.stride[1], self.padding[1], self.dilation[1]
+        )
 
     @property
     def padded_size(self):
@@ -74,8 +77,10 @@ class ConvGeometry:
     @property
     def dilated_kernel(self):
         """(d*(KH - 1) + 1, d*(KW - 1) + 1): the rows and columns the dilated kernel spans."""
-        return (self.dilation[0] * (self.kernel_h - 1) + 1,
-                self.dilation[1] * (self.kernel_w - 1) + 1)
+        return (
+            self.dilation[0] * (self.kernel_h - 1) + 1,
+            self.dilation[1] * (self.kernel_w - 1) + 1,
+        )
 
     @property
     def input_shape(self):
@@ -99,8 +104,15 @@ class ConvGeometry:
 
     def direct_multiplies(self):
         """Multiplies of the definition, N*K*(C/g)*KH*KW*OH*OW (Ben-Nun & Hoefler 2019, Table 6)."""
-        return (self.batch * self.out_channels * (self.in_channels // self.groups)
-                * self.kernel_h * self.kernel_w * self.out_h * self.out_w)
+        return (
+            self.batch
+            * self.out_channels
+            * (self.in_channels // self.groups)
+            * self.kernel_h
+            * self.kernel_w
+            * self.out_h
+            * self.out_w
+        )
 
     def describe(self):
         """A short human-readable form, e.g. ``16x64x56x56 * 64x64x3x3 s1 p1``."""
@@ -122,33 +134,46 @@ def make_geometry(x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1):
     if len(x_shape) != 4:
         raise ShapeError(f"conv2d: input must be 4-D (N, C, H, W), got shape {tuple(x_shape)}")
     if len(w_shape) != 4:
-        raise ShapeError("conv2d: weight must be 4-D (out, in/groups, kh, kw), "
-                         f"got shape {tuple(w_shape)}")
+        raise ShapeError(
+            f"conv2d: weight must be 4-D (out, in/groups, kh, kw), got shape {tuple(w_shape)}"
+        )
     stride, padding = pair(stride, "stride"), pair(padding, "padding")
     dilation = pair(dilation, "dilation")
     if not isinstance(groups, int) or groups < 1:
         raise ValueError(f"conv2d: groups must be a positive int, not {groups!r}")
     if min(stride) < 1 or min(dilation) < 1 or min(padding) < 0:
-        raise ValueError(f"conv2d: stride {stride} and dilation {dilation} must be >= 1 "
-                         f"and padding {padding} >= 0")
+        raise ValueError(
+            f"conv2d: stride {stride} and dilation {dilation} must be >= 1 "
+            f"and padding {padding} >= 0"
+        )
     n, c, h, w = (int(v) for v in x_shape)
     k, cg, kh, kw = (int(v) for v in w_shape)
     if cg * groups != c:
-        raise ShapeError(f"conv2d: weight {tuple(w_shape)} expects {cg}*groups={cg * groups} input "
-                         f"channels but the input {tuple(x_shape)} has {c}; "
-                         f"use a weight of shape ({k}, {c // groups}, {kh}, {kw})")
+        raise ShapeError(
+            f"conv2d: weight {tuple(w_shape)} expects {cg}*groups={cg * groups} input "
+            f"channels but the input {tuple(x_shape)} has {c}; "
+            f"use a weight of shape ({k}, {c // groups}, {kh}, {kw})"
+        )
     if k % groups:
-        raise ShapeError(f"conv2d: out_channels {k} of weight {tuple(w_shape)} is not divisible "
-                         f"by groups={groups}")
+        raise ShapeError(
+            f"conv2d: out_channels {k} of weight {tuple(w_shape)} is not divisible "
+            f"by groups={groups}"
+        )
     geom = ConvGeometry(n, c, h, w, k, kh, kw, stride, padding, dilation, groups)
     if geom.out_h < 1 or geom.out_w < 1:
-        raise ShapeError(f"conv2d: input {tuple(x_shape)} padded by {padding} is smaller than the "
-                         f"dilated kernel {tuple(w_shape)} (dilation {dilation}); "
-                         "use a larger input or more padding")
+        raise ShapeError(
+            f"conv2d: input {tuple(x_shape)} padded by {padding} is smaller than the "
+            f"dilated kernel {tuple(w_shape)} (dilation {dilation}); "
+            "use a larger input or more padding"
+        )
     return geom
 
 
 @functools.lru_cache(maxsize=1024)
 def _per_group(geom):
-    return replace(geom, in_channels=geom.in_channels // geom.groups,
-                   out_channels=geom.out_channels // geom.groups, groups=1)
+    return replace(
+        geom,
+        in_channels=geom.in_channels // geom.groups,
+        out_channels=geom.out_channels // geom.groups,
+        groups=1,
+    )

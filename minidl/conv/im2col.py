@@ -26,6 +26,7 @@ The batch runs in chunks (``minidl/chunks.py``) so that a chunk's columns are st
 in cache for its GEMM; ``keep=True`` keeps every chunk's columns for the
 weight gradient. Multiplies: N*K*C*KH*KW*OH*OW, as direct (Table 6).
 """
+
 from dataclasses import replace
 
 from ..backend import get_array_module
@@ -62,11 +63,12 @@ def columns(x, geom, buffer, last):
     """
     n = x.shape[0]
     xpad = padded_nhwc(x, symmetric_pads(geom), batch_last=last)
-    view = nhwc_windows(xpad, (geom.kernel_h, geom.kernel_w), (geom.out_h, geom.out_w),
-                        geom.stride, geom.dilation)
+    view = nhwc_windows(
+        xpad, (geom.kernel_h, geom.kernel_w), (geom.out_h, geom.out_w), geom.stride, geom.dilation
+    )
     size = n * geom.out_h * geom.out_w * _row_length(geom)
     if last:
-        view = view.transpose(3, 4, 0, 1, 2, 5)                 # (u, v, c, i, j, n)
+        view = view.transpose(3, 4, 0, 1, 2, 5)  # (u, v, c, i, j, n)
     out = buffer[:size].reshape(view.shape)
     out[...] = view
     return out.reshape(_row_length(geom), -1) if last else out.reshape(-1, _row_length(geom)).T
@@ -101,14 +103,16 @@ def _row_length(geom):
 
 
 def _chunks(geom, like):
-    return batch_chunks(geom.batch, geom.out_h * geom.out_w * _row_length(geom) * like.itemsize, like)
+    return batch_chunks(
+        geom.batch, geom.out_h * geom.out_w * _row_length(geom) * like.itemsize, like
+    )
 
 
 class Im2col(ConvAlgorithm):
     """Unroll + GEMM; supports every stride, padding, dilation and kernel size."""
 
     name = "im2col"
-    reuses = frozenset({"backward_weight"})   # the column matrices
+    reuses = frozenset({"backward_weight"})  # the column matrices
 
     def forward(self, x, w, geom, keep=False):
         """y in NHWC memory (an NCHW view) for channel-innermost A, NCHW for batch-innermost."""
@@ -116,14 +120,14 @@ class Im2col(ConvAlgorithm):
         n, k, p = geom.batch, geom.out_channels, geom.out_h * geom.out_w
         f = weight_matrix(w)
         parts = _chunks(geom, x)
-        last = batch_innermost(geom, parts[0].stop)     # one layout for every chunk
+        last = batch_innermost(geom, parts[0].stop)  # one layout for every chunk
         per_image = p * _row_length(geom)
         buffer = xp.empty((n if keep else parts[0].stop) * per_image, dtype=x.dtype)
-        saved = []                                  # (part, A) pairs
-        if last:   # B = F A, columns (i, j, n): y is batch-innermost in memory, an NCHW view
+        saved = []  # (part, A) pairs
+        if last:  # B = F A, columns (i, j, n): y is batch-innermost in memory, an NCHW view
             y = xp.empty((k, p, n), dtype=x.dtype)
             for part in parts:
-                a = columns(x[part], geom, buffer[part.start * per_image if keep else 0:], last)
+                a = columns(x[part], geom, buffer[part.start * per_image if keep else 0 :], last)
                 b = y.reshape(k, -1) if len(parts) == 1 else xp.empty((k, a.shape[1]), x.dtype)
                 for cols in column_blocks(a.shape[1], k, _row_length(geom)):
                     xp.matmul(f, a[:, cols], out=b[:, cols])
@@ -133,11 +137,11 @@ class Im2col(ConvAlgorithm):
             y = y.reshape(k, geom.out_h, geom.out_w, n).transpose(3, 0, 1, 2)
             return y, (saved if keep else None)
         f_t = f.T.copy()
-        y = xp.empty((n * p, k), dtype=x.dtype)      # B^T = A^T F^T, rows (n, i, j): NHWC
+        y = xp.empty((n * p, k), dtype=x.dtype)  # B^T = A^T F^T, rows (n, i, j): NHWC
         for part in parts:
-            a = columns(x[part], geom, buffer[part.start * per_image if keep else 0:], last)
-            xp.matmul(a.T, f_t, out=y[part.start * p:part.stop * p])
-        if keep:   # the chunks' NHWC columns are consecutive: one matrix, one GEMM later
+            a = columns(x[part], geom, buffer[part.start * per_image if keep else 0 :], last)
+            xp.matmul(a.T, f_t, out=y[part.start * p : part.stop * p])
+        if keep:  # the chunks' NHWC columns are consecutive: one matrix, one GEMM later
             saved = [(slice(0, n), buffer.reshape(n * p, -1).T)]
         y = y.reshape(n, geom.out_h, geom.out_w, k).transpose(0, 3, 1, 2)
         return y, (saved if keep else None)
@@ -146,13 +150,13 @@ class Im2col(ConvAlgorithm):
         xp = get_array_module(dy)
         k, r, p = geom.out_channels, _row_length(geom), geom.out_h * geom.out_w
         parts = _chunks(geom, dy)
-        last = batch_innermost(geom, parts[0].stop)     # the forward's layout
+        last = batch_innermost(geom, parts[0].stop)  # the forward's layout
         scratch = None
         # dF^T = A dB^T (R x K): OpenBLAS runs this orientation ~1.7x faster than
         # dF = dB A^T when the shared dimension (the positions) is long
         dw_t = xp.zeros((r, k), dtype=dy.dtype)
         dy_rows = None if last else nhwc_rows(dy)
-        for part, a in (saved or [(part, None) for part in parts]):
+        for part, a in saved or [(part, None) for part in parts]:
             if a is None:
                 if scratch is None:
                     scratch = xp.empty(_columns_size(geom, part), dtype=dy.dtype)
@@ -161,8 +165,8 @@ class Im2col(ConvAlgorithm):
                 db = output_rows(dy[part])
                 for cols in column_blocks(a.shape[1], k, r):
                     dw_t += a[:, cols] @ db[:, cols].T
-            else:                                   # dB^T = dy in NHWC rows
-                dw_t += a @ dy_rows[part.start * p:part.stop * p]
+            else:  # dB^T = dy in NHWC rows
+                dw_t += a @ dy_rows[part.start * p : part.stop * p]
         shape = (geom.kernel_h, geom.kernel_w, geom.in_channels)
         return xp.ascontiguousarray(dw_t.reshape(shape + (k,)).transpose(3, 2, 0, 1))
 
@@ -174,28 +178,40 @@ class Im2col(ConvAlgorithm):
         forward pass (one gather, no scatter-adds); used when its column
         matrix (H*W*K per image) is not larger than col2im's (OH*OW*C).
         """
-        if geom.stride == (1, 1) and (geom.height * geom.width * geom.out_channels
-                                      <= geom.out_h * geom.out_w * geom.in_channels):
-            return self.forward(dy, w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3),
-                                transposed_geometry(geom))[0]
+        if geom.stride == (1, 1) and (
+            geom.height * geom.width * geom.out_channels
+            <= geom.out_h * geom.out_w * geom.in_channels
+        ):
+            return self.forward(
+                dy, w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3), transposed_geometry(geom)
+            )[0]
         xp = get_array_module(dy)
         f = weight_matrix(w)
         p = geom.out_h * geom.out_w
         parts = _chunks(geom, dy)
-        if batch_innermost(geom, parts[0].stop, scatter=True):   # dx batch-innermost in memory
+        if batch_innermost(geom, parts[0].stop, scatter=True):  # dx batch-innermost in memory
             dx = xp.empty(geom.input_shape[1:] + (geom.batch,), dtype=dy.dtype)
             for part in parts:
-                acc = col2im((f.T @ output_rows(dy[part])).reshape(
-                    geom.kernel_h, geom.kernel_w, geom.in_channels, geom.out_h, geom.out_w, -1),
-                    geom, batch_last=True)
+                acc = col2im(
+                    (f.T @ output_rows(dy[part])).reshape(
+                        geom.kernel_h, geom.kernel_w, geom.in_channels, geom.out_h, geom.out_w, -1
+                    ),
+                    geom,
+                    batch_last=True,
+                )
                 dx[..., part] = crop_padding(acc, geom)
             return dx.transpose(3, 0, 1, 2)
         dy_rows = nhwc_rows(dy)
         acc = xp.empty((geom.batch,) + geom.padded_size + (geom.in_channels,), dtype=dy.dtype)
-        for part in parts:                          # dA^T = dB^T F, rows (n, i, j)
-            da_t = dy_rows[part.start * p:part.stop * p] @ f
-            col2im(da_t.reshape(-1, geom.out_h, geom.out_w, geom.kernel_h, geom.kernel_w,
-                                geom.in_channels).transpose(3, 4, 0, 1, 2, 5), geom, out=acc[part])
+        for part in parts:  # dA^T = dB^T F, rows (n, i, j)
+            da_t = dy_rows[part.start * p : part.stop * p] @ f
+            col2im(
+                da_t.reshape(
+                    -1, geom.out_h, geom.out_w, geom.kernel_h, geom.kernel_w, geom.in_channels
+                ).transpose(3, 4, 0, 1, 2, 5),
+                geom,
+                out=acc[part],
+            )
         return crop_padding(acc, geom).transpose(0, 3, 1, 2)
 
     def multiplies(self, geom):
@@ -204,13 +220,15 @@ class Im2col(ConvAlgorithm):
     def workspace_elements(self, geom, pass_, chunk):
         n, c, h, w = geom.input_shape
         p = geom.out_h * geom.out_w
-        images = chunk(n, p * _row_length(geom))            # as ``_chunks`` splits the batch
+        images = chunk(n, p * _row_length(geom))  # as ``_chunks`` splits the batch
         padded = images * c * geom.padded_size[0] * geom.padded_size[1]
-        cols = images * p * _row_length(geom)              # one chunk of columns
-        outputs = 2 * images * geom.out_channels * p       # GEMM result before its NCHW copy
-        extra = {"forward": outputs,
-                 "backward_weight": outputs + geom.out_channels * _row_length(geom),
-                 "backward_input": outputs + cols + images * c * h * w}[pass_]   # dA + col2im
+        cols = images * p * _row_length(geom)  # one chunk of columns
+        outputs = 2 * images * geom.out_channels * p  # GEMM result before its NCHW copy
+        extra = {
+            "forward": outputs,
+            "backward_weight": outputs + geom.out_channels * _row_length(geom),
+            "backward_input": outputs + cols + images * c * h * w,
+        }[pass_]  # dA + col2im
         return padded + cols + extra + geom.out_channels * _row_length(geom)
 
     def saved_elements(self, geom):
@@ -223,9 +241,14 @@ def transposed_geometry(geom):
     Its padding d*(KH-1) - p may be negative (the padded input is then cropped).
     """
     (dh, dw), (ph, pw) = geom.dilation, geom.padding
-    return replace(geom, in_channels=geom.out_channels, out_channels=geom.in_channels,
-                   height=geom.out_h, width=geom.out_w,
-                   padding=(dh * (geom.kernel_h - 1) - ph, dw * (geom.kernel_w - 1) - pw))
+    return replace(
+        geom,
+        in_channels=geom.out_channels,
+        out_channels=geom.in_channels,
+        height=geom.out_h,
+        width=geom.out_w,
+        padding=(dh * (geom.kernel_h - 1) - ph, dw * (geom.kernel_w - 1) - pw),
+    )
 
 
 def _columns_size(geom, part):
@@ -243,8 +266,9 @@ def col2im(blocks, geom, batch_last=False, out=None):
     """
     xp = get_array_module(blocks)
     if out is None:
-        out = xp.empty((blocks.shape[2],) + geom.padded_size + (blocks.shape[5],),
-                       dtype=blocks.dtype)
+        out = xp.empty(
+            (blocks.shape[2],) + geom.padded_size + (blocks.shape[5],), dtype=blocks.dtype
+        )
     out[...] = 0
     for u in range(geom.kernel_h):
         for v in range(geom.kernel_w):
@@ -256,7 +280,7 @@ def col2im(blocks, geom, batch_last=False, out=None):
 def crop_padding(acc, geom):
     """The unpadded (A, H, W, B) view of a padded accumulator."""
     ph, pw = geom.padding
-    return acc[:, ph:ph + geom.height, pw:pw + geom.width]
+    return acc[:, ph : ph + geom.height, pw : pw + geom.width]
 
 
 IM2COL = Im2col()

@@ -6,6 +6,7 @@ the im2col gather ~6x faster than the channel-outermost order on this
 machine (notes: machine-baselines §8). For few channels and many small
 images, the batch innermost (CHWN) gives longer runs still.
 """
+
 from ..backend import get_array_module
 
 
@@ -19,7 +20,7 @@ def crop_and_pads(x, pads):
     """Split (top, bottom, left, right) pads into a cropped NCHW view and non-negative pads."""
     top, bottom, left, right = pads
     h, w = x.shape[2], x.shape[3]
-    view = x[:, :, max(-top, 0):h - max(-bottom, 0), max(-left, 0):w - max(-right, 0)]
+    view = x[:, :, max(-top, 0) : h - max(-bottom, 0), max(-left, 0) : w - max(-right, 0)]
     return view, tuple(max(p, 0) for p in pads)
 
 
@@ -27,9 +28,9 @@ def _zero_borders(out, t, b, l, r):
     """Zero the padding frame of an NHWC array whose interior is about to be written."""
     h, w = out.shape[1], out.shape[2]
     out[:, :t] = 0
-    out[:, h - b:] = 0
-    out[:, t:h - b, :l] = 0
-    out[:, t:h - b, w - r:] = 0
+    out[:, h - b :] = 0
+    out[:, t : h - b, :l] = 0
+    out[:, t : h - b, w - r :] = 0
 
 
 def padded_nhwc(x, pads, batch_last=False):
@@ -43,7 +44,7 @@ def padded_nhwc(x, pads, batch_last=False):
     outer, inner = (c, n) if batch_last else (n, c)
     out = xp.empty((outer, t + h + b, l + w + r, inner), dtype=x.dtype)
     _zero_borders(out, t, b, l, r)
-    out[:, t:t + h, l:l + w] = view.transpose((1, 2, 3, 0) if batch_last else (0, 2, 3, 1))
+    out[:, t : t + h, l : l + w] = view.transpose((1, 2, 3, 0) if batch_last else (0, 2, 3, 1))
     return out
 
 
@@ -64,8 +65,11 @@ def nhwc_windows(xpad, kernel, out_size, stride, dilation):
     """
     sn, sh, sw, sc = xpad.strides
     n, c = xpad.shape[0], xpad.shape[3]
-    return as_strided(xpad, (n, out_size[0], out_size[1], kernel[0], kernel[1], c),
-                      (sn, stride[0] * sh, stride[1] * sw, dilation[0] * sh, dilation[1] * sw, sc))
+    return as_strided(
+        xpad,
+        (n, out_size[0], out_size[1], kernel[0], kernel[1], c),
+        (sn, stride[0] * sh, stride[1] * sw, dilation[0] * sh, dilation[1] * sw, sc),
+    )
 
 
 def nhwc_rows(a):

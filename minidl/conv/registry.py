@@ -15,6 +15,7 @@ only by name: the textbook versions of ``minidl/reference/conv/``
 (``"im2col_reference"``...) register themselves when ``minidl.reference`` is
 imported, so a student's exercise never runs in ``auto``.
 """
+
 from .base import Unsupported
 from .direct import DIRECT
 from .fft import FFT_ALGORITHM
@@ -26,7 +27,7 @@ DEFAULT_WINOGRAD = WINOGRAD_F4X4_3X3.name
 ALIASES = {"winograd": DEFAULT_WINOGRAD}
 _LIBRARY = (DIRECT, IM2COL, FFT_ALGORITHM, WINOGRAD_F2X2_3X3, WINOGRAD_F4X4_3X3)
 AUTO_CANDIDATES = tuple(impl.name for impl in _LIBRARY)
-IMPLEMENTATIONS = {impl.name: impl for impl in _LIBRARY}   # name -> algorithm; grows by register
+IMPLEMENTATIONS = {impl.name: impl for impl in _LIBRARY}  # name -> algorithm; grows by register
 NAMES = ["auto", *ALGORITHMS, *(n for n in AUTO_CANDIDATES if n not in ALGORITHMS)]
 
 
@@ -35,8 +36,10 @@ def register(*algorithms):
     for impl in algorithms:
         known = IMPLEMENTATIONS.get(impl.name)
         if known is not None and known is not impl:
-            raise ValueError(f"conv2d: algorithm name {impl.name!r} is taken by {known!r}; "
-                             "register it under another name")
+            raise ValueError(
+                f"conv2d: algorithm name {impl.name!r} is taken by {known!r}; "
+                "register it under another name"
+            )
         if known is None:
             IMPLEMENTATIONS[impl.name] = impl
             NAMES.append(impl.name)
@@ -46,16 +49,21 @@ def implementation(name):
     """The algorithm object for a name or alias; unknown names list the valid ones."""
     name = ALIASES.get(name, name)
     if name not in IMPLEMENTATIONS:
-        raise ValueError(f"conv2d: unknown algo {name!r}; choose one of {tuple(NAMES)} "
-                         "(the textbook '*_reference' algorithms are registered by "
-                         "'import minidl.reference')")
+        raise ValueError(
+            f"conv2d: unknown algo {name!r}; choose one of {tuple(NAMES)} "
+            "(the textbook '*_reference' algorithms are registered by "
+            "'import minidl.reference')"
+        )
     return IMPLEMENTATIONS[name]
 
 
 def applicable(geom):
     """The implementations ``auto`` may choose that can compute ``geom`` (per-group geometry)."""
-    return [IMPLEMENTATIONS[name] for name in AUTO_CANDIDATES
-            if IMPLEMENTATIONS[name].unsupported(geom) is None]
+    return [
+        IMPLEMENTATIONS[name]
+        for name in AUTO_CANDIDATES
+        if IMPLEMENTATIONS[name].unsupported(geom) is None
+    ]
 
 
 def require(name, geom):
@@ -63,18 +71,21 @@ def require(name, geom):
     impl = implementation(name)
     reason = impl.unsupported(geom.per_group())
     if reason is not None:
-        others = [n for n in ALGORITHMS
-                  if implementation(n).unsupported(geom.per_group()) is None]
-        raise Unsupported(f"conv2d (algo={name!r}): {reason} for {geom.describe()}; "
-                          f"use {word_list([repr(n) for n in others])}")
+        others = [n for n in ALGORITHMS if implementation(n).unsupported(geom.per_group()) is None]
+        raise Unsupported(
+            f"conv2d (algo={name!r}): {reason} for {geom.describe()}; "
+            f"use {word_list([repr(n) for n in others])}"
+        )
     return impl
 
 
 def multiplies(name, geom):
     """Forward-pass multiplies of algorithm ``name`` for ``geom``, all groups, by stage and
     their ``"total"``."""
-    counts = {stage: count * geom.groups
-              for stage, count in implementation(name).multiplies(geom.per_group()).items()}
+    counts = {
+        stage: count * geom.groups
+        for stage, count in implementation(name).multiplies(geom.per_group()).items()
+    }
     return {**counts, "total": sum(counts.values())}
 
 

@@ -10,6 +10,7 @@ stride disappears. AlexNet's 11x11 stride-4 conv1 turns into a 3x3 stride-1
 convolution over 48 channels, which Winograd F(4x4, 3x3) computes with about
 3x fewer multiplies than the direct 11x11 one (the zero taps cost 12^2/11^2).
 """
+
 from dataclasses import replace
 
 from ..intmath import ceil_div
@@ -25,9 +26,16 @@ def phase_geometry(geom):
     """The stride-1 problem on the phases: s*s*C channels of (OH + q - 1) x (OW + q - 1)."""
     (sh, sw), kh, kw = geom.stride, geom.kernel_h, geom.kernel_w
     qh, qw = phase_taps(kh, sh), phase_taps(kw, sw)
-    return replace(geom, in_channels=geom.in_channels * sh * sw,
-                   height=geom.out_h + qh - 1, width=geom.out_w + qw - 1,
-                   kernel_h=qh, kernel_w=qw, stride=(1, 1), padding=(0, 0))
+    return replace(
+        geom,
+        in_channels=geom.in_channels * sh * sw,
+        height=geom.out_h + qh - 1,
+        width=geom.out_w + qw - 1,
+        kernel_h=qh,
+        kernel_w=qw,
+        stride=(1, 1),
+        padding=(0, 0),
+    )
 
 
 def space_to_depth(x, geom):
@@ -39,7 +47,7 @@ def space_to_depth(x, geom):
     (sh, sw), (ph, pw) = geom.stride, geom.padding
     hq, wq = inner.height, inner.width
     n, c, h, w = x.shape
-    xpad = padded_nchw(x, (ph, sh * hq - h - ph, pw, sw * wq - w - pw))   # exactly s*H' x s*W'
+    xpad = padded_nchw(x, (ph, sh * hq - h - ph, pw, sw * wq - w - pw))  # exactly s*H' x s*W'
     phases = xpad.reshape(n, c, hq, sh, wq, sw).transpose(0, 2, 4, 3, 5, 1).copy()
     return phases.reshape(n, hq, wq, -1).transpose(0, 3, 1, 2)
 
@@ -51,8 +59,9 @@ def depth_to_space(dphases, geom):
     n, c = dphases.shape[0], geom.in_channels
     grid = dphases.reshape(n, sh, sw, c, inner.height, inner.width).transpose(0, 3, 4, 1, 5, 2)
     grid = grid.reshape(n, c, sh * inner.height, sw * inner.width)
-    return padded_nchw(grid, (-ph, ph + geom.height - grid.shape[2],
-                              -pw, pw + geom.width - grid.shape[3])).copy()
+    return padded_nchw(
+        grid, (-ph, ph + geom.height - grid.shape[2], -pw, pw + geom.width - grid.shape[3])
+    ).copy()
 
 
 def kernel_to_depth(w, geom):
@@ -70,4 +79,4 @@ def kernel_from_depth(dw_phases, geom):
     k, c = dw_phases.shape[0], geom.in_channels
     full = dw_phases.reshape(k, sh, sw, c, qh, qw).transpose(0, 3, 4, 1, 5, 2)
     full = full.reshape(k, c, sh * qh, sw * qw)
-    return full[:, :, :geom.kernel_h, :geom.kernel_w].copy()
+    return full[:, :, : geom.kernel_h, : geom.kernel_w].copy()

@@ -36,6 +36,7 @@ components have 3x3 taps (ceil(K/s) = 3, e.g. AlexNet's 11x11 at stride 4),
 which ``space_to_depth`` turns into a stride-1 3x3 convolution over s*s*C
 channels; dilation 1 only.
 """
+
 from fractions import Fraction
 
 import numpy as np
@@ -45,19 +46,41 @@ from ..chunks import batch_chunks
 from ..intmath import ceil_div
 from .base import ConvAlgorithm
 from .layout import as_strided, padded_nhwc
-from .space_to_depth import (depth_to_space, kernel_from_depth, kernel_to_depth, phase_geometry,
-                             phase_taps, space_to_depth)
+from .space_to_depth import (
+    depth_to_space,
+    kernel_from_depth,
+    kernel_to_depth,
+    phase_geometry,
+    phase_taps,
+    space_to_depth,
+)
 
 _F = Fraction
 _MATRICES = {  # m: (B^T, G, A^T), exact
-    2: ([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
+    2: (
+        [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
         [[1, 0, 0], [_F(1, 2), _F(1, 2), _F(1, 2)], [_F(1, 2), _F(-1, 2), _F(1, 2)], [0, 0, 1]],
-        [[1, 1, 1, 0], [0, 1, -1, -1]]),
-    4: ([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
-         [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]],
-        [[_F(1, 4), 0, 0], [_F(-1, 6), _F(-1, 6), _F(-1, 6)], [_F(-1, 6), _F(1, 6), _F(-1, 6)],
-         [_F(1, 24), _F(1, 12), _F(1, 6)], [_F(1, 24), _F(-1, 12), _F(1, 6)], [0, 0, 1]],
-        [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]]),
+        [[1, 1, 1, 0], [0, 1, -1, -1]],
+    ),
+    4: (
+        [
+            [4, 0, -5, 0, 1, 0],
+            [0, -4, -4, 1, 1, 0],
+            [0, 4, -4, -1, 1, 0],
+            [0, -2, -1, 2, 1, 0],
+            [0, 2, -1, -2, 1, 0],
+            [0, 4, 0, -5, 0, 1],
+        ],
+        [
+            [_F(1, 4), 0, 0],
+            [_F(-1, 6), _F(-1, 6), _F(-1, 6)],
+            [_F(-1, 6), _F(1, 6), _F(-1, 6)],
+            [_F(1, 24), _F(1, 12), _F(1, 6)],
+            [_F(1, 24), _F(-1, 12), _F(1, 6)],
+            [0, 0, 1],
+        ],
+        [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
+    ),
 }
 
 
@@ -101,10 +124,11 @@ def _transform_input_chunk(x, pads, tiles, m, out):
     """
     xp = get_array_module(x)
     alpha, (th, tw), c = m + 2, tiles, x.shape[1]
-    xpad = padded_nhwc(x, pads)                        # (n, m*th + 2, m*tw + 2, C)
+    xpad = padded_nhwc(x, pads)  # (n, m*th + 2, m*tw + 2, C)
     sn, sh, sw, sc = xpad.strides
-    view = as_strided(xpad, (alpha, alpha, xpad.shape[0], th, tw, c),
-                      (sh, sw, sn, m * sh, m * sw, sc))
+    view = as_strided(
+        xpad, (alpha, alpha, xpad.shape[0], th, tw, c), (sh, sw, sn, m * sh, m * sw, sc)
+    )
     d = xp.empty(view.shape, dtype=x.dtype)
     d[...] = view
     xp.matmul(_kron_matrices(m, x.dtype, xp)[0], d.reshape(alpha * alpha, -1), out=out)
@@ -162,8 +186,8 @@ def winograd_correlation(x, w, pads, out_hw, m, keep=False):
     v = transform_input(x, _full_tile_pads(pads, x.shape[2:], (th, tw), m), (th, tw), m)
     a2 = v.shape[0]
     z = xp.matmul(v.reshape(a2, n * th * tw, -1), transform_weight(w, m).transpose(0, 2, 1))
-    z = z.reshape(a2, n, th * tw, k)                                  # (alpha^2, N, T, K)
-    y = xp.empty((n, m * th, m * tw, k), dtype=x.dtype)               # NHWC, whole tiles
+    z = z.reshape(a2, n, th * tw, k)  # (alpha^2, N, T, K)
+    y = xp.empty((n, m * th, m * tw, k), dtype=x.dtype)  # NHWC, whole tiles
     for part in batch_chunks(n, tile_elements(m, th * tw, k) * x.itemsize, x):
         _output_chunk(z[:, part], (th, tw), m, y[part])
     return y[:, :oh, :ow].transpose(0, 3, 1, 2), (v if keep else None)
@@ -177,7 +201,7 @@ def _output_gradient_chunk(dy, tiles, m, out):
     xp = get_array_module(dy)
     (th, tw), (n, k, oh, ow) = tiles, dy.shape
     if (oh, ow) == (m * th, m * tw):
-        block = dy.transpose(0, 2, 3, 1)                   # NHWC view, no copy
+        block = dy.transpose(0, 2, 3, 1)  # NHWC view, no copy
     else:
         block = padded_nhwc(dy, (0, m * th - oh, 0, m * tw - ow))
     gathered = xp.empty((m, m, n, th, tw, k), dtype=dy.dtype)
@@ -188,7 +212,7 @@ def _output_gradient_chunk(dy, tiles, m, out):
 class Winograd(ConvAlgorithm):
     """Winograd F(m x m, 3 x 3): 3x3 kernels at stride 1 (or 3 taps per stride phase), any padding."""
 
-    reuses = frozenset({"backward_weight"})   # the transformed input tiles V
+    reuses = frozenset({"backward_weight"})  # the transformed input tiles V
 
     def __init__(self, m):
         self.m = m
@@ -203,8 +227,10 @@ class Winograd(ConvAlgorithm):
             return None
         if geom.stride == (1, 1):
             return f"a {kh}x{kw} kernel is not supported (3x3 only at stride 1)"
-        return (f"stride {geom.stride} is not supported for a {kh}x{kw} kernel (3x3 at stride 1, "
-                "or a strided kernel with 3 taps per phase, ceil(K/s) = 3, e.g. 11x11 at stride 4)")
+        return (
+            f"stride {geom.stride} is not supported for a {kh}x{kw} kernel (3x3 at stride 1, "
+            "or a strided kernel with 3 taps per phase, ceil(K/s) = 3, e.g. 11x11 at stride 4)"
+        )
 
     def _pads(self, geom):
         ph, pw = geom.padding
@@ -212,8 +238,9 @@ class Winograd(ConvAlgorithm):
 
     def forward(self, x, w, geom, keep=False):
         if geom.stride != (1, 1):
-            return self.forward(space_to_depth(x, geom), kernel_to_depth(w, geom),
-                                phase_geometry(geom), keep)
+            return self.forward(
+                space_to_depth(x, geom), kernel_to_depth(w, geom), phase_geometry(geom), keep
+            )
         return winograd_correlation(x, w, self._pads(geom), (geom.out_h, geom.out_w), self.m, keep)
 
     def backward_input(self, dy, w, geom, saved=None):
@@ -228,19 +255,22 @@ class Winograd(ConvAlgorithm):
     def backward_weight(self, dy, x, geom, saved=None):
         if geom.stride != (1, 1):
             phases = None if saved is not None else space_to_depth(x, geom)
-            return kernel_from_depth(self.backward_weight(dy, phases, phase_geometry(geom), saved), geom)
+            return kernel_from_depth(
+                self.backward_weight(dy, phases, phase_geometry(geom), saved), geom
+            )
         xp = get_array_module(dy)
-        m, a2 = self.m, self.alpha ** 2
+        m, a2 = self.m, self.alpha**2
         n, k, oh, ow = dy.shape
         th, tw = tile_counts(oh, ow, m)
         if saved is None:
             pads = _full_tile_pads(self._pads(geom), (geom.height, geom.width), (th, tw), m)
             saved = transform_input(x, pads, (th, tw), m)
-        dz = xp.empty((a2, n, th * tw, k), dtype=dy.dtype)        # A dY A^T per output tile
+        dz = xp.empty((a2, n, th * tw, k), dtype=dy.dtype)  # A dY A^T per output tile
         for part in batch_chunks(n, tile_elements(self.alpha, th * tw, k) * dy.itemsize, dy):
             _output_gradient_chunk(dy[part], (th, tw), m, dz[:, part].reshape(a2, -1))
-        du = xp.matmul(dz.reshape(a2, n * th * tw, k).transpose(0, 2, 1),
-                       saved.reshape(a2, n * th * tw, -1))                  # (alpha^2, K, C)
+        du = xp.matmul(
+            dz.reshape(a2, n * th * tw, k).transpose(0, 2, 1), saved.reshape(a2, n * th * tw, -1)
+        )  # (alpha^2, K, C)
         kron_g = _kron_matrices(m, dy.dtype, xp)[1]
         dw = (kron_g.T @ du.reshape(a2, -1)).reshape(3, 3, k, -1)
         return xp.ascontiguousarray(dw.transpose(2, 3, 0, 1))
@@ -252,10 +282,12 @@ class Winograd(ConvAlgorithm):
         th, tw = tile_counts(geom.out_h, geom.out_w, m)
         p = geom.batch * th * tw
         k, c = geom.out_channels, geom.in_channels
-        return {"elementwise": a * a * k * c * p,          # the alpha^2 batched GEMMs
-                "input_transform": a ** 4 * c * p,         # dense Kronecker GEMM per tile
-                "weight_transform": a * a * 9 * k * c,
-                "output_transform": m * m * a * a * k * p}
+        return {
+            "elementwise": a * a * k * c * p,  # the alpha^2 batched GEMMs
+            "input_transform": a**4 * c * p,  # dense Kronecker GEMM per tile
+            "weight_transform": a * a * 9 * k * c,
+            "output_transform": m * m * a * a * k * p,
+        }
 
     def workspace_elements(self, geom, pass_, chunk):
         """The peak of the kernel's arrays minus the pass's result (see ``_correlation_peak``)."""
@@ -265,7 +297,7 @@ class Winograd(ConvAlgorithm):
         if pass_ == "forward":
             out_hw, result = (geom.out_h, geom.out_w), n * k * geom.out_h * geom.out_w
             return self._correlation_peak(n, c, k, out_hw, chunk) - result
-        if pass_ == "backward_input":    # a correlation of dy (K channels) giving H x W
+        if pass_ == "backward_input":  # a correlation of dy (K channels) giving H x W
             result = n * c * geom.height * geom.width
             return self._correlation_peak(n, k, c, (geom.height, geom.width), chunk) - result
         return self._weight_gradient_peak(geom, chunk) - 9 * k * c
@@ -288,9 +320,11 @@ class Winograd(ConvAlgorithm):
         t = tiles[0] * tiles[1]
         v, z = n * tile_elements(alpha, t, c), n * tile_elements(alpha, t, k)
         per_image = tile_elements(m, t, k)
-        return max(self._input_transform_peak(n, c, tiles, chunk),
-                   v + alpha ** 2 * k * c + max(9 * k * c, z),
-                   v + z + (n + chunk(n, per_image)) * per_image)
+        return max(
+            self._input_transform_peak(n, c, tiles, chunk),
+            v + alpha**2 * k * c + max(9 * k * c, z),
+            v + z + (n + chunk(n, per_image)) * per_image,
+        )
 
     def _weight_gradient_peak(self, geom, chunk):
         """Peak elements of ``backward_weight`` at stride 1, its result (9KC) included.
@@ -304,8 +338,11 @@ class Winograd(ConvAlgorithm):
         v, dz = n * tile_elements(alpha, t, c), n * tile_elements(alpha, t, k)
         copies = 1 if (geom.out_h, geom.out_w) == (m * tiles[0], m * tiles[1]) else 2
         gathered = copies * tile_elements(m, t, k) * chunk(n, tile_elements(alpha, t, k))
-        return max(self._input_transform_peak(n, c, tiles, chunk), v + dz + gathered,
-                   v + dz + alpha ** 2 * k * c + 2 * 9 * k * c)
+        return max(
+            self._input_transform_peak(n, c, tiles, chunk),
+            v + dz + gathered,
+            v + dz + alpha**2 * k * c + 2 * 9 * k * c,
+        )
 
     def _phases_workspace(self, geom, pass_, chunk):
         """Workspace of a strided pass: the stride-1 pass on the phases, plus the phases of x
@@ -314,10 +351,10 @@ class Winograd(ConvAlgorithm):
         phases = inner.batch * inner.in_channels * inner.height * inner.width
         kernel = inner.out_channels * inner.in_channels * 9
         inner_workspace = self.workspace_elements(inner, pass_, chunk)
-        if pass_ == "forward":           # the phases' output is the output
+        if pass_ == "forward":  # the phases' output is the output
             y = geom.batch * geom.out_channels * geom.out_h * geom.out_w
             return max(2 * phases - y, phases + 2 * kernel - y, phases + kernel + inner_workspace)
-        if pass_ == "backward_input":    # the phases of dx, then dx through a padded copy
+        if pass_ == "backward_input":  # the phases of dx, then dx through a padded copy
             dx = geom.batch * geom.in_channels * geom.height * geom.width
             return max(2 * kernel - dx, kernel + inner_workspace + phases - dx, 2 * phases + dx)
         dw = geom.out_channels * geom.in_channels * geom.kernel_h * geom.kernel_w

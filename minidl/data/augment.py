@@ -27,7 +27,7 @@ def pad_batch(x, padding, fill=0.0):
     xp = get_array_module(x)
     n, c, h, w = x.shape
     out = xp.full((n, c, h + 2 * padding, w + 2 * padding), fill, dtype=x.dtype)
-    out[:, :, padding:padding + h, padding:padding + w] = x
+    out[:, :, padding : padding + h, padding : padding + w] = x
     return out
 
 
@@ -52,7 +52,7 @@ class CenterCrop:
         if self.size > min(h, w):
             raise ValueError(f"CenterCrop({self.size}): images are only {h}x{w}")
         top, left = (h - self.size) // 2, (w - self.size) // 2
-        return x[..., top:top + self.size, left:left + self.size].copy(), y
+        return x[..., top : top + self.size, left : left + self.size].copy(), y
 
 
 class RandomCrop:
@@ -70,11 +70,14 @@ class RandomCrop:
         padded = pad_batch(x, self.padding, self.fill) if self.padding else x
         n, _, h, w = padded.shape
         if self.size > min(h, w):
-            raise ValueError(f"RandomCrop({self.size}, padding={self.padding}): padded "
-                             f"images are only {h}x{w}")
+            raise ValueError(
+                f"RandomCrop({self.size}, padding={self.padding}): padded images are only {h}x{w}"
+            )
         top = xp.asarray(rng.integers(0, h - self.size + 1, size=n))
         left = xp.asarray(rng.integers(0, w - self.size + 1, size=n))
-        windows = xp.lib.stride_tricks.sliding_window_view(padded, (self.size, self.size), axis=(2, 3))
+        windows = xp.lib.stride_tricks.sliding_window_view(
+            padded, (self.size, self.size), axis=(2, 3)
+        )
         # windows[i, :, top, left] is image i's window: shape (n, c, size, size)
         return xp.ascontiguousarray(windows[xp.arange(n), :, top, left]), y
 

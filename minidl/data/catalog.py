@@ -3,6 +3,7 @@
 One ``DatasetSpec`` per dataset feeds the file lookup (``locate.py``), the
 downloader (``download.py``), the dataset classes and the ``minidl data`` CLI.
 """
+
 from dataclasses import dataclass
 
 SPLITS = ("train", "test")
@@ -12,16 +13,16 @@ SPLITS = ("train", "test")
 class DatasetSpec:
     """A dataset of four IDX files: train/test images and labels."""
 
-    name: str             # the CLI name and the cache folder name
-    title: str            # how messages spell it
-    files: dict           # split -> (images file, labels file), gzip names
-    sha256: dict          # file name -> SHA-256 of the published .gz file
-    raw_sha256: dict      # file name -> SHA-256 of its uncompressed content (where known)
-    base_url: str         # files are fetched from base_url + file name
-    mean: float           # of x/255 over the training set
+    name: str  # the CLI name and the cache folder name
+    title: str  # how messages spell it
+    files: dict  # split -> (images file, labels file), gzip names
+    sha256: dict  # file name -> SHA-256 of the published .gz file
+    raw_sha256: dict  # file name -> SHA-256 of its uncompressed content (where known)
+    base_url: str  # files are fetched from base_url + file name
+    mean: float  # of x/255 over the training set
     std: float
     classes: tuple
-    debian_dirs: tuple = ()     # folders a Debian package installs the files to
+    debian_dirs: tuple = ()  # folders a Debian package installs the files to
     debian_package: str = ""
 
     def split_files(self, split):
@@ -62,8 +63,18 @@ FASHION_MNIST = DatasetSpec(
     base_url="http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
     mean=0.2860,
     std=0.3530,
-    classes=("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-             "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"),
+    classes=(
+        "T-shirt/top",
+        "Trouser",
+        "Pullover",
+        "Dress",
+        "Coat",
+        "Sandal",
+        "Shirt",
+        "Sneaker",
+        "Bag",
+        "Ankle boot",
+    ),
     debian_dirs=("/usr/share/datasets/fashion-mnist",),
     debian_package="dataset-fashion-mnist",
 )

@@ -6,12 +6,14 @@ training images have mean ~0 and std ~1); labels are int64. The decoded files
 are kept per process (keyed by path, inode, size and modification time), so
 building a dataset a second time skips the gunzip (~0.6 s -> ~0.1 s here).
 """
+
 import functools
 import os
 
 import numpy as np
 
-from .catalog import FASHION_MNIST, MNIST as MNIST_SPEC
+from .catalog import FASHION_MNIST
+from .catalog import MNIST as MNIST_SPEC
 from .download import download as download_files
 from .idx import load_idx
 from .locate import DatasetNotFoundError, find_file, locate
@@ -96,21 +98,30 @@ class IDXImageDataset(ArrayDataset):
                 verify_file(self.spec, name, path)
         raw_images, raw_labels = load_cached(image_file), load_cached(label_file)
         self._check(raw_images, raw_labels, image_file, label_file)
-        super().__init__(normalize(raw_images, self.spec.mean, self.spec.std),
-                         raw_labels.astype(np.int64), self.spec.classes)
+        super().__init__(
+            normalize(raw_images, self.spec.mean, self.spec.std),
+            raw_labels.astype(np.int64),
+            self.spec.classes,
+        )
         self.root, self.train = folder, train
         self.mean, self.std = self.spec.mean, self.spec.std
 
     def _check(self, images, labels, image_file, label_file):
         if images.ndim != 3 or images.dtype != np.uint8:
-            raise ValueError(f"{image_file}: expected uint8 images of shape (N, H, W), "
-                             f"found {images.dtype} {images.shape}")
+            raise ValueError(
+                f"{image_file}: expected uint8 images of shape (N, H, W), "
+                f"found {images.dtype} {images.shape}"
+            )
         if labels.ndim != 1 or labels.dtype != np.uint8 or len(labels) != len(images):
-            raise ValueError(f"{label_file}: expected {len(images)} uint8 labels to match "
-                             f"{image_file}, found {labels.dtype} {labels.shape}")
+            raise ValueError(
+                f"{label_file}: expected {len(images)} uint8 labels to match "
+                f"{image_file}, found {labels.dtype} {labels.shape}"
+            )
         if labels.size and labels.max() >= len(self.spec.classes):
-            raise ValueError(f"{label_file}: label {labels.max()} out of range for "
-                             f"{len(self.spec.classes)} classes")
+            raise ValueError(
+                f"{label_file}: label {labels.max()} out of range for "
+                f"{len(self.spec.classes)} classes"
+            )
 
     def __repr__(self):
         split = "train" if self.train else "test"

@@ -6,6 +6,7 @@ the folder never holds a partial or wrong file. The base URL can be pointed
 at a mirror with ``base_url=`` or ``$MINIDL_DATA_URL`` (a ``{name}`` in it is
 replaced by the dataset name, e.g. ``https://mirror.example/{name}/``).
 """
+
 import hashlib
 import http.client
 import os
@@ -52,19 +53,23 @@ def fetch_verified(url, target, sha256, timeout=60):
                 received += len(chunk)
             promised = response.headers.get("Content-Length")
             if promised is not None and int(promised) != received:
-                raise DownloadError(f"{url}: connection lost after {received} of {promised} "
-                                    "bytes; nothing was saved, try again")
+                raise DownloadError(
+                    f"{url}: connection lost after {received} of {promised} "
+                    "bytes; nothing was saved, try again"
+                )
             if digest.hexdigest() != sha256:
                 raise DownloadError(
                     f"{url}: SHA-256 mismatch: expected {sha256}, got {digest.hexdigest()}; "
-                    "the file was not saved (a damaged download or a wrong mirror)")
+                    "the file was not saved (a damaged download or a wrong mirror)"
+                )
     except DownloadError:
         raise
     except urllib.error.HTTPError as exc:
         raise DownloadError(f"{url}: HTTP error {exc.code} {exc.reason}") from exc
     except urllib.error.URLError as exc:
-        raise DownloadError(f"{url}: cannot connect ({exc.reason}); are you online? "
-                            f"set {URL_ENV} to use a mirror") from exc
+        raise DownloadError(
+            f"{url}: cannot connect ({exc.reason}); are you online? set {URL_ENV} to use a mirror"
+        ) from exc
     except (OSError, http.client.HTTPException) as exc:  # a reset, a timeout, a short read
         raise DownloadError(f"{url}: download failed ({exc!r}); nothing was saved") from exc
 
@@ -85,8 +90,10 @@ def download(name, directory=None, base_url=None, checksums=None, timeout=60, lo
     base = resolve_base_url(spec, base_url)
     for file_name in spec.all_files():
         if file_name not in checksums:
-            raise DownloadError(f"{spec.title}: no SHA-256 known for {file_name}; refusing "
-                                "to download it unverified")
+            raise DownloadError(
+                f"{spec.title}: no SHA-256 known for {file_name}; refusing "
+                "to download it unverified"
+            )
         target = directory / file_name
         if target.is_file() and file_sha256(target) == checksums[file_name]:
             log(f"{target}: present, SHA-256 ok")

@@ -6,6 +6,7 @@ dimensions ``ndim``; then ``ndim`` uint32 sizes; then the elements in C order.
 A gzip-compressed file is recognised by its two magic bytes ``1f 8b``, not by
 its name, so a renamed file still loads.
 """
+
 import gzip
 import math
 import os
@@ -49,8 +50,9 @@ def read_idx_bytes(path):
     try:
         return gzip.decompress(data), True
     except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
-        raise IDXError(path, f"corrupt gzip stream ({exc}); delete the file and "
-                             "get it again") from exc
+        raise IDXError(
+            path, f"corrupt gzip stream ({exc}); delete the file and get it again"
+        ) from exc
 
 
 def parse_idx(data, path="<bytes>", gunzipped=False):
@@ -63,25 +65,34 @@ def parse_idx(data, path="<bytes>", gunzipped=False):
         raise IDXError(path, f"truncated: the 4-byte header needs 4 bytes, {found}")
     zero, code, ndim = struct.unpack(">HBB", data[:4])
     if zero != 0:
-        raise IDXError(path, f"wrong magic number 0x{data[:4].hex()}: an IDX file starts "
-                             "with two zero bytes (is it an IDX file?)")
+        raise IDXError(
+            path,
+            f"wrong magic number 0x{data[:4].hex()}: an IDX file starts "
+            "with two zero bytes (is it an IDX file?)",
+        )
     if code not in TYPE_CODES:
-        raise IDXError(path, f"unknown element type code 0x{code:02X} "
-                             f"(known codes: {_KNOWN})")
+        raise IDXError(path, f"unknown element type code 0x{code:02X} (known codes: {_KNOWN})")
     header = 4 + 4 * ndim
     if len(data) < header:
-        raise IDXError(path, f"truncated: the header of {ndim} dimensions needs {header} "
-                             f"bytes, {found}")
+        raise IDXError(
+            path, f"truncated: the header of {ndim} dimensions needs {header} bytes, {found}"
+        )
     shape = struct.unpack(f">{ndim}I", data[4:header])
     dtype = TYPE_CODES[code]
     expected = header + math.prod(shape) * dtype.itemsize
     if len(data) < expected:
-        raise IDXError(path, f"truncated: shape {shape} of {dtype.newbyteorder('=').name} "
-                             f"needs {expected} bytes, {found}")
+        raise IDXError(
+            path,
+            f"truncated: shape {shape} of {dtype.newbyteorder('=').name} "
+            f"needs {expected} bytes, {found}",
+        )
     if len(data) > expected:
-        raise IDXError(path, f"{len(data) - expected} bytes of trailing data after the "
-                             f"{expected} bytes that shape {shape} needs (wrong size or "
-                             "a damaged file)")
+        raise IDXError(
+            path,
+            f"{len(data) - expected} bytes of trailing data after the "
+            f"{expected} bytes that shape {shape} needs (wrong size or "
+            "a damaged file)",
+        )
     flat = np.frombuffer(data, dtype=dtype, offset=header)
     return flat.astype(dtype.newbyteorder("="), copy=True).reshape(shape)
 
@@ -103,11 +114,15 @@ def idx_bytes(array):
     array = np.asarray(array)
     code = _CODE_OF_KIND.get((array.dtype.kind, array.dtype.itemsize))
     if code is None:
-        raise ValueError(f"save_idx: dtype {array.dtype} has no IDX type code; convert "
-                         f"the array to one of: {_KNOWN}")
+        raise ValueError(
+            f"save_idx: dtype {array.dtype} has no IDX type code; convert "
+            f"the array to one of: {_KNOWN}"
+        )
     if array.ndim > 255 or any(size >= 2**32 for size in array.shape):
-        raise ValueError(f"save_idx: shape {array.shape} does not fit IDX (at most 255 "
-                         "dimensions, each below 2**32)")
+        raise ValueError(
+            f"save_idx: shape {array.shape} does not fit IDX (at most 255 "
+            "dimensions, each below 2**32)"
+        )
     header = struct.pack(f">HBB{array.ndim}I", 0, code, array.ndim, *array.shape)
     return header + np.ascontiguousarray(array, dtype=TYPE_CODES[code]).tobytes()
 

@@ -12,6 +12,7 @@ the last global batch holds fewer samples than there are ranks, some ranks get
 an empty batch (shape ``(0, 1, 28, 28)``) for that step: they still take the
 step, so collectives stay matched.
 """
+
 import math
 
 import numpy as np
@@ -29,17 +30,29 @@ class DataLoader:
     Each batch is a new array: keeping one across steps is safe.
     """
 
-    def __init__(self, dataset, batch_size, shuffle=False, seed=0, drop_last=False,
-                 rank=0, world_size=1, transform=None):
+    def __init__(
+        self,
+        dataset,
+        batch_size,
+        shuffle=False,
+        seed=0,
+        drop_last=False,
+        rank=0,
+        world_size=1,
+        transform=None,
+    ):
         if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"DataLoader: batch_size must be a positive integer, "
-                             f"got {batch_size!r}")
+            raise ValueError(
+                f"DataLoader: batch_size must be a positive integer, got {batch_size!r}"
+            )
         if not isinstance(world_size, (int, np.integer)) or world_size < 1:
-            raise ValueError(f"DataLoader: world_size must be a positive integer, "
-                             f"got {world_size!r}")
+            raise ValueError(
+                f"DataLoader: world_size must be a positive integer, got {world_size!r}"
+            )
         if not 0 <= rank < world_size:
-            raise ValueError(f"DataLoader: rank {rank} is outside 0..{world_size - 1} "
-                             f"(world_size={world_size})")
+            raise ValueError(
+                f"DataLoader: rank {rank} is outside 0..{world_size - 1} (world_size={world_size})"
+            )
         self.dataset = dataset
         self.batch_size, self.shuffle, self.seed = int(batch_size), bool(shuffle), int(seed)
         self.drop_last, self.rank, self.world_size = bool(drop_last), int(rank), int(world_size)
@@ -76,8 +89,10 @@ class DataLoader:
         """The dataset indices of each step of ``epoch`` for this rank (a list of arrays)."""
         order = self.epoch_order(epoch)
         g = self.global_batch
-        return [np.array_split(order[step * g:(step + 1) * g], self.world_size)[self.rank]
-                for step in range(len(self))]
+        return [
+            np.array_split(order[step * g : (step + 1) * g], self.world_size)[self.rank]
+            for step in range(len(self))
+        ]
 
     def __iter__(self):
         epoch = self.epoch
@@ -101,9 +116,13 @@ def _arrays_of(dataset):
     """The dataset's images (float32, C-contiguous) and labels (int64)."""
     images, labels = getattr(dataset, "images", None), getattr(dataset, "labels", None)
     if images is None or labels is None:
-        raise TypeError(f"DataLoader: {type(dataset).__name__} has no .images/.labels arrays; "
-                        "wrap your arrays in minidl.data.ArrayDataset(images, labels)")
+        raise TypeError(
+            f"DataLoader: {type(dataset).__name__} has no .images/.labels arrays; "
+            "wrap your arrays in minidl.data.ArrayDataset(images, labels)"
+        )
     if len(images) != len(labels):
         raise ValueError(f"DataLoader: {len(images)} images but {len(labels)} labels")
-    return (np.ascontiguousarray(images, dtype=np.float32),
-            np.ascontiguousarray(labels, dtype=np.int64))
+    return (
+        np.ascontiguousarray(images, dtype=np.float32),
+        np.ascontiguousarray(labels, dtype=np.int64),
+    )

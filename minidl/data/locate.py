@@ -8,6 +8,7 @@ name appended (``DIR`` and ``DIR/fashion-mnist``). A file counts in either
 form, gzip (``train-images-idx3-ubyte.gz``) or uncompressed
 (``train-images-idx3-ubyte``).
 """
+
 import os
 from pathlib import Path
 
@@ -62,8 +63,10 @@ def locate(spec, root=None, split=None):
         elif not folder.is_dir():
             report.append(f"  {folder} ({source}): no such folder")
         elif missing := [name for name in names if find_file(folder, name) is None]:
-            report.append(f"  {folder} ({source}): missing "
-                          + ", ".join(f"{name[:-3]}[.gz]" for name in missing))
+            report.append(
+                f"  {folder} ({source}): missing "
+                + ", ".join(f"{name[:-3]}[.gz]" for name in missing)
+            )
         else:
             return folder
     raise DatasetNotFoundError(_not_found_message(spec, split, names, report, root))
@@ -73,14 +76,27 @@ def _not_found_message(spec, split, names, report, root=None):
     what = f"{spec.title} ({split} split)" if split else spec.title
     wanted = ", ".join(f"{name[:-3]}[.gz]" for name in names)
     if root:
-        return "\n".join([f"{what} not found in --data-dir {root}: looked for {wanted} in:",
-                          *report, f"Pass the folder that holds the files, or leave out "
-                          f"--data-dir to use $MINIDL_DATA, the cache or "
-                          f"'minidl data download {spec.name}'"])
+        return "\n".join(
+            [
+                f"{what} not found in --data-dir {root}: looked for {wanted} in:",
+                *report,
+                f"Pass the folder that holds the files, or leave out "
+                f"--data-dir to use $MINIDL_DATA, the cache or "
+                f"'minidl data download {spec.name}'",
+            ]
+        )
     fixes = []
     if spec.debian_package:
         fixes.append(f"  Debian/Ubuntu, as root: apt-get install {spec.debian_package}")
-    fixes += [f"  online: minidl data download {spec.name}  (or download=True in Python)",
-              f"  files elsewhere: pass --data-dir DIR (root=DIR in Python) or set {DATA_ENV}=DIR"]
-    return "\n".join([f"{what} not found: looked for {wanted} in:", *report,
-                      "Get the data one of these ways:", *fixes])
+    fixes += [
+        f"  online: minidl data download {spec.name}  (or download=True in Python)",
+        f"  files elsewhere: pass --data-dir DIR (root=DIR in Python) or set {DATA_ENV}=DIR",
+    ]
+    return "\n".join(
+        [
+            f"{what} not found: looked for {wanted} in:",
+            *report,
+            "Get the data one of these ways:",
+            *fixes,
+        ]
+    )

@@ -11,6 +11,7 @@ for files prepared by hand). Uncompressed files of a dataset whose
 uncompressed values are not recorded are only checked not to be another
 dataset's.
 """
+
 import functools
 import os
 
@@ -61,11 +62,13 @@ def verify_file(spec, gz_name, path):
         raise DatasetMismatchError(
             f"{path} is {other.title}'s {other_name[:-3]}, not {spec.title}'s {gz_name[:-3]}: "
             f"pass the folder that holds {spec.title} (--data-dir), or train on "
-            f"--dataset {other.name}")
+            f"--dataset {other.name}"
+        )
     if expected is None:
         return  # an uncompressed file whose published content is not recorded
     raise DatasetMismatchError(
         f"{path} is not the published {spec.title} file (SHA-256 {digest[:16]}..., expected "
         f"{expected[:16]}...): it is damaged or another dataset's. Delete it and run "
         f"'minidl data download {spec.name}', or, for files prepared on purpose, "
-        "pass --no-verify-data (verify=False in code)")
+        "pass --no-verify-data (verify=False in code)"
+    )

@@ -8,6 +8,7 @@ is imported by ``init()``, not by ``import minidl.dist``.
 ``compression.py``; ``make_session`` runs the other consistency models
 (bsp, ssp:S, asp, avg:H, easgd; see ``consistency.py``).
 """
+
 from minidl.dist.collectives import ALLREDUCE_ALGORITHMS
 from minidl.dist.comm import Communicator, Request, init
 from minidl.dist.compressed import CompressedOptimizer
@@ -18,6 +19,17 @@ from minidl.dist.data_parallel import DistributedOptimizer
 from minidl.dist.fit import fit
 from minidl.dist.replicas import NonFiniteGradientError
 
-__all__ = ["ALLREDUCE_ALGORITHMS", "Communicator", "CompressedOptimizer", "DistConfig", "DistMode",
-           "DistributedOptimizer", "GradientEncoder", "NonFiniteGradientError", "Request", "fit",
-           "init", "make_session"]
+__all__ = [
+    "ALLREDUCE_ALGORITHMS",
+    "Communicator",
+    "CompressedOptimizer",
+    "DistConfig",
+    "DistMode",
+    "DistributedOptimizer",
+    "GradientEncoder",
+    "NonFiniteGradientError",
+    "Request",
+    "fit",
+    "init",
+    "make_session",
+]

@@ -20,6 +20,7 @@ alpha = eta rho in the paper's notation; it suggests beta = n alpha ~ 0.9.
 Here the exchange follows the local update of every tau-th step. Evaluation
 and checkpoints use the center.
 """
+
 import time
 
 import numpy as np
@@ -56,8 +57,15 @@ class ModelAveraging(_LocalSteps):
     in the allreduce itself, busy-polling a core).
     """
 
-    def __init__(self, optimizer, comm, period, params=None, algorithm="auto",
-                 poll_interval=DEFAULT_POLL_INTERVAL):
+    def __init__(
+        self,
+        optimizer,
+        comm,
+        period,
+        params=None,
+        algorithm="auto",
+        poll_interval=DEFAULT_POLL_INTERVAL,
+    ):
         super().__init__(optimizer, optimizer.params if params is None else params)
         if int(period) < 1:
             raise ValueError(f"avg:H: the period H must be >= 1, got {period}")

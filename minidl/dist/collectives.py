@@ -35,6 +35,7 @@ into a block-sized buffer and reading it back from memory; copies go in
 segments too, which MPICH's shared-memory transport moves faster than one
 huge message.
 """
+
 import numpy as np
 
 from minidl import backend
@@ -92,7 +93,7 @@ class Exchange:
 
     def _move(self, out, dest, part, source, add):
         """One segment: send ``out`` (may be empty) while receiving ``part`` (may be empty)."""
-        into = self.tmp[:part.size] if add else part
+        into = self.tmp[: part.size] if add else part
         self._ready()
         if out.size and part.size:
             self.comm.Sendrecv(out, dest, 0, into, source, 0)
@@ -113,8 +114,9 @@ class Exchange:
         """
         step = self.segment
         for start in range(0, max(send_view.size, recv_view.size), step):
-            self._move(send_view[start:start + step], dest,
-                       recv_view[start:start + step], source, add)
+            self._move(
+                send_view[start : start + step], dest, recv_view[start : start + step], source, add
+            )
 
     def reduce_then_forward(self, send_view, target, forward_into, dest, source, divide_by):
         """The last reduce step fused with the first copy step, segment by segment.
@@ -126,10 +128,10 @@ class Exchange:
         """
         step = self.segment
         for start in range(0, max(send_view.size, target.size, forward_into.size), step):
-            part = target[start:start + step]
-            self._move(send_view[start:start + step], dest, part, source, add=True)
+            part = target[start : start + step]
+            self._move(send_view[start : start + step], dest, part, source, add=True)
             divide_in_place(part, divide_by)
-            self._move(part, dest, forward_into[start:start + step], source, add=False)
+            self._move(part, dest, forward_into[start : start + step], source, add=False)
 
     def send(self, view, dest):
         self.sendrecv(view, dest, self.nothing, None)
@@ -181,7 +183,7 @@ def ring(comm, x, ex, divide_by=None):
 
     def block(i):
         i %= size
-        return x[bounds[i]:bounds[i + 1]]
+        return x[bounds[i] : bounds[i + 1]]
 
     right, left = (rank + 1) % size, (rank - 1) % size
     for step in range(size - 2):
@@ -254,16 +256,22 @@ def rabenseifner(comm, x, ex, divide_by=None):
             keep, give = ((mid, hi), (lo, mid)) if rank & distance else ((lo, mid), (mid, hi))
             halvings.append((partner, lo, hi))
             if distance > 1:
-                ex.sendrecv(x[give[0]:give[1]], partner, x[keep[0]:keep[1]], partner, add=True)
+                ex.sendrecv(x[give[0] : give[1]], partner, x[keep[0] : keep[1]], partner, add=True)
             else:  # the last halving and the first doubling pair the same ranks
-                ex.reduce_then_forward(x[give[0]:give[1]], x[keep[0]:keep[1]],
-                                       x[give[0]:give[1]], partner, partner, divide_by)
+                ex.reduce_then_forward(
+                    x[give[0] : give[1]],
+                    x[keep[0] : keep[1]],
+                    x[give[0] : give[1]],
+                    partner,
+                    partner,
+                    divide_by,
+                )
             lo, hi = keep
             distance >>= 1
         _, lo, hi = halvings.pop()  # the fused step already gathered the last halving
         for partner, parent_lo, parent_hi in reversed(halvings):
             other = (parent_lo, lo) if lo > parent_lo else (hi, parent_hi)
-            ex.sendrecv(x[lo:hi], partner, x[other[0]:other[1]], partner)
+            ex.sendrecv(x[lo:hi], partner, x[other[0] : other[1]], partner)
             lo, hi = parent_lo, parent_hi
     _fold_out(ex, x, rank, size, p2)
 
@@ -271,13 +279,19 @@ def rabenseifner(comm, x, ex, divide_by=None):
 def mpi_native(comm, x, ex, divide_by=None):
     """The MPI library's ``Allreduce`` with ``MPI_IN_PLACE`` (its own algorithm choice)."""
     from mpi4py import MPI
+
     ex._ready()
     comm.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM)
     divide_in_place(x, divide_by)
 
 
-_IMPLEMENTATIONS = {"mpi": mpi_native, "ring": ring, "butterfly": butterfly,
-                    "tree": tree, "rabenseifner": rabenseifner}
+_IMPLEMENTATIONS = {
+    "mpi": mpi_native,
+    "ring": ring,
+    "butterfly": butterfly,
+    "tree": tree,
+    "rabenseifner": rabenseifner,
+}
 
 
 class PointToPoint:
@@ -320,8 +334,10 @@ def register_reference(name, function):
     its algorithms when it is imported.
     """
     if not name.endswith("_reference"):
-        raise ValueError(f"register_reference: {name!r} must end in '_reference' (the tuned "
-                         "algorithms own the plain names)")
+        raise ValueError(
+            f"register_reference: {name!r} must end in '_reference' (the tuned "
+            "algorithms own the plain names)"
+        )
     REFERENCE_ALGORITHMS[name] = function
 
 
@@ -329,10 +345,15 @@ def check_algorithm(algorithm, allow_auto=True):
     """Return ``algorithm`` if known, else raise an error that lists the choices."""
     choices = ALLREDUCE_ALGORITHMS + tuple(REFERENCE_ALGORITHMS) + (("auto",) if allow_auto else ())
     if algorithm not in choices:
-        unregistered = ("; to run a textbook algorithm, `import minidl.reference` first "
-                        "(which registers them)" if str(algorithm).endswith("_reference") else "")
-        raise ValueError(f"allreduce: unknown algorithm {algorithm!r}; "
-                         f"choose one of {', '.join(choices)}{unregistered}")
+        unregistered = (
+            "; to run a textbook algorithm, `import minidl.reference` first (which registers them)"
+            if str(algorithm).endswith("_reference")
+            else ""
+        )
+        raise ValueError(
+            f"allreduce: unknown algorithm {algorithm!r}; "
+            f"choose one of {', '.join(choices)}{unregistered}"
+        )
     return algorithm
 
 

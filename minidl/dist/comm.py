@@ -10,6 +10,7 @@ This module is minidl's one door to MPI: the rest of ``minidl.dist``
 buffer MPI works on for a GPU array, ``collectives.py`` the allreduce
 algorithms, and ``minidl.perf.allreduce_cost`` the pick of ``"auto"``.
 """
+
 import concurrent.futures
 import time
 
@@ -57,10 +58,13 @@ def _check_reduction(array, op):
         raise ValueError(
             f"allreduce works in place on C-contiguous numeric arrays, got dtype {array.dtype}"
             f" (contiguous={array.flags.c_contiguous}); reduce y = np.ascontiguousarray(x) and"
-            " copy it back")
+            " copy it back"
+        )
     if op == "mean" and array.dtype.kind not in "fc":
-        raise ValueError(f"allreduce(op='mean') needs a float array, got {array.dtype}; "
-                         "use op='sum' and divide, or cast to a float dtype")
+        raise ValueError(
+            f"allreduce(op='mean') needs a float array, got {array.dtype}; "
+            "use op='sum' and divide, or cast to a float dtype"
+        )
     return op == "mean"
 
 
@@ -130,8 +134,10 @@ class Request:
         if self._done:
             return
         if self._handle is None:
-            raise ValueError("Request.cancel: this request runs on minidl's background thread "
-                             "(a hand-written iallreduce) and cannot be withdrawn; wait() for it")
+            raise ValueError(
+                "Request.cancel: this request runs on minidl's background thread "
+                "(a hand-written iallreduce) and cannot be withdrawn; wait() for it"
+            )
         self._handle.Cancel()
         self._complete()
 
@@ -141,9 +147,11 @@ def _requests(what, requests):
     requests = list(requests)
     for request in requests:
         if not isinstance(request, Request):
-            raise TypeError(f"Communicator.{what}: expected minidl Requests (what isend, irecv, "
-                            f"ibarrier and iallreduce return), got {type(request).__name__}; "
-                            "start the operation through the Communicator")
+            raise TypeError(
+                f"Communicator.{what}: expected minidl Requests (what isend, irecv, "
+                f"ibarrier and iallreduce return), got {type(request).__name__}; "
+                "start the operation through the Communicator"
+            )
     return requests
 
 
@@ -210,9 +218,11 @@ class Communicator:
         if out is None:
             out = backend.get_array_module(array).empty((self.size,) + array.shape, array.dtype)
         if out.shape != (self.size,) + array.shape or out.dtype != array.dtype:
-            raise ValueError(f"allgather: out must have shape {(self.size,) + array.shape} and "
-                             f"dtype {array.dtype} (one row per rank), got {out.shape} {out.dtype};"
-                             " pass out=None to have it made")
+            raise ValueError(
+                f"allgather: out must have shape {(self.size,) + array.shape} and "
+                f"dtype {array.dtype} (one row per rank), got {out.shape} {out.dtype};"
+                " pass out=None to have it made"
+            )
         buffer = self._staging.incoming(out)
         self._collective.Allgather(self._staging.outgoing(array), buffer)
         self._staging.copy_back(out, buffer)
@@ -264,15 +274,18 @@ class Communicator:
             def finish():
                 collectives.divide_in_place(buffer, divide_by)
                 self._staging.copy_back(array, buffer)
+
             return Request.of_mpi(array, request, finish)
         if not self.threaded:
             return Request(self.allreduce(array, op, name))
         buffer = self._staging.outgoing(array, pending=True)
         executor, comm, scratch = self._background_lane()
-        future = executor.submit(_on_device_of, buffer, collectives.allreduce,
-                                 comm, buffer, name, divide_by, scratch)
-        request = Request(array, future.result, future.done,
-                          lambda: self._staging.copy_back(array, buffer))
+        future = executor.submit(
+            _on_device_of, buffer, collectives.allreduce, comm, buffer, name, divide_by, scratch
+        )
+        request = Request(
+            array, future.result, future.done, lambda: self._staging.copy_back(array, buffer)
+        )
         future.add_done_callback(lambda _: request.mark_finished())
         return request
 
@@ -281,7 +294,9 @@ class Communicator:
         if self._background is None:
             self._background = (
                 concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="minidl-iallreduce"),
-                self._collective.Dup(), collectives.Scratch())
+                self._collective.Dup(),
+                collectives.Scratch(),
+            )
         return self._background
 
     def choose_algorithm(self, array, algorithm="auto"):
@@ -311,8 +326,9 @@ class Communicator:
     def sendrecv(self, send_array, dest, recv_array, source, sendtag=0, recvtag=0):
         """Send to ``dest`` and receive from ``source`` at once (no deadlock in rings)."""
         recv_buffer = self._staging.incoming(recv_array)
-        self.mpi.Sendrecv(self._staging.outgoing(send_array), dest, sendtag, recv_buffer, source,
-                          recvtag)
+        self.mpi.Sendrecv(
+            self._staging.outgoing(send_array), dest, sendtag, recv_buffer, source, recvtag
+        )
         self._staging.copy_back(recv_array, recv_buffer)
         return recv_array
 
@@ -329,8 +345,11 @@ class Communicator:
         it was, so the message itself must say how long it is.
         """
         buffer = self._staging.incoming(array, pending=True)
-        return Request.of_mpi(array, self.mpi.Irecv(buffer, source, tag),
-                              lambda: self._staging.copy_back(array, buffer))
+        return Request.of_mpi(
+            array,
+            self.mpi.Irecv(buffer, source, tag),
+            lambda: self._staging.copy_back(array, buffer),
+        )
 
     def dup(self):
         """A communicator of the same ranks whose messages never match this one's (collective).
@@ -353,8 +372,10 @@ class Communicator:
         """
         requests = _requests("wait_any", requests)
         if not requests:
-            raise ValueError("Communicator.wait_any: got no requests, so none can complete; "
-                             "pass the pending Requests")
+            raise ValueError(
+                "Communicator.wait_any: got no requests, so none can complete; "
+                "pass the pending Requests"
+            )
         for index, request in enumerate(requests):
             if request._done:
                 return index
@@ -373,8 +394,11 @@ class Communicator:
 
         Never blocks: poll it, sleeping in between, to wait without spinning.
         """
-        return [index for index, request in enumerate(_requests("test_some", requests))
-                if request.test()]
+        return [
+            index
+            for index, request in enumerate(_requests("test_some", requests))
+            if request.test()
+        ]
 
     @staticmethod
     def wait_all(requests):

@@ -5,6 +5,7 @@ backward, the whole gradient, one flat vector, is averaged over all ranks
 through ``CompressedAllreduce`` in a compressor's wire format (no buckets,
 no overlap with backward), then the wrapped optimizer's ``step()`` runs.
 """
+
 import time
 
 import numpy as np
@@ -26,13 +27,18 @@ class CompressedAllreduce:
     spreads); an allgather then carries n - 1 of them into each rank.
     """
 
-    def __init__(self, comm, size, compressor, error_feedback=None, seed=0, algorithm="auto",
-                 xp=np):
+    def __init__(
+        self, comm, size, compressor, error_feedback=None, seed=0, algorithm="auto", xp=np
+    ):
         self.comm, self.algorithm = comm, algorithm
-        self.encoder = GradientEncoder(compressor, size, error_feedback, seed=[seed, comm.rank],
-                                       xp=xp)
-        self.gathered = None if self.encoder.compressor.summable else \
-            np.empty((comm.size, self.encoder.wire_bytes), dtype=np.uint8)
+        self.encoder = GradientEncoder(
+            compressor, size, error_feedback, seed=[seed, comm.rank], xp=xp
+        )
+        self.gathered = (
+            None
+            if self.encoder.compressor.summable
+            else np.empty((comm.size, self.encoder.wire_bytes), dtype=np.uint8)
+        )
         self.steps = 0
 
     def mean(self, grad):
@@ -54,11 +60,16 @@ class CompressedAllreduce:
     def record(self, epoch):
         """A metrics record: scheme, error feedback, bytes per step against float32."""
         n = self.encoder.n
-        return {"kind": "compression", "epoch": epoch, "scheme": self.encoder.compressor.name,
-                "error_feedback": self.encoder.residual is not None, "steps": self.steps,
-                "payload_bytes_per_step": self.encoder.wire_bytes,
-                "float32_bytes_per_step": 4 * n,
-                "ratio": self.encoder.wire_bytes / (4 * n) if n else 0.0}
+        return {
+            "kind": "compression",
+            "epoch": epoch,
+            "scheme": self.encoder.compressor.name,
+            "error_feedback": self.encoder.residual is not None,
+            "steps": self.steps,
+            "payload_bytes_per_step": self.encoder.wire_bytes,
+            "float32_bytes_per_step": 4 * n,
+            "ratio": self.encoder.wire_bytes / (4 * n) if n else 0.0,
+        }
 
 
 class CompressedOptimizer(ReplicatedOptimizer):
@@ -72,12 +83,20 @@ class CompressedOptimizer(ReplicatedOptimizer):
     payload bytes; ``compression_record(epoch)`` is the metrics record.
     """
 
-    def __init__(self, optimizer, comm, compressor, error_feedback=None, seed=0,
-                 allreduce="auto", model=None):
+    def __init__(
+        self, optimizer, comm, compressor, error_feedback=None, seed=0, allreduce="auto", model=None
+    ):
         super().__init__(optimizer, comm, allreduce, model)
         self.whole = FlatBuffer(optimizer.params)
-        self.compressed = CompressedAllreduce(comm, self.whole.size, compressor, error_feedback,
-                                              seed, allreduce, xp=get_array_module(self.whole.flat))
+        self.compressed = CompressedAllreduce(
+            comm,
+            self.whole.size,
+            compressor,
+            error_feedback,
+            seed,
+            allreduce,
+            xp=get_array_module(self.whole.flat),
+        )
 
     def _average_gradients(self):
         start = time.perf_counter()

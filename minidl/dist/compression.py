@@ -29,6 +29,7 @@ compressing and keeps what was not sent, so sent + residual = accumulated.
 The spellings of the command line ("qsgd:4", "topk:0.01") are parsed in
 ``minidl/cli/specs.py``.
 """
+
 import math
 
 import numpy as np
@@ -64,7 +65,7 @@ def pack_codes(codes, bits):
         return np.packbits(codes.astype(np.uint8), bitorder="little")
     per_byte = 8 // bits
     padded = np.zeros(ceil_div(codes.size, per_byte) * per_byte, dtype=np.uint8)
-    padded[:codes.size] = codes
+    padded[: codes.size] = codes
     shifts = (np.arange(per_byte) * bits).astype(np.uint8)
     return np.bitwise_or.reduce(padded.reshape(-1, per_byte) << shifts, axis=1).astype(np.uint8)
 
@@ -72,7 +73,7 @@ def pack_codes(codes, bits):
 def unpack_codes(packed, n, bits):
     """The inverse of ``pack_codes``: ``n`` codes (uint16 for 16 bits, uint8 otherwise)."""
     if bits == 16:
-        return packed[:2 * n].view("<u2").astype(np.uint16)
+        return packed[: 2 * n].view("<u2").astype(np.uint16)
     if bits == 8:
         return packed[:n].copy()
     if bits == 1:
@@ -88,7 +89,7 @@ def _buckets(v, bucket):
     xp = get_array_module(v)
     count = ceil_div(v.size, bucket)
     padded = xp.zeros(count * bucket, dtype=np.float32)
-    padded[:v.size] = v
+    padded[: v.size] = v
     return padded.reshape(count, bucket)
 
 
@@ -105,8 +106,8 @@ class Compressor:
     """
 
     name = "none"
-    summable = False          # payloads of several ranks can be added as they are
-    error_feedback = False    # the default for GradientEncoder (on for the biased schemes)
+    summable = False  # payloads of several ranks can be added as they are
+    error_feedback = False  # the default for GradientEncoder (on for the biased schemes)
 
     def wire_bytes(self, n):
         """Exact length of ``encode(v)`` for ``v`` of ``n`` elements."""
@@ -118,7 +119,7 @@ class Compressor:
 
     def decode(self, payload, n):
         """The float32 vector (host) that ``payload`` stands for."""
-        return payload[:4 * n].view(np.float32).copy()
+        return payload[: 4 * n].view(np.float32).copy()
 
     def __repr__(self):
         return self.name
@@ -136,7 +137,7 @@ class Float16(Compressor):
         return to_numpy(v).astype(np.float16).view(np.uint8)
 
     def decode(self, payload, n):
-        return payload[:2 * n].view(np.float16).astype(np.float32)
+        return payload[: 2 * n].view(np.float16).astype(np.float32)
 
 
 class _BucketScaled(Compressor):
@@ -159,9 +160,12 @@ class _BucketScaled(Compressor):
 
     def _payload(self, scales, codes, n):
         """Scales, then the first ``n`` codes (the rest is bucket padding)."""
-        return np.concatenate([np.ascontiguousarray(to_numpy(scales), dtype=np.float32)
-                               .reshape(-1).view(np.uint8),
-                               pack_codes(codes.reshape(-1)[:n], self.bits())])
+        return np.concatenate(
+            [
+                np.ascontiguousarray(to_numpy(scales), dtype=np.float32).reshape(-1).view(np.uint8),
+                pack_codes(codes.reshape(-1)[:n], self.bits()),
+            ]
+        )
 
     def _split(self, payload, n):
         """(scales shaped (buckets, scales_per_bucket), codes shaped (buckets, bucket)).
@@ -197,10 +201,10 @@ class QSGD(_BucketScaled):
         blocks = _buckets(v, self.bucket)
         norms = xp.sqrt((blocks.astype(np.float64) ** 2).sum(axis=1)).astype(np.float32)
         safe = xp.where(norms > 0, norms, 1)[:, None]
-        scaled = xp.abs(blocks) / safe * s                       # in [0, s]
+        scaled = xp.abs(blocks) / safe * s  # in [0, s]
         lower = xp.floor(scaled)
         level = lower + (_uniform(rng, scaled.shape) < scaled - lower)
-        level = xp.minimum(level, s)                             # float rounding at |v_i| = ||v||
+        level = xp.minimum(level, s)  # float rounding at |v_i| = ||v||
         signed = xp.where(blocks < 0, -level, level)
         return self._payload(norms, (signed + s).astype(np.uint16), v.size)
 
@@ -244,12 +248,16 @@ class Sign(_BucketScaled):
         xp = get_array_module(v)
         n = v.size
         blocks = _buckets(v, self.bucket)
-        real = (xp.arange(blocks.size) < n).reshape(blocks.shape)   # not padding
+        real = (xp.arange(blocks.size) < n).reshape(blocks.shape)  # not padding
         positive = (blocks >= 0) & real
         negative = (blocks < 0) & real
-        means = xp.stack([(blocks * positive).sum(axis=1) / xp.maximum(positive.sum(axis=1), 1),
-                          (blocks * negative).sum(axis=1) / xp.maximum(negative.sum(axis=1), 1)],
-                         axis=1)
+        means = xp.stack(
+            [
+                (blocks * positive).sum(axis=1) / xp.maximum(positive.sum(axis=1), 1),
+                (blocks * negative).sum(axis=1) / xp.maximum(negative.sum(axis=1), 1),
+            ],
+            axis=1,
+        )
         return self._payload(means, positive, n)
 
     def decode(self, payload, n):
@@ -278,17 +286,23 @@ class TopK(Compressor):
     def encode(self, v, rng=None):
         xp = get_array_module(v)
         k = self.count(v.size)
-        index = xp.sort(xp.argpartition(xp.abs(v), v.size - k)[v.size - k:]) if k else \
-            xp.zeros(0, dtype=np.int64)
-        return np.concatenate([to_numpy(index).astype(np.uint32).view(np.uint8),
-                               np.ascontiguousarray(to_numpy(v[index]), dtype=np.float32)
-                               .view(np.uint8)])
+        index = (
+            xp.sort(xp.argpartition(xp.abs(v), v.size - k)[v.size - k :])
+            if k
+            else xp.zeros(0, dtype=np.int64)
+        )
+        return np.concatenate(
+            [
+                to_numpy(index).astype(np.uint32).view(np.uint8),
+                np.ascontiguousarray(to_numpy(v[index]), dtype=np.float32).view(np.uint8),
+            ]
+        )
 
     def decode(self, payload, n):
         k = self.count(n)
-        index = payload[:4 * k].view(np.uint32)
+        index = payload[: 4 * k].view(np.uint32)
         out = np.zeros(n, dtype=np.float32)
-        out[index] = payload[4 * k:8 * k].view(np.float32)
+        out[index] = payload[4 * k : 8 * k].view(np.float32)
         return out
 
 
@@ -303,9 +317,11 @@ class GradientEncoder:
 
     def __init__(self, compressor, n, error_feedback=None, seed=0, xp=np):
         if not isinstance(compressor, Compressor):
-            raise TypeError(f"GradientEncoder: expected a Compressor, got {compressor!r}; "
-                            "build one, e.g. TopK(ratio=0.01), QSGD(levels=4) or Compressor() "
-                            "for none")
+            raise TypeError(
+                f"GradientEncoder: expected a Compressor, got {compressor!r}; "
+                "build one, e.g. TopK(ratio=0.01), QSGD(levels=4) or Compressor() "
+                "for none"
+            )
         self.compressor = compressor
         self.n = int(n)
         if error_feedback is None:

@@ -22,7 +22,9 @@ collective) agrees on whether anyone stopped, puts the consensus model (the
 servers' weights, the center, or the replicas' average) into every rank's
 model for evaluation, and gathers every rank's counters.
 """
+
 import time
+
 import numpy as np
 
 from minidl.data import DataLoader
@@ -35,6 +37,7 @@ from minidl.dist.ps_worker import ParameterServerOptimizer, ServerLink, TicketBa
 from minidl.layers import Parameter
 
 EASGD_BETA = 0.9  # alpha = EASGD_BETA / workers unless given (Zhang et al. 2015)
+
 
 def make_session(options, comm, model, make_optimizer, seed=0):
     """The session of this rank for ``options.mode`` (not sync; see the module docstring).
@@ -90,10 +93,15 @@ def _worker_counters(stats, counters, rank, lr):
     """A worker's epoch record: its link/averaging counters and its training sums."""
     record = dict(counters, role="worker", rank=rank, lr=lr)
     if stats is not None:
-        record.update(cpu_s=stats["cpu_seconds"],loss_sum=stats["loss"] * stats["images"], correct=stats["acc"] * stats["images"],
-                      images=stats["images"], seconds=stats["seconds"],
-                      compute_s=stats.get("compute_seconds", 0.0),
-                      slept_s=stats.get("slept_seconds", 0.0))
+        record.update(
+            cpu_s=stats["cpu_seconds"],
+            loss_sum=stats["loss"] * stats["images"],
+            correct=stats["acc"] * stats["images"],
+            images=stats["images"],
+            seconds=stats["seconds"],
+            compute_s=stats.get("compute_seconds", 0.0),
+            slept_s=stats.get("slept_seconds", 0.0),
+        )
     return record
 
 
@@ -102,10 +110,13 @@ def global_train_stats(records):
     workers = [r for r in records if r["role"] == "worker"]
     images = sum(r.get("images", 0) for r in workers)
     seconds = max((r.get("seconds", 0.0) for r in workers), default=0.0)
-    return {"loss": sum(r.get("loss_sum", 0.0) for r in workers) / max(images, 1),
-            "acc": sum(r.get("correct", 0.0) for r in workers) / max(images, 1),
-            "images": images, "seconds": seconds,
-            "images_per_s": images / seconds if seconds else 0.0}
+    return {
+        "loss": sum(r.get("loss_sum", 0.0) for r in workers) / max(images, 1),
+        "acc": sum(r.get("correct", 0.0) for r in workers) / max(images, 1),
+        "images": images,
+        "seconds": seconds,
+        "images_per_s": images / seconds if seconds else 0.0,
+    }
 
 
 class ParameterServerSession(_Session):
@@ -117,9 +128,10 @@ class ParameterServerSession(_Session):
         self.layout = layout = Layout(comm.size, options.servers, self.buffer.size, mode.text)
         compressor = options.compressor or Compressor()
         elastic = mode.name == "easgd"
-        push_capacity = [4 * layout.shard_size(k) if elastic
-                         else compressor.wire_bytes(layout.shard_size(k))
-                         for k in range(layout.servers)]
+        push_capacity = [
+            4 * layout.shard_size(k) if elastic else compressor.wire_bytes(layout.shard_size(k))
+            for k in range(layout.servers)
+        ]
         self.protocol = comm.dup()  # the protocol's messages never meet other traffic
         self.poll_interval = poll_interval
         rank = comm.rank
@@ -133,10 +145,21 @@ class ParameterServerSession(_Session):
                 rule = ElasticRule(shard, alpha)
             else:
                 self.schedulable = make_optimizer([Parameter(shard)])
-                rule = GradientRule(self.schedulable, compressor, layout.workers,
-                                    per_clock=mode.staleness is not None)
-            self.server = ParameterServer(self.protocol, layout, rank, rule, mode.staleness,
-                                          push_capacity[rank], poll_interval)
+                rule = GradientRule(
+                    self.schedulable,
+                    compressor,
+                    layout.workers,
+                    per_clock=mode.staleness is not None,
+                )
+            self.server = ParameterServer(
+                self.protocol,
+                layout,
+                rank,
+                rule,
+                mode.staleness,
+                push_capacity[rank],
+                poll_interval,
+            )
             self.optimizer = None
         else:
             link = ServerLink(self.protocol, layout, rank, push_capacity, poll_interval)
@@ -145,8 +168,9 @@ class ParameterServerSession(_Session):
                 self.schedulable = make_optimizer(params)
                 self.optimizer = ElasticAveragingOptimizer(self.schedulable, link, mode.period)
             else:
-                self.optimizer = ParameterServerOptimizer(params, link, compressor,
-                                                          options.error_feedback, seed)
+                self.optimizer = ParameterServerOptimizer(
+                    params, link, compressor, options.error_feedback, seed
+                )
 
     @property
     def worker(self):
@@ -156,21 +180,36 @@ class ParameterServerSession(_Session):
         """This worker's batches: its fixed shard, or (asp) the shared queue's."""
         workers = self.layout.workers
         if self.mode.name == "asp":
-            loader = TicketBatches(dataset, batch_size, workers, self.optimizer, seed=seed,
-                                   transform=transform, worker=0 if self.is_server else self.worker)
+            loader = TicketBatches(
+                dataset,
+                batch_size,
+                workers,
+                self.optimizer,
+                seed=seed,
+                transform=transform,
+                worker=0 if self.is_server else self.worker,
+            )
             self.tickets = loader.tickets
             return loader
-        return DataLoader(dataset, batch_size, shuffle=True, seed=seed, drop_last=False,
-                          rank=0 if self.is_server else self.worker, world_size=workers,
-                          transform=transform)
+        return DataLoader(
+            dataset,
+            batch_size,
+            shuffle=True,
+            seed=seed,
+            drop_last=False,
+            rank=0 if self.is_server else self.worker,
+            world_size=workers,
+            transform=transform,
+        )
 
     def run_epoch(self, train):
         """Serve, or train with ``train()`` -> stats; returns (stats or None, stopped)."""
         if self.is_server:
             tickets = self.tickets if self.comm.rank == 0 else None
             return None, not self.server.serve_epoch(tickets)
-        first = self.worker if self.tickets is not None and self.worker < self.tickets \
-            else NO_TICKET
+        first = (
+            self.worker if self.tickets is not None and self.worker < self.tickets else NO_TICKET
+        )
         self.optimizer.begin_epoch(first)
         try:
             stats = self._train(train)
@@ -198,8 +237,9 @@ class ParameterServerSession(_Session):
         if self.is_server:
             records = self._gather(dict(self.server.counters, lr=lr))
         else:
-            records = self._gather(_worker_counters(stats, self.optimizer.link.counters,
-                                                    self.comm.rank, lr))
+            records = self._gather(
+                _worker_counters(stats, self.optimizer.link.counters, self.comm.rank, lr)
+            )
             self.optimizer.link.counters.clear()
             self.optimizer.versions = [r["version"] for r in records if r["role"] == "server"]
         self._hold_consensus(consensus, keep_local=self.mode.name == "easgd" and not self.is_server)
@@ -216,13 +256,25 @@ class AveragingSession(_Session):
     def __init__(self, options, comm, model, make_optimizer):
         super().__init__(options.mode, comm, model)
         self.schedulable = make_optimizer(list(model.parameters()))
-        self.optimizer = ModelAveraging(self.schedulable, comm, options.mode.period,
-                                        algorithm=options.allreduce,
-                                        poll_interval=options.poll_interval)
+        self.optimizer = ModelAveraging(
+            self.schedulable,
+            comm,
+            options.mode.period,
+            algorithm=options.allreduce,
+            poll_interval=options.poll_interval,
+        )
 
     def train_loader(self, dataset, batch_size, seed=0, transform=None):
-        return DataLoader(dataset, batch_size, shuffle=True, seed=seed, drop_last=False,
-                          rank=self.comm.rank, world_size=self.comm.size, transform=transform)
+        return DataLoader(
+            dataset,
+            batch_size,
+            shuffle=True,
+            seed=seed,
+            drop_last=False,
+            rank=self.comm.rank,
+            world_size=self.comm.size,
+            transform=transform,
+        )
 
     def run_epoch(self, train):
         try:

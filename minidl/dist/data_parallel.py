@@ -12,6 +12,7 @@ computes the earlier layers; ``step()`` waits for them. Buckets always start
 in index order (a bucket that completes early waits for its predecessors), so
 every rank issues the same collectives in the same order.
 """
+
 import time
 
 from minidl.dist.flat import FlatBuffer
@@ -114,8 +115,9 @@ class DistributedOptimizer(ReplicatedOptimizer):
     def _record(self, bucket, backward_done):
         request = bucket.request
         self.stats["comm_seconds"] += request.finished - request.started
-        self.stats["overlapped_seconds"] += max(0.0, min(request.finished, backward_done)
-                                                - request.started)
+        self.stats["overlapped_seconds"] += max(
+            0.0, min(request.finished, backward_done) - request.started
+        )
         self.stats["bytes_reduced"] += bucket.flat.nbytes
 
     def overlap_fraction(self):

@@ -19,8 +19,8 @@ from ..train.engine import Diverged, LocalEngine
 from ..train.loop import train_epoch
 from ..train.setup import augmentation, make_optimizer
 from .compressed import CompressedOptimizer
-from .data_parallel import DistributedOptimizer
 from .consistency import global_train_stats, make_session
+from .data_parallel import DistributedOptimizer
 from .ps import TrainingAborted
 from .straggler import Straggler
 from .telemetry import summarize_epoch

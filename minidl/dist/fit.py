@@ -2,9 +2,9 @@
 
 from ..train.config import TrainConfig
 from ..train.run import TrainingRun
+from .comm import init
 from .config import DistConfig
 from .engines import SessionEngine, SyncEngine
-from .comm import init
 from .workers import fit_on_workers
 
 
@@ -20,7 +20,9 @@ def fit(config: TrainConfig, options: DistConfig | None = None, resume=None, wor
     options.check(config.check(), resume)
     if workers > 1:
         if options.mode.name != "sync":
-            raise ValueError(f"workers={workers} runs sync data parallelism, not {options.mode.text}")
+            raise ValueError(
+                f"workers={workers} runs sync data parallelism, not {options.mode.text}"
+            )
         return fit_on_workers(config, options, resume, workers)
     comm = init()
     comm.auto = "rule" if config.deterministic else "measure"

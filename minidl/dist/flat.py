@@ -5,6 +5,7 @@ contiguous vector (one message instead of one per tensor). ``FlatBuffer``
 owns that vector and a view of it shaped like each parameter, and copies
 weights or gradients between the parameters and the vector.
 """
+
 from minidl.autograd import no_grad
 from minidl.backend import get_array_module
 
@@ -17,14 +18,16 @@ class FlatBuffer:
             raise ValueError("FlatBuffer: got no parameters")
         dtypes = {p.dtype for p in params}
         if len(dtypes) > 1:
-            raise ValueError(f"FlatBuffer: parameters of several dtypes {sorted(map(str, dtypes))}; "
-                             "convert the model to one dtype first")
+            raise ValueError(
+                f"FlatBuffer: parameters of several dtypes {sorted(map(str, dtypes))}; "
+                "convert the model to one dtype first"
+            )
         xp = get_array_module(params[0].data)
         self.params = list(params)
         self.flat = xp.empty(sum(p.size for p in params), dtype=params[0].dtype)
         self.views, offset = [], 0
         for p in params:
-            self.views.append(self.flat[offset:offset + p.size].reshape(p.shape))
+            self.views.append(self.flat[offset : offset + p.size].reshape(p.shape))
             offset += p.size
 
     @property

@@ -6,6 +6,7 @@ uncaught exception on any rank print that rank's traceback once and end
 every rank with ``MPI_Abort``, so that no rank is left waiting forever in a
 collective.
 """
+
 import os
 import sys
 import threading
@@ -20,8 +21,9 @@ def mpi_module():
     try:
         from mpi4py import MPI
     except ImportError as exc:
-        raise ImportError("minidl.dist needs mpi4py and an MPI library: "
-                          "pip install minidl[mpi]") from exc
+        raise ImportError(
+            "minidl.dist needs mpi4py and an MPI library: pip install minidl[mpi]"
+        ) from exc
     return MPI
 
 
@@ -31,8 +33,10 @@ def install_abort_hooks(mpi_comm):
     Without this, the failing rank exits while the others block forever in
     their next collective. The traceback is printed once, by the failing rank.
     """
-    header = f"minidl.dist: uncaught exception on rank {mpi_comm.Get_rank()} " \
-             f"of {mpi_comm.Get_size()}, aborting all ranks\n"
+    header = (
+        f"minidl.dist: uncaught exception on rank {mpi_comm.Get_rank()} "
+        f"of {mpi_comm.Get_size()}, aborting all ranks\n"
+    )
 
     def abort(exc_type, exc, tb):
         sys.stderr.write(header + "".join(traceback.format_exception(exc_type, exc, tb)))

@@ -6,6 +6,7 @@ Open MPI's ``mpiexec``: Open MPI refuses more ranks than cores and, as
 root, to run at all, unless told otherwise; local jobs started here ask for
 both (``--oversubscribe``, ``OMPI_ALLOW_RUN_AS_ROOT``), as MPICH allows by default.
 """
+
 import functools
 import importlib.util
 import os
@@ -22,8 +23,7 @@ MpiRun.__doc__ = "Exit status, stdout and stderr merged, wall seconds, whether i
 
 def mpiexec_path():
     """``mpiexec`` next to this Python (a venv with the ``mpich`` wheel), else on PATH, else None."""
-    return (shutil.which("mpiexec", path=os.path.dirname(sys.executable))
-            or shutil.which("mpiexec"))
+    return shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
 
 
 def _launcher_number(names, default):
@@ -57,8 +57,9 @@ def mpi_unavailable_reason():
 def mpiexec_flavor(path):
     """``"openmpi"`` or ``"mpich"`` (anything else counts as MPICH), from ``mpiexec --version``."""
     try:
-        text = subprocess.run([path, "--version"], capture_output=True, text=True,
-                              timeout=30).stdout
+        text = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, timeout=30
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return "mpich"
     return "openmpi" if any(s in text for s in ("Open MPI", "OpenRTE", "PRRTE")) else "mpich"
@@ -87,9 +88,14 @@ def run_mpi(nprocs, args, timeout=60.0, env=None):
     prefix, mpi_env = mpiexec_command(nprocs)
     command = [*prefix, sys.executable, *map(str, args)]
     start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               env={**os.environ, **mpi_env, **(env or {})}, text=True,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **mpi_env, **(env or {})},
+        text=True,
+        start_new_session=True,
+    )
     try:
         output, _ = process.communicate(timeout=timeout)
         timed_out = False

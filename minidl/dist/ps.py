@@ -30,6 +30,7 @@ and sends nothing else without having received the reply to its previous
 push, so a server knows when an epoch is over and no message is left
 unreceived.
 """
+
 import time
 
 import numpy as np
@@ -39,8 +40,8 @@ from minidl.train.config import option
 HEADER_FIELDS = 5
 HEADER_BYTES = 8 * HEADER_FIELDS
 TAG_PUSH, TAG_REPLY = 71, 72
-PUSH, DONE, ABORT = 0, 1, 2          # worker -> server kinds
-OK, END, STOP = 0, 1, 2              # server -> worker statuses
+PUSH, DONE, ABORT = 0, 1, 2  # worker -> server kinds
+OK, END, STOP = 0, 1, 2  # server -> worker statuses
 NO_TICKET = -1
 
 
@@ -55,11 +56,15 @@ class Layout:
         if servers < 1:
             raise ValueError(f"{option('servers')} must be >= 1, got {servers}")
         if size <= servers:
-            raise ValueError(f"{option('dist')} {mode} with {servers} server rank(s) needs at least "
-                             f"{servers + 1} ranks (servers first, then workers); "
-                             f"start it with mpiexec -n {servers + 2} or more")
+            raise ValueError(
+                f"{option('dist')} {mode} with {servers} server rank(s) needs at least "
+                f"{servers + 1} ranks (servers first, then workers); "
+                f"start it with mpiexec -n {servers + 2} or more"
+            )
         if nparams < servers:
-            raise ValueError(f"{option('servers')} {servers}: the model has only {nparams} parameters")
+            raise ValueError(
+                f"{option('servers')} {servers}: the model has only {nparams} parameters"
+            )
         self.size, self.servers, self.workers = size, servers, size - servers
         self.nparams = nparams
         self.bounds = [k * nparams // servers for k in range(servers + 1)]
@@ -95,11 +100,11 @@ class Message:
     def fill(self, fields, payload=None):
         """Write the header (payload size last) and the payload; returns the bytes to send."""
         size = 0 if payload is None else payload.nbytes
-        self.header[:HEADER_FIELDS - 1] = fields
+        self.header[: HEADER_FIELDS - 1] = fields
         self.header[HEADER_FIELDS - 1] = size
         if size:
             self.payload[:size] = payload.reshape(-1).view(np.uint8)
-        return self.buffer[:HEADER_BYTES + size]
+        return self.buffer[: HEADER_BYTES + size]
 
     def fields(self):
         """The header as Python ints."""
@@ -107,7 +112,7 @@ class Message:
 
     def body(self):
         """The payload bytes the header announces."""
-        return self.payload[:int(self.header[HEADER_FIELDS - 1])]
+        return self.payload[: int(self.header[HEADER_FIELDS - 1])]
 
 
 def wait_all(comm, requests, poll_interval):

@@ -14,14 +14,26 @@ Update rules: ``GradientRule`` here (bsp/ssp/asp) and
 so far), ``weights`` (the shard) and ``push(worker, clock, read_version,
 payload) -> (reply or None, [(worker, staleness), ...])``.
 """
+
 import time
 
 import numpy as np
 
 from minidl.backend import get_array_module, to_numpy
 from minidl.dist.collectives import divide_in_place
-from minidl.dist.ps import (ABORT, DONE, END, HEADER_BYTES, NO_TICKET, OK, PUSH, STOP,
-                            TAG_PUSH, TAG_REPLY, Message)
+from minidl.dist.ps import (
+    ABORT,
+    DONE,
+    END,
+    HEADER_BYTES,
+    NO_TICKET,
+    OK,
+    PUSH,
+    STOP,
+    TAG_PUSH,
+    TAG_REPLY,
+    Message,
+)
 from minidl.dist.ssp import ClockedGradients, ClockTable
 from minidl.dist.telemetry import RankCounters, StalenessHistogram
 from minidl.dist.watchdog import progress as made_progress
@@ -77,15 +89,25 @@ class GradientRule:
     def check_epoch_end(self):
         """Every pushed gradient must have been applied by the end of an epoch."""
         if self.clocked is not None and self.clocked.incomplete():
-            raise RuntimeError(f"epoch ended with incomplete clocks {self.clocked.incomplete()}: "
-                               "every worker must take the same number of steps per epoch")
+            raise RuntimeError(
+                f"epoch ended with incomplete clocks {self.clocked.incomplete()}: "
+                "every worker must take the same number of steps per epoch"
+            )
 
 
 class ParameterServer:
     """Serve one shard to every worker until each has said DONE (or ABORT) for the epoch."""
 
-    def __init__(self, comm, layout, rank, rule, staleness, push_capacity,
-                 poll_interval=DEFAULT_POLL_INTERVAL):
+    def __init__(
+        self,
+        comm,
+        layout,
+        rank,
+        rule,
+        staleness,
+        push_capacity,
+        poll_interval=DEFAULT_POLL_INTERVAL,
+    ):
         self.comm, self.layout, self.rank = comm, layout, rank
         self.rule = rule
         self.poll_interval = float(poll_interval)
@@ -99,8 +121,9 @@ class ParameterServer:
         self.counters = None
 
     def _post(self, worker):
-        return self.comm.irecv(self.inbox[worker].buffer, self.layout.worker_rank(worker),
-                               tag=TAG_PUSH)
+        return self.comm.irecv(
+            self.inbox[worker].buffer, self.layout.worker_rank(worker), tag=TAG_PUSH
+        )
 
     # ---- one epoch -------------------------------------------------------------------------
     def serve_epoch(self, tickets=None):
@@ -111,9 +134,15 @@ class ParameterServer:
         next one (``END`` when none is left).
         """
         workers = self.layout.workers
-        self.counters = RankCounters(role="server", rank=self.rank, applied=0,
-                                     bytes_sent=0, bytes_received=0, idle_s=0.0,
-                                     gate_wait_s=[0.0] * workers)
+        self.counters = RankCounters(
+            role="server",
+            rank=self.rank,
+            applied=0,
+            bytes_sent=0,
+            bytes_received=0,
+            idle_s=0.0,
+            gate_wait_s=[0.0] * workers,
+        )
         self.staleness = StalenessHistogram()
         self.tickets, self.next_ticket = tickets, workers
         start_version, cpu = self.rule.version, time.process_time()
@@ -127,9 +156,12 @@ class ParameterServer:
         self.comm.wait_all([s for s in self.sends if s is not None])
         if not self.aborted:
             self.rule.check_epoch_end()
-        self.counters.update(staleness=self.staleness.to_dict()["histogram"],
-                             updates=self.rule.version - start_version, version=self.rule.version,
-                             cpu_s=time.process_time() - cpu)
+        self.counters.update(
+            staleness=self.staleness.to_dict()["histogram"],
+            updates=self.rule.version - start_version,
+            version=self.rule.version,
+            cpu_s=time.process_time() - cpu,
+        )
         return not self.aborted
 
     def _arrivals(self):
@@ -156,8 +188,10 @@ class ParameterServer:
             self.aborted = True
         elif kind == PUSH:
             if clock != self.clocks.clocks[worker]:
-                raise RuntimeError(f"server {self.rank}: worker {worker} pushed clock {clock}, "
-                                   f"expected {self.clocks.clocks[worker]}")
+                raise RuntimeError(
+                    f"server {self.rank}: worker {worker} pushed clock {clock}, "
+                    f"expected {self.clocks.clocks[worker]}"
+                )
             if self.aborted:
                 self._reply(worker, STOP)
             else:
@@ -171,7 +205,9 @@ class ParameterServer:
                 else:
                     self.pending[worker] = time.perf_counter()
         elif kind != DONE:
-            raise RuntimeError(f"server {self.rank}: unknown message kind {kind} from worker {worker}")
+            raise RuntimeError(
+                f"server {self.rank}: unknown message kind {kind} from worker {worker}"
+            )
         self.receives[worker] = self._post(worker)
         return ended
 
@@ -197,7 +233,8 @@ class ParameterServer:
             self.sends[worker].wait()  # the previous reply: the worker has pushed since
         data = self.outbox[worker].fill(
             [status, self.rule.version, ticket, 0],
-            None if payload is None else np.ascontiguousarray(to_numpy(payload), dtype=np.float32))
+            None if payload is None else np.ascontiguousarray(to_numpy(payload), dtype=np.float32),
+        )
         self.sends[worker] = self.comm.isend(data, self.layout.worker_rank(worker), tag=TAG_REPLY)
         self.counters.add("bytes_sent", data.nbytes)
 

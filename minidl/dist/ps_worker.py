@@ -19,8 +19,20 @@ from minidl.backend import get_array_module
 from minidl.data import DataLoader
 from minidl.dist.compression import Compressor, GradientEncoder
 from minidl.dist.flat import FlatBuffer
-from minidl.dist.ps import (ABORT, DONE, END, HEADER_BYTES, NO_TICKET, PUSH, STOP, TAG_PUSH,
-                            TAG_REPLY, Message, TrainingAborted, wait_all)
+from minidl.dist.ps import (
+    ABORT,
+    DONE,
+    END,
+    HEADER_BYTES,
+    NO_TICKET,
+    PUSH,
+    STOP,
+    TAG_PUSH,
+    TAG_REPLY,
+    Message,
+    TrainingAborted,
+    wait_all,
+)
 from minidl.dist.ps_server import DEFAULT_POLL_INTERVAL
 from minidl.dist.telemetry import RankCounters
 
@@ -41,8 +53,10 @@ class ServerLink:
         Each header is [status, version, ticket, 0, payload_bytes]; the payloads
         are in ``self.inbox[k].body()``.
         """
-        requests = [self.comm.irecv(self.inbox[k].buffer, k, tag=TAG_REPLY)
-                    for k in range(self.layout.servers)]
+        requests = [
+            self.comm.irecv(self.inbox[k].buffer, k, tag=TAG_REPLY)
+            for k in range(self.layout.servers)
+        ]
         for k, payload in enumerate(payloads):
             data = self.outbox[k].fill([PUSH, clock, versions[k], ticket], payload)
             requests.append(self.comm.isend(data, k, tag=TAG_PUSH))
@@ -68,10 +82,10 @@ class ServerClient:
     def _connect(self, link):
         self.link = link
         self.versions = [0] * link.layout.servers  # of the weights this worker holds, per shard
-        self.clock = 0                             # pushes so far
+        self.clock = 0  # pushes so far
         self.ticket = NO_TICKET
-        self.ended = False      # server 0 said END: no batch left this epoch
-        self.finished = False   # DONE or ABORT sent for this epoch
+        self.ended = False  # server 0 said END: no batch left this epoch
+        self.finished = False  # DONE or ABORT sent for this epoch
 
     def begin_epoch(self, ticket=NO_TICKET, versions=None):
         """Start an epoch (with asp's first batch ``ticket``, and the servers' ``versions``)."""
@@ -114,14 +128,19 @@ class ParameterServerOptimizer(ServerClient):
         self.buffer = FlatBuffer(self.params)
         layout = link.layout
         if self.buffer.size != layout.nparams:
-            raise ValueError(f"ParameterServerOptimizer: the model has {self.buffer.size} "
-                             f"values, the layout {layout.nparams}")
+            raise ValueError(
+                f"ParameterServerOptimizer: the model has {self.buffer.size} "
+                f"values, the layout {layout.nparams}"
+            )
         self._connect(link)
         compressor = compression or Compressor()
         xp = get_array_module(self.buffer.flat)
-        self.encoders = [GradientEncoder(compressor, layout.shard_size(k), error_feedback,
-                                         seed=[seed, link.rank, k], xp=xp)
-                         for k in range(layout.servers)]
+        self.encoders = [
+            GradientEncoder(
+                compressor, layout.shard_size(k), error_feedback, seed=[seed, link.rank, k], xp=xp
+            )
+            for k in range(layout.servers)
+        ]
         self._weight = 1.0
 
     def zero_grad(self):
@@ -137,8 +156,9 @@ class ParameterServerOptimizer(ServerClient):
         grad = self.buffer.gather_grads(self._weight)
         self._weight = 1.0
         layout = self.link.layout
-        headers = self.push([encoder.encode(grad[layout.shard(k)])[0]
-                             for k, encoder in enumerate(self.encoders)])
+        headers = self.push(
+            [encoder.encode(grad[layout.shard(k)])[0] for k, encoder in enumerate(self.encoders)]
+        )
         self.link.counters.add("gradients", 1)
         if headers[0][0] == END:
             self.ticket, self.ended = NO_TICKET, True
@@ -147,7 +167,9 @@ class ParameterServerOptimizer(ServerClient):
         xp = get_array_module(self.buffer.flat)
         for k, header in enumerate(headers):
             self.versions[k] = header[1]
-            self.buffer.flat[layout.shard(k)] = xp.asarray(self.link.inbox[k].body().view(np.float32))
+            self.buffer.flat[layout.shard(k)] = xp.asarray(
+                self.link.inbox[k].body().view(np.float32)
+            )
         self.buffer.scatter_weights()
 
 
@@ -159,10 +181,21 @@ class TicketBatches:
     whoever takes which batch.
     """
 
-    def __init__(self, dataset, batch_size, workers, optimizer, shuffle=True, seed=0,
-                 transform=None, worker=0):
-        self.parts = [DataLoader(dataset, batch_size, shuffle=shuffle, seed=seed, rank=r,
-                                 world_size=workers) for r in range(workers)]
+    def __init__(
+        self,
+        dataset,
+        batch_size,
+        workers,
+        optimizer,
+        shuffle=True,
+        seed=0,
+        transform=None,
+        worker=0,
+    ):
+        self.parts = [
+            DataLoader(dataset, batch_size, shuffle=shuffle, seed=seed, rank=r, world_size=workers)
+            for r in range(workers)
+        ]
         self.images = np.ascontiguousarray(dataset.images, dtype=np.float32)
         self.labels = np.ascontiguousarray(dataset.labels, dtype=np.int64)
         self.workers, self.optimizer, self.transform = workers, optimizer, transform

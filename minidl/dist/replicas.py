@@ -13,6 +13,7 @@ subclass average the gradients (``DistributedOptimizer``: buckets overlapped
 with backward; ``CompressedOptimizer``: a compressed wire format), checks
 the average is finite, then calls the wrapped optimizer's ``step()``.
 """
+
 import math
 
 from minidl.dist.collectives import check_algorithm
@@ -68,10 +69,14 @@ class ReplicatedOptimizer(OptimizerWrapper):
             else:
                 i = next(i for i, (a, b) in enumerate(zip(theirs, everyone[0])) if a != b)
                 (shape, dtype), (shape0, dtype0) = theirs[i], everyone[0][i]
-                detail = (f"{self._param_names(params)[i]} is {shape} {dtype} there but "
-                          f"{shape0} {dtype0} on rank 0")
-            raise ValueError(f"{type(self).__name__}: rank {rank} built a different model: "
-                             f"{detail}; every rank must build the same model")
+                detail = (
+                    f"{self._param_names(params)[i]} is {shape} {dtype} there but "
+                    f"{shape0} {dtype0} on rank 0"
+                )
+            raise ValueError(
+                f"{type(self).__name__}: rank {rank} built a different model: "
+                f"{detail}; every rank must build the same model"
+            )
 
     def broadcast_state(self, root=0):
         """Copy parameters, model buffers and optimizer state from ``root`` to all ranks."""
@@ -102,7 +107,8 @@ class ReplicatedOptimizer(OptimizerWrapper):
         if self.comm.size > 1 and not all(_finite(flat) for flat in averaged):
             raise NonFiniteGradientError(
                 "the gradient averaged over all ranks is not finite (NaN or inf); "
-                "no update was applied")
+                "no update was applied"
+            )
         self.stats["steps"] += 1
         self.optimizer.step()
 

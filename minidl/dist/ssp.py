@@ -13,6 +13,7 @@ more"); in exchange ssp:0 is exactly BSP, BSP is exactly synchronous
 minibatch SGD with n times the batch, and the staleness of every update,
 version at apply minus version read, is at most S.
 """
+
 from minidl.backend import get_array_module
 from minidl.dist.collectives import divide_in_place
 
@@ -20,8 +21,9 @@ from minidl.dist.collectives import divide_in_place
 def check_staleness(staleness):
     """``staleness`` if it is None or an integer >= 0, else a clear error."""
     if staleness is not None and (int(staleness) != staleness or staleness < 0):
-        raise ValueError(f"SSP staleness must be an integer >= 0 (or None for asp), "
-                         f"got {staleness!r}")
+        raise ValueError(
+            f"SSP staleness must be an integer >= 0 (or None for asp), got {staleness!r}"
+        )
     return staleness
 
 

@@ -6,6 +6,7 @@ host copy ("staging"), and a received result is copied back to the GPU
 with ``copy_back``. Either way the current stream is synchronised first:
 mpi4py cannot see GPU streams.
 """
+
 import ctypes
 import ctypes.util
 import os
@@ -115,7 +116,8 @@ class Staging:
             raise ValueError(
                 f"MPI sends and receives C-contiguous arrays, got a strided {array.dtype} array "
                 f"of shape {array.shape}; pass a contiguous copy (np.ascontiguousarray(x), or "
-                "cupy's) and copy a received result back into the view")
+                "cupy's) and copy a received result back into the view"
+            )
         if isinstance(array, np.ndarray):
             return True
         backend.synchronize(array)

@@ -8,6 +8,7 @@ distributed sleep of mean SECONDS drawn from a generator seeded by
 frees the core, so on a 2-core machine the ratios between consistency
 models mean what they would mean on separate machines.
 """
+
 import time
 
 import numpy as np

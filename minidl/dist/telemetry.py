@@ -7,6 +7,7 @@ an applied update is the server's version when it applies the update minus
 the version of the weights the worker computed it from (Ben-Nun & Hoefler 2019, §6.1: "t - tau
 is called the staleness").
 """
+
 from collections import Counter
 
 
@@ -39,8 +40,12 @@ class StalenessHistogram:
 
     def to_dict(self):
         """{"histogram": {"0": n0, ...}, "count", "mean", "max"} (JSON keys are strings)."""
-        return {"histogram": {str(k): self.counts[k] for k in sorted(self.counts)},
-                "count": self.count, "mean": self.mean, "max": self.max}
+        return {
+            "histogram": {str(k): self.counts[k] for k in sorted(self.counts)},
+            "count": self.count,
+            "mean": self.mean,
+            "max": self.max,
+        }
 
 
 class RankCounters(dict):
@@ -63,28 +68,41 @@ def summarize_epoch(mode, records, images):
     seconds = max((w.get("seconds", 0.0) for w in workers), default=0.0)
     gradients = sum(w.get("gradients", 0) for w in workers)
     summary = {
-        "kind": "dist", "mode": mode, "workers": len(workers), "servers": len(servers),
-        "seconds": seconds, "images": images, "images_per_s": images / seconds if seconds else 0.0,
-        "gradients": gradients, "gradients_per_s": gradients / seconds if seconds else 0.0,
+        "kind": "dist",
+        "mode": mode,
+        "workers": len(workers),
+        "servers": len(servers),
+        "seconds": seconds,
+        "images": images,
+        "images_per_s": images / seconds if seconds else 0.0,
+        "gradients": gradients,
+        "gradients_per_s": gradients / seconds if seconds else 0.0,
         "bytes_sent": sum(r.get("bytes_sent", 0) for r in records),
         "worker_bytes_sent": sum(w.get("bytes_sent", 0) for w in workers),
-        "per_worker": {name: [w.get(name, 0.0) for w in workers]
-                       for name in ("compute_s", "wait_s", "slept_s", "cpu_s", "gradients")},
+        "per_worker": {
+            name: [w.get(name, 0.0) for w in workers]
+            for name in ("compute_s", "wait_s", "slept_s", "cpu_s", "gradients")
+        },
     }
     summary["bytes_per_gradient"] = summary["worker_bytes_sent"] / gradients if gradients else 0.0
     if servers:
         histogram = StalenessHistogram(servers[0]["staleness"])
         updates = servers[0].get("updates", 0)
-        summary.update({
-            "staleness": histogram.to_dict() | {
-                "max": max(StalenessHistogram(s["staleness"]).max for s in servers)},
-            "updates": updates, "updates_per_s": updates / seconds if seconds else 0.0,
-            "applied_gradients": servers[0].get("applied", 0),
-            "version": servers[0].get("version", 0),
-            "server_cpu_s": [s.get("cpu_s", 0.0) for s in servers],
-            "gate_wait_s": [sum(s.get("gate_wait_s", [0.0] * len(workers))[i] for s in servers)
-                            for i in range(len(workers))],
-        })
+        summary.update(
+            {
+                "staleness": histogram.to_dict()
+                | {"max": max(StalenessHistogram(s["staleness"]).max for s in servers)},
+                "updates": updates,
+                "updates_per_s": updates / seconds if seconds else 0.0,
+                "applied_gradients": servers[0].get("applied", 0),
+                "version": servers[0].get("version", 0),
+                "server_cpu_s": [s.get("cpu_s", 0.0) for s in servers],
+                "gate_wait_s": [
+                    sum(s.get("gate_wait_s", [0.0] * len(workers))[i] for s in servers)
+                    for i in range(len(workers))
+                ],
+            }
+        )
     else:
         updates = max((w.get("updates", 0) for w in workers), default=0)
         summary.update({"updates": updates, "updates_per_s": updates / seconds if seconds else 0.0})
@@ -95,8 +113,9 @@ def format_table(rows, columns):
     """Rows of dicts as an aligned text table; ``columns``: [(header, key, format), ...]."""
     cells = [[header for header, _, _ in columns]]
     for row in rows:
-        cells.append([("-" if row.get(key) is None else fmt.format(row[key]))
-                      for _, key, fmt in columns])
+        cells.append(
+            [("-" if row.get(key) is None else fmt.format(row[key])) for _, key, fmt in columns]
+        )
     widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in cells]
     return "\n".join([lines[0], "  ".join("-" * w for w in widths)] + lines[1:])

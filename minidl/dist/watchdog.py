@@ -11,6 +11,7 @@ mpiexec ends every rank, the stopped one included. The thread can run while
 the main thread waits inside MPI, because mpi4py releases Python's
 interpreter lock during blocking calls.
 """
+
 import os
 import sys
 import threading
@@ -67,7 +68,8 @@ class Watchdog(Callback):
         sys.stderr.write(
             f"minidl: rank {self.rank} made no progress for {idle:.0f} s (last: {_last['where']}): "
             "a rank is stopped, deadlocked or far slower than the others; aborting the job. "
-            f"If a step can really take this long, raise {option('hang_timeout')}\n")
+            f"If a step can really take this long, raise {option('hang_timeout')}\n"
+        )
         try:
             self.abort(self.exit_code)
         finally:

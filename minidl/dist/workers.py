@@ -76,8 +76,12 @@ def run_workers(command, env):
 
     Stopped by a signal, it ends the whole job and returns 128 + the signal's number.
     """
-    job = subprocess.Popen(command, env={**os.environ, **env}, start_new_session=True,
-                           preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+    job = subprocess.Popen(
+        command,
+        env={**os.environ, **env},
+        start_new_session=True,
+        preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+    )
     received = []
 
     def forward(signum, frame):
@@ -101,8 +105,11 @@ def run_workers(command, env):
         for s, handler in previous.items():
             signal.signal(s, handler)
     if received:
-        print(f"minidl train: stopped by {signal.Signals(received[0]).name}; every worker "
-              "process was ended", file=sys.stderr)
+        print(
+            f"minidl train: stopped by {signal.Signals(received[0]).name}; every worker "
+            "process was ended",
+            file=sys.stderr,
+        )
         return 128 + received[0]
     return code
 

@@ -29,6 +29,7 @@ themselves with the ``exercise`` decorator::
 A check with ``ranks=N`` runs on N MPI ranks and receives the communicator:
 ``def check(comm): ...``; it must fail on every rank alike or abort.
 """
+
 import importlib
 import os
 import sys
@@ -45,20 +46,30 @@ class Unimplemented(NotImplementedError):
 
     def __init__(self, exercise_id, title=None):
         self.exercise_id = str(exercise_id)
-        caller = sys._getframe(1)  # the stub's line (inspect.stack() would read every frame's source)
+        caller = sys._getframe(
+            1
+        )  # the stub's line (inspect.stack() would read every frame's source)
         self.where = f"{caller.f_code.co_filename}:{caller.f_lineno}"
         what = f"exercise {self.exercise_id}" + (f" ({title})" if title else "")
-        super().__init__(f"{what} is not implemented yet: write it between '# BEGIN EXERCISE "
-                         f"{self.exercise_id}' and '# END EXERCISE {self.exercise_id}' "
-                         f"({self.where}), then run "
-                         f"'python -m minidl exercise check {self.exercise_id}'")
+        super().__init__(
+            f"{what} is not implemented yet: write it between '# BEGIN EXERCISE "
+            f"{self.exercise_id}' and '# END EXERCISE {self.exercise_id}' "
+            f"({self.where}), then run "
+            f"'python -m minidl exercise check {self.exercise_id}'"
+        )
 
 
 class ExerciseFailure(AssertionError):
     """A check's verdict: what was compared, what was expected, what came back, and where."""
 
     def __init__(self, what, expected=None, got=None, where=None, detail=None):
-        self.what, self.expected, self.got, self.where, self.detail = what, expected, got, where, detail
+        self.what, self.expected, self.got, self.where, self.detail = (
+            what,
+            expected,
+            got,
+            where,
+            detail,
+        )
         lines = [what]
         if where is not None:
             lines.append(f"  at {where}")
@@ -80,9 +91,14 @@ def expect_close(what, got, expected, rtol=1e-5, atol=1e-8):
     element (index, expected value, got value, its error and the tolerance).
     """
     from ..backend import to_numpy
+
     if got is None:
-        raise ExerciseFailure(f"{what}: the code returned None", _shape_text(expected), "None",
-                              detail="a 'return' is missing")
+        raise ExerciseFailure(
+            f"{what}: the code returned None",
+            _shape_text(expected),
+            "None",
+            detail="a 'return' is missing",
+        )
     got, expected = np.asarray(to_numpy(got)), np.asarray(to_numpy(expected))
     if got.shape != expected.shape:
         raise ExerciseFailure(f"{what}: wrong shape", _shape_text(expected), _shape_text(got))
@@ -97,10 +113,13 @@ def expect_close(what, got, expected, rtol=1e-5, atol=1e-8):
     if excess[worst] > 0:
         bad = int((excess > 0).sum())
         raise ExerciseFailure(
-            f"{what}: {bad} of {excess.size} elements differ", e[worst], g[worst],
+            f"{what}: {bad} of {excess.size} elements differ",
+            e[worst],
+            g[worst],
             where=f"index {tuple(int(i) for i in worst)}",
             detail=f"|got - expected| = {abs(g[worst] - e[worst]):.3g} > "
-                   f"atol {atol:g} + rtol {rtol:g} * |expected|")
+            f"atol {atol:g} + rtol {rtol:g} * |expected|",
+        )
 
 
 def expect_equal(what, got, expected):
@@ -121,11 +140,11 @@ class Exercise:
 
     id: str
     title: str
-    path: str                      # the file of its regions, relative to the repository root
+    path: str  # the file of its regions, relative to the repository root
     hint: str
     check: Callable
-    ranks: int | None = None    # None: in process; N: under mpiexec on N ranks
-    timeout: float = 60.0          # seconds before the grader declares a hang
+    ranks: int | None = None  # None: in process; N: under mpiexec on N ranks
+    timeout: float = 60.0  # seconds before the grader declares a hang
 
     @property
     def topic(self):
@@ -137,12 +156,16 @@ _CATALOGUE = {}
 
 def exercise(exercise_id, title, path, hint, ranks=None, timeout=60.0):
     """Register the decorated function as the check of exercise ``exercise_id``."""
+
     def register(check):
         if exercise_id in _CATALOGUE and _CATALOGUE[exercise_id].check is not check:
-            raise ValueError(f"exercise {exercise_id} is registered twice "
-                             f"({_CATALOGUE[exercise_id].check.__module__} and {check.__module__})")
+            raise ValueError(
+                f"exercise {exercise_id} is registered twice "
+                f"({_CATALOGUE[exercise_id].check.__module__} and {check.__module__})"
+            )
         _CATALOGUE[exercise_id] = Exercise(exercise_id, title, path, hint, check, ranks, timeout)
         return check
+
     return register
 
 
@@ -161,8 +184,9 @@ def get(exercise_id):
     """The exercise with this id; unknown ids list the valid ones."""
     found = {e.id: e for e in catalogue()}
     if exercise_id not in found:
-        raise KeyError(f"no exercise {exercise_id!r}; 'minidl exercise list' shows them "
-                       f"({', '.join(found)})")
+        raise KeyError(
+            f"no exercise {exercise_id!r}; 'minidl exercise list' shows them ({', '.join(found)})"
+        )
     return found[exercise_id]
 
 

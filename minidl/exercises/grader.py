@@ -23,6 +23,7 @@ raised) or an abort ends the job; the verdict of the check it ended in
 comes from the ranks' reports, else from the traceback a rank printed, and
 the checks after it run in a new job.
 """
+
 import ctypes
 import json
 import os
@@ -37,13 +38,21 @@ from dataclasses import asdict, dataclass, field
 from . import ExerciseFailure, Unimplemented, repository_root
 from .trace import running
 
-LABELS = {"passed": "passed", "failed": "FAILED", "unimplemented": "not implemented yet",
-          "error": "ERROR", "timed_out": "TIMED OUT", "skipped": "skipped"}
+LABELS = {
+    "passed": "passed",
+    "failed": "FAILED",
+    "unimplemented": "not implemented yet",
+    "error": "ERROR",
+    "timed_out": "TIMED OUT",
+    "skipped": "skipped",
+}
 STATUSES = tuple(LABELS)
 MPI_HANG = "a rank may be waiting for a message nobody sends"
-MPI_STARTUP_S = 30.0   # allowance per mpiexec job for starting the ranks and importing minidl
-REPORT = "MINIDL-EXERCISE "   # the runner's per-rank verdicts start with this
-READY = "MINIDL-EXERCISE-READY"   # ... and a rank that has imported the checks and joined MPI says this
+MPI_STARTUP_S = 30.0  # allowance per mpiexec job for starting the ranks and importing minidl
+REPORT = "MINIDL-EXERCISE "  # the runner's per-rank verdicts start with this
+READY = (
+    "MINIDL-EXERCISE-READY"  # ... and a rank that has imported the checks and joined MPI says this
+)
 
 
 class CheckTimeout(BaseException):
@@ -87,9 +96,13 @@ def _student_frame(frames, path):
     root = repository_root()
     target = os.path.normcase(os.path.abspath(os.path.join(root, path)))
     checks = os.path.join(root, "minidl", "exercises")
-    for wanted in (lambda f: os.path.normcase(os.path.abspath(f.filename)) == target,
-                   lambda f: f.filename.startswith(os.path.join(root, "minidl"))
-                   and not f.filename.startswith(checks)):
+    for wanted in (
+        lambda f: os.path.normcase(os.path.abspath(f.filename)) == target,
+        lambda f: (
+            f.filename.startswith(os.path.join(root, "minidl"))
+            and not f.filename.startswith(checks)
+        ),
+    ):
         found = [f for f in frames if wanted(f)]
         if found:
             return found[-1]
@@ -101,7 +114,9 @@ def _where(frame):
         shown = os.path.relpath(frame.filename, repository_root())
     except ValueError:
         shown = frame.filename
-    return f"{shown}, line {frame.lineno}, in {frame.name}" + (f": {frame.line}" if frame.line else "")
+    return f"{shown}, line {frame.lineno}, in {frame.name}" + (
+        f": {frame.line}" if frame.line else ""
+    )
 
 
 def verdict(exercise, kind, text, frames):
@@ -114,9 +129,11 @@ def verdict(exercise, kind, text, frames):
         raised = text.split()[1] if text.startswith("exercise ") else "?"
         if raised == exercise.id:
             return "unimplemented", text
-        return "error", (f"the check of exercise {exercise.id} ran the region of exercise {raised}, "
-                         f"which is not implemented yet; a check must use only its own exercise's "
-                         f"regions ({text})")
+        return "error", (
+            f"the check of exercise {exercise.id} ran the region of exercise {raised}, "
+            f"which is not implemented yet; a check must use only its own exercise's "
+            f"regions ({text})"
+        )
     if kind == "ExerciseFailure":
         return "failed", text
     frame = _student_frame(frames, exercise.path)
@@ -134,8 +151,13 @@ def outcome(exercise, exc):
         return "passed", ""
     if isinstance(exc, CheckTimeout):
         return "timed_out", f"no answer after {exercise.timeout:g} s: a loop may never end"
-    kind = "Unimplemented" if isinstance(exc, Unimplemented) else \
-        "ExerciseFailure" if isinstance(exc, ExerciseFailure) else type(exc).__name__
+    kind = (
+        "Unimplemented"
+        if isinstance(exc, Unimplemented)
+        else "ExerciseFailure"
+        if isinstance(exc, ExerciseFailure)
+        else type(exc).__name__
+    )
     return verdict(exercise, kind, str(exc), traceback.extract_tb(exc.__traceback__))
 
 
@@ -150,21 +172,26 @@ def crash_outcome(exercise, output):
     the output holds no complete traceback.
     """
     lines = output.splitlines()
-    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    starts = [
+        i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")
+    ]
     if not starts:
         return None
-    frames, body = [], lines[starts[-1] + 1:]
+    frames, body = [], lines[starts[-1] + 1 :]
     while body and body[0].startswith(" "):
         match = FRAME.match(body.pop(0))
         if match:
             code = body[0].strip() if body and not FRAME.match(body[0]) else ""
-            frames.append(traceback.FrameSummary(match[1], int(match[2]), match[3], line=code,
-                                                 lookup_line=False))
+            frames.append(
+                traceback.FrameSummary(
+                    match[1], int(match[2]), match[3], line=code, lookup_line=False
+                )
+            )
     if not body or not frames:
         return None
     kind, _, text = body.pop(0).partition(": ")
     more = []
-    while body and body[0].startswith("  "):   # an ExerciseFailure's indented lines
+    while body and body[0].startswith("  "):  # an ExerciseFailure's indented lines
         more.append(body.pop(0))
     return verdict(exercise, kind.rsplit(".", 1)[-1], "\n".join([text] + more), frames)
 
@@ -185,8 +212,9 @@ def _call_with_deadline(function, args, timeout):
     worker.join(timeout)
     if not worker.is_alive():
         return box.get("exc")
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident),
-                                               ctypes.py_object(CheckTimeout))
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(worker.ident), ctypes.py_object(CheckTimeout)
+    )
     worker.join(1.0)
     return CheckTimeout()
 
@@ -205,23 +233,34 @@ def run_in_process(exercise):
 
 
 def _result(exercise, status, message, seconds, ranks=None):
-    return Result(exercise.id, exercise.title, exercise.path, status, message,
-                  exercise.hint if status in ("failed", "error", "unimplemented") else "",
-                  seconds, ranks)
+    return Result(
+        exercise.id,
+        exercise.title,
+        exercise.path,
+        status,
+        message,
+        exercise.hint if status in ("failed", "error", "unimplemented") else "",
+        seconds,
+        ranks,
+    )
 
 
 def _mpi_command(report_path, exercises):
     """Arguments after ``python`` for the runner: import this tree's minidl first, whatever the cwd."""
     root = repository_root()
-    bootstrap = (f"import sys; sys.path.insert(0, {root!r}); "
-                 "from minidl.exercises.mpi_runner import main; sys.exit(main(sys.argv[1:]))")
-    return ["-c", bootstrap, report_path] + [f"{e.check.__module__}:{e.id}={e.timeout!r}"
-                                             for e in exercises]
+    bootstrap = (
+        f"import sys; sys.path.insert(0, {root!r}); "
+        "from minidl.exercises.mpi_runner import main; sys.exit(main(sys.argv[1:]))"
+    )
+    return ["-c", bootstrap, report_path] + [
+        f"{e.check.__module__}:{e.id}={e.timeout!r}" for e in exercises
+    ]
 
 
 def _run_job(nranks, exercises, env):
     """``(MpiRun, the report file's text)`` of one runner job over ``exercises``."""
     from ..dist.launch import run_mpi
+
     budget = sum(e.timeout for e in exercises) + MPI_STARTUP_S
     with tempfile.TemporaryDirectory(prefix="minidl-exercise-") as folder:
         path = os.path.join(folder, "reports")
@@ -247,11 +286,12 @@ def parse_reports(output):
         try:
             item, _ = decoder.raw_decode(output, start + len(REPORT))
         except json.JSONDecodeError:
-            item = None   # cut short: that rank's check counts as not reported
+            item = None  # cut short: that rank's check counts as not reported
         if item is not None:
             reports.setdefault(item["id"], {}).setdefault(
-                item["rank"], RankResult(item["rank"], item["status"], item["message"],
-                                         item["seconds"]))
+                item["rank"],
+                RankResult(item["rank"], item["status"], item["message"], item["seconds"]),
+            )
             if item["status"] == "timed_out":
                 hung.add(item["id"])
         start = output.find(REPORT, start + 1)
@@ -279,8 +319,13 @@ def combine_ranks(exercise, per_rank, nranks, hung, output):
     if bad:
         first = min(bad, key=lambda r: PRIORITY.index(r.status))
         status = first.status
-        message = hang_note if status == "timed_out" else \
-            first.message if alike else f"rank {first.rank}: {first.message}"
+        message = (
+            hang_note
+            if status == "timed_out"
+            else first.message
+            if alike
+            else f"rank {first.rank}: {first.message}"
+        )
     elif hung:
         status, message = "timed_out", hang_note
     elif crash:
@@ -288,7 +333,8 @@ def combine_ranks(exercise, per_rank, nranks, hung, output):
     else:
         status = "error"
         message = "the MPI job ended early; its last output:\n    " + "\n    ".join(
-            output.strip().splitlines()[-15:])
+            output.strip().splitlines()[-15:]
+        )
     absent = RankResult(0, "timed_out" if hung else "error", "no report")
     ranks = [per_rank.get(r) or RankResult(r, absent.status, absent.message) for r in range(nranks)]
     if alike:
@@ -296,8 +342,14 @@ def combine_ranks(exercise, per_rank, nranks, hung, output):
     elif not per_rank:
         message += "\n  (no rank reported: the job ended first)"
     else:
-        message += "\n  (" + ", ".join(f"rank {r.rank} " + (LABELS[r.status] if r.rank in per_rank
-                                                            else "no report") for r in ranks) + ")"
+        message += (
+            "\n  ("
+            + ", ".join(
+                f"rank {r.rank} " + (LABELS[r.status] if r.rank in per_rank else "no report")
+                for r in ranks
+            )
+            + ")"
+        )
     if hung and status != "timed_out":
         message += f"\n  the other ranks were still waiting: {MPI_HANG}"
     return _result(exercise, status, message, seconds, ranks)
@@ -306,29 +358,46 @@ def combine_ranks(exercise, per_rank, nranks, hung, output):
 def run_mpi_group(exercises, nranks):
     """Run MPI checks of the same size in as few ``mpiexec`` jobs as hangs allow; yields Results."""
     from ..dist.launch import mpi_unavailable_reason
+
     reason = mpi_unavailable_reason()
     if reason:
         for e in exercises:
-            yield _result(e, "skipped", f"needs MPI: {reason}. Install mpi4py and an MPI library "
-                                        "(pip install 'minidl[mpi]', or your system's MPICH/Open "
-                                        "MPI), then run the check again", 0.0)
+            yield _result(
+                e,
+                "skipped",
+                f"needs MPI: {reason}. Install mpi4py and an MPI library "
+                "(pip install 'minidl[mpi]', or your system's MPICH/Open "
+                "MPI), then run the check again",
+                0.0,
+            )
         return
     env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}  # the bootstrap finds the tree
     remaining = list(exercises)
     while remaining:
         job, text = _run_job(nranks, remaining, env)
         reports, hung = parse_reports(text)
-        if READY not in text:   # the ranks failed before the first check: same for every one
+        if READY not in text:  # the ranks failed before the first check: same for every one
             for e in remaining:
                 yield combine_ranks(e, {}, nranks, job.timed_out, job.output)
             return
         # the ranks wait for each other after every check, so the job ended in the first
         # check that hung or that not every rank reported; the checks after it run in a new job
-        stop = next((i + 1 for i, e in enumerate(remaining)
-                     if e.id in hung or len(reports.get(e.id, {})) < nranks), len(remaining))
+        stop = next(
+            (
+                i + 1
+                for i, e in enumerate(remaining)
+                if e.id in hung or len(reports.get(e.id, {})) < nranks
+            ),
+            len(remaining),
+        )
         for i, e in enumerate(remaining[:stop]):
-            yield combine_ranks(e, reports.get(e.id, {}), nranks,
-                                e.id in hung or (job.timed_out and i == stop - 1), job.output)
+            yield combine_ranks(
+                e,
+                reports.get(e.id, {}),
+                nranks,
+                e.id in hung or (job.timed_out and i == stop - 1),
+                job.output,
+            )
         remaining = remaining[stop:]
 
 
@@ -371,11 +440,18 @@ def format_result(result):
 
 def format_summary(results):
     counts = summary(results)
-    return ", ".join(f"{n} {LABELS[s].lower()}" + ("s" if s == "error" and n != 1 else "")
-                     for s, n in counts.items() if n or s == "passed")
+    return ", ".join(
+        f"{n} {LABELS[s].lower()}" + ("s" if s == "error" and n != 1 else "")
+        for s, n in counts.items()
+        if n or s == "passed"
+    )
 
 
 def report_json(results):
     """The ``--json`` document: every result and the counts."""
-    return {"results": [r.to_json() for r in results], "summary": summary(results),
-            "python": sys.executable, "root": repository_root()}
+    return {
+        "results": [r.to_json() for r in results],
+        "summary": summary(results),
+        "python": sys.executable,
+        "root": repository_root(),
+    }

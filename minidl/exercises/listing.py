@@ -7,6 +7,7 @@ names the source), so the guide never falls behind the code:
 ``minidl exercise list --markdown --update docs/instructor-guide.md``
 rewrites the block between ``BEGIN_LIST`` and ``END_LIST``.
 """
+
 import ast
 import os
 import re
@@ -28,7 +29,7 @@ def region_states(root, exercises):
         if region.path not in texts:
             with open(os.path.join(root, region.path), encoding="utf-8") as source:
                 texts[region.path] = source.read().splitlines()
-        body = texts[region.path][region.begin:region.end - 1]
+        body = texts[region.path][region.begin : region.end - 1]
         if any(line.strip().startswith(stub_prefix(region.exercise_id)) for line in body):
             todo.add(region.exercise_id)
     return {e.id: "to do" if e.id in todo else "written" for e in exercises}
@@ -39,8 +40,9 @@ def text_table(exercises, states=None):
     rows = [("id", "title", "file") + (("state",) if states else ())]
     rows += [(e.id, e.title, e.path) + ((states[e.id],) if states else ()) for e in exercises]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
-                     for row in rows)
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows
+    )
 
 
 def describe_file(root, path, limit=160):
@@ -77,13 +79,17 @@ def markdown_list(exercises, root):
     parts = []
     for topic in sorted(chapters, key=lambda t: (order.get(t, len(order)), t)):
         number = chapters[topic][0].id.split(".")[0]
-        parts.append(f"### {number}. {topic.replace('_', ' ').capitalize()}\n\n"
-                     "| id | exercise | what the file implements | source | file | MPI ranks |\n"
-                     "|---|---|---|---|---|---|")
+        parts.append(
+            f"### {number}. {topic.replace('_', ' ').capitalize()}\n\n"
+            "| id | exercise | what the file implements | source | file | MPI ranks |\n"
+            "|---|---|---|---|---|---|"
+        )
         for e in chapters[topic]:
             teaches, sources = describe_file(root, e.path)
-            parts[-1] += (f"\n| {e.id} | {_cell(e.title)} | {_cell(teaches)} | {_cell(sources)} "
-                          f"| `{e.path}` | {e.ranks or ''} |")
+            parts[-1] += (
+                f"\n| {e.id} | {_cell(e.title)} | {_cell(teaches)} | {_cell(sources)} "
+                f"| `{e.path}` | {e.ranks or ''} |"
+            )
     return "\n\n".join(parts)
 
 
@@ -92,4 +98,4 @@ def update_block(text, generated):
     start, stop = text.find(BEGIN_LIST), text.find(END_LIST)
     if start < 0 or stop < start:
         raise ValueError(f"no exercise list block: add the lines {BEGIN_LIST!r} and {END_LIST!r}")
-    return text[:start + len(BEGIN_LIST)] + "\n" + generated + "\n" + text[stop:]
+    return text[: start + len(BEGIN_LIST)] + "\n" + generated + "\n" + text[stop:]

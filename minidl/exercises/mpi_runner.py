@@ -23,6 +23,7 @@ out of a hang:
   for the others, then aborts the job: they are most likely waiting for a
   message it will never send, and its verdict is already reported.
 """
+
 import dataclasses
 import importlib
 import json
@@ -34,7 +35,7 @@ import time
 from . import get
 from .grader import READY, REPORT, invoke, outcome
 
-POLL_S = 0.002       # how often a rank that has finished a check looks whether the others have
+POLL_S = 0.002  # how often a rank that has finished a check looks whether the others have
 PEER_GRACE_S = 10.0  # how long a rank whose check raised waits for the others before aborting
 
 
@@ -48,19 +49,39 @@ def write_line(text):
 
 
 def report(exercise_id, rank, status, message, seconds):
-    write_line(REPORT + json.dumps({"id": exercise_id, "rank": rank, "status": status,
-                                    "message": message, "seconds": seconds}))
+    write_line(
+        REPORT
+        + json.dumps(
+            {
+                "id": exercise_id,
+                "rank": rank,
+                "status": status,
+                "message": message,
+                "seconds": seconds,
+            }
+        )
+    )
 
 
 def _watchdog(exercise, rank, start, state):
     """Report a hang of ``exercise`` on this rank and end the job after its timeout."""
+
     def fire():
-        where = ("finished the check, then waited for the other ranks" if state["done"]
-                 else "still in the check")
-        report(exercise.id, rank, "timed_out", f"{where} after {exercise.timeout:g} s",
-               time.perf_counter() - start)
+        where = (
+            "finished the check, then waited for the other ranks"
+            if state["done"]
+            else "still in the check"
+        )
+        report(
+            exercise.id,
+            rank,
+            "timed_out",
+            f"{where} after {exercise.timeout:g} s",
+            time.perf_counter() - start,
+        )
         sys.stderr.flush()
         os._exit(124)
+
     timer = threading.Timer(exercise.timeout, fire)
     timer.daemon = True
     timer.start()
@@ -76,15 +97,21 @@ def _abort_never_returns(comm, running):
     exercise being checked and its start time.
     """
     from ..dist.job import install_abort_hooks
+
     base = type(comm.mpi)
 
     class AbortingComm(base):
         def Abort(self, errorcode=0):
-            exc = sys.exc_info()[1]   # set when called from an ``except`` block, as checks do
+            exc = sys.exc_info()[1]  # set when called from an ``except`` block, as checks do
             if exc is not None and running:
                 status, message = outcome(running["exercise"], exc)
-                report(running["exercise"].id, comm.rank, status, message,
-                       time.perf_counter() - running["start"])
+                report(
+                    running["exercise"].id,
+                    comm.rank,
+                    status,
+                    message,
+                    time.perf_counter() - running["start"],
+                )
             sys.stdout.flush()
             sys.stderr.flush()
             base.Abort(self, errorcode)
@@ -108,6 +135,7 @@ def _wait_for_others(comm, limit):
 def main(argv):
     global _report_path
     import minidl as md
+
     _report_path, targets = argv[0], []
     for arg in argv[1:]:
         module, _, exercise_id = arg.rpartition(":")
@@ -128,17 +156,22 @@ def main(argv):
             exc = error
         status, message = outcome(exercise, exc)
         state["done"] = True
-        if exc is not None:   # reported now, so that it survives the others hanging
+        if exc is not None:  # reported now, so that it survives the others hanging
             report(exercise.id, comm.rank, status, message, time.perf_counter() - start)
         grace = float("inf") if exc is None else min(PEER_GRACE_S, exercise.timeout)
         if not _wait_for_others(comm, grace):
-            report(exercise.id, comm.rank, "timed_out", f"the other ranks were still in the check "
-                   f"{grace:g} s after this rank's failure", time.perf_counter() - start)
+            report(
+                exercise.id,
+                comm.rank,
+                "timed_out",
+                f"the other ranks were still in the check {grace:g} s after this rank's failure",
+                time.perf_counter() - start,
+            )
             comm.mpi.Abort(1)
-        if exc is None:   # reported once every rank is through: a rank that aborted never is
+        if exc is None:  # reported once every rank is through: a rank that aborted never is
             report(exercise.id, comm.rank, status, message, time.perf_counter() - start)
-        _wait_for_others(comm, float("inf"))   # every verdict is written before a next check
-        timer.cancel()                         # can end the job
+        _wait_for_others(comm, float("inf"))  # every verdict is written before a next check
+        timer.cancel()  # can end the job
     return 0
 
 

@@ -15,6 +15,7 @@ registered exercise or lies outside the exercise's ``path``, an exercise
 with no region, and a region that is not whole statements of one block inside
 one function body.
 """
+
 import ast
 import io
 import json
@@ -38,8 +39,10 @@ class MarkerError(ValueError):
 
     def __init__(self, problems):
         self.problems = list(problems)
-        super().__init__("exercise markers are inconsistent; fix these and run again:\n  "
-                         + "\n  ".join(self.problems))
+        super().__init__(
+            "exercise markers are inconsistent; fix these and run again:\n  "
+            + "\n  ".join(self.problems)
+        )
 
 
 @dataclass(frozen=True)
@@ -48,8 +51,8 @@ class Region:
 
     exercise_id: str
     path: str
-    begin: int      # line of '# BEGIN EXERCISE', 1-based
-    end: int        # line of '# END EXERCISE'
+    begin: int  # line of '# BEGIN EXERCISE', 1-based
+    end: int  # line of '# END EXERCISE'
     indent: str
 
     @property
@@ -73,8 +76,10 @@ def _markers(text, path, problems):
         if match and token.line[:col].strip() == "":
             found.append((line, match.group(1), match.group(2), token.line[:col]))
         elif match or LOOKS_LIKE_MARKER.match(token.string):
-            problems.append(f"{path}:{line}: '{token.string.strip()}' is not a marker: write "
-                            "'# BEGIN EXERCISE x.y' or '# END EXERCISE x.y' alone on its line")
+            problems.append(
+                f"{path}:{line}: '{token.string.strip()}' is not a marker: write "
+                "'# BEGIN EXERCISE x.y' or '# END EXERCISE x.y' alone on its line"
+            )
     return found
 
 
@@ -84,26 +89,35 @@ def _pair_markers(markers, path, problems):
     for line, kind, exercise_id, indent in markers:
         if kind == "BEGIN":
             if open_:
-                problems.append(f"{path}:{line}: BEGIN EXERCISE {exercise_id} is nested inside "
-                                f"region {open_[2]} opened at line {open_[0]}: close that one first")
+                problems.append(
+                    f"{path}:{line}: BEGIN EXERCISE {exercise_id} is nested inside "
+                    f"region {open_[2]} opened at line {open_[0]}: close that one first"
+                )
             open_ = (line, indent, exercise_id)
         elif open_ is None:
-            problems.append(f"{path}:{line}: END EXERCISE {exercise_id} has no BEGIN EXERCISE "
-                            f"{exercise_id} before it")
+            problems.append(
+                f"{path}:{line}: END EXERCISE {exercise_id} has no BEGIN EXERCISE "
+                f"{exercise_id} before it"
+            )
         elif exercise_id != open_[2]:
-            problems.append(f"{path}:{line}: END EXERCISE {exercise_id} closes region {open_[2]} "
-                            f"opened at line {open_[0]}: the ids must match")
+            problems.append(
+                f"{path}:{line}: END EXERCISE {exercise_id} closes region {open_[2]} "
+                f"opened at line {open_[0]}: the ids must match"
+            )
             open_ = None
         elif indent != open_[1]:
-            problems.append(f"{path}:{line}: END EXERCISE {exercise_id} is indented differently "
-                            f"from its BEGIN at line {open_[0]}")
+            problems.append(
+                f"{path}:{line}: END EXERCISE {exercise_id} is indented differently "
+                f"from its BEGIN at line {open_[0]}"
+            )
             open_ = None
         else:
             regions.append(Region(exercise_id, path, open_[0], line, indent))
             open_ = None
     if open_:
-        problems.append(f"{path}:{open_[0]}: BEGIN EXERCISE {open_[2]} has no END EXERCISE "
-                        f"{open_[2]} after it")
+        problems.append(
+            f"{path}:{open_[0]}: BEGIN EXERCISE {open_[2]} has no END EXERCISE {open_[2]} after it"
+        )
     return regions
 
 
@@ -126,19 +140,26 @@ def _first_line(node):
 def _check_placement(region, tree, parents, problems):
     """A region must be whole statements of one block, inside a function body, at their indentation."""
     here = region.where
-    overlapping = [s for s in ast.walk(tree) if isinstance(s, ast.stmt)
-                   and _first_line(s) <= region.end and s.end_lineno >= region.begin]
+    overlapping = [
+        s
+        for s in ast.walk(tree)
+        if isinstance(s, ast.stmt) and _first_line(s) <= region.end and s.end_lineno >= region.begin
+    ]
     inside = [s for s in overlapping if _first_line(s) > region.begin and s.end_lineno < region.end]
     if not inside:
-        problems.append(f"{here}: region {region.exercise_id} holds no code: put the solution "
-                        "between the markers")
+        problems.append(
+            f"{here}: region {region.exercise_id} holds no code: put the solution "
+            "between the markers"
+        )
         return
     inside_ids = {id(s) for s in inside}
     outermost = [s for s in inside if id(parents[id(s)][0]) not in inside_ids]
     blocks = {(id(parents[id(s)][0]), parents[id(s)][1]) for s in outermost}
     if len(blocks) > 1:
-        problems.append(f"{here}: region {region.exercise_id} spans more than one block (lines "
-                        f"{outermost[0].lineno} and {outermost[-1].lineno}): keep it inside one")
+        problems.append(
+            f"{here}: region {region.exercise_id} spans more than one block (lines "
+            f"{outermost[0].lineno} and {outermost[-1].lineno}): keep it inside one"
+        )
         return
     chain, node = [], parents[id(outermost[0])][0]
     while node is not None:
@@ -146,19 +167,28 @@ def _check_placement(region, tree, parents, problems):
         node = parents.get(id(node), (None, None))[0]
     crossing = [s for s in overlapping if id(s) not in inside_ids and s not in chain]
     if crossing:
-        problems.append(f"{here}: region {region.exercise_id} cuts the statement at line "
-                        f"{crossing[0].lineno}: a region must hold whole statements")
+        problems.append(
+            f"{here}: region {region.exercise_id} cuts the statement at line "
+            f"{crossing[0].lineno}: a region must hold whole statements"
+        )
         return
-    kinds = [n for n in chain if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
-                                                ast.Module))]
+    kinds = [
+        n
+        for n in chain
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module))
+    ]
     if not isinstance(kinds[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
-        problems.append(f"{here}: region {region.exercise_id} is outside a function body: "
-                        "regions are statements inside one function")
+        problems.append(
+            f"{here}: region {region.exercise_id} is outside a function body: "
+            "regions are statements inside one function"
+        )
         return
     column = outermost[0].col_offset
     if len(region.indent) != column:
-        problems.append(f"{here}: the markers of region {region.exercise_id} are indented "
-                        f"{len(region.indent)} columns, its statements {column}: align them")
+        problems.append(
+            f"{here}: the markers of region {region.exercise_id} are indented "
+            f"{len(region.indent)} columns, its statements {column}: align them"
+        )
 
 
 def scan_file(text, path):
@@ -203,17 +233,23 @@ def validate(regions, exercises):
     for region in regions:
         owner = known.get(region.exercise_id)
         if owner is None:
-            problems.append(f"{region.where}: region {region.exercise_id} has no registered "
-                            f"exercise (register a check with @exercise({region.exercise_id!r}, ...) "
-                            f"in minidl/exercises/checks/; known: {', '.join(known) or 'none'})")
+            problems.append(
+                f"{region.where}: region {region.exercise_id} has no registered "
+                f"exercise (register a check with @exercise({region.exercise_id!r}, ...) "
+                f"in minidl/exercises/checks/; known: {', '.join(known) or 'none'})"
+            )
         elif owner.path != region.path:
-            problems.append(f"{region.where}: region {region.exercise_id} is in this file, but "
-                            f"exercise {owner.id}'s path is {owner.path}")
+            problems.append(
+                f"{region.where}: region {region.exercise_id} is in this file, but "
+                f"exercise {owner.id}'s path is {owner.path}"
+            )
     marked = {r.exercise_id for r in regions}
     for e in exercises:
         if e.id not in marked:
-            problems.append(f"{e.path}: exercise {e.id} ({e.title}) has no region: mark its code with "
-                            f"'# BEGIN EXERCISE {e.id}' / '# END EXERCISE {e.id}'")
+            problems.append(
+                f"{e.path}: exercise {e.id} ({e.title}) has no region: mark its code with "
+                f"'# BEGIN EXERCISE {e.id}' / '# END EXERCISE {e.id}'"
+            )
     return problems
 
 
@@ -221,11 +257,16 @@ def _import_index(tree):
     """The line index after the module docstring and ``__future__`` imports: where imports may go."""
     index = 0
     for statement in tree.body:
-        docstring = (statement is tree.body[0] and isinstance(statement, ast.Expr)
-                     and isinstance(statement.value, ast.Constant)
-                     and isinstance(statement.value.value, str))
-        if not (docstring or (isinstance(statement, ast.ImportFrom)
-                              and statement.module == "__future__")):
+        docstring = (
+            statement is tree.body[0]
+            and isinstance(statement, ast.Expr)
+            and isinstance(statement.value, ast.Constant)
+            and isinstance(statement.value.value, str)
+        )
+        if not (
+            docstring
+            or (isinstance(statement, ast.ImportFrom) and statement.module == "__future__")
+        ):
             break
         index = statement.end_lineno
     return index
@@ -239,10 +280,12 @@ def rewrite(text, regions, mode, titles):
     for r in sorted(regions, key=lambda r: r.begin, reverse=True):
         if mode == "stub":
             title = json.dumps(titles[r.exercise_id], ensure_ascii=False)
-            lines[r.begin:r.end - 1] = [f"{r.indent}{stub_prefix(r.exercise_id)}, {title})\n"]
+            lines[r.begin : r.end - 1] = [f"{r.indent}{stub_prefix(r.exercise_id)}, {title})\n"]
         else:
-            lines.insert(r.begin, f"{r.indent}record_region({json.dumps(r.exercise_id)}, "
-                                  f"{json.dumps(r.where)})\n")
+            lines.insert(
+                r.begin,
+                f"{r.indent}record_region({json.dumps(r.exercise_id)}, {json.dumps(r.where)})\n",
+            )
     lines.insert(_import_index(ast.parse(text)), STUB_IMPORT if mode == "stub" else TRACE_IMPORT)
     return "".join(lines)
 
@@ -250,6 +293,7 @@ def rewrite(text, regions, mode, titles):
 def student_readme(exercises, stubbed):
     """The README of a student tree: how to work on an exercise and the list of them."""
     from .listing import text_table
+
     todo = [e for e in exercises if e.id in stubbed]
     return f"""# minidl: the course's exercises
 
@@ -303,6 +347,7 @@ def write_student_tree(out_dir, only=None, mode="stub", root=None, exercises=Non
     marker problem before anything is written.
     """
     from . import catalogue, repository_root
+
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     root = repository_root() if root is None else os.fspath(root)
@@ -312,13 +357,17 @@ def write_student_tree(out_dir, only=None, mode="stub", root=None, exercises=Non
     chosen = {e.id for e in exercises} if only is None else {str(i) for i in only}
     unknown = sorted(chosen - {e.id for e in exercises})
     if unknown:
-        problems.append(f"--only names unknown exercises {', '.join(unknown)} "
-                        "('minidl exercise list' shows them)")
+        problems.append(
+            f"--only names unknown exercises {', '.join(unknown)} "
+            "('minidl exercise list' shows them)"
+        )
     if problems:
         raise MarkerError(problems)
     out_dir = os.fspath(out_dir)
     if os.path.exists(out_dir) and os.listdir(out_dir):
-        raise FileExistsError(f"{out_dir} exists and is not empty: choose a new folder or remove it")
+        raise FileExistsError(
+            f"{out_dir} exists and is not empty: choose a new folder or remove it"
+        )
     titles = {e.id: e.title for e in exercises}
     by_file = {}
     for region in regions:
@@ -331,8 +380,10 @@ def write_student_tree(out_dir, only=None, mode="stub", root=None, exercises=Non
         try:
             compile(text, path, "exec", dont_inherit=True)
         except SyntaxError as exc:
-            problems.append(f"{path}:{exc.lineno}: the rewritten file does not compile ({exc.msg}); "
-                            "regions must hold whole statements")
+            problems.append(
+                f"{path}:{exc.lineno}: the rewritten file does not compile ({exc.msg}); "
+                "regions must hold whole statements"
+            )
         rewritten[path] = text
     if problems:
         raise MarkerError(problems)

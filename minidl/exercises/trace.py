@@ -9,13 +9,14 @@ location``, tab-separated. The grader says which check is running
 own exercise's regions cannot be changed by stubbing any other exercise:
 that is how the tests prove "stubbing one exercise fails exactly its check".
 """
+
 import os
 from contextlib import contextmanager
 
 ENV = "MINIDL_EXERCISE_TRACE"
 
-_running = None        # id of the check now running in this process
-_recorded = set()      # (check, region location) pairs already written
+_running = None  # id of the check now running in this process
+_recorded = set()  # (check, region location) pairs already written
 
 
 @contextmanager

@@ -4,22 +4,52 @@ Each op is a ``Function`` with its forward and backward written once against
 ``xp`` (NumPy or CuPy); the wrappers here validate arguments and call
 ``Function.apply``.
 """
-from .arithmetic import add, sub, mul, div, pow, neg, matmul, unbroadcast
-from .reduction import sum, mean, max
-from .shape_ops import reshape, transpose, flatten, getitem, concatenate, stack, to
-from .elementwise import exp, log, sqrt, relu, tanh, sigmoid
-from .loss import softmax, log_softmax, cross_entropy, mse_loss
-from .linear import linear
+
+from .arithmetic import add, div, matmul, mul, neg, pow, sub, unbroadcast
 from .conv import conv2d
 from .dropout import dropout
-from .pooling import max_pool2d, avg_pool2d
+from .elementwise import exp, log, relu, sigmoid, sqrt, tanh
+from .linear import linear
+from .loss import cross_entropy, log_softmax, mse_loss, softmax
 from .normalization import batch_norm, local_response_norm
+from .pooling import avg_pool2d, max_pool2d
+from .reduction import max, mean, sum
+from .shape_ops import concatenate, flatten, getitem, reshape, stack, to, transpose
 
 __all__ = [
-    "add", "sub", "mul", "div", "pow", "neg", "matmul", "unbroadcast",
-    "sum", "mean", "max",
-    "reshape", "transpose", "flatten", "getitem", "concatenate", "stack", "to",
-    "exp", "log", "sqrt", "relu", "tanh", "sigmoid",
-    "softmax", "log_softmax", "cross_entropy", "mse_loss",
-    "linear", "conv2d", "dropout", "max_pool2d", "avg_pool2d", "batch_norm", "local_response_norm",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "pow",
+    "neg",
+    "matmul",
+    "unbroadcast",
+    "sum",
+    "mean",
+    "max",
+    "reshape",
+    "transpose",
+    "flatten",
+    "getitem",
+    "concatenate",
+    "stack",
+    "to",
+    "exp",
+    "log",
+    "sqrt",
+    "relu",
+    "tanh",
+    "sigmoid",
+    "softmax",
+    "log_softmax",
+    "cross_entropy",
+    "mse_loss",
+    "linear",
+    "conv2d",
+    "dropout",
+    "max_pool2d",
+    "avg_pool2d",
+    "batch_norm",
+    "local_response_norm",
 ]

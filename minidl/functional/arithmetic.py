@@ -4,6 +4,7 @@ Broadcasting copies an operand along axes of size 1 (or missing leading
 axes); the chain rule then sums the incoming gradient over those axes
 (``unbroadcast``), so every input gets a gradient of its own shape.
 """
+
 from ..autograd import Function, ShapeError, Tensor
 from ..backend import get_array_module
 
@@ -14,7 +15,8 @@ def unbroadcast(grad, shape):
         return grad
     lead = grad.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(
-        lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1)
+        lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1
+    )
     return grad.sum(axis=axes, keepdims=True).reshape(shape)
 
 
@@ -48,13 +50,16 @@ class _Broadcasting(Function):
         except ValueError:
             raise ShapeError(
                 f"{self.name}: shapes {a.shape} and {b.shape} cannot be broadcast together "
-                "(trailing dimensions must be equal or 1)") from None
+                "(trailing dimensions must be equal or 1)"
+            ) from None
 
     def reduce(self, ga, gb):
         """Unbroadcast the two raw gradients, skipping inputs that need none."""
         need_a, need_b = self.needs_input_grad
-        return (unbroadcast(ga, self.a_shape) if need_a else None,
-                unbroadcast(gb, self.b_shape) if need_b else None)
+        return (
+            unbroadcast(ga, self.a_shape) if need_a else None,
+            unbroadcast(gb, self.b_shape) if need_b else None,
+        )
 
 
 class Add(_Broadcasting):
@@ -110,7 +115,7 @@ class Pow(_Broadcasting):
 
     def compute(self, a, b):
         self.a, self.b = a, b
-        self.out = a ** b
+        self.out = a**b
         return self.out
 
     def backward(self, g):
@@ -126,7 +131,7 @@ class PowScalar(Function):
 
     def forward(self, x, p):
         self.x, self.p = x, p
-        return x ** p
+        return x**p
 
     def backward(self, g):
         return g * (self.p * self.x ** (self.p - 1))
@@ -150,13 +155,15 @@ class MatMul(Function):
         if a.ndim == 0 or b.ndim == 0 or a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
             raise ShapeError(
                 f"matmul: shapes {a.shape} and {b.shape} do not align: the last dimension "
-                "of the first must equal the second-to-last (or only) dimension of the second")
+                "of the first must equal the second-to-last (or only) dimension of the second"
+            )
         self.a, self.b = a, b
         try:
             return a @ b
         except ValueError:
-            raise ShapeError(f"matmul: batch dimensions of {a.shape} and {b.shape} "
-                             "cannot be broadcast together") from None
+            raise ShapeError(
+                f"matmul: batch dimensions of {a.shape} and {b.shape} cannot be broadcast together"
+            ) from None
 
     def backward(self, g):
         a, b = self.a, self.b
@@ -212,4 +219,3 @@ def neg(x):
 def matmul(a, b):
     """Matrix product ``a @ b`` (NumPy semantics, batched)."""
     return MatMul.apply(*_pair(a, b))
-

@@ -2,6 +2,7 @@
 with probability p and scale the survivors by 1/(1-p), so that evaluation is
 the identity. Draws come from ``minidl.random`` (seed it with ``manual_seed``).
 """
+
 from ..autograd import Function
 from ..backend import get_array_module
 from ..random import get_rng

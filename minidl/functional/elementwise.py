@@ -3,6 +3,7 @@
 exp' = exp, log' = 1/x, sqrt' = 1/(2 sqrt x), ReLU' = [x > 0],
 tanh' = 1 - tanh^2, sigmoid' = sigmoid (1 - sigmoid).
 """
+
 from ..autograd import Function
 from ..backend import get_array_module
 

@@ -10,14 +10,17 @@ output, for one), and NumPy runs a product of a row-major and a
 column-major array ~8x slower than one of equal layouts (measured here:
 165 against 17 us for 128 x 256).
 """
+
 from ..autograd import Function, ShapeError
 
 
 class Linear(Function):
     def forward(self, x, w, b=None):
         if x.shape[-1] != w.shape[1]:
-            raise ShapeError(f"linear: input of shape {x.shape} has {x.shape[-1]} features, "
-                             f"the weight {w.shape} expects {w.shape[1]}")
+            raise ShapeError(
+                f"linear: input of shape {x.shape} has {x.shape[-1]} features, "
+                f"the weight {w.shape} expects {w.shape[1]}"
+            )
         self.x, self.w = x, w
         # y^T = W x^T: OpenBLAS runs this orientation up to ~1.7x faster than x W^T for
         # the short, wide batches of training (e.g. 16 x 9216 by 9216 x 4096)

@@ -5,6 +5,7 @@ maximum changes nothing mathematically and keeps exp from overflowing).
 Cross-entropy with integer labels: l = -mean_n log softmax(z_n)[y_n], whose
 gradient is (softmax(z) - onehot(y)) / N. Squared loss: mean (p - t)^2.
 """
+
 import numpy as np
 
 from ..autograd import Function, ShapeError, Tensor
@@ -109,23 +110,31 @@ def cross_entropy(logits, labels, reduction="mean"):
 
 def _check_labels(logits, labels):
     if logits.ndim != 2:
-        raise ShapeError(f"cross_entropy: logits must be (N, C), got shape {logits.shape}; "
-                         "flatten the features first")
+        raise ShapeError(
+            f"cross_entropy: logits must be (N, C), got shape {logits.shape}; "
+            "flatten the features first"
+        )
     labels = labels.data if isinstance(labels, Tensor) else labels
     if not hasattr(labels, "dtype"):
         labels = np.asarray(labels)
     labels = to_device(labels, logits.device)
     if labels.dtype.kind not in "iu":
-        raise TypeError(f"cross_entropy: labels must be integers, got dtype {labels.dtype}; "
-                        "pass class indices, e.g. md.tensor(y, dtype='int64') or an int array")
+        raise TypeError(
+            f"cross_entropy: labels must be integers, got dtype {labels.dtype}; "
+            "pass class indices, e.g. md.tensor(y, dtype='int64') or an int array"
+        )
     if labels.shape != (logits.shape[0],):
-        raise ShapeError(f"cross_entropy: labels of shape {labels.shape} do not match "
-                         f"logits of shape {logits.shape}; expected ({logits.shape[0]},)")
+        raise ShapeError(
+            f"cross_entropy: labels of shape {labels.shape} do not match "
+            f"logits of shape {logits.shape}; expected ({logits.shape[0]},)"
+        )
     n_classes = logits.shape[1]
     if labels.size and (int(labels.min()) < 0 or int(labels.max()) >= n_classes):
         bad = int(labels.min()) if int(labels.min()) < 0 else int(labels.max())
-        raise ValueError(f"cross_entropy: label {bad} is out of range for {n_classes} "
-                         f"classes; labels must lie in [0, {n_classes - 1}]")
+        raise ValueError(
+            f"cross_entropy: label {bad} is out of range for {n_classes} "
+            f"classes; labels must lie in [0, {n_classes - 1}]"
+        )
     return labels
 
 
@@ -135,8 +144,9 @@ def mse_loss(pred, target, reduction="mean"):
         raise ValueError(f"mse_loss: reduction {reduction!r} is not one of {REDUCTIONS}")
     pred, target = _pair(pred, target)
     if pred.shape != target.shape:
-        raise ShapeError(f"mse_loss: prediction shape {pred.shape} differs from "
-                         f"target shape {target.shape}")
+        raise ShapeError(
+            f"mse_loss: prediction shape {pred.shape} differs from target shape {target.shape}"
+        )
     diff = pred - target
     sq = diff * diff
     if reduction == "none":

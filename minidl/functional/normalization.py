@@ -16,6 +16,7 @@ Each sample and position is normalised on its own, so both passes run over
 chunks of the batch (or of the rows): the dozen elementwise passes of a chunk
 then stay in the CPU cache.
 """
+
 from ..autograd import Function, ShapeError, Tensor
 from ..backend import get_array_module
 from ..chunks import batch_chunks
@@ -39,8 +40,10 @@ class BatchNorm(Function):
         if training:
             n = x.size // x.shape[1]
             if n < 2:
-                raise ValueError(f"batch_norm: training needs more than one value per channel, "
-                                 f"got input of shape {x.shape}")
+                raise ValueError(
+                    f"batch_norm: training needs more than one value per channel, "
+                    f"got input of shape {x.shape}"
+                )
             mean = x.mean(axis=axes, keepdims=True)
             centered = x - mean
             var = (centered * centered).mean(axis=axes, keepdims=True)
@@ -63,8 +66,11 @@ class BatchNorm(Function):
         if need_x:
             gx_hat = g * self.weight
             if self.training:
-                gx_hat = (gx_hat - gx_hat.mean(axis=self.axes, keepdims=True)
-                          - self.x_hat * (gx_hat * self.x_hat).mean(axis=self.axes, keepdims=True))
+                gx_hat = (
+                    gx_hat
+                    - gx_hat.mean(axis=self.axes, keepdims=True)
+                    - self.x_hat * (gx_hat * self.x_hat).mean(axis=self.axes, keepdims=True)
+                )
             gx = gx_hat * self.invstd
         if need_w:
             gw = (g * self.x_hat).sum(axis=self.axes)
@@ -73,8 +79,16 @@ class BatchNorm(Function):
         return gx, gw, gb
 
 
-def batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None,
-               training=False, momentum=0.1, eps=1e-5):
+def batch_norm(
+    x,
+    running_mean=None,
+    running_var=None,
+    weight=None,
+    bias=None,
+    training=False,
+    momentum=0.1,
+    eps=1e-5,
+):
     """Normalise each channel of an (N, C) or (N, C, ...) tensor (see the module doc).
 
     ``running_mean``/``running_var`` (Tensors or arrays of shape (C,)) are
@@ -88,29 +102,43 @@ def batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None,
     weight = weight if weight is not None else Tensor(xp.ones(c, dtype=x.dtype))
     bias = bias if bias is not None else Tensor(xp.zeros(c, dtype=x.dtype))
     stats = [s.data if isinstance(s, Tensor) else s for s in (running_mean, running_var)]
-    for name, v in (("weight", weight.data), ("bias", bias.data),
-                    ("running_mean", stats[0]), ("running_var", stats[1])):
+    for name, v in (
+        ("weight", weight.data),
+        ("bias", bias.data),
+        ("running_mean", stats[0]),
+        ("running_var", stats[1]),
+    ):
         if v is not None and v.shape != (c,):
-            raise ShapeError(f"batch_norm: {name} has shape {v.shape}, expected ({c},) "
-                             f"for input of shape {x.shape}")
+            raise ShapeError(
+                f"batch_norm: {name} has shape {v.shape}, expected ({c},) "
+                f"for input of shape {x.shape}"
+            )
     if not training and stats[0] is None:
         training = True  # no running estimates to use: normalise with the batch
-    return BatchNorm.apply(x, weight, bias, running_mean=stats[0], running_var=stats[1],
-                           training=training, momentum=momentum, eps=eps)
+    return BatchNorm.apply(
+        x,
+        weight,
+        bias,
+        running_mean=stats[0],
+        running_var=stats[1],
+        training=training,
+        momentum=momentum,
+        eps=eps,
+    )
 
 
 def window_sum(a, before, after, out=None):
     """s[:, c] = sum of a[:, c - before .. c + after] over channels, clipped at the edges."""
     c = a.shape[1]
     if out is None:
-        s = a.copy(order="K")   # keep the layout: mixed layouts add several times slower
+        s = a.copy(order="K")  # keep the layout: mixed layouts add several times slower
     else:
         s = out
         s[...] = a
     for d in range(1, after + 1):
-        s[:, :c - d] += a[:, d:]
+        s[:, : c - d] += a[:, d:]
     for d in range(1, before + 1):
-        s[:, d:] += a[:, :c - d]
+        s[:, d:] += a[:, : c - d]
     return s
 
 
@@ -125,7 +153,7 @@ def negative_power(s, beta, out=None):
 
 
 class LocalResponseNorm(Function):
-    TEMPORARIES = 8   # chunk arrays of CHUNK_BYTES / 8: fastest of 2, 4, 8, 12, 16 here
+    TEMPORARIES = 8  # chunk arrays of CHUNK_BYTES / 8: fastest of 2, 4, 8, 12, 16 here
 
     def forward(self, x, size, alpha, beta, k):
         xp = get_array_module(x)
@@ -171,8 +199,10 @@ class LocalResponseNorm(Function):
 def local_response_norm(x, size, alpha=1e-4, beta=0.75, k=1.0):
     """AlexNet's local response normalisation across channels (see the module doc)."""
     if x.ndim < 3:
-        raise ShapeError(f"local_response_norm: expected (N, C, ...) input with at least "
-                         f"3 dimensions, got shape {x.shape}")
+        raise ShapeError(
+            f"local_response_norm: expected (N, C, ...) input with at least "
+            f"3 dimensions, got shape {x.shape}"
+        )
     if size < 1:
         raise ValueError(f"local_response_norm: size must be positive, got {size}")
     return LocalResponseNorm.apply(x, size=size, alpha=alpha, beta=beta, k=k)

@@ -7,6 +7,7 @@ so the work is K_h * K_w whole-array operations rather than a loop over windows.
 Max pooling routes the gradient to the first maximum of each window; average
 pooling spreads it evenly (padding counts as zeros in the average).
 """
+
 from ..autograd import Function, ShapeError
 from ..backend import get_array_module
 from ..conv.geometry import output_size, pair, window_slices
@@ -59,14 +60,14 @@ def scatter_windows(fn, g, part):
     """The input gradient: ``part(offset)`` summed into each offset's window, padding cropped."""
     xp = get_array_module(g)
     k, s, p, out = fn.geometry
-    if p == (0, 0):   # the input's memory layout: the adds then run along matching strides
+    if p == (0, 0):  # the input's memory layout: the adds then run along matching strides
         gpad = xp.zeros_like(fn.x, dtype=g.dtype)
     else:
         gpad = xp.zeros(fn.padded_shape, dtype=g.dtype)
     for offset in range(k[0] * k[1]):
         window(gpad, offset // k[1], offset % k[1], s, out)[...] += part(offset)
     h, w = fn.x.shape[2:]
-    return gpad[:, :, p[0]:p[0] + h, p[1]:p[1] + w]
+    return gpad[:, :, p[0] : p[0] + h, p[1] : p[1] + w]
 
 
 class MaxPool2d(Function):
@@ -81,7 +82,7 @@ class MaxPool2d(Function):
         k, s, p, out = pool_geometry(x.shape, kernel_size, stride, padding, "max_pool2d")
         xpad = pad_hw(x, p, -xp.inf)
         views = [window(xpad, o // k[1], o % k[1], s, out) for o in range(k[0] * k[1])]
-        y = views[0].copy(order="K")   # keep the input's memory layout (see layout note)
+        y = views[0].copy(order="K")  # keep the input's memory layout (see layout note)
         for view in views[1:]:
             xp.maximum(y, view, out=y)
         arg = xp.zeros_like(y, dtype=xp.uint8)
@@ -95,8 +96,12 @@ class MaxPool2d(Function):
     def backward(self, g):
         k, s, p, out = self.geometry
         g = same_layout(g, self.arg)
-        tiles = (s == k and p == (0, 0) and self.x.shape[2] == k[0] * out[0]
-                 and self.x.shape[3] == k[1] * out[1])
+        tiles = (
+            s == k
+            and p == (0, 0)
+            and self.x.shape[2] == k[0] * out[0]
+            and self.x.shape[3] == k[1] * out[1]
+        )
         if not tiles:
             return scatter_windows(self, g, lambda offset: g * (self.arg == offset))
         # Non-overlapping windows that tile the input: each input element is in exactly

@@ -4,6 +4,7 @@ The gradient of a reduction is the incoming gradient broadcast back over the
 reduced axes: 1 for sum, 1/count for mean, and for max an equal share among
 the elements that attain the maximum.
 """
+
 from ..autograd import Function, ShapeError
 from ..backend import get_array_module
 
@@ -65,8 +66,11 @@ class Max(_Reduction):
     def reduce(self, x):
         self.x = x
         self.out = x.max(axis=self.axes, keepdims=True)
-        return self.out if self.keepdims else self.out.reshape(
-            [n for i, n in enumerate(x.shape) if i not in self.axes])
+        return (
+            self.out
+            if self.keepdims
+            else self.out.reshape([n for i, n in enumerate(x.shape) if i not in self.axes])
+        )
 
     def backward(self, g):
         share = (self.x == self.out).astype(self.x.dtype)

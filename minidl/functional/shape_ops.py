@@ -3,6 +3,7 @@ indexing, concatenate, stack, and copies to another device or dtype.
 
 Each backward routes the gradient back to where the value came from.
 """
+
 import numpy as np
 
 from ..autograd import Function, ShapeError, Tensor, as_dtype
@@ -20,8 +21,9 @@ class Reshape(Function):
         try:
             return x.reshape(shape)
         except ValueError:
-            raise ShapeError(f"reshape: cannot reshape {x.shape} ({x.size} elements) "
-                             f"into {tuple(shape)}") from None
+            raise ShapeError(
+                f"reshape: cannot reshape {x.shape} ({x.size} elements) into {tuple(shape)}"
+            ) from None
 
     def backward(self, g):
         if self.layout is None:
@@ -34,8 +36,10 @@ class Reshape(Function):
 class Transpose(Function):
     def forward(self, x, axes):
         if axes is not None and sorted(a % x.ndim for a in axes) != list(range(x.ndim)):
-            raise ShapeError(f"transpose: axes {axes} are not a permutation of "
-                             f"the {x.ndim} axes of shape {x.shape}")
+            raise ShapeError(
+                f"transpose: axes {axes} are not a permutation of "
+                f"the {x.ndim} axes of shape {x.shape}"
+            )
         self.axes = axes
         return x.transpose(axes)
 
@@ -65,8 +69,7 @@ class GetItem(Function):
 def _is_basic_index(key):
     """True for ints, slices, None and Ellipsis only: each element is hit once."""
     keys = key if isinstance(key, tuple) else (key,)
-    return all(k is None or k is Ellipsis or isinstance(k, (int, slice, np.integer))
-               for k in keys)
+    return all(k is None or k is Ellipsis or isinstance(k, (int, slice, np.integer)) for k in keys)
 
 
 class Concatenate(Function):
@@ -77,8 +80,9 @@ class Concatenate(Function):
         try:
             return xp.concatenate(arrays, axis=axis)
         except ValueError:
-            raise ShapeError(f"concatenate: shapes {[a.shape for a in arrays]} differ "
-                             f"outside axis {axis}") from None
+            raise ShapeError(
+                f"concatenate: shapes {[a.shape for a in arrays]} differ outside axis {axis}"
+            ) from None
 
     def backward(self, g):
         xp = get_array_module(g)

@@ -1,4 +1,5 @@
 """Activation layers: thin Modules over the functional ops."""
+
 from .. import functional as F
 from .module import Module
 

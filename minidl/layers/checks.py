@@ -4,6 +4,7 @@ Without them, ``Conv2d(0, 2, 3)`` would fail in the initialiser with a bare
 ZeroDivisionError, and a negative stride only at the first forward pass.
 Each error names the layer, the argument, its value and what to pass instead.
 """
+
 import math
 import numbers
 
@@ -36,8 +37,10 @@ def size_arg(layer, name, value, minimum=1):
         error = ValueError
     else:
         error = TypeError
-    raise error(f"{layer}: {name}={value!r} is invalid; pass {_requirement(minimum)} "
-                "or a (height, width) pair of them")
+    raise error(
+        f"{layer}: {name}={value!r} is invalid; pass {_requirement(minimum)} "
+        "or a (height, width) pair of them"
+    )
 
 
 def number_arg(layer, name, value, accept, requirement):
@@ -58,6 +61,8 @@ def groups_arg(layer, groups, in_channels, out_channels):
     if in_channels % groups or out_channels % groups:
         common = math.gcd(in_channels, out_channels)
         choices = [d for d in range(1, common + 1) if common % d == 0]
-        raise ValueError(f"{layer}: groups={groups} must divide in_channels={in_channels} and "
-                         f"out_channels={out_channels}; pass one of {choices}")
+        raise ValueError(
+            f"{layer}: groups={groups} must divide in_channels={in_channels} and "
+            f"out_channels={out_channels}; pass one of {choices}"
+        )
     return groups

@@ -1,4 +1,5 @@
 """2-D convolution layer over NCHW inputs (see ``minidl.conv``)."""
+
 import numpy as np
 
 from ..autograd import as_dtype
@@ -19,13 +20,24 @@ class Conv2d(Module):
     says which algorithm each pass used for the last input shape.
     """
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
-                 groups=1, bias=True, algo="auto", dtype="float32"):
+    def __init__(
+        self,
+        in_channels,
+        out_channels,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups=1,
+        bias=True,
+        algo="auto",
+        dtype="float32",
+    ):
         super().__init__()
-        in_channels = int_arg("Conv2d", "in_channels", in_channels,
-                              hint="the input's channels, x.shape[1]")
-        out_channels = int_arg("Conv2d", "out_channels", out_channels,
-                               hint="the number of filters")
+        in_channels = int_arg(
+            "Conv2d", "in_channels", in_channels, hint="the input's channels, x.shape[1]"
+        )
+        out_channels = int_arg("Conv2d", "out_channels", out_channels, hint="the number of filters")
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size = pair(size_arg("Conv2d", "kernel_size", kernel_size), "kernel_size")
         self.stride = pair(size_arg("Conv2d", "stride", stride), "stride")
@@ -38,12 +50,13 @@ class Conv2d(Module):
         self.weight = Parameter(np.empty(shape, dtype=dtype))
         self.bias = Parameter(np.empty(out_channels, dtype=dtype)) if bias else None
         init.default_init_(self.weight, self.bias)
-        self._last = None   # (geometry, dtype, device) of the last forward
-        self._label = f"Conv2d({self.extra_repr()})"   # names the layer in the tuner's report
+        self._last = None  # (geometry, dtype, device) of the last forward
+        self._label = f"Conv2d({self.extra_repr()})"  # names the layer in the tuner's report
 
     def forward(self, x):
-        geometry = make_geometry(x.shape, self.weight.shape, self.stride, self.padding,
-                                 self.dilation, self.groups)
+        geometry = make_geometry(
+            x.shape, self.weight.shape, self.stride, self.padding, self.dilation, self.groups
+        )
         self._last = (geometry, x.dtype, x.device)
         return apply_conv2d(x, self.weight, self.bias, geometry, self.algo, label=self._label)
 
@@ -62,8 +75,10 @@ class Conv2d(Module):
         return {p: self._last + (p,) for p in PASSES}
 
     def extra_repr(self):
-        text = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"stride={self.stride}, padding={self.padding}")
+        text = (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}, padding={self.padding}"
+        )
         if self.dilation != (1, 1):
             text += f", dilation={self.dilation}"
         if self.groups != 1:

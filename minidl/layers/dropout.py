@@ -1,4 +1,5 @@
 """Dropout layer: active in training mode, the identity after ``eval()``."""
+
 from .. import functional as F
 from .checks import number_arg
 from .module import Module
@@ -7,8 +8,13 @@ from .module import Module
 class Dropout(Module):
     def __init__(self, p=0.5):
         super().__init__()
-        self.p = number_arg("Dropout", "p", p, lambda v: 0 <= v < 1,
-                            "the probability of zeroing an element, in [0, 1)")
+        self.p = number_arg(
+            "Dropout",
+            "p",
+            p,
+            lambda v: 0 <= v < 1,
+            "the probability of zeroing an element, in [0, 1)",
+        )
 
     def forward(self, x):
         return F.dropout(x, self.p, self.training)

@@ -10,6 +10,7 @@ fan_out = out * prod(kernel).
 PyTorch's default for Linear and Conv2d weights is He-uniform with a = sqrt(5),
 i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)); biases draw from the same interval.
 """
+
 import math
 
 from ..backend import get_array_module
@@ -19,7 +20,9 @@ from ..random import get_rng
 def fans(shape):
     """(fan_in, fan_out) of a weight shape (out, in, *kernel)."""
     if len(shape) < 2:
-        raise ValueError(f"fan-in and fan-out need a weight with at least 2 dimensions, got {shape}")
+        raise ValueError(
+            f"fan-in and fan-out need a weight with at least 2 dimensions, got {shape}"
+        )
     receptive = math.prod(shape[2:])
     return shape[1] * receptive, shape[0] * receptive
 

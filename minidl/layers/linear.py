@@ -1,4 +1,5 @@
 """Fully connected layer y = x W^T + b (see ``functional.linear``)."""
+
 import numpy as np
 
 from .. import functional as F
@@ -13,8 +14,9 @@ class Linear(Module):
 
     def __init__(self, in_features, out_features, bias=True, dtype="float32"):
         super().__init__()
-        self.in_features = int_arg("Linear", "in_features", in_features,
-                                   hint="the input's features, x.shape[-1]")
+        self.in_features = int_arg(
+            "Linear", "in_features", in_features, hint="the input's features, x.shape[-1]"
+        )
         self.out_features = int_arg("Linear", "out_features", out_features)
         dtype = as_dtype(dtype)
         self.weight = Parameter(np.empty((self.out_features, self.in_features), dtype=dtype))

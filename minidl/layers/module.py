@@ -5,6 +5,7 @@ such as batch-norm running statistics) assigned to its attributes, in
 assignment order, and names them by their path (``"features.0.weight"``, as
 PyTorch does, so state dicts line up with PyTorch's).
 """
+
 from collections import OrderedDict
 
 import numpy as np
@@ -36,8 +37,10 @@ class Module:
 
     def __setattr__(self, name, value):
         if "_parameters" not in self.__dict__:
-            raise AttributeError(f"{type(self).__name__}.__init__ must call super().__init__() "
-                                 "before assigning attributes")
+            raise AttributeError(
+                f"{type(self).__name__}.__init__ must call super().__init__() "
+                "before assigning attributes"
+            )
         for registry in (self._parameters, self._modules):
             registry.pop(name, None)
         if isinstance(value, Parameter):
@@ -112,13 +115,25 @@ class Module:
         missing = [k for k in own if k not in state]
         unexpected = [k for k in state if k not in own]
         if strict and (missing or unexpected):
-            raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys "
-                           f"{unexpected}; is this the state of another model? (strict=False "
-                           "loads only the keys both have)")
-        checked = [(t, checked_state_value(state[name], t, f"load_state_dict: {name}", "model",
-                                           "build the model with the layer sizes it had when "
-                                           "the state was saved"))
-                   for name, t in own.items() if name in state]
+            raise KeyError(
+                f"load_state_dict: missing keys {missing}, unexpected keys "
+                f"{unexpected}; is this the state of another model? (strict=False "
+                "loads only the keys both have)"
+            )
+        checked = [
+            (
+                t,
+                checked_state_value(
+                    state[name],
+                    t,
+                    f"load_state_dict: {name}",
+                    "model",
+                    "build the model with the layer sizes it had when the state was saved",
+                ),
+            )
+            for name, t in own.items()
+            if name in state
+        ]
         for t, value in checked:
             t.data[...] = to_device(value, t.device)
         return self
@@ -163,7 +178,9 @@ class Module:
         return ""
 
     def __repr__(self):
-        lines = [f"  ({name}): " + repr(m).replace("\n", "\n  ") for name, m in self._modules.items()]
+        lines = [
+            f"  ({name}): " + repr(m).replace("\n", "\n  ") for name, m in self._modules.items()
+        ]
         head = f"{type(self).__name__}({self.extra_repr()}"
         return head + ("\n" + "\n".join(lines) + "\n)" if lines else ")")
 

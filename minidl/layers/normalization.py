@@ -1,4 +1,5 @@
 """Batch normalisation and local response normalisation layers."""
+
 import numpy as np
 
 from .. import functional as F
@@ -12,16 +13,30 @@ class _BatchNorm(Module):
 
     input_dims = ()
 
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
-                 track_running_stats=True, dtype="float32"):
+    def __init__(
+        self,
+        num_features,
+        eps=1e-5,
+        momentum=0.1,
+        affine=True,
+        track_running_stats=True,
+        dtype="float32",
+    ):
         super().__init__()
         name = type(self).__name__
-        self.num_features = num_features = int_arg(name, "num_features", num_features,
-                                                   hint="the input's channels, x.shape[1]")
-        self.eps = number_arg(name, "eps", eps, lambda v: v > 0,
-                              "a number > 0 (it keeps the variance away from zero)")
-        self.momentum = number_arg(name, "momentum", momentum, lambda v: 0 <= v <= 1,
-                                   "the running statistics' update weight, in [0, 1]")
+        self.num_features = num_features = int_arg(
+            name, "num_features", num_features, hint="the input's channels, x.shape[1]"
+        )
+        self.eps = number_arg(
+            name, "eps", eps, lambda v: v > 0, "a number > 0 (it keeps the variance away from zero)"
+        )
+        self.momentum = number_arg(
+            name,
+            "momentum",
+            momentum,
+            lambda v: 0 <= v <= 1,
+            "the running statistics' update weight, in [0, 1]",
+        )
         dtype = as_dtype(dtype)
         self.weight = Parameter(np.ones(num_features, dtype=dtype)) if affine else None
         self.bias = Parameter(np.zeros(num_features, dtype=dtype)) if affine else None
@@ -34,16 +49,27 @@ class _BatchNorm(Module):
 
     def forward(self, x):
         if x.ndim not in self.input_dims:
-            raise ShapeError(f"{type(self).__name__}: expected an input with "
-                             f"{' or '.join(map(str, self.input_dims))} dimensions, got {x.shape}")
+            raise ShapeError(
+                f"{type(self).__name__}: expected an input with "
+                f"{' or '.join(map(str, self.input_dims))} dimensions, got {x.shape}"
+            )
         if x.shape[1] != self.num_features:
-            raise ShapeError(f"{type(self).__name__}({self.num_features}): input has "
-                             f"{x.shape[1]} channels (shape {x.shape})")
+            raise ShapeError(
+                f"{type(self).__name__}({self.num_features}): input has "
+                f"{x.shape[1]} channels (shape {x.shape})"
+            )
         if self.training and self.running_mean is not None:
             self.num_batches_tracked.data += 1
-        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
-                            training=self.training or self.running_mean is None,
-                            momentum=self.momentum, eps=self.eps)
+        return F.batch_norm(
+            x,
+            self.running_mean,
+            self.running_var,
+            self.weight,
+            self.bias,
+            training=self.training or self.running_mean is None,
+            momentum=self.momentum,
+            eps=self.eps,
+        )
 
     def extra_repr(self):
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
@@ -51,11 +77,13 @@ class _BatchNorm(Module):
 
 class BatchNorm1d(_BatchNorm):
     """Over (N, C) or (N, C, L) inputs."""
+
     input_dims = (2, 3)
 
 
 class BatchNorm2d(_BatchNorm):
     """Over (N, C, H, W) inputs."""
+
     input_dims = (4,)
 
 
@@ -64,14 +92,20 @@ class LocalResponseNorm(Module):
 
     def __init__(self, size, alpha=1e-4, beta=0.75, k=1.0):
         super().__init__()
-        self.size = int_arg("LocalResponseNorm", "size", size,
-                            hint="the channels each sum spans; AlexNet uses 5")
-        self.alpha = number_arg("LocalResponseNorm", "alpha", alpha, lambda v: v >= 0,
-                                "a number >= 0")
-        self.beta = number_arg("LocalResponseNorm", "beta", beta, lambda v: v >= 0,
-                               "a number >= 0")
-        self.k = number_arg("LocalResponseNorm", "k", k, lambda v: v > 0,
-                            "a number > 0 (it keeps the denominator away from zero)")
+        self.size = int_arg(
+            "LocalResponseNorm", "size", size, hint="the channels each sum spans; AlexNet uses 5"
+        )
+        self.alpha = number_arg(
+            "LocalResponseNorm", "alpha", alpha, lambda v: v >= 0, "a number >= 0"
+        )
+        self.beta = number_arg("LocalResponseNorm", "beta", beta, lambda v: v >= 0, "a number >= 0")
+        self.k = number_arg(
+            "LocalResponseNorm",
+            "k",
+            k,
+            lambda v: v > 0,
+            "a number > 0 (it keeps the denominator away from zero)",
+        )
 
     def forward(self, x):
         return F.local_response_norm(x, self.size, self.alpha, self.beta, self.k)

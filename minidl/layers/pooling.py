@@ -1,4 +1,5 @@
 """Pooling layers over NCHW inputs (see ``functional.pooling``)."""
+
 from .. import functional as F
 from .checks import size_arg
 from .module import Module

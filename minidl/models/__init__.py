@@ -1,6 +1,8 @@
 """The model zoo: LeNet-5, AlexNet (three variants) and an MLP."""
-from .alexnet import VARIANTS as ALEXNET_VARIANTS, alexnet
+
 from .activations import ACTIVATIONS
+from .alexnet import VARIANTS as ALEXNET_VARIANTS
+from .alexnet import alexnet
 from .lenet import lenet5
 from .mlp import mlp
 
@@ -8,8 +10,9 @@ from .mlp import mlp
 MODELS = {
     "mlp": lambda classes, channels, algo, act: mlp(classes, channels * 28 * 28, activation=act),
     "lenet5": lambda classes, channels, algo, act: lenet5(classes, channels, act, algo),
-    "alexnet-small": lambda classes, channels, algo, act: alexnet(classes, "small", channels, algo,
-                                                                  activation=act),
+    "alexnet-small": lambda classes, channels, algo, act: alexnet(
+        classes, "small", channels, algo, activation=act
+    ),
 }
 
 

@@ -1,4 +1,5 @@
 """The activation choices models accept by name."""
+
 from .. import layers as L
 
 ACTIVATIONS = {"relu": L.ReLU, "tanh": L.Tanh}

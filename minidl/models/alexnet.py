@@ -15,6 +15,7 @@
   trains on a CPU in minutes: 32@3x3, LRN, pool, 64@3x3, LRN, pool, 96, 96,
   64 @3x3, pool, fc 256, 256, classes with dropout.
 """
+
 from .. import layers as L
 from .activations import activation_layer
 
@@ -26,43 +27,71 @@ def _lrn():
 
 
 def _classifier(features, hidden, num_classes, dropout, act):
-    return [L.Flatten(), L.Dropout(dropout), L.Linear(features, hidden), act(),
-            L.Dropout(dropout), L.Linear(hidden, hidden), act(),
-            L.Linear(hidden, num_classes)]
+    return [
+        L.Flatten(),
+        L.Dropout(dropout),
+        L.Linear(features, hidden),
+        act(),
+        L.Dropout(dropout),
+        L.Linear(hidden, hidden),
+        act(),
+        L.Linear(hidden, num_classes),
+    ]
 
 
-def alexnet(num_classes=1000, variant="torchvision", in_channels=3, conv_algo="auto",
-            activation="relu"):
+def alexnet(
+    num_classes=1000, variant="torchvision", in_channels=3, conv_algo="auto", activation="relu"
+):
     """AlexNet; ``variant`` is one of ``VARIANTS`` (see the module doc)."""
     act = activation_layer(activation, "alexnet")
 
     def conv(cin, cout, k, stride=1, padding=0, groups=1):
-        return [L.Conv2d(cin, cout, k, stride=stride, padding=padding, groups=groups,
-                         algo=conv_algo), act()]
+        return [
+            L.Conv2d(cin, cout, k, stride=stride, padding=padding, groups=groups, algo=conv_algo),
+            act(),
+        ]
 
     def conv_pool(cin, cout, k, stride=1, padding=0):
-        return [L.Conv2d(cin, cout, k, stride=stride, padding=padding, algo=conv_algo),
-                pool(), act()]
+        return [
+            L.Conv2d(cin, cout, k, stride=stride, padding=padding, algo=conv_algo),
+            pool(),
+            act(),
+        ]
 
     pool = lambda: L.MaxPool2d(3, stride=2)  # noqa: E731  (overlapping pooling)
     if variant == "original":
-        layers = (conv(in_channels, 96, 11, stride=4) + [_lrn(), pool()]
-                  + conv(96, 256, 5, padding=2, groups=2) + [_lrn(), pool()]
-                  + conv(256, 384, 3, padding=1) + conv(384, 384, 3, padding=1, groups=2)
-                  + conv(384, 256, 3, padding=1, groups=2) + [pool()]
-                  + _classifier(256 * 6 * 6, 4096, num_classes, 0.5, act))
-    elif variant == "torchvision":   # pooling before the activation: see the module doc
-        layers = (conv_pool(in_channels, 64, 11, stride=4, padding=2)
-                  + conv_pool(64, 192, 5, padding=2)
-                  + conv(192, 384, 3, padding=1) + conv(384, 256, 3, padding=1)
-                  + conv_pool(256, 256, 3, padding=1)
-                  + _classifier(256 * 6 * 6, 4096, num_classes, 0.5, act))
+        layers = (
+            conv(in_channels, 96, 11, stride=4)
+            + [_lrn(), pool()]
+            + conv(96, 256, 5, padding=2, groups=2)
+            + [_lrn(), pool()]
+            + conv(256, 384, 3, padding=1)
+            + conv(384, 384, 3, padding=1, groups=2)
+            + conv(384, 256, 3, padding=1, groups=2)
+            + [pool()]
+            + _classifier(256 * 6 * 6, 4096, num_classes, 0.5, act)
+        )
+    elif variant == "torchvision":  # pooling before the activation: see the module doc
+        layers = (
+            conv_pool(in_channels, 64, 11, stride=4, padding=2)
+            + conv_pool(64, 192, 5, padding=2)
+            + conv(192, 384, 3, padding=1)
+            + conv(384, 256, 3, padding=1)
+            + conv_pool(256, 256, 3, padding=1)
+            + _classifier(256 * 6 * 6, 4096, num_classes, 0.5, act)
+        )
     elif variant == "small":
-        layers = (conv(in_channels, 32, 3, padding=1) + [_lrn(), L.MaxPool2d(2)]
-                  + conv(32, 64, 3, padding=1) + [_lrn(), L.MaxPool2d(2)]
-                  + conv(64, 96, 3, padding=1) + conv(96, 96, 3, padding=1)
-                  + conv(96, 64, 3, padding=1) + [L.MaxPool2d(2)]
-                  + _classifier(64 * 3 * 3, 256, num_classes, 0.3, act))
+        layers = (
+            conv(in_channels, 32, 3, padding=1)
+            + [_lrn(), L.MaxPool2d(2)]
+            + conv(32, 64, 3, padding=1)
+            + [_lrn(), L.MaxPool2d(2)]
+            + conv(64, 96, 3, padding=1)
+            + conv(96, 96, 3, padding=1)
+            + conv(96, 64, 3, padding=1)
+            + [L.MaxPool2d(2)]
+            + _classifier(64 * 3 * 3, 256, num_classes, 0.3, act)
+        )
     else:
         raise ValueError(f"alexnet: variant {variant!r} is not one of {VARIANTS}")
     return L.Sequential(*layers)

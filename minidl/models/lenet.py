@@ -10,6 +10,7 @@ layers squash after subsampling). For max pooling and a monotonic activation
 (ReLU, tanh) the order does not change the function or its gradient, since
 max(f(a), f(b)) = f(max(a, b)); applied after pooling it touches 4x fewer values.
 """
+
 from .. import layers as L
 from .activations import activation_layer
 
@@ -18,10 +19,16 @@ def lenet5(num_classes=10, in_channels=1, activation="relu", conv_algo="auto"):
     """LeNet-5 for (N, in_channels, 28, 28) inputs."""
     act = activation_layer(activation, "lenet5")
     return L.Sequential(
-        L.Conv2d(in_channels, 6, 5, padding=2, algo=conv_algo), L.MaxPool2d(2), act(),
-        L.Conv2d(6, 16, 5, algo=conv_algo), L.MaxPool2d(2), act(),
+        L.Conv2d(in_channels, 6, 5, padding=2, algo=conv_algo),
+        L.MaxPool2d(2),
+        act(),
+        L.Conv2d(6, 16, 5, algo=conv_algo),
+        L.MaxPool2d(2),
+        act(),
         L.Flatten(),
-        L.Linear(16 * 5 * 5, 120), act(),
-        L.Linear(120, 84), act(),
+        L.Linear(16 * 5 * 5, 120),
+        act(),
+        L.Linear(120, 84),
+        act(),
         L.Linear(84, num_classes),
     )

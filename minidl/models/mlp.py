@@ -1,4 +1,5 @@
 """A multi-layer perceptron for flattened images: the course's first model."""
+
 from .. import layers as L
 from .activations import activation_layer
 

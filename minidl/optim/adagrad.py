@@ -5,6 +5,7 @@ This is PyTorch's ``Adagrad`` (no lr decay, zero initial accumulator). Ben-Nun &
 Hoefler's Table 3 (2019) puts eps inside the root, lr g / sqrt(A + eps); with the
 default eps = 1e-10 the two differ only where A is near zero.
 """
+
 from ..backend import get_array_module
 from .optimizer import Optimizer
 

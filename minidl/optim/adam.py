@@ -8,6 +8,7 @@ bias correction into the recursion (the corrected moments feed the next
 step), which changes the trajectory after the first step. Its 1 - b^t
 denominators also need t to start at 1, as here.
 """
+
 import math
 
 from ..backend import get_array_module
@@ -17,8 +18,9 @@ from .optimizer import Optimizer
 class Adam(Optimizer):
     hyper_names = ("lr", "betas", "eps", "weight_decay")
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                 clip_grad_norm=None):
+    def __init__(
+        self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, clip_grad_norm=None
+    ):
         super().__init__(params, lr, weight_decay, clip_grad_norm, betas=tuple(betas), eps=eps)
 
     def check_hyper(self):
@@ -36,6 +38,6 @@ class Adam(Optimizer):
         v *= b2
         v += (1 - b2) * (g * g)
         denom = get_array_module(v).sqrt(v)
-        denom *= 1.0 / math.sqrt(1 - b2 ** t)
+        denom *= 1.0 / math.sqrt(1 - b2**t)
         denom += self.eps
-        w -= (self.lr / (1 - b1 ** t)) * m / denom
+        w -= (self.lr / (1 - b1**t)) * m / denom

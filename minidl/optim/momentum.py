@@ -11,6 +11,7 @@ applies v_t rather than v_{t+1} (an erratum: the standard look-ahead is
 w + mu v); here the gradient is taken at the current weights and the update
 is PyTorch's reformulation of the standard rule.
 """
+
 from .optimizer import Optimizer
 
 

@@ -10,6 +10,7 @@ Ben-Nun & Hoefler 2019, §3.2: g <- g * thres / ||g|| when ||g|| > thres) runs o
 gradients; then weight decay adds lambda * w to each gradient (L2 /
 Tikhonov regularisation, Ben-Nun & Hoefler 2019, §3.2).
 """
+
 import math
 import numbers
 
@@ -44,12 +45,14 @@ class Optimizer:
         every name in ``hyper_names`` is then checked (``check_hyper``)."""
         self.params = list(params)
         if not self.params:
-            raise ValueError(f"{type(self).__name__}: got an empty parameter list; "
-                             "pass model.parameters()")
+            raise ValueError(
+                f"{type(self).__name__}: got an empty parameter list; pass model.parameters()"
+            )
         for i, p in enumerate(self.params):
             if not isinstance(p, Tensor) or not p.requires_grad:
-                raise TypeError(f"{type(self).__name__}: parameter {i} is not a Tensor "
-                                "with requires_grad=True")
+                raise TypeError(
+                    f"{type(self).__name__}: parameter {i} is not a Tensor with requires_grad=True"
+                )
         if len({id(p) for p in self.params}) != len(self.params):
             raise ValueError(f"{type(self).__name__}: a parameter appears twice in the list")
         self.lr, self.weight_decay = lr, weight_decay
@@ -92,8 +95,10 @@ class Optimizer:
     # -------------------------------------------------------------- state
     def state_dict(self):
         """{"hyper": {name: value}, "state": [ {name: array or number} per parameter ]}."""
-        return {"hyper": {name: getattr(self, name) for name in self.hyper_names},
-                "state": [dict(s) for s in self.state]}
+        return {
+            "hyper": {name: getattr(self, name) for name in self.hyper_names},
+            "state": [dict(s) for s in self.state],
+        }
 
     def load_state_dict(self, state_dict):
         """Restore hyper-parameters and per-parameter state saved by ``state_dict``.
@@ -106,18 +111,23 @@ class Optimizer:
         name = type(self).__name__
         states = state_dict["state"]
         if len(states) != len(self.params):
-            raise ValueError(f"{name}.load_state_dict: the state holds {len(states)} parameters, "
-                             f"the optimizer has {len(self.params)}")
+            raise ValueError(
+                f"{name}.load_state_dict: the state holds {len(states)} parameters, "
+                f"the optimizer has {len(self.params)}"
+            )
         hyper = {}
         for key, value in state_dict["hyper"].items():
             if key not in self.hyper_names:
-                raise KeyError(f"{name}.load_state_dict: unknown hyper-parameter {key!r}; is "
-                               "this another optimizer's state?")
+                raise KeyError(
+                    f"{name}.load_state_dict: unknown hyper-parameter {key!r}; is "
+                    "this another optimizer's state?"
+                )
             # plain Python numbers, as the constructor had them: a NumPy float64 scalar
             # would promote float32 arithmetic and break bit-identical resumes
             hyper[key] = tuple(np.asarray(value).tolist()) if np.ndim(value) else _item(value)
-        loaded = [self._loaded_state(i, p, saved) for i, (p, saved) in
-                  enumerate(zip(self.params, states))]
+        loaded = [
+            self._loaded_state(i, p, saved) for i, (p, saved) in enumerate(zip(self.params, states))
+        ]
         before = {key: getattr(self, key) for key in hyper}
         self.__dict__.update(hyper)
         try:
@@ -135,12 +145,18 @@ class Optimizer:
                 own[key] = _item(value)
                 continue
             value = checked_state_value(
-                value, p, f"{type(self).__name__}.load_state_dict: state {key!r} of parameter {i}",
-                "parameter", "build the optimizer over the parameters it had when the state "
-                "was saved, in the same order")
+                value,
+                p,
+                f"{type(self).__name__}.load_state_dict: state {key!r} of parameter {i}",
+                "parameter",
+                "build the optimizer over the parameters it had when the state "
+                "was saved, in the same order",
+            )
             if not np.isfinite(value).all():
-                raise ValueError(f"{type(self).__name__}.load_state_dict: state {key!r} of "
-                                 f"parameter {i} holds NaN or inf; the run had diverged")
+                raise ValueError(
+                    f"{type(self).__name__}.load_state_dict: state {key!r} of "
+                    f"parameter {i} holds NaN or inf; the run had diverged"
+                )
             own[key] = xp.array(value, dtype=p.dtype)
         return own
 

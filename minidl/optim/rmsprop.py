@@ -4,6 +4,7 @@
 PyTorch's ``RMSprop`` (not centred, no momentum). Ben-Nun & Hoefler's Table 3 has the
 same form (eps outside the root), with alpha written beta.
 """
+
 from ..backend import get_array_module
 from .optimizer import Optimizer
 
@@ -11,8 +12,9 @@ from .optimizer import Optimizer
 class RMSProp(Optimizer):
     hyper_names = ("lr", "alpha", "eps", "weight_decay")
 
-    def __init__(self, params, lr=0.01, alpha=0.99, eps=1e-8, weight_decay=0.0,
-                 clip_grad_norm=None):
+    def __init__(
+        self, params, lr=0.01, alpha=0.99, eps=1e-8, weight_decay=0.0, clip_grad_norm=None
+    ):
         super().__init__(params, lr, weight_decay, clip_grad_norm, alpha=alpha, eps=eps)
 
     def update(self, w, g, state):

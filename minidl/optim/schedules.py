@@ -6,6 +6,7 @@ Each sets ``optimizer.lr = base_lr * factor(t)`` in closed form after t calls:
 - ``LinearWarmup``: factor rises linearly from start_factor to 1 over the first
   ``warmup_steps`` calls (Goyal et al. 2017), then hands over to ``then``, if given.
 """
+
 import math
 
 
@@ -57,7 +58,10 @@ class CosineAnnealingLR(LRScheduler):
 
     def lr_at(self, t):
         t = min(t, self.T_max)
-        return self.eta_min + (self.base_lr - self.eta_min) * (1 + math.cos(math.pi * t / self.T_max)) / 2
+        return (
+            self.eta_min
+            + (self.base_lr - self.eta_min) * (1 + math.cos(math.pi * t / self.T_max)) / 2
+        )
 
 
 class LinearWarmup(LRScheduler):

@@ -1,7 +1,8 @@
 """Plain stochastic gradient descent (Ben-Nun & Hoefler 2019, Table 3, "Learning Rate").
 
-    w <- w - lr * g
+w <- w - lr * g
 """
+
 from .optimizer import Optimizer
 
 

@@ -7,9 +7,17 @@
 * ``minidl predict``: time per iteration, speedup and efficiency of
   data-parallel training on n nodes, and why scaling stalls.
 """
+
 from . import counters  # noqa: F401  (registers the per-layer counters)
 from .costs import CONVENTIONS, COUNTERS, Counter, LayerCost, register
 from .model_costs import ModelCosts, count_model
 
-__all__ = ["CONVENTIONS", "COUNTERS", "Counter", "LayerCost", "register", "ModelCosts",
-           "count_model"]
+__all__ = [
+    "CONVENTIONS",
+    "COUNTERS",
+    "Counter",
+    "LayerCost",
+    "register",
+    "ModelCosts",
+    "count_model",
+]

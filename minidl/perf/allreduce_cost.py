@@ -17,6 +17,7 @@ version), in one of ``AUTO_MODES``: a fixed rule by message size, a
 measurement, or this model. The functions that measure take a communicator
 (``minidl.dist.Communicator`` or anything with its methods) as an argument.
 """
+
 import time
 from collections import namedtuple
 
@@ -60,9 +61,11 @@ def critical_path(algorithm, nbytes, size):
     latency of pipelined exchanges are left out (both are small).
     """
     if algorithm not in MODELLED_ALGORITHMS:
-        raise ValueError(f"allreduce cost: no formula for {algorithm!r} (the MPI library picks "
-                         f"its own algorithm); model one of {', '.join(MODELLED_ALGORITHMS)}, or "
-                         "use choose_by_measurement to include 'mpi'")
+        raise ValueError(
+            f"allreduce cost: no formula for {algorithm!r} (the MPI library picks "
+            f"its own algorithm); model one of {', '.join(MODELLED_ALGORITHMS)}, or "
+            "use choose_by_measurement to include 'mpi'"
+        )
     m, p = float(nbytes), size
     if algorithm == "tree":
         rounds = ceil_log2(p)
@@ -114,7 +117,7 @@ def fit_alpha_beta(sizes, times):
     (alpha, beta), *_ = np.linalg.lstsq(design, t * weight, rcond=None)
     if alpha < 0:
         alpha = 0.0
-        beta = np.sum(m * t * weight ** 2) / np.sum((m * weight) ** 2)
+        beta = np.sum(m * t * weight**2) / np.sum((m * weight) ** 2)
     return float(alpha), float(beta)
 
 
@@ -161,8 +164,8 @@ def measure_gamma(segment_bytes, nbytes=GAMMA_BYTES, repeats=5):
     for _ in range(repeats + 1):
         start = time.perf_counter()
         for offset in range(0, target.size, segment):
-            part = target[offset:offset + segment]
-            np.add(part, tmp[:part.size], out=part)
+            part = target[offset : offset + segment]
+            np.add(part, tmp[: part.size], out=part)
         times.append(time.perf_counter() - start)
     return float(np.median(times[1:])) / target.nbytes
 
@@ -204,8 +207,9 @@ def choose_by_measurement(comm, array, algorithms=AUTO_ALGORITHMS, repeats=3):
     """
     xp = backend.get_array_module(array)
     probe = xp.zeros(array.shape, dtype=array.dtype)
-    medians = {name: float(np.median(time_allreduce(comm, probe, name, repeats)))
-               for name in algorithms}
+    medians = {
+        name: float(np.median(time_allreduce(comm, probe, name, repeats))) for name in algorithms
+    }
     return min(algorithms, key=medians.get)
 
 

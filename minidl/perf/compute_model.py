@@ -17,6 +17,7 @@ Two sources:
 Both return a ``StepTime``: per-layer (forward, backward) seconds, the loss
 and the optimizer update (which does not shrink with b).
 """
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +30,7 @@ class StepTime:
     """Seconds of one iteration at one local batch size, per layer and in total."""
 
     batch: int
-    layers: dict            # name -> (forward_s, backward_s)
+    layers: dict  # name -> (forward_s, backward_s)
     loss_s: float = 0.0
     update_s: float = 0.0
 
@@ -83,15 +84,24 @@ class MeasuredCompute:
             fwd = self._series(lambda p: p.layers[i].forward_s)
             bwd = self._series(lambda p: p.layers[i].backward_s)
             layers[name] = (_interpolate(b, self.batches, fwd), _interpolate(b, self.batches, bwd))
-        return StepTime(b, layers, _interpolate(b, self.batches, self._series(lambda p: p.loss_s)),
-                        _interpolate(b, self.batches, self._series(lambda p: p.update_s)))
+        return StepTime(
+            b,
+            layers,
+            _interpolate(b, self.batches, self._series(lambda p: p.loss_s)),
+            _interpolate(b, self.batches, self._series(lambda p: p.update_s)),
+        )
 
 
 def measure_compute(model, input_shape, batches, steps=3, warmup=1, device="cpu"):
     """A ``MeasuredCompute`` from profiling ``model`` at each local batch size in ``batches``."""
     from .profile import profile_model
-    return MeasuredCompute({b: profile_model(model, input_shape, b, steps, warmup, device,
-                                             memory=False) for b in sorted(set(batches))})
+
+    return MeasuredCompute(
+        {
+            b: profile_model(model, input_shape, b, steps, warmup, device, memory=False)
+            for b in sorted(set(batches))
+        }
+    )
 
 
 def roofline_time(machine, flops, nbytes):
@@ -108,7 +118,7 @@ class RooflineCompute:
         if costs.batch != 1:
             raise ValueError(f"RooflineCompute needs counts for batch 1, got batch {costs.batch}")
         self.costs, self.machine, self.itemsize, self.scale = costs, machine, itemsize, scale
-        self.update_arrays = update_arrays   # momentum SGD reads w, g, v and writes w, v
+        self.update_arrays = update_arrays  # momentum SGD reads w, g, v and writes w, v
         self.kinds = {layer.name: layer.kind for layer in costs.layers}
 
     def layer_time(self, layer, b):
@@ -125,8 +135,10 @@ class RooflineCompute:
 
     def step_time(self, b):
         layers = {layer.name: self.layer_time(layer, b) for layer in self.costs.layers}
-        update = (self.update_arrays * self.itemsize * self.costs.num_parameters / self.machine.bandwidth
-                  + self.machine.overhead_s * sum(1 for layer in self.costs.layers if layer.params))
+        update = (
+            self.update_arrays * self.itemsize * self.costs.num_parameters / self.machine.bandwidth
+            + self.machine.overhead_s * sum(1 for layer in self.costs.layers if layer.params)
+        )
         return StepTime(b, layers, 0.0, update * self.scale)
 
     def with_scale(self, scale):
@@ -136,4 +148,3 @@ class RooflineCompute:
     def calibrated(self, batch, seconds):
         """A copy whose iteration at ``batch`` takes ``seconds`` (all times scaled alike)."""
         return self.with_scale(seconds / self.with_scale(1.0).step_time(batch).total_s)
-

@@ -24,6 +24,7 @@ Units and conventions (used by every counter):
   first layer's input is data), as the autograd engine does. Backward depth
   is the larger of the two, since both start from the output gradient.
 """
+
 import math
 from dataclasses import dataclass, field
 
@@ -39,18 +40,18 @@ class LayerCost:
     input_shape: tuple
     output_shape: tuple
     params: int = 0
-    macs: int = 0                 # forward multiply-accumulates
-    backward_macs: int = 0        # weight-gradient plus input-gradient multiply-accumulates
+    macs: int = 0  # forward multiply-accumulates
+    backward_macs: int = 0  # weight-gradient plus input-gradient multiply-accumulates
     forward_flops: int = 0
     backward_flops: int = 0
-    work: int = 0                 # Ben-Nun & Hoefler's W of the forward pass
-    depth: int = 0                # Ben-Nun & Hoefler's D of the forward pass
+    work: int = 0  # Ben-Nun & Hoefler's W of the forward pass
+    depth: int = 0  # Ben-Nun & Hoefler's D of the forward pass
     backward_work: int = 0
     backward_depth: int = 0
-    activation_bytes: int = 0     # the output this layer keeps for the next one
+    activation_bytes: int = 0  # the output this layer keeps for the next one
     param_bytes: int = 0
-    input_grad: bool = False      # whether backward computes the input gradient
-    counted: bool = True          # False: no counter knows this layer type
+    input_grad: bool = False  # whether backward computes the input gradient
+    counted: bool = True  # False: no counter knows this layer type
     notes: list = field(default_factory=list)
 
     @property
@@ -83,10 +84,12 @@ COUNTERS = {}
 
 def register(*type_names):
     """Class decorator: an instance of the decorated ``Counter`` counts these layer types."""
+
     def decorate(cls):
         for name in type_names:
             COUNTERS[name] = cls()
         return cls
+
     return decorate
 
 
@@ -101,6 +104,7 @@ def counter_for(module):
 
 def check_convention(convention):
     if convention not in CONVENTIONS:
-        raise ValueError(f"unknown counting convention {convention!r}: choose one of "
-                         f"{', '.join(CONVENTIONS)}")
+        raise ValueError(
+            f"unknown counting convention {convention!r}: choose one of {', '.join(CONVENTIONS)}"
+        )
     return convention

@@ -32,6 +32,7 @@ Costs that Ben-Nun & Hoefler 2019 does not state (bias additions, batch and loca
 response normalisation) are op counts of the textbook formulas; each
 counter's docstring gives them.
 """
+
 from ..conv.geometry import output_size, pair
 from ..functional.pooling import pool_geometry
 from ..intmath import ceil_div, ceil_log2
@@ -62,8 +63,10 @@ class LinearCounter(Counter):
 
     def output_shape(self, m, x_shape):
         if x_shape[-1] != m.in_features:
-            raise ShapeMismatch(f"Linear({m.in_features}, {m.out_features}) got an input of shape "
-                                f"{x_shape} with {x_shape[-1]} features")
+            raise ShapeMismatch(
+                f"Linear({m.in_features}, {m.out_features}) got an input of shape "
+                f"{x_shape} with {x_shape[-1]} features"
+            )
         return x_shape[:-1] + (m.out_features,)
 
     def count(self, m, x_shape, y_shape, needs_input_grad, convention):
@@ -71,10 +74,16 @@ class LinearCounter(Counter):
         macs = rows * c_in * c_out
         bias = rows * c_out if _has_bias(m) else 0
         grad_x = macs if needs_input_grad else 0
-        return dict(macs=macs, forward_flops=2 * macs + bias, work=macs, depth=ceil_log2(c_in),
-                    backward_macs=macs + grad_x, backward_flops=2 * (macs + grad_x) + bias,
-                    backward_work=macs + grad_x,
-                    backward_depth=max(ceil_log2(rows), ceil_log2(c_out) if grad_x else 0))
+        return dict(
+            macs=macs,
+            forward_flops=2 * macs + bias,
+            work=macs,
+            depth=ceil_log2(c_in),
+            backward_macs=macs + grad_x,
+            backward_flops=2 * (macs + grad_x) + bias,
+            backward_work=macs + grad_x,
+            backward_depth=max(ceil_log2(rows), ceil_log2(c_out) if grad_x else 0),
+        )
 
 
 @register("Conv2d")
@@ -83,15 +92,20 @@ class Conv2dCounter(Counter):
 
     def output_shape(self, m, x_shape):
         if len(x_shape) != 4 or x_shape[1] != m.in_channels:
-            raise ShapeMismatch(f"Conv2d({m.in_channels}, {m.out_channels}) needs an (N, "
-                                f"{m.in_channels}, H, W) input, got {x_shape}")
-        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = _pairs(m, "kernel_size", "stride", "padding",
-                                                        "dilation")
+            raise ShapeMismatch(
+                f"Conv2d({m.in_channels}, {m.out_channels}) needs an (N, "
+                f"{m.in_channels}, H, W) input, got {x_shape}"
+            )
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = _pairs(
+            m, "kernel_size", "stride", "padding", "dilation"
+        )
         oh = output_size(x_shape[2], kh, sh, ph, dh)
         ow = output_size(x_shape[3], kw, sw, pw, dw)
         if oh < 1 or ow < 1:
-            raise ShapeMismatch(f"Conv2d({m.in_channels}, {m.out_channels}, kernel {kh}x{kw}): "
-                                f"input {x_shape} is smaller than the kernel")
+            raise ShapeMismatch(
+                f"Conv2d({m.in_channels}, {m.out_channels}, kernel {kh}x{kw}): "
+                f"input {x_shape} is smaller than the kernel"
+            )
         return (x_shape[0], m.out_channels, oh, ow)
 
     def count(self, m, x_shape, y_shape, needs_input_grad, convention):
@@ -111,11 +125,20 @@ class Conv2dCounter(Counter):
             bwd_depth = table6
         else:
             depth, work, bwd_work = table6, macs, macs + grad_x
-            bwd_depth = max(ceil_log2(n) + ceil_log2(oh) + ceil_log2(ow),
-                            ceil_log2(cout_g) + ceil_log2(kh) + ceil_log2(kw) if grad_x else 0)
-        return dict(macs=macs, forward_flops=2 * macs + bias, work=work, depth=depth,
-                    backward_macs=macs + grad_x, backward_flops=2 * (macs + grad_x) + bias,
-                    backward_work=bwd_work, backward_depth=bwd_depth)
+            bwd_depth = max(
+                ceil_log2(n) + ceil_log2(oh) + ceil_log2(ow),
+                ceil_log2(cout_g) + ceil_log2(kh) + ceil_log2(kw) if grad_x else 0,
+            )
+        return dict(
+            macs=macs,
+            forward_flops=2 * macs + bias,
+            work=work,
+            depth=depth,
+            backward_macs=macs + grad_x,
+            backward_flops=2 * (macs + grad_x) + bias,
+            backward_work=bwd_work,
+            backward_depth=bwd_depth,
+        )
 
 
 @register("MaxPool2d")
@@ -139,10 +162,16 @@ class MaxPool2dCounter(Counter):
             bwd_work = elements(x_shape) if grad else 0
         else:
             work, bwd_work = outputs * per_out, grad
-            overlap = ceil_div(kh, sh) * ceil_div(kw, sw)   # outputs whose windows share one input
+            overlap = ceil_div(kh, sh) * ceil_div(kw, sw)  # outputs whose windows share one input
             bwd_depth = 1 + ceil_log2(overlap) if grad else 0
-        return dict(forward_flops=outputs * per_out, backward_flops=grad, work=work, depth=depth,
-                    backward_work=bwd_work, backward_depth=bwd_depth)
+        return dict(
+            forward_flops=outputs * per_out,
+            backward_flops=grad,
+            work=work,
+            depth=depth,
+            backward_work=bwd_work,
+            backward_depth=bwd_depth,
+        )
 
 
 @register("AvgPool2d")
@@ -160,11 +189,16 @@ class ElementwiseCounter(Counter):
     def count(self, m, x_shape, y_shape, needs_input_grad, convention):
         n = elements(x_shape)
         bwd = n * self.backward_ops if needs_input_grad else 0
-        if convention == "paper":   # Ben-Nun & Hoefler's LeNet example leaves activations out
+        if convention == "paper":  # Ben-Nun & Hoefler's LeNet example leaves activations out
             return dict(forward_flops=n * self.forward_ops, backward_flops=bwd)
-        return dict(forward_flops=n * self.forward_ops, backward_flops=bwd,
-                    work=n * self.forward_ops, depth=1,
-                    backward_work=bwd, backward_depth=1 if bwd else 0)
+        return dict(
+            forward_flops=n * self.forward_ops,
+            backward_flops=bwd,
+            work=n * self.forward_ops,
+            depth=1,
+            backward_work=bwd,
+            backward_depth=1 if bwd else 0,
+        )
 
 
 @register("ReLU")
@@ -212,9 +246,14 @@ class BatchNormCounter(Counter):
         per_channel = n // x_shape[1]
         red = ceil_log2(per_channel)
         grad_x = 6 * n if needs_input_grad else 0
-        return dict(forward_flops=8 * n, work=8 * n, depth=2 * red + 4,
-                    backward_flops=3 * n + grad_x, backward_work=3 * n + grad_x,
-                    backward_depth=max(red + 1, 2 * red + 3 if grad_x else 0))
+        return dict(
+            forward_flops=8 * n,
+            work=8 * n,
+            depth=2 * red + 4,
+            backward_flops=3 * n + grad_x,
+            backward_work=3 * n + grad_x,
+            backward_depth=max(red + 1, 2 * red + 3 if grad_x else 0),
+        )
 
 
 @register("LocalResponseNorm")
@@ -230,6 +269,11 @@ class LocalResponseNormCounter(Counter):
     def count(self, m, x_shape, y_shape, needs_input_grad, convention):
         n, size = elements(x_shape), m.size
         grad = n * (size + 7) if needs_input_grad else 0
-        return dict(forward_flops=n * (size + 4), work=n * (size + 4),
-                    depth=ceil_log2(size) + 4, backward_flops=grad, backward_work=grad,
-                    backward_depth=ceil_log2(size) + 5 if grad else 0)
+        return dict(
+            forward_flops=n * (size + 4),
+            work=n * (size + 4),
+            depth=ceil_log2(size) + 4,
+            backward_flops=grad,
+            backward_work=grad,
+            backward_depth=ceil_log2(size) + 5 if grad else 0,
+        )

@@ -10,6 +10,7 @@ calls ``self.forward``, so containers and user code run unchanged.
 output and one on its input brackets the layer's backward pass without
 touching the autograd engine.
 """
+
 import contextlib
 
 from ..autograd import Function, Tensor

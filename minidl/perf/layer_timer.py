@@ -11,6 +11,7 @@ Each interval is handed to ``on_interval(name, phase, start, end)`` with
 ``phase`` "forward" or "backward" and times from ``clock`` (seconds).
 On a GPU, ``synchronize`` runs before every clock reading.
 """
+
 import time
 
 from ..backend import synchronize
@@ -36,7 +37,7 @@ class LayerTimer:
         self.gpu = device != "cpu"
         self._wrap = None
         self._hooks = []
-        self._waiting = {}   # layer name -> calls whose backward ends at their last parameter hook
+        self._waiting = {}  # layer name -> calls whose backward ends at their last parameter hook
 
     def now(self):
         if self.gpu:
@@ -46,8 +47,11 @@ class LayerTimer:
     def _make(self, name, module, original):
         params = [p for p in module._parameters.values() if p is not None and p.requires_grad]
         for p in params:
-            self._hooks.append(p.register_post_accumulate_grad_hook(
-                lambda _p, name=name: self._parameter_done(name)))
+            self._hooks.append(
+                p.register_post_accumulate_grad_hook(
+                    lambda _p, name=name: self._parameter_done(name)
+                )
+            )
 
         def forward(x, *args, **kwargs):
             call = _Call(getattr(x, "requires_grad", False), len(params))
@@ -55,9 +59,14 @@ class LayerTimer:
             start = self.now()
             y = original(x, *args, **kwargs)
             self.on_interval(name, "forward", start, self.now())
-            if call.pending_hooks and not call.expect_input_grad and getattr(y, "requires_grad", False):
+            if (
+                call.pending_hooks
+                and not call.expect_input_grad
+                and getattr(y, "requires_grad", False)
+            ):
                 self._waiting.setdefault(name, []).append(call)
             return probe(y, lambda: self._output_grad_arrived(call))
+
         return forward
 
     def _output_grad_arrived(self, call):
@@ -69,7 +78,7 @@ class LayerTimer:
 
     def _parameter_done(self, name):
         calls = self._waiting.get(name, [])
-        while calls and calls[0].start is None:   # forwards that were never backpropagated
+        while calls and calls[0].start is None:  # forwards that were never backpropagated
             calls.pop(0)
         if not calls:
             return

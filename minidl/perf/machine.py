@@ -8,8 +8,9 @@ Pfreundt (2016); with ``RooflineCompute.calibrated`` only their ratio (the
 ridge point, FLOP per byte) shapes a prediction, the given time per
 iteration sets its scale.
 """
-from dataclasses import dataclass
+
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -19,9 +20,9 @@ class Machine:
     """A device for the roofline model: time = max(FLOPs / peak, bytes / bandwidth) + overhead."""
 
     name: str
-    peak_flops: float        # FLOP/s
-    bandwidth: float         # bytes/s to memory
-    overhead_s: float        # fixed cost of one operation (launch, Python dispatch)
+    peak_flops: float  # FLOP/s
+    bandwidth: float  # bytes/s to memory
+    overhead_s: float  # fixed cost of one operation (launch, Python dispatch)
 
     @property
     def ridge(self):
@@ -56,7 +57,7 @@ def measure_machine(repeats=5, gemm_size=1024, stream_bytes=1 << 26):
     rng = np.random.default_rng(0)
     a = rng.standard_normal((gemm_size, gemm_size)).astype(np.float32)
     b = rng.standard_normal((gemm_size, gemm_size)).astype(np.float32)
-    peak = 2 * gemm_size ** 3 / median_seconds(lambda: a @ b, repeats)
+    peak = 2 * gemm_size**3 / median_seconds(lambda: a @ b, repeats)
     n = stream_bytes // 4
     x, y, z = np.ones(n, np.float32), np.ones(n, np.float32), np.empty(n, np.float32)
     bandwidth = 3 * stream_bytes / median_seconds(lambda: np.add(x, y, out=z), repeats)

@@ -7,15 +7,28 @@ structure works; leaves no counter knows run for real and are reported as
 uncounted. Counts are then taken for the requested batch: every counter
 sees the shapes with the batch size put back.
 """
+
 from dataclasses import dataclass
+
 import numpy as np
 
 from ..autograd import Tensor
 from .costs import LayerCost, check_convention, counter_for, elements
 from .instrument import wrapped_forwards
 
-TOTALLED = ("params", "macs", "backward_macs", "forward_flops", "backward_flops", "work", "depth",
-            "backward_work", "backward_depth", "activation_bytes", "param_bytes")
+TOTALLED = (
+    "params",
+    "macs",
+    "backward_macs",
+    "forward_flops",
+    "backward_flops",
+    "work",
+    "depth",
+    "backward_work",
+    "backward_depth",
+    "activation_bytes",
+    "param_bytes",
+)
 
 
 @dataclass
@@ -70,6 +83,7 @@ def count_model(model, input_shape, batch=1, convention="corrected"):
             y_shape = tuple(counter.output_shape(module, tuple(x.shape)))
             records.append((name, module, counter, tuple(x.shape), y_shape, needs_grad))
             return Tensor(np.zeros(y_shape, dtype=dtype), requires_grad=needs_grad or bool(own))
+
         return forward
 
     with wrapped_forwards(model, make):
@@ -82,16 +96,23 @@ def count_model(model, input_shape, batch=1, convention="corrected"):
         x_shape, y_shape = _with_batch(x1, batch), _with_batch(y1, batch)
         own = _own_parameters(module) if seen[name] == 1 else []
         n_params = sum(int(p.size) for p in own)
-        cost = LayerCost(label, type(module).__name__, x_shape, y_shape, params=n_params,
-                         param_bytes=sum(int(p.data.nbytes) for p in own),
-                         activation_bytes=elements(y_shape) * dtype.itemsize,
-                         input_grad=needs_grad)
+        cost = LayerCost(
+            label,
+            type(module).__name__,
+            x_shape,
+            y_shape,
+            params=n_params,
+            param_bytes=sum(int(p.data.nbytes) for p in own),
+            activation_bytes=elements(y_shape) * dtype.itemsize,
+            input_grad=needs_grad,
+        )
         if counter is None:
             cost.counted = False
             cost.notes.append("no counter for this layer type: FLOPs, work and depth not counted")
         else:
-            for key, value in counter.count(module, x_shape, y_shape, needs_grad,
-                                            convention).items():
+            for key, value in counter.count(
+                module, x_shape, y_shape, needs_grad, convention
+            ).items():
                 setattr(cost, key, int(value))
         layers.append(cost)
     return ModelCosts(layers, batch, tuple(input_shape), convention, model.num_parameters())

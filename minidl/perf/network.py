@@ -10,6 +10,7 @@ each gradient as it arrives: 2(n-1)(alpha + m beta) + (n-1) m gamma, the
 Hoefler's §6.2 equates a parameter server with T_tree, which is what a
 sharded or tree-shaped server achieves; use "tree" for that.)
 """
+
 from dataclasses import dataclass
 
 from .allreduce_cost import MODELLED_ALGORITHMS, CostParams, predict
@@ -32,7 +33,7 @@ class Network:
 
 NETWORKS = {
     # nominal link rates; latencies are typical MPI small-message times
-    "fdr-infiniband": Network(1.5e-6, 6.0e9),   # 4x FDR: 54.5 Gb/s of data, as in Keuper & Pfreundt
+    "fdr-infiniband": Network(1.5e-6, 6.0e9),  # 4x FDR: 54.5 Gb/s of data, as in Keuper & Pfreundt
     "10gbe": Network(10e-6, 1.25e9),
     "1gbe": Network(50e-6, 0.125e9),
 }
@@ -41,8 +42,9 @@ NETWORKS = {
 def comm_time(scheme, nbytes, nodes, network):
     """Seconds to combine ``nbytes`` of gradients over ``nodes`` with ``scheme`` (0: one node)."""
     if scheme not in SCHEMES:
-        raise ValueError(f"unknown communication scheme {scheme!r}: "
-                         f"choose one of {', '.join(SCHEMES)}")
+        raise ValueError(
+            f"unknown communication scheme {scheme!r}: choose one of {', '.join(SCHEMES)}"
+        )
     if nodes <= 1 or nbytes == 0:
         return 0.0
     params = network.cost_params()

@@ -10,13 +10,15 @@ reports its buffers to it): what each layer's forward leaves allocated (its
 output and what it saves for backward) and its peak; on a GPU, the growth of
 CuPy's memory pool.
 """
-from dataclasses import dataclass
+
 import time
 import tracemalloc
+from dataclasses import dataclass
 
 import numpy as np
 
-from .. import functional as F, optim
+from .. import functional as F
+from .. import optim
 from ..autograd import Tensor
 from ..backend import cupy_module, synchronize, to_device
 from .instrument import leaf_modules, wrapped_forwards
@@ -45,9 +47,9 @@ class Profile:
 
     batch: int
     layers: list
-    loss_s: float          # cross-entropy forward and backward, zero_grad, the engine between layers
-    update_s: float        # optimizer step (zero_grad included)
-    step_s: float          # median of plain, uninstrumented steps
+    loss_s: float  # cross-entropy forward and backward, zero_grad, the engine between layers
+    update_s: float  # optimizer step (zero_grad included)
+    step_s: float  # median of plain, uninstrumented steps
     profiled_step_s: float  # median of the profiled steps
 
     def rows_s(self):
@@ -87,7 +89,9 @@ class TrainingStep:
         rng = np.random.default_rng(seed)
         self.model, self.device = model, device
         dtype = next(model.parameters()).dtype
-        self.x = Tensor(to_device(rng.standard_normal((batch,) + tuple(input_shape)).astype(dtype), device))
+        self.x = Tensor(
+            to_device(rng.standard_normal((batch,) + tuple(input_shape)).astype(dtype), device)
+        )
         classes = model(self.x).shape[1]
         self.y = rng.integers(0, classes, batch)
         self.optimizer = optim.Momentum(model.parameters(), lr=1e-3, momentum=0.9)
@@ -139,6 +143,7 @@ def _memory_pass(step):
                 retained, peak = current - before, top - before
             found[name] = (int(getattr(y, "data", y).nbytes), retained, peak)
             return y
+
         return forward
 
     with wrapped_forwards(step.model, make):
@@ -161,9 +166,13 @@ def profile_model(model, input_shape, batch, steps=5, warmup=2, device="cpu", me
         step.run()
     per_step = []
     current = {}
-    timer = LayerTimer(model, lambda name, phase, start, end:
-                       current.__setitem__((name, phase), current.get((name, phase), 0.0) + end - start),
-                       device=device)
+    timer = LayerTimer(
+        model,
+        lambda name, phase, start, end: current.__setitem__(
+            (name, phase), current.get((name, phase), 0.0) + end - start
+        ),
+        device=device,
+    )
     plain, marks = [], []
     for _ in range(steps):
         plain.append(step.run())
@@ -172,10 +181,15 @@ def profile_model(model, input_shape, batch, steps=5, warmup=2, device="cpu", me
             step.run(marks)
         per_step.append(current)
     names = [(name, type(m).__name__) for name, m in leaf_modules(model)]
-    layers = [LayerProfile(name, kind,
-                           _median([s.get((name, "forward"), 0.0) for s in per_step]),
-                           _median([s.get((name, "backward"), 0.0) for s in per_step]))
-              for name, kind in names]
+    layers = [
+        LayerProfile(
+            name,
+            kind,
+            _median([s.get((name, "forward"), 0.0) for s in per_step]),
+            _median([s.get((name, "backward"), 0.0) for s in per_step]),
+        )
+        for name, kind in names
+    ]
     loss_s, update_s, profiled = [], [], []
     for (start, t_forward, t_loss, t_backward, end), s in zip(marks, per_step):
         layer_backward = sum(v for (_, phase), v in s.items() if phase == "backward")
@@ -185,9 +199,12 @@ def profile_model(model, input_shape, batch, steps=5, warmup=2, device="cpu", me
     if memory:
         found = _memory_pass(step)
         for layer in layers:
-            layer.output_bytes, layer.retained_bytes, layer.peak_bytes = found.get(layer.name, (0, 0, 0))
-    return Profile(batch, layers, _median(loss_s), _median(update_s), _median(plain),
-                   _median(profiled))
+            layer.output_bytes, layer.retained_bytes, layer.peak_bytes = found.get(
+                layer.name, (0, 0, 0)
+            )
+    return Profile(
+        batch, layers, _median(loss_s), _median(update_s), _median(plain), _median(profiled)
+    )
 
 
 def format_profile(profile, title="", by_type=False):
@@ -197,20 +214,37 @@ def format_profile(profile, title="", by_type=False):
     step, total = profile.step_s, profile.rows_s()
     rows = []
     for layer in sorted(profile.by_type() if by_type else profile.layers, key=lambda l: -l.total_s):
-        rows.append((layer.name, layer.kind, f"{layer.forward_s * 1e3:.3f}",
-                     f"{layer.backward_s * 1e3:.3f}", f"{layer.total_s * 1e3:.3f}",
-                     f"{100 * layer.total_s / total:.1f}%", human_bytes(layer.output_bytes),
-                     human_bytes(layer.retained_bytes), human_bytes(layer.peak_bytes)))
+        rows.append(
+            (
+                layer.name,
+                layer.kind,
+                f"{layer.forward_s * 1e3:.3f}",
+                f"{layer.backward_s * 1e3:.3f}",
+                f"{layer.total_s * 1e3:.3f}",
+                f"{100 * layer.total_s / total:.1f}%",
+                human_bytes(layer.output_bytes),
+                human_bytes(layer.retained_bytes),
+                human_bytes(layer.peak_bytes),
+            )
+        )
     for label, seconds in (("loss", profile.loss_s), ("update", profile.update_s)):
-        rows.append((label, "", "", "", f"{seconds * 1e3:.3f}", f"{100 * seconds / total:.1f}%",
-                     "", "", ""))
+        rows.append(
+            (label, "", "", "", f"{seconds * 1e3:.3f}", f"{100 * seconds / total:.1f}%", "", "", "")
+        )
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
-    fmt = lambda r: "  ".join(c.ljust(w) if i < 2 else c.rjust(w)  # noqa: E731
-                              for i, (c, w) in enumerate(zip(r, widths)))
+    fmt = lambda r: "  ".join(
+        c.ljust(w) if i < 2 else c.rjust(w)  # noqa: E731
+        for i, (c, w) in enumerate(zip(r, widths))
+    )
     rule = "-" * len(fmt(head))
-    lines = [f"{title} batch {profile.batch}, medians over the profiled steps".strip(),
-             fmt(head), rule] + [fmt(r) for r in rows] + [rule]
-    lines.append(f"sum of rows {total * 1e3:.3f} ms (the shares' 100%); plain step {step * 1e3:.3f} ms "
-                 f"(median, not profiled); the rows cover {100 * profile.coverage():.0f}% of it; "
-                 f"a profiled step takes {profile.profiled_step_s * 1e3:.3f} ms")
+    lines = (
+        [f"{title} batch {profile.batch}, medians over the profiled steps".strip(), fmt(head), rule]
+        + [fmt(r) for r in rows]
+        + [rule]
+    )
+    lines.append(
+        f"sum of rows {total * 1e3:.3f} ms (the shares' 100%); plain step {step * 1e3:.3f} ms "
+        f"(median, not profiled); the rows cover {100 * profile.coverage():.0f}% of it; "
+        f"a profiled step takes {profile.profiled_step_s * 1e3:.3f} ms"
+    )
     return "\n".join(lines)

@@ -5,11 +5,24 @@ Conventions (see ``costs`` and ``counters``): a multiply-add is 2 FLOPs and
 4 and 6), with its errata corrected unless ``--convention paper`` asks for
 the numbers of its LeNet example.
 """
+
 from .model_costs import count_model
 from .zoo import build_named
 
-COLUMNS = ("layer", "type", "output", "params", "MACs", "fwd FLOPs", "bwd FLOPs",
-           "activations", "W", "D", "bwd W", "bwd D")
+COLUMNS = (
+    "layer",
+    "type",
+    "output",
+    "params",
+    "MACs",
+    "fwd FLOPs",
+    "bwd FLOPs",
+    "activations",
+    "W",
+    "D",
+    "bwd W",
+    "bwd D",
+)
 
 
 def human_bytes(n):
@@ -21,28 +34,56 @@ def human_bytes(n):
 
 
 def _row(layer):
-    return (layer.name, layer.kind, "x".join(map(str, layer.output_shape[1:])),
-            f"{layer.params:,}", f"{layer.macs:,}", f"{layer.forward_flops:,}",
-            f"{layer.backward_flops:,}", human_bytes(layer.activation_bytes),
-            f"{layer.work:,}", str(layer.depth), f"{layer.backward_work:,}",
-            str(layer.backward_depth))
+    return (
+        layer.name,
+        layer.kind,
+        "x".join(map(str, layer.output_shape[1:])),
+        f"{layer.params:,}",
+        f"{layer.macs:,}",
+        f"{layer.forward_flops:,}",
+        f"{layer.backward_flops:,}",
+        human_bytes(layer.activation_bytes),
+        f"{layer.work:,}",
+        str(layer.depth),
+        f"{layer.backward_work:,}",
+        str(layer.backward_depth),
+    )
 
 
 def format_summary(costs, title=""):
     """The per-layer table with a totals line and the conventions it uses."""
     t = costs.totals()
     rows = [_row(layer) for layer in costs.layers]
-    total = ("total", "", "", f"{costs.num_parameters:,}", f"{t['macs']:,}",
-             f"{t['forward_flops']:,}", f"{t['backward_flops']:,}",
-             human_bytes(t["activation_bytes"]), f"{t['work']:,}", str(t["depth"]),
-             f"{t['backward_work']:,}", str(t["backward_depth"]))
+    total = (
+        "total",
+        "",
+        "",
+        f"{costs.num_parameters:,}",
+        f"{t['macs']:,}",
+        f"{t['forward_flops']:,}",
+        f"{t['backward_flops']:,}",
+        human_bytes(t["activation_bytes"]),
+        f"{t['work']:,}",
+        str(t["depth"]),
+        f"{t['backward_work']:,}",
+        str(t["backward_depth"]),
+    )
     widths = [max(len(r[i]) for r in rows + [COLUMNS, total]) for i in range(len(COLUMNS))]
-    fmt = lambda r: "  ".join(c.ljust(w) if i < 3 else c.rjust(w)  # noqa: E731
-                              for i, (c, w) in enumerate(zip(r, widths)))
+    fmt = lambda r: "  ".join(
+        c.ljust(w) if i < 3 else c.rjust(w)  # noqa: E731
+        for i, (c, w) in enumerate(zip(r, widths))
+    )
     rule = "-" * len(fmt(COLUMNS))
     shape = "x".join(map(str, costs.input_shape))
-    lines = [f"{title} input {shape}, batch {costs.batch}, convention {costs.convention!r}".strip(),
-             fmt(COLUMNS), rule] + [fmt(r) for r in rows] + [rule, fmt(total)]
+    lines = (
+        [
+            f"{title} input {shape}, batch {costs.batch}, convention {costs.convention!r}".strip(),
+            fmt(COLUMNS),
+            rule,
+        ]
+        + [fmt(r) for r in rows]
+        + [rule, fmt(total)]
+    )
     depth = max(t["depth"], 1)
     lines += [
         f"parameters {costs.num_parameters:,} ({human_bytes(t['param_bytes'])}); "
@@ -51,8 +92,11 @@ def format_summary(costs, title=""):
         f"(forward; Ben-Nun & Hoefler 2019, §2.5)",
         "MACs: multiply-accumulates of convolutions and matrix products; FLOPs = 2 per MAC "
         "+ 1 per other operation; W, D: Ben-Nun & Hoefler 2019, Tables 4 and 6 "
-        + ("as printed (LeNet example of §3.3.1)" if costs.convention == "paper"
-           else "with the errata corrected"),
+        + (
+            "as printed (LeNet example of §3.3.1)"
+            if costs.convention == "paper"
+            else "with the errata corrected"
+        ),
     ]
     for layer in costs.uncounted:
         lines.append(f"note: {layer.name} ({layer.kind}): {layer.notes[0]}")

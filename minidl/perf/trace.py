@@ -16,6 +16,7 @@ manager and ``instant`` returns at once, so code can keep its trace points::
         ...
     trace.instant("ssp gate", cat="wait")
 """
+
 import contextlib
 import json
 import os
@@ -55,14 +56,22 @@ class Tracer:
         """The track of a category (a stable small integer; known categories first)."""
         if cat not in self._tids:
             others = sum(1 for c in self._tids if c not in CATEGORY_ORDER)
-            self._tids[cat] = (CATEGORY_ORDER.index(cat) if cat in CATEGORY_ORDER
-                               else len(CATEGORY_ORDER) + others)
+            self._tids[cat] = (
+                CATEGORY_ORDER.index(cat) if cat in CATEGORY_ORDER else len(CATEGORY_ORDER) + others
+            )
         return self._tids[cat]
 
     def complete(self, name, cat, start, end, **args):
         """An event from ``start`` to ``end`` (``time.perf_counter()`` seconds)."""
-        event = {"name": name, "cat": cat, "ph": "X", "pid": self.rank, "tid": self.tid(cat),
-                 "ts": start * 1e6 + self._offset_us, "dur": max(end - start, 0.0) * 1e6}
+        event = {
+            "name": name,
+            "cat": cat,
+            "ph": "X",
+            "pid": self.rank,
+            "tid": self.tid(cat),
+            "ts": start * 1e6 + self._offset_us,
+            "dur": max(end - start, 0.0) * 1e6,
+        }
         if args:
             event["args"] = args
         self.events.append(event)
@@ -71,22 +80,54 @@ class Tracer:
         return _Span(self, name, cat, args)
 
     def instant(self, name, cat="compute", **args):
-        event = {"name": name, "cat": cat, "ph": "i", "s": "t", "pid": self.rank,
-                 "tid": self.tid(cat), "ts": time.perf_counter() * 1e6 + self._offset_us}
+        event = {
+            "name": name,
+            "cat": cat,
+            "ph": "i",
+            "s": "t",
+            "pid": self.rank,
+            "tid": self.tid(cat),
+            "ts": time.perf_counter() * 1e6 + self._offset_us,
+        }
         if args:
             event["args"] = args
         self.events.append(event)
 
     def metadata(self):
         """Events naming this rank's process and its category tracks."""
-        meta = [{"name": "process_name", "ph": "M", "pid": self.rank, "args": {"name": f"rank {self.rank}"}},
-                {"name": "process_sort_index", "ph": "M", "pid": self.rank,
-                 "args": {"sort_index": self.rank}}]
+        meta = [
+            {
+                "name": "process_name",
+                "ph": "M",
+                "pid": self.rank,
+                "args": {"name": f"rank {self.rank}"},
+            },
+            {
+                "name": "process_sort_index",
+                "ph": "M",
+                "pid": self.rank,
+                "args": {"sort_index": self.rank},
+            },
+        ]
         for cat, tid in self._tids.items():
-            meta.append({"name": "thread_name", "ph": "M", "pid": self.rank, "tid": tid,
-                         "args": {"name": cat}})
-            meta.append({"name": "thread_sort_index", "ph": "M", "pid": self.rank, "tid": tid,
-                         "args": {"sort_index": tid}})
+            meta.append(
+                {
+                    "name": "thread_name",
+                    "ph": "M",
+                    "pid": self.rank,
+                    "tid": tid,
+                    "args": {"name": cat},
+                }
+            )
+            meta.append(
+                {
+                    "name": "thread_sort_index",
+                    "ph": "M",
+                    "pid": self.rank,
+                    "tid": tid,
+                    "args": {"sort_index": tid},
+                }
+            )
         return meta
 
     def to_json(self):
@@ -115,8 +156,10 @@ def merge(traces):
     for i, events in enumerate(loaded):
         for pid in {e["pid"] for e in events}:
             if owner.setdefault(pid, i) != i:
-                raise ValueError(f"trace merge: traces {owner[pid]} and {i} both hold events of "
-                                 f"rank (pid) {pid}; merge the traces of distinct ranks")
+                raise ValueError(
+                    f"trace merge: traces {owner[pid]} and {i} both hold events of "
+                    f"rank (pid) {pid}; merge the traces of distinct ranks"
+                )
     timed = [e for events in loaded for e in events if "ts" in e]
     origin = min((e["ts"] for e in timed), default=0.0)
     merged = []

@@ -11,6 +11,7 @@ backward, plus a "wait" span for the time ``wait()`` blocked.
 ``finish(directory, comm)`` restores everything and writes one merged
 ``trace.json``. ``minidl train --trace`` uses it.
 """
+
 import time
 
 from . import trace
@@ -29,14 +30,18 @@ class TrainingTrace:
     def start(self):
         self.tracer = trace.enable(self.rank)
         tracer = self.tracer
-        self._timer = LayerTimer(self.model, lambda name, phase, start, end:
-                                 tracer.complete(name, phase, start, end), device=self.device)
+        self._timer = LayerTimer(
+            self.model,
+            lambda name, phase, start, end: tracer.complete(name, phase, start, end),
+            device=self.device,
+        )
         self._timer.__enter__()
         step = self.optimizer.step
 
         def traced_step(*args, **kwargs):
             with tracer.span("optimizer.step", cat="update"):
                 return step(*args, **kwargs)
+
         object.__setattr__(self.optimizer, "step", traced_step)
         if self.comm is not None:
             self._trace_comm(self.comm, tracer)
@@ -59,13 +64,17 @@ class TrainingTrace:
                 result = wait()
                 if not recorded:
                     recorded.append(True)
-                    tracer.complete("wait for allreduce", "wait", start, time.perf_counter(),
-                                    bytes=nbytes)
-                    tracer.complete("allreduce", "comm", request.started, request.finished,
-                                    bytes=nbytes)
+                    tracer.complete(
+                        "wait for allreduce", "wait", start, time.perf_counter(), bytes=nbytes
+                    )
+                    tracer.complete(
+                        "allreduce", "comm", request.started, request.finished, bytes=nbytes
+                    )
                 return result
+
             request.wait = traced_wait
             return request
+
         comm.allreduce, comm.iallreduce = traced_allreduce, traced_iallreduce
 
     def finish(self, directory, comm=None):

@@ -5,6 +5,7 @@ the ImageNet-sized AlexNets the performance papers talk about:
 ``alexnet-original`` (Krizhevsky 2012, 3x227x227, 1000 classes),
 ``alexnet-torchvision`` (3x224x224) and ``alexnet``, the torchvision form.
 """
+
 from .. import models
 
 IMAGENET_ALEXNETS = {
@@ -24,13 +25,10 @@ def parse_shape(text):
     except ValueError:
         shape = ()
     if not shape or min(shape) < 1:
-        raise ValueError(f"input shape {text!r} is not of the form CxHxW with positive sizes, "
-                         "e.g. 3x227x227")
+        raise ValueError(
+            f"input shape {text!r} is not of the form CxHxW with positive sizes, e.g. 3x227x227"
+        )
     return shape
-
-
-
-
 
 
 def build_named(name, input_shape=None, conv_algo="auto"):
@@ -38,8 +36,9 @@ def build_named(name, input_shape=None, conv_algo="auto"):
     if name in IMAGENET_ALEXNETS:
         variant, default = IMAGENET_ALEXNETS[name]
         shape = tuple(input_shape or default)
-        model = models.alexnet(num_classes=1000, variant=variant, in_channels=shape[0],
-                               conv_algo=conv_algo)
+        model = models.alexnet(
+            num_classes=1000, variant=variant, in_channels=shape[0], conv_algo=conv_algo
+        )
         return model, shape
     if name not in models.MODELS:
         raise ValueError(f"unknown model {name!r}: choose one of {', '.join(MODEL_NAMES)}")

@@ -24,4 +24,5 @@ Layout (mirrors the package)::
 The regions between ``# BEGIN EXERCISE x.y`` and ``# END EXERCISE x.y`` are
 the course's exercises (``minidl exercise list``).
 """
+
 from . import conv, dist  # noqa: F401 (registers the textbook convolutions and allreduces)

@@ -34,6 +34,7 @@ is g summed over the broadcast axes (``unbroadcast``).
 The tuned engine (``minidl.autograd``) computes the same derivatives; it also
 frees the graph as it goes, skips unneeded gradients and fires hooks.
 """
+
 from ..backend import get_array_module
 
 
@@ -47,7 +48,7 @@ class Value:
         self.grad = xp.zeros_like(self.data)
         self.parents = parents
         self.op = op
-        self._backward = lambda: None   # leaves have no parents to pass gradients to
+        self._backward = lambda: None  # leaves have no parents to pass gradients to
 
     def __repr__(self):
         return f"Value(shape={self.data.shape}, op={self.op!r})"
@@ -65,6 +66,7 @@ class Value:
         def _backward():
             self.grad += unbroadcast(out.grad, self.data.shape)
             other.grad += unbroadcast(out.grad, other.data.shape)
+
         out._backward = _backward
         return out
 
@@ -75,14 +77,17 @@ class Value:
         def _backward():
             self.grad += unbroadcast(out.grad * other.data, self.data.shape)
             other.grad += unbroadcast(out.grad * self.data, other.data.shape)
+
         out._backward = _backward
         return out
 
     def __matmul__(self, other):
         other = self._lift(other)
         if self.data.ndim != 2 or other.data.ndim != 2:
-            raise ValueError(f"Value @ Value takes two matrices, got shapes {self.data.shape} "
-                             f"and {other.data.shape}; reshape vectors to (1, n) or (n, 1)")
+            raise ValueError(
+                f"Value @ Value takes two matrices, got shapes {self.data.shape} "
+                f"and {other.data.shape}; reshape vectors to (1, n) or (n, 1)"
+            )
         out = Value(self.data @ other.data, (self, other), "@")
 
         def _backward():
@@ -90,6 +95,7 @@ class Value:
             self.grad += out.grad @ other.data.T
             other.grad += self.data.T @ out.grad
             # END EXERCISE 1.3
+
         out._backward = _backward
         return out
 
@@ -98,6 +104,7 @@ class Value:
 
         def _backward():
             self.grad += -out.grad
+
         out._backward = _backward
         return out
 
@@ -121,6 +128,7 @@ class Value:
             xp = get_array_module(out.grad)
             g = out.grad if keepdims or axis is None else xp.expand_dims(out.grad, axis)
             self.grad += xp.broadcast_to(g, self.data.shape)
+
         out._backward = _backward
         return out
 
@@ -134,6 +142,7 @@ class Value:
 
         def _backward():
             self.grad += out.grad * (self.data > 0)
+
         out._backward = _backward
         return out
 
@@ -142,6 +151,7 @@ class Value:
 
         def _backward():
             self.grad += out.grad * out.data
+
         out._backward = _backward
         return out
 
@@ -150,6 +160,7 @@ class Value:
 
         def _backward():
             self.grad += out.grad / self.data
+
         out._backward = _backward
         return out
 
@@ -159,8 +170,10 @@ class Value:
         Gradients add up: call it once per graph (build a new graph to differentiate again).
         """
         if self.data.size != 1:
-            raise ValueError(f"backward() starts from a scalar, got shape {self.data.shape}; "
-                             "reduce the output first, e.g. with .sum() or .mean()")
+            raise ValueError(
+                f"backward() starts from a scalar, got shape {self.data.shape}; "
+                "reduce the output first, e.g. with .sum() or .mean()"
+            )
         # BEGIN EXERCISE 1.1
         self.grad = get_array_module(self.data).ones_like(self.data)
         for v in reversed(topological_order(self)):
@@ -173,12 +186,13 @@ def topological_order(root):
     order, visited = [], set()
     # BEGIN EXERCISE 1.1
 
-    def visit(v):   # depth-first: a Value is appended once all its parents are
+    def visit(v):  # depth-first: a Value is appended once all its parents are
         if v not in visited:
             visited.add(v)
             for parent in v.parents:
                 visit(parent)
             order.append(v)
+
     visit(root)
     return order
     # END EXERCISE 1.1
@@ -189,9 +203,9 @@ def unbroadcast(grad, shape):
     if grad.shape == shape:
         return grad
     # BEGIN EXERCISE 1.2
-    while grad.ndim > len(shape):          # leading axes broadcasting added
+    while grad.ndim > len(shape):  # leading axes broadcasting added
         grad = grad.sum(axis=0)
-    for axis, n in enumerate(shape):       # axes of size 1 it stretched
+    for axis, n in enumerate(shape):  # axes of size 1 it stretched
         if n == 1 and grad.shape[axis] != 1:
             grad = grad.sum(axis=axis, keepdims=True)
     return grad

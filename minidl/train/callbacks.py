@@ -4,6 +4,7 @@ A callback overrides any of the methods below; the loop calls them in the
 order of its ``callbacks`` list. Watchdogs, injected stragglers, the batch
 weighting of data parallelism and the non-finite loss check are callbacks.
 """
+
 import math
 
 STOPPED = (

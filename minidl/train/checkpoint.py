@@ -8,6 +8,7 @@ full disk mid-write leaves the previous checkpoint intact. Reading checks
 what it reads: a damaged file, missing metadata, or weights that hold NaN
 or inf (a diverged run) are errors that name the file and the fix.
 """
+
 import json
 import os
 import zipfile
@@ -29,8 +30,9 @@ def save_checkpoint(path, model, optimizer=None, **meta):
         state = optimizer.state_dict()
         arrays.update((f"optim/hyper/{k}", np.asarray(v)) for k, v in state["hyper"].items())
         for i, per_param in enumerate(state["state"]):
-            arrays.update((f"optim/state/{i}/{k}", np.asarray(to_numpy(v)))
-                          for k, v in per_param.items())
+            arrays.update(
+                (f"optim/state/{i}/{k}", np.asarray(to_numpy(v))) for k, v in per_param.items()
+            )
         meta["optimizer_params"] = len(state["state"])
     arrays["meta"] = np.array(json.dumps(meta))
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -56,10 +58,12 @@ class Checkpoint:
         elif "config" not in missing:
             missing.append("config")
         if missing:
-            raise CheckpointError(f"checkpoint {self.path!r} lacks {', '.join(missing)}: it was "
-                                  "not written by 'minidl train'; resume or evaluate a checkpoint "
-                                  "of a minidl train run, or load this one with load_checkpoint "
-                                  "in your own code")
+            raise CheckpointError(
+                f"checkpoint {self.path!r} lacks {', '.join(missing)}: it was "
+                "not written by 'minidl train'; resume or evaluate a checkpoint "
+                "of a minidl train run, or load this one with load_checkpoint "
+                "in your own code"
+            )
         return config
 
 
@@ -70,27 +74,34 @@ def _python(value):
 def load_checkpoint(path):
     """Read a checkpoint written by ``save_checkpoint``; errors name the file and the defect."""
     if not os.path.exists(path):
-        raise FileNotFoundError(f"checkpoint {path!r} does not exist; pass the path of a "
-                                "checkpoint.npz written by 'minidl train' (in its --out folder)")
+        raise FileNotFoundError(
+            f"checkpoint {path!r} does not exist; pass the path of a "
+            "checkpoint.npz written by 'minidl train' (in its --out folder)"
+        )
     try:
         with np.load(path, allow_pickle=False) as z:
             items = {k: z[k] for k in z.files}
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
-        raise CheckpointError(f"checkpoint {path!r} is corrupt or not a minidl checkpoint "
-                              f"({exc}); use an earlier checkpoint or retrain") from None
+        raise CheckpointError(
+            f"checkpoint {path!r} is corrupt or not a minidl checkpoint "
+            f"({exc}); use an earlier checkpoint or retrain"
+        ) from None
     if "meta" not in items:
         raise CheckpointError(f"checkpoint {path!r} has no metadata; it was not written by minidl")
     try:
         meta = json.loads(str(items.pop("meta")))
     except json.JSONDecodeError as exc:
-        raise CheckpointError(f"checkpoint {path!r}: its metadata is damaged ({exc}); use an "
-                              "earlier checkpoint or retrain") from None
+        raise CheckpointError(
+            f"checkpoint {path!r}: its metadata is damaged ({exc}); use an "
+            "earlier checkpoint or retrain"
+        ) from None
     _check_values(path, meta, items)
-    model = {k[len("model/"):]: v for k, v in items.items() if k.startswith("model/")}
+    model = {k[len("model/") :]: v for k, v in items.items() if k.startswith("model/")}
     optimizer = None
     if "optimizer_params" in meta:
-        hyper = {k.split("/", 2)[2]: _python(v) for k, v in items.items()
-                 if k.startswith("optim/hyper/")}
+        hyper = {
+            k.split("/", 2)[2]: _python(v) for k, v in items.items() if k.startswith("optim/hyper/")
+        }
         state = [{} for _ in range(meta["optimizer_params"])]
         for k, v in items.items():
             if k.startswith("optim/state/"):
@@ -103,13 +114,16 @@ def load_checkpoint(path):
 def _check_values(path, meta, items):
     """Refuse metadata of the wrong kind and weights or state that hold NaN or inf."""
     if not isinstance(meta, dict):
-        raise CheckpointError(f"checkpoint {path!r}: its metadata is not a JSON object; it was "
-                              "not written by minidl")
+        raise CheckpointError(
+            f"checkpoint {path!r}: its metadata is not a JSON object; it was not written by minidl"
+        )
     epoch = meta.get("epoch", 0)
     if not isinstance(epoch, int) or epoch < 0:
         raise CheckpointError(f"checkpoint {path!r}: epoch {epoch!r} is not a count of epochs")
     for key, value in items.items():
         if value.dtype.kind == "f" and not np.isfinite(value).all():
-            raise CheckpointError(f"checkpoint {path!r}: {key} holds NaN or inf, so the run had "
-                                  "diverged when it was saved; resume from an earlier checkpoint "
-                                  "or retrain with a lower --lr")
+            raise CheckpointError(
+                f"checkpoint {path!r}: {key} holds NaN or inf, so the run had "
+                "diverged when it was saved; resume from an earlier checkpoint "
+                "or retrain with a lower --lr"
+            )

@@ -47,7 +47,9 @@ class ConfigError(ValueError):
 
 def check_choice(field, value, choices):
     if value not in choices:
-        raise ConfigError(f"{option(field)} {value!r}: choose one of {', '.join(map(str, choices))}")
+        raise ConfigError(
+            f"{option(field)} {value!r}: choose one of {', '.join(map(str, choices))}"
+        )
 
 
 def check_number(field, value, minimum=0.0, positive=False, integer=False, optional=False):

@@ -5,6 +5,7 @@ either whole or, after a crash mid-write, a damaged last line, which
 ``read_metrics`` reports by file and line (or, with ``drop_torn_tail``,
 drops: what a resume does with the line a crash cut).
 """
+
 import json
 import os
 
@@ -45,11 +46,15 @@ def read_metrics(path, drop_torn_tail=False):
         except json.JSONDecodeError as exc:
             if drop_torn_tail and number == len(lines):
                 break  # the last line has no newline: a crash cut it
-            raise MetricsError(f"{path}, line {number}: not a JSON record ({exc.msg}): the file "
-                               "was damaged; delete or repair that line") from None
+            raise MetricsError(
+                f"{path}, line {number}: not a JSON record ({exc.msg}): the file "
+                "was damaged; delete or repair that line"
+            ) from None
         if not isinstance(record, dict):
-            raise MetricsError(f"{path}, line {number}: a JSON {type(record).__name__}, not a "
-                               "record; delete or repair that line")
+            raise MetricsError(
+                f"{path}, line {number}: a JSON {type(record).__name__}, not a "
+                "record; delete or repair that line"
+            )
         records.append(record)
     return records
 
@@ -67,6 +72,7 @@ def plot_curves(records, path):
     """
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:

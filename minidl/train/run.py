@@ -28,7 +28,6 @@ from .resume import apply_changes, changes, check_fixed
 from .rundir import RunDirectory
 from .setup import build_model, default_run_dir, load_datasets, make_scheduler
 
-
 # a test loss this many times the first epoch's has diverged though finite: a cross-entropy that
 # starts near ln(classes) and grows a million-fold means logits apart by millions, no model
 DIVERGED_GROWTH = 1e6

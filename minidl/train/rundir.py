@@ -15,6 +15,7 @@ Rules:
   trained again from E) and a line a crash cut, so no epoch is recorded
   twice; temporary files of interrupted writes are removed.
 """
+
 import json
 import os
 
@@ -50,7 +51,8 @@ class RunDirectory:
         if existing and not overwrite:
             raise RunDirectoryError(
                 f"{self.path} already holds a run ({', '.join(existing)}); continue it with "
-                f"--resume {self.checkpoint}, replace it with --overwrite, or choose another --out")
+                f"--resume {self.checkpoint}, replace it with --overwrite, or choose another --out"
+            )
         os.makedirs(self.path, exist_ok=True)
         for name in existing:
             os.remove(self.file(name))

@@ -4,6 +4,7 @@ Written without minidl's code: sliding windows + einsum for the output
 (Ben-Nun & Hoefler 2019, Eq. 2 with stride, padding, dilation and groups), and the adjoint
 loops of App. A.4 for the gradients. Slow, exact to float64 rounding.
 """
+
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -25,8 +26,13 @@ def conv2d(x, w, b=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=
     x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
     cg, kg = x.shape[1] // groups, w.shape[0] // groups
     win = _windows(_pad(x, padding), w.shape[2:], stride, dilation)
-    y = np.concatenate([np.einsum("nchwuv,kcuv->nkhw", win[:, g * cg:(g + 1) * cg],
-                                  w[g * kg:(g + 1) * kg]) for g in range(groups)], axis=1)
+    y = np.concatenate(
+        [
+            np.einsum("nchwuv,kcuv->nkhw", win[:, g * cg : (g + 1) * cg], w[g * kg : (g + 1) * kg])
+            for g in range(groups)
+        ],
+        axis=1,
+    )
     return y if b is None else y + np.asarray(b, np.float64)[None, :, None, None]
 
 
@@ -47,5 +53,5 @@ def conv2d_grads(x, w, dy, stride=(1, 1), padding=(0, 0), dilation=(1, 1), group
                 cols = slice(v * dw_, v * dw_ + sw * (ow - 1) + 1, sw)
                 dxpad[:, cs, rows, cols] += np.einsum("nkij,kc->ncij", dy[:, ks], w[ks, :, u, v])
                 dw[ks, :, u, v] = np.einsum("nkij,ncij->kc", dy[:, ks], xpad[:, cs, rows, cols])
-    dx = dxpad[:, :, ph:ph + x.shape[2], pw:pw + x.shape[3]]
+    dx = dxpad[:, :, ph : ph + x.shape[2], pw : pw + x.shape[3]]
     return dx, dw, dy.sum(axis=(0, 2, 3))

@@ -10,10 +10,11 @@ seen over many random shapes:
 - the textbook versions (``*_reference``) round as their tuned twins (F(2x2) for Winograd).
 - winograd F(4x4,3x3): entries up to 8 and 1/24 amplify rounding (Ben-Nun
   & Hoefler 2019, §4.3: "the numerical accuracy of Winograd convolution is generally lower"),
-  ~5e-6 seen; 1e-4. 
+  ~5e-6 seen; 1e-4.
 In float64 every algorithm must agree with the definition to 1e-10: that
 checks the formulas (transform matrices, padding, cropping, flips) exactly.
 """
+
 import numpy as np
 import pytest
 
@@ -23,10 +24,17 @@ from minidl.conv.registry import IMPLEMENTATIONS
 
 from . import reference
 
-FLOAT32_TOLERANCE = {"direct": 1e-5, "im2col": 1e-5, "fft": 1e-5,
-                     "winograd_f2x2_3x3": 1e-5, "winograd_f4x4_3x3": 1e-4,
-                     "direct_reference": 1e-5, "im2col_reference": 1e-5, "fft_reference": 1e-5,
-                     "winograd_reference": 1e-5}
+FLOAT32_TOLERANCE = {
+    "direct": 1e-5,
+    "im2col": 1e-5,
+    "fft": 1e-5,
+    "winograd_f2x2_3x3": 1e-5,
+    "winograd_f4x4_3x3": 1e-4,
+    "direct_reference": 1e-5,
+    "im2col_reference": 1e-5,
+    "fft_reference": 1e-5,
+    "winograd_reference": 1e-5,
+}
 ALGOS = tuple(IMPLEMENTATIONS)
 
 # (N, C, H, W, K, (KH, KW), stride, padding, dilation, groups)
@@ -44,7 +52,7 @@ SHAPES = {
     "nonsquare": (2, 3, 12, 13, 4, (3, 5), (1, 2), (1, 2), 1, 1),
     "mixed_s_d": (2, 2, 13, 11, 3, (2, 3), (2, 1), (1, 0), (2, 1), 1),
     "3x3_large_c": (2, 24, 10, 10, 20, (3, 3), 1, 1, 1, 1),
-    "5x5_s2_odd": (2, 3, 13, 12, 4, (5, 5), 2, 2, 1, 1),      # Winograd via space-to-depth
+    "5x5_s2_odd": (2, 3, 13, 12, 4, (5, 5), 2, 2, 1, 1),  # Winograd via space-to-depth
     "7x7_s3": (1, 2, 17, 16, 3, (7, 7), 3, 1, 1, 1),
     "wide_stride2": (2, 16, 11, 10, 8, (3, 3), 2, 1, 1, 1),  # im2col: NHWC gather and col2im
     "wide_more_out": (2, 16, 9, 9, 24, (3, 3), 1, 1, 1, 1),
@@ -62,8 +70,10 @@ def make_case(shape, dtype, seed):
 
 
 def pairs(params):
-    return {k: (v if k == "groups" else ((v, v) if isinstance(v, int) else v))
-            for k, v in params.items()}
+    return {
+        k: (v if k == "groups" else ((v, v) if isinstance(v, int) else v))
+        for k, v in params.items()
+    }
 
 
 def run_minidl(x, w, b, params, algo, dy_seed=5):
@@ -97,17 +107,27 @@ def test_float32_against_float64_definition_and_torch(algo, name):
     ref_y = reference.conv2d(x, w, b, **pairs(params))
     ref_dx, ref_dw, ref_db = reference.conv2d_grads(x, w, dy, **pairs(params))
     tol = FLOAT32_TOLERANCE[algo]
-    for label, mine, ref in (("y", y, ref_y), ("dx", dx, ref_dx), ("dw", dw, ref_dw),
-                             ("db", db, ref_db)):
+    for label, mine, ref in (
+        ("y", y, ref_y),
+        ("dx", dx, ref_dx),
+        ("dw", dw, ref_dw),
+        ("db", db, ref_db),
+    ):
         assert mine.shape == ref.shape, f"{label}: shape {mine.shape} != {ref.shape}"
         assert mine.dtype == np.float32, f"{label}: dtype {mine.dtype}"
-        assert rel_error(mine, ref) < tol, f"{algo} {name} {label}: error {rel_error(mine, ref):.2e}"
+        assert rel_error(mine, ref) < tol, (
+            f"{algo} {name} {label}: error {rel_error(mine, ref):.2e}"
+        )
 
     tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
     ty = torch.nn.functional.conv2d(tx, tw, tb, **params)
     ty.backward(torch.tensor(dy))
-    for label, mine, ref in (("y", y, ty), ("dx", dx, tx.grad), ("dw", dw, tw.grad),
-                             ("db", db, tb.grad)):
+    for label, mine, ref in (
+        ("y", y, ty),
+        ("dx", dx, tx.grad),
+        ("dw", dw, tw.grad),
+        ("db", db, tb.grad),
+    ):
         err = rel_error(mine, ref.detach().numpy())
         assert err < tol, f"{algo} {name} {label} vs PyTorch: error {err:.2e}"
 
@@ -116,14 +136,18 @@ def test_float32_against_float64_definition_and_torch(algo, name):
 @pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("name", SHAPES)
 def test_float64_matches_definition_exactly(algo, name, one_image_chunks, monkeypatch):
-    if one_image_chunks:   # every chunked loop runs image by image
+    if one_image_chunks:  # every chunked loop runs image by image
         monkeypatch.setattr("minidl.chunks.CHUNK_BYTES", 1)
     x, w, b, params = make_case(SHAPES[name], np.float64, seed=3 * len(name))
     skip_unsupported(algo, x, w, params)
     y, dx, dw, db, dy = run_minidl(x, w, b, params, algo)
     ref_dx, ref_dw, ref_db = reference.conv2d_grads(x, w, dy, **pairs(params))
-    for label, mine, ref in (("y", y, reference.conv2d(x, w, b, **pairs(params))),
-                             ("dx", dx, ref_dx), ("dw", dw, ref_dw), ("db", db, ref_db)):
+    for label, mine, ref in (
+        ("y", y, reference.conv2d(x, w, b, **pairs(params))),
+        ("dx", dx, ref_dx),
+        ("dw", dw, ref_dw),
+        ("db", db, ref_db),
+    ):
         assert mine.dtype == np.float64
         assert rel_error(mine, ref) < 1e-10, f"{algo} {name} {label}: {rel_error(mine, ref):.2e}"
 
@@ -164,6 +188,7 @@ def test_winograd_f4x4_is_less_accurate_than_f2x2():
 def test_gpu_matches_cpu(algo, name):
     """The same xp code on CuPy: values and gradients equal the CPU's to float32 rounding."""
     from minidl import backend
+
     if not backend.cuda_available():
         pytest.skip("needs CuPy and an NVIDIA GPU")
     x, w, b, params = make_case(SHAPES[name], np.float32, seed=7)

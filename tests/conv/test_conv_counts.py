@@ -1,10 +1,10 @@
 """Operation counts (Ben-Nun & Hoefler 2019, Table 6 / App. B, with correct multiplicities) and workspace sizes."""
+
 import tracemalloc
 
 import numpy as np
 import pytest
 
-import minidl.reference  # registers the textbook algorithms, tested here too
 from minidl.chunks import batch_chunks
 from minidl.conv import PASSES, make_geometry, multiplies, workspace_bytes
 from minidl.conv.function import run_backward_input, run_backward_weight, run_forward
@@ -33,12 +33,12 @@ def test_direct_and_im2col_count_the_definition(name):
 @pytest.mark.parametrize("algo,ratio", [("winograd_f2x2_3x3", 2.25), ("winograd_f4x4_3x3", 4.0)])
 def test_winograd_elementwise_stage_saves_the_known_factor(algo, ratio):
     """Lavin & Gray: F(2x2,3x3) uses 16 multiplies per 4 outputs instead of 36; F(4x4,3x3) 36 per 16."""
-    geom = make_geometry(*LAYERS["vgg_3x3"][:2], padding=1)   # 56x56: whole tiles for m = 2 and 4
+    geom = make_geometry(*LAYERS["vgg_3x3"][:2], padding=1)  # 56x56: whole tiles for m = 2 and 4
     direct = multiplies("direct", geom)["total"]
     counts = multiplies(algo, geom)
     assert direct / counts["elementwise"] == ratio
     assert counts["total"] == sum(v for k, v in counts.items() if k != "total")
-    assert counts["total"] < direct       # transforms included, still fewer multiplies
+    assert counts["total"] < direct  # transforms included, still fewer multiplies
 
 
 def test_winograd_counts_partial_tiles():
@@ -49,9 +49,9 @@ def test_winograd_counts_partial_tiles():
 
 def test_fft_pointwise_count_does_not_grow_with_the_kernel():
     small = make_geometry((4, 8, 28, 28), (8, 8, 3, 3), padding=1)
-    large = make_geometry((4, 8, 28, 28), (8, 8, 9, 9), padding=1)   # same padded size
+    large = make_geometry((4, 8, 28, 28), (8, 8, 9, 9), padding=1)  # same padded size
     assert multiplies("fft", small)["pointwise"] == multiplies("fft", large)["pointwise"]
-    lh = lw = 30   # the fast FFT length for 28 + 2 (5 * 3 * 2)
+    lh = lw = 30  # the fast FFT length for 28 + 2 (5 * 3 * 2)
     assert multiplies("fft", small)["pointwise"] == 4 * 4 * 8 * 8 * lh * (lw // 2 + 1)
     assert multiplies("direct", large)["total"] > 5 * multiplies("direct", small)["total"]
 
@@ -75,15 +75,19 @@ def test_workspace_estimate_bounds_the_measured_peak(algo, pass_):
     w = rng.standard_normal(geom.weight_shape).astype(np.float32)
     dy = rng.standard_normal(geom.output_shape).astype(np.float32)
     impl = implementation(algo)
-    run = {"forward": lambda: run_forward(impl, x, w, geom),
-           "backward_input": lambda: run_backward_input(impl, dy, w, geom),
-           "backward_weight": lambda: run_backward_weight(impl, dy, x, geom)}[pass_]
-    run()   # warm caches (transform matrices, FFT plans)
+    run = {
+        "forward": lambda: run_forward(impl, x, w, geom),
+        "backward_input": lambda: run_backward_input(impl, dy, w, geom),
+        "backward_weight": lambda: run_backward_weight(impl, dy, x, geom),
+    }[pass_]
+    run()  # warm caches (transform matrices, FFT plans)
     result_bytes = {"forward": dy.nbytes, "backward_input": x.nbytes, "backward_weight": w.nbytes}
     peak = _traced_peak(run) - result_bytes[pass_]
     estimate = workspace_bytes(algo, geom, pass_)
     assert peak <= 1.25 * estimate + 65536, f"{algo} {pass_}: peak {peak} > estimate {estimate}"
-    assert estimate <= 4 * peak + 65536, f"{algo} {pass_}: estimate {estimate} far above peak {peak}"
+    assert estimate <= 4 * peak + 65536, (
+        f"{algo} {pass_}: estimate {estimate} far above peak {peak}"
+    )
 
 
 def test_im2col_works_in_chunks_but_keeps_the_whole_column_matrix():
@@ -92,13 +96,17 @@ def test_im2col_works_in_chunks_but_keeps_the_whole_column_matrix():
     cols = 16 * 56 * 56 * 64 * 9 * 4
     assert cols / 16 <= workspace_bytes("im2col", geom, "forward") < 1.5 * cols / 16
     assert implementation("im2col").saved_bytes(geom) == cols
-    wide = make_geometry((16, 64, 56, 56), (64, 64, 7, 7), padding=3)   # same output size
-    assert workspace_bytes("direct", wide, "forward") < 1.2 * workspace_bytes("direct", geom, "forward")
-    assert workspace_bytes("im2col", wide, "forward") > 4 * workspace_bytes("im2col", geom, "forward")
+    wide = make_geometry((16, 64, 56, 56), (64, 64, 7, 7), padding=3)  # same output size
+    assert workspace_bytes("direct", wide, "forward") < 1.2 * workspace_bytes(
+        "direct", geom, "forward"
+    )
+    assert workspace_bytes("im2col", wide, "forward") > 4 * workspace_bytes(
+        "im2col", geom, "forward"
+    )
 
 
 WINOGRAD_LAYERS = {  # (x shape, w shape, conv kwargs): a batch in several chunks, partial tiles,
-    "chunked": ((64, 16, 32, 32), (16, 16, 3, 3), dict(padding=1)),       # a strided kernel
+    "chunked": ((64, 16, 32, 32), (16, 16, 3, 3), dict(padding=1)),  # a strided kernel
     "partial_tiles": ((48, 8, 30, 29), (24, 8, 3, 3), dict(padding=1)),
     "stride4_11x11": ((16, 3, 64, 64), (8, 3, 11, 11), dict(stride=4, padding=2)),
 }
@@ -112,17 +120,21 @@ def test_winograd_workspace_is_what_the_kernel_allocates(algo, dtype, name):
     x_shape, w_shape, kwargs = WINOGRAD_LAYERS[name]
     geom = make_geometry(x_shape, w_shape, **kwargs)
     rng = np.random.default_rng(1)
-    x, w, dy = (rng.standard_normal(shape).astype(dtype)
-                for shape in (geom.input_shape, geom.weight_shape, geom.output_shape))
+    x, w, dy = (
+        rng.standard_normal(shape).astype(dtype)
+        for shape in (geom.input_shape, geom.weight_shape, geom.output_shape)
+    )
     impl = implementation(algo)
-    if name == "chunked":   # the gathered input tiles of the batch exceed one chunk
+    if name == "chunked":  # the gathered input tiles of the batch exceed one chunk
         per_image = tile_elements(impl.alpha, 8 * 8 if impl.m == 4 else 16 * 16, 16)
         assert len(batch_chunks(64, per_image * x.itemsize, x)) > 1
-    runs = {"forward": (lambda: run_forward(impl, x, w, geom), dy.nbytes),
-            "backward_input": (lambda: run_backward_input(impl, dy, w, geom), x.nbytes),
-            "backward_weight": (lambda: run_backward_weight(impl, dy, x, geom), w.nbytes)}
+    runs = {
+        "forward": (lambda: run_forward(impl, x, w, geom), dy.nbytes),
+        "backward_input": (lambda: run_backward_input(impl, dy, w, geom), x.nbytes),
+        "backward_weight": (lambda: run_backward_weight(impl, dy, x, geom), w.nbytes),
+    }
     for pass_, (run, result_bytes) in runs.items():
-        run()   # the cached transform matrices
+        run()  # the cached transform matrices
         measured = _traced_peak(run) - result_bytes
         estimate = workspace_bytes(algo, geom, pass_, dtype)
         assert abs(measured - estimate) <= 0.01 * estimate + 4096, (pass_, measured, estimate)

@@ -9,6 +9,7 @@ Winograd F(4x4) round differently; ReLU and max-pool amplify a little).
 Tolerances 1e-2 and 0.15 keep a margin and are far below what a wrong
 gradient does (the loss would stay near log(10) = 2.3 or diverge).
 """
+
 import numpy as np
 import pytest
 
@@ -33,9 +34,17 @@ def synthetic_images(n, seed=0):
 
 def lenet_like(algo):
     return L.Sequential(
-        L.Conv2d(1, 6, 3, padding=1, algo=algo), L.ReLU(), L.MaxPool2d(2),
-        L.Conv2d(6, 16, 3, algo=algo), L.ReLU(), L.MaxPool2d(2),
-        L.Flatten(), L.Linear(16 * 6 * 6, 84), L.ReLU(), L.Linear(84, 10))
+        L.Conv2d(1, 6, 3, padding=1, algo=algo),
+        L.ReLU(),
+        L.MaxPool2d(2),
+        L.Conv2d(6, 16, 3, algo=algo),
+        L.ReLU(),
+        L.MaxPool2d(2),
+        L.Flatten(),
+        L.Linear(16 * 6 * 6, 84),
+        L.ReLU(),
+        L.Linear(84, 10),
+    )
 
 
 def train(algo, images, labels):
@@ -45,7 +54,9 @@ def train(algo, images, labels):
     losses = []
     for step in range(STEPS):
         batch = slice(step * BATCH, (step + 1) * BATCH)
-        loss = F.cross_entropy(model(md.tensor(images[batch])), md.tensor(labels[batch], dtype="int64"))
+        loss = F.cross_entropy(
+            model(md.tensor(images[batch])), md.tensor(labels[batch], dtype="int64")
+        )
         opt.zero_grad()
         loss.backward()
         opt.step()

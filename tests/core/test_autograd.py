@@ -1,4 +1,5 @@
 """The engine itself: graph traversal, accumulation, modes, hooks and its error messages."""
+
 import gc
 import warnings
 import weakref
@@ -16,7 +17,7 @@ def leaf(values, dtype="float64"):
 
 def test_tensor_used_twice_accumulates_both_paths():
     x = leaf([1.0, 2.0, 3.0])
-    y = x * x + x * 3          # dy/dx = 2x + 3
+    y = x * x + x * 3  # dy/dx = 2x + 3
     y.sum().backward()
     np.testing.assert_allclose(x.grad, 2 * x.numpy() + 3)
 
@@ -24,9 +25,9 @@ def test_tensor_used_twice_accumulates_both_paths():
 def test_diamond_graph_each_node_is_processed_once():
     x = leaf([2.0])
     a = x * 3
-    b = a * a                  # 9x^2
-    c = a + b                  # 3x + 9x^2 -> 3 + 18x
-    (c * c).sum().backward()   # 2c (3 + 18x)
+    b = a * a  # 9x^2
+    c = a + b  # 3x + 9x^2 -> 3 + 18x
+    (c * c).sum().backward()  # 2c (3 + 18x)
     cx = 3 * 2 + 9 * 4
     np.testing.assert_allclose(x.grad, [2 * cx * (3 + 18 * 2)])
 
@@ -116,6 +117,7 @@ def test_shape_mismatch_names_the_op_and_both_shapes():
 def test_operands_on_different_devices_are_refused():
     class FakeDeviceArray:  # stands in for a GPU array: not a NumPy ndarray
         shape, dtype, ndim = (3,), np.dtype("float32"), 1
+
     with pytest.raises(md.DeviceError, match="different devices"):
         md.autograd._check_same_device("add", [np.ones(3), FakeDeviceArray()])
 
@@ -127,7 +129,7 @@ def test_integer_tensors_cannot_require_grad():
 
 def test_scalars_keep_the_tensor_dtype():
     x = md.tensor([1.0, 2.0])
-    for y in (x * 2, 2 * x, x / 3, 1 - x, x ** 2, -x):
+    for y in (x * 2, 2 * x, x / 3, 1 - x, x**2, -x):
         assert y.dtype == np.float32
 
 
@@ -143,7 +145,7 @@ def test_post_accumulate_hook_fires_once_after_the_last_contribution():
     x = leaf([1.0, 2.0])
     seen = []
     handle = x.register_post_accumulate_grad_hook(lambda t: seen.append(t.grad.copy()))
-    (x * 2 + x * x + x).sum().backward()   # three uses of x
+    (x * 2 + x * x + x).sum().backward()  # three uses of x
     assert len(seen) == 1
     np.testing.assert_allclose(seen[0], [2 + 2 + 1, 2 + 4 + 1])
     handle.remove()
@@ -208,11 +210,11 @@ def test_softmax_is_stable_for_huge_logits():
     assert loss.item() == pytest.approx(1000.0)
 
 
-
 def test_non_finite_logits_give_a_non_finite_loss_without_numpy_warnings():
     """A diverged run's logits: the NaN or inf loss is the report, NumPy's warnings are not."""
-    logits = md.tensor([[np.inf, 1.0, -np.inf], [np.nan, 0.0, 0.0], [3e38, -3e38, 0.0]],
-                       requires_grad=True)
+    logits = md.tensor(
+        [[np.inf, 1.0, -np.inf], [np.nan, 0.0, 0.0], [3e38, -3e38, 0.0]], requires_grad=True
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         loss = F.cross_entropy(logits, np.array([0, 1, 1]), reduction="none")
@@ -223,18 +225,28 @@ def test_non_finite_logits_give_a_non_finite_loss_without_numpy_warnings():
     np.testing.assert_array_equal(probs[2], [1, 0, 0])
     np.testing.assert_array_equal(logp[2], np.float32([0, -np.inf, -3e38]))
 
-@pytest.mark.parametrize("data,error,shown", [
-    (None, TypeError, r"None \(a NoneType\): NumPy reads it as dtype object"),
-    ([1.0, None], TypeError, r"\[1\.0, None\] \(a list\)"),
-    ("1.5", TypeError, r"'1\.5' \(a str\): NumPy reads it as dtype <U3"),
-    (np.array([1, None], dtype=object), TypeError,
-     r"array\(\[1, None\], dtype=object\) \(a ndarray\): NumPy reads it as dtype object"),
-    ([[1, 2], [3]], ValueError, r"\[\[1, 2\], \[3\]\] \(a list\)"),
-])
+
+@pytest.mark.parametrize(
+    "data,error,shown",
+    [
+        (None, TypeError, r"None \(a NoneType\): NumPy reads it as dtype object"),
+        ([1.0, None], TypeError, r"\[1\.0, None\] \(a list\)"),
+        ("1.5", TypeError, r"'1\.5' \(a str\): NumPy reads it as dtype <U3"),
+        (
+            np.array([1, None], dtype=object),
+            TypeError,
+            r"array\(\[1, None\], dtype=object\) \(a ndarray\): NumPy reads it as dtype object",
+        ),
+        ([[1, 2], [3]], ValueError, r"\[\[1, 2\], \[3\]\] \(a list\)"),
+    ],
+)
 @pytest.mark.parametrize("make", [md.tensor, md.Tensor], ids=["md.tensor", "md.Tensor"])
 def test_tensor_refuses_what_is_not_numbers(make, data, error, shown):
-    with pytest.raises(error, match=rf"cannot make a tensor from {shown}.*; pass a NumPy or "
-                                    r"CuPy array of numbers, a Python number"):
+    with pytest.raises(
+        error,
+        match=rf"cannot make a tensor from {shown}.*; pass a NumPy or "
+        r"CuPy array of numbers, a Python number",
+    ):
         make(data)
 
 

@@ -1,4 +1,5 @@
 """Backend switch and the malloc tuning that keeps step temporaries in the process."""
+
 import subprocess
 import sys
 
@@ -24,10 +25,15 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 def page_faults(env_extra, tune=True):
     import os
+
     env = dict(os.environ, **env_extra)
-    out = subprocess.run([sys.executable, "-c", CHURN, "tune" if tune else "import-only"],
-                         env=env, capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHURN, "tune" if tune else "import-only"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return int(out.stdout.strip())
 
 
@@ -37,13 +43,14 @@ def test_malloc_tuning_stops_page_faulting_freed_temporaries():
     untuned = page_faults({"MINIDL_NO_MALLOC_TUNING": "1"})
     imported = page_faults({}, tune=False)
     pages_per_step = 7_400_000 // 4096
-    assert untuned > 25 * pages_per_step   # the freed heap top is trimmed and faulted in again
+    assert untuned > 25 * pages_per_step  # the freed heap top is trimmed and faulted in again
     assert imported > 25 * pages_per_step  # importing minidl leaves the process's malloc alone
-    assert tuned < 5 * pages_per_step      # the memory stays in the process and is reused
+    assert tuned < 5 * pages_per_step  # the memory stays in the process and is reused
 
 
 def test_the_command_line_tunes_malloc(monkeypatch):
     from minidl import cli
+
     calls = []
     monkeypatch.setattr(backend, "tune_malloc", lambda: calls.append(1))
     cli.main(["summary", "--model", "lenet5"])

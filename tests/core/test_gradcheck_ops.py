@@ -1,4 +1,5 @@
 """Every differentiable op against float64 central differences (md.gradcheck)."""
+
 import numpy as np
 import pytest
 
@@ -16,9 +17,9 @@ CASES = [
     ("sub_broadcast", lambda a, b: a - b, [(4,), (2, 3, 4)]),
     ("mul_broadcast", lambda a, b: a * b, [(2, 3, 4), (3, 1)]),
     ("div_broadcast", lambda a, b: a / b, [(3, 4), positive((4,))]),
-    ("pow_tensor", lambda a, b: a ** b, [positive((3, 4)), (3, 4)]),
-    ("pow_scalar", lambda a: a ** 3, [(3, 4)]),
-    ("rpow", lambda a: 2.0 ** a, [(5,)]),
+    ("pow_tensor", lambda a, b: a**b, [positive((3, 4)), (3, 4)]),
+    ("pow_scalar", lambda a: a**3, [(3, 4)]),
+    ("rpow", lambda a: 2.0**a, [(5,)]),
     ("neg_and_scalars", lambda a: 3 - 2 * (-a) / 4 + 1, [(2, 3)]),
     ("matmul_2d", lambda a, b: a @ b, [(3, 4), (4, 5)]),
     ("matmul_vec", lambda a, b: a @ b, [(3, 4), (4,)]),
@@ -51,8 +52,16 @@ CASES = [
     ("softmax_axis0", lambda a: F.softmax(a, axis=0), [(3, 5)]),
     ("log_softmax", lambda a: F.log_softmax(a), [(3, 5)]),
     ("cross_entropy_mean", lambda a: F.cross_entropy(a, np.array([0, 4, 2])), [(3, 5)]),
-    ("cross_entropy_sum", lambda a: F.cross_entropy(a, np.array([1, 1, 0]), reduction="sum"), [(3, 5)]),
-    ("cross_entropy_none", lambda a: F.cross_entropy(a, np.array([3, 2, 1]), reduction="none"), [(3, 5)]),
+    (
+        "cross_entropy_sum",
+        lambda a: F.cross_entropy(a, np.array([1, 1, 0]), reduction="sum"),
+        [(3, 5)],
+    ),
+    (
+        "cross_entropy_none",
+        lambda a: F.cross_entropy(a, np.array([3, 2, 1]), reduction="none"),
+        [(3, 5)],
+    ),
     ("mse", lambda a, b: F.mse_loss(a, b), [(3, 4), (3, 4)]),
     ("linear", lambda x, w, b: F.linear(x, w, b), [(4, 3), (5, 3), (5,)]),
     ("linear_3d_no_bias", lambda x, w: F.linear(x, w), [(2, 4, 3), (5, 3)]),
@@ -61,14 +70,26 @@ CASES = [
     ("max_pool_rect", lambda x: F.max_pool2d(x, (2, 3), stride=(1, 2)), [(1, 2, 5, 7)]),
     ("avg_pool_overlap_pad", lambda x: F.avg_pool2d(x, 3, stride=2, padding=1), [(2, 2, 7, 6)]),
     ("avg_pool_2x2", lambda x: F.avg_pool2d(x, 2), [(2, 3, 4, 6)]),
-    ("batch_norm_train_2d", lambda x, w, b: F.batch_norm(x, weight=w, bias=b, training=True),
-     [(4, 3, 3, 2), (3,), (3,)]),
-    ("batch_norm_train_1d", lambda x, w, b: F.batch_norm(x, weight=w, bias=b, training=True),
-     [(5, 4), (4,), (4,)]),
-    ("local_response_norm_even", lambda x: F.local_response_norm(x, 4, alpha=0.3, beta=0.75, k=1.5),
-     [(2, 6, 3, 3)]),
-    ("local_response_norm_odd", lambda x: F.local_response_norm(x, 5, alpha=0.5, beta=0.6, k=2.0),
-     [(2, 7, 2, 3)]),
+    (
+        "batch_norm_train_2d",
+        lambda x, w, b: F.batch_norm(x, weight=w, bias=b, training=True),
+        [(4, 3, 3, 2), (3,), (3,)],
+    ),
+    (
+        "batch_norm_train_1d",
+        lambda x, w, b: F.batch_norm(x, weight=w, bias=b, training=True),
+        [(5, 4), (4,), (4,)],
+    ),
+    (
+        "local_response_norm_even",
+        lambda x: F.local_response_norm(x, 4, alpha=0.3, beta=0.75, k=1.5),
+        [(2, 6, 3, 3)],
+    ),
+    (
+        "local_response_norm_odd",
+        lambda x: F.local_response_norm(x, 5, alpha=0.5, beta=0.6, k=2.0),
+        [(2, 7, 2, 3)],
+    ),
 ]
 
 
@@ -109,6 +130,7 @@ def test_dropout_gradient_with_a_fixed_mask(rng):
     def fn(x):
         md.manual_seed(3)  # the same mask on every evaluation
         return F.dropout(x, 0.4, training=True)
+
     assert md.gradcheck(fn, x)
 
 
@@ -155,17 +177,22 @@ class SquareWithBadElement(md.Function):
 def test_gradcheck_fails_on_a_non_finite_analytical_gradient(bad, rng):
     class Bad(SquareWithBadElement):
         pass
+
     Bad.bad, Bad.also_wrong = bad, (0, 0)  # a finite error elsewhere must not hide it
     x = md.tensor(rng.standard_normal((3, 4)), requires_grad=True, dtype="float64")
-    with pytest.raises(md.GradcheckError,
-                       match=rf"input 0 at index \(1, 2\): the analytical gradient "
-                             rf"\(backward\) is {bad}"):
+    with pytest.raises(
+        md.GradcheckError,
+        match=rf"input 0 at index \(1, 2\): the analytical gradient "
+        rf"\(backward\) is {bad}",
+    ):
         md.gradcheck(lambda x: Bad.apply(x), x)
 
 
 def test_gradcheck_names_the_input_whose_gradient_is_nan(rng):
-    a, b = (md.tensor(rng.standard_normal((3, 4)), requires_grad=True, dtype="float64")
-            for _ in range(2))
+    a, b = (
+        md.tensor(rng.standard_normal((3, 4)), requires_grad=True, dtype="float64")
+        for _ in range(2)
+    )
     with pytest.raises(md.GradcheckError, match=r"input 1 at index \(1, 2\).* is nan"):
         md.gradcheck(lambda a, b: a * 3 + SquareWithBadElement.apply(b), a, b)
 
@@ -174,8 +201,12 @@ def test_gradcheck_fails_where_the_function_is_nan_near_the_point():
     # log(x - eps) is NaN for x[2] = eps / 2: only that element's numerical derivative is NaN
     x = md.tensor([1.0, 2.0, 5e-7, 3.0], requires_grad=True, dtype="float64")
     before = x.numpy().copy()
-    with np.errstate(invalid="ignore"), pytest.raises(
-            md.GradcheckError, match=r"input 0 at index \(2,\): the numerical gradient is nan"):
+    with (
+        np.errstate(invalid="ignore"),
+        pytest.raises(
+            md.GradcheckError, match=r"input 0 at index \(2,\): the numerical gradient is nan"
+        ),
+    ):
         md.gradcheck(lambda x: x.log(), x)
     np.testing.assert_array_equal(x.numpy(), before)
 
@@ -193,7 +224,9 @@ def test_gradcheck_fails_where_the_function_is_nan_at_the_point(rng):
             return 2 * g
 
     x = md.tensor(rng.standard_normal((2, 3)), requires_grad=True, dtype="float64")
-    with pytest.raises(md.GradcheckError,
-                       match=r"input 0 at index \(0, 0\): the numerical gradient is nan "
-                             r"\(analytical .*\): fn is not finite"):
+    with pytest.raises(
+        md.GradcheckError,
+        match=r"input 0 at index \(0, 0\): the numerical gradient is nan "
+        r"\(analytical .*\): fn is not finite",
+    ):
         md.gradcheck(lambda x: NanAtOne.apply(x), x)

@@ -5,6 +5,7 @@ terms in a different order (OpenBLAS here, MKL there) differ by ~1e-6
 relative, so 1e-5 relative with a 1e-5 absolute floor leaves a margin
 without hiding real errors (a wrong formula is off by far more).
 """
+
 import numpy as np
 import pytest
 
@@ -32,11 +33,21 @@ def check_layer(mine, theirs, x, train=True):
     theirs.train(train)
     compare_with_torch(mine, theirs, [x], atol=ATOL, rtol=RTOL)
     for (name, p), q in zip(mine.named_parameters(), theirs.parameters()):
-        np.testing.assert_allclose(p.grad, q.grad.numpy(), atol=ATOL, rtol=RTOL,
-                                   err_msg=f"gradient of {name} differs from PyTorch")
+        np.testing.assert_allclose(
+            p.grad,
+            q.grad.numpy(),
+            atol=ATOL,
+            rtol=RTOL,
+            err_msg=f"gradient of {name} differs from PyTorch",
+        )
     for name, b in mine.named_buffers():
-        np.testing.assert_allclose(np.asarray(b.data), theirs.state_dict()[name].numpy(),
-                                   atol=ATOL, rtol=RTOL, err_msg=f"buffer {name} differs")
+        np.testing.assert_allclose(
+            np.asarray(b.data),
+            theirs.state_dict()[name].numpy(),
+            atol=ATOL,
+            rtol=RTOL,
+            err_msg=f"buffer {name} differs",
+        )
 
 
 def random_input(rng, shape):
@@ -50,18 +61,27 @@ def test_linear(rng, trial):
 
 
 def test_linear_without_bias_and_3d_input(rng):
-    check_layer(L.Linear(5, 4, bias=False), nn.Linear(5, 4, bias=False), random_input(rng, (2, 3, 5)))
+    check_layer(
+        L.Linear(5, 4, bias=False), nn.Linear(5, 4, bias=False), random_input(rng, (2, 3, 5))
+    )
 
 
-@pytest.mark.parametrize("mine,theirs", [(L.ReLU, nn.ReLU), (L.Tanh, nn.Tanh),
-                                         (L.Sigmoid, nn.Sigmoid)])
+@pytest.mark.parametrize(
+    "mine,theirs", [(L.ReLU, nn.ReLU), (L.Tanh, nn.Tanh), (L.Sigmoid, nn.Sigmoid)]
+)
 def test_activations(rng, mine, theirs):
     check_layer(mine(), theirs(), random_input(rng, (3, 4, 5)))
 
 
-@pytest.mark.parametrize("kernel,stride,padding,shape", [
-    (2, None, 0, (2, 3, 8, 8)), (3, 2, 1, (2, 2, 9, 7)), ((3, 2), (2, 1), (1, 0), (1, 3, 6, 5)),
-    (3, 2, 0, (2, 4, 13, 13))])
+@pytest.mark.parametrize(
+    "kernel,stride,padding,shape",
+    [
+        (2, None, 0, (2, 3, 8, 8)),
+        (3, 2, 1, (2, 2, 9, 7)),
+        ((3, 2), (2, 1), (1, 0), (1, 3, 6, 5)),
+        (3, 2, 0, (2, 4, 13, 13)),
+    ],
+)
 def test_pooling(rng, kernel, stride, padding, shape):
     x = random_input(rng, shape)
     check_layer(L.MaxPool2d(kernel, stride, padding), nn.MaxPool2d(kernel, stride, padding), x)
@@ -87,8 +107,11 @@ def test_batchnorm1d_training_updates_running_statistics(rng, shape):
 @pytest.mark.parametrize("size", [2, 3, 5])
 def test_local_response_norm(rng, size):
     x = random_input(rng, (2, 7, 4, 3)) * 3
-    check_layer(L.LocalResponseNorm(size, alpha=1e-2, beta=0.75, k=2.0),
-                nn.LocalResponseNorm(size, alpha=1e-2, beta=0.75, k=2.0), x)
+    check_layer(
+        L.LocalResponseNorm(size, alpha=1e-2, beta=0.75, k=2.0),
+        nn.LocalResponseNorm(size, alpha=1e-2, beta=0.75, k=2.0),
+        x,
+    )
 
 
 @pytest.mark.parametrize("beta", [0.75, 0.6])
@@ -96,11 +119,15 @@ def test_local_response_norm(rng, size):
 def test_local_response_norm_in_chunks_in_every_memory_layout(rng, beta, layout):
     """Large enough to run in several cache-sized chunks; beta off the square-root path too."""
     from minidl.functional.normalization import LocalResponseNorm
+
     x = random_input(rng, (16, 32, 32, 32)) * 3
     x = np.ascontiguousarray(x.transpose(layout)).transpose(np.argsort(layout))
     assert len(LocalResponseNorm()._chunks(x)) > 1
-    check_layer(L.LocalResponseNorm(5, alpha=1e-2, beta=beta, k=2.0),
-                nn.LocalResponseNorm(5, alpha=1e-2, beta=beta, k=2.0), x)
+    check_layer(
+        L.LocalResponseNorm(5, alpha=1e-2, beta=beta, k=2.0),
+        nn.LocalResponseNorm(5, alpha=1e-2, beta=beta, k=2.0),
+        x,
+    )
 
 
 def test_flatten_and_sequential(rng):
@@ -138,9 +165,18 @@ def test_cross_entropy_and_mse_match_torch(rng):
     for reduction in ("mean", "sum", "none"):
         compare_with_torch(
             lambda z: md.functional.cross_entropy(z, labels, reduction=reduction),
-            lambda z: torch.nn.functional.cross_entropy(z, torch.tensor(labels), reduction=reduction),
-            [logits], atol=ATOL, rtol=RTOL)
+            lambda z: torch.nn.functional.cross_entropy(
+                z, torch.tensor(labels), reduction=reduction
+            ),
+            [logits],
+            atol=ATOL,
+            rtol=RTOL,
+        )
     target = random_input(rng, (6, 4))
-    compare_with_torch(lambda p: md.functional.mse_loss(p, target),
-                       lambda p: torch.nn.functional.mse_loss(p, torch.tensor(target)),
-                       [logits], atol=ATOL, rtol=RTOL)
+    compare_with_torch(
+        lambda p: md.functional.mse_loss(p, target),
+        lambda p: torch.nn.functional.mse_loss(p, torch.tensor(target)),
+        [logits],
+        atol=ATOL,
+        rtol=RTOL,
+    )

@@ -1,4 +1,5 @@
 """Module mechanics: registration, state dicts, modes, dtype moves, initialisers."""
+
 import math
 
 import numpy as np
@@ -23,8 +24,9 @@ class TwoLayer(L.Module):
 def test_parameters_are_named_by_path_in_registration_order():
     names = [n for n, _ in TwoLayer().named_parameters()]
     assert names == ["fc1.weight", "fc1.bias", "bn.weight", "bn.bias", "fc2.weight", "fc2.bias"]
-    assert [n for n, _ in L.Sequential(L.Linear(2, 2), L.ReLU(), L.Linear(2, 1)).named_parameters()] \
-        == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert [
+        n for n, _ in L.Sequential(L.Linear(2, 2), L.ReLU(), L.Linear(2, 1)).named_parameters()
+    ] == ["0.weight", "0.bias", "2.weight", "2.bias"]
 
 
 def test_shared_parameter_is_listed_once():
@@ -71,14 +73,23 @@ def assert_unchanged(module, before):
         assert after[k].dtype == before[k].dtype and after[k].tobytes() == before[k].tobytes(), k
 
 
-@pytest.mark.parametrize("bad_value,error,message", [
-    (np.zeros(3), ValueError,
-     r"load_state_dict: bn.num_batches_tracked has shape \(3,\) in the state but \(\) in the "
-     r"model; build the model with the layer sizes"),
-    (np.array(2.5), TypeError,
-     r"load_state_dict: bn.num_batches_tracked is float64 in the state but int64 in the model.*"
-     r"store it as int64"),
-])
+@pytest.mark.parametrize(
+    "bad_value,error,message",
+    [
+        (
+            np.zeros(3),
+            ValueError,
+            r"load_state_dict: bn.num_batches_tracked has shape \(3,\) in the state but \(\) in the "
+            r"model; build the model with the layer sizes",
+        ),
+        (
+            np.array(2.5),
+            TypeError,
+            r"load_state_dict: bn.num_batches_tracked is float64 in the state but int64 in the model.*"
+            r"store it as int64",
+        ),
+    ],
+)
 def test_load_state_dict_with_a_bad_last_key_changes_nothing(bad_value, error, message):
     model, other = TwoLayer(), TwoLayer()
     other(md.tensor(np.random.default_rng(0).standard_normal((5, 4))))  # running statistics move
@@ -130,6 +141,7 @@ def test_module_without_super_init_gets_a_clear_error():
     class Broken(L.Module):
         def __init__(self):
             self.fc = L.Linear(1, 1)
+
     with pytest.raises(AttributeError, match="super"):
         Broken()
 
@@ -144,12 +156,15 @@ def test_default_linear_init_bounds():
     assert np.abs(layer.bias.numpy()).max() <= bound
 
 
-@pytest.mark.parametrize("fn,expected_std", [
-    (init.xavier_uniform_, math.sqrt(2 / (200 + 100))),
-    (init.xavier_normal_, math.sqrt(2 / (200 + 100))),
-    (init.he_uniform_, math.sqrt(2 / 200)),
-    (init.he_normal_, math.sqrt(2 / 200)),
-])
+@pytest.mark.parametrize(
+    "fn,expected_std",
+    [
+        (init.xavier_uniform_, math.sqrt(2 / (200 + 100))),
+        (init.xavier_normal_, math.sqrt(2 / (200 + 100))),
+        (init.he_uniform_, math.sqrt(2 / 200)),
+        (init.he_normal_, math.sqrt(2 / 200)),
+    ],
+)
 def test_initialiser_variances(fn, expected_std):
     md.manual_seed(2)
     w = L.Parameter(np.empty((100, 200), dtype=np.float32))

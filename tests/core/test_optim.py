@@ -1,4 +1,5 @@
 """The six update rules against torch.optim, step by step, plus clipping, state and schedules."""
+
 import math
 
 import numpy as np
@@ -16,17 +17,31 @@ torch = pytest.importorskip("torch")
 # name: (minidl class, kwargs, torch factory)
 RULES = {
     "sgd": (optim.SGD, dict(lr=0.1), lambda p, wd: torch.optim.SGD(p, lr=0.1, weight_decay=wd)),
-    "momentum": (optim.Momentum, dict(lr=0.05, momentum=0.9),
-                 lambda p, wd: torch.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=wd)),
-    "nesterov": (optim.Nesterov, dict(lr=0.05, momentum=0.9),
-                 lambda p, wd: torch.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True,
-                                               weight_decay=wd)),
-    "adagrad": (optim.AdaGrad, dict(lr=0.05),
-                lambda p, wd: torch.optim.Adagrad(p, lr=0.05, weight_decay=wd)),
-    "rmsprop": (optim.RMSProp, dict(lr=0.003),
-                lambda p, wd: torch.optim.RMSprop(p, lr=0.003, weight_decay=wd)),
-    "adam": (optim.Adam, dict(lr=0.01),
-             lambda p, wd: torch.optim.Adam(p, lr=0.01, weight_decay=wd)),
+    "momentum": (
+        optim.Momentum,
+        dict(lr=0.05, momentum=0.9),
+        lambda p, wd: torch.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=wd),
+    ),
+    "nesterov": (
+        optim.Nesterov,
+        dict(lr=0.05, momentum=0.9),
+        lambda p, wd: torch.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True, weight_decay=wd),
+    ),
+    "adagrad": (
+        optim.AdaGrad,
+        dict(lr=0.05),
+        lambda p, wd: torch.optim.Adagrad(p, lr=0.05, weight_decay=wd),
+    ),
+    "rmsprop": (
+        optim.RMSProp,
+        dict(lr=0.003),
+        lambda p, wd: torch.optim.RMSprop(p, lr=0.003, weight_decay=wd),
+    ),
+    "adam": (
+        optim.Adam,
+        dict(lr=0.01),
+        lambda p, wd: torch.optim.Adam(p, lr=0.01, weight_decay=wd),
+    ),
 }
 
 
@@ -36,7 +51,9 @@ def mlp():
 
 def torch_copy(model):
     nn = torch.nn
-    net = nn.Sequential(nn.Linear(10, 16), nn.Tanh(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 3))
+    net = nn.Sequential(
+        nn.Linear(10, 16), nn.Tanh(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 3)
+    )
     net.load_state_dict({k: torch.tensor(v.copy()) for k, v in model.state_dict().items()})
     return net
 
@@ -137,15 +154,23 @@ def test_load_state_dict_rejects_another_optimizers_state():
         optim.SGD(model.parameters(), lr=0.1).load_state_dict(adam.state_dict())
 
 
-@pytest.mark.parametrize("bad_value,error,message", [
-    (np.zeros((4, 4), dtype=np.float32), ValueError,
-     r"Adam.load_state_dict: state 'exp_avg_sq' of parameter 5 has shape \(4, 4\) in the state "
-     r"but \(3,\) in the parameter; build the optimizer over the parameters it had"),
-    (np.zeros(3, dtype=np.complex64), TypeError,
-     r"state 'exp_avg_sq' of parameter 5 is complex64 in the state but float32"),
-])
-def test_optimizer_load_state_dict_with_a_bad_last_entry_changes_nothing(bad_value, error,
-                                                                         message):
+@pytest.mark.parametrize(
+    "bad_value,error,message",
+    [
+        (
+            np.zeros((4, 4), dtype=np.float32),
+            ValueError,
+            r"Adam.load_state_dict: state 'exp_avg_sq' of parameter 5 has shape \(4, 4\) in the state "
+            r"but \(3,\) in the parameter; build the optimizer over the parameters it had",
+        ),
+        (
+            np.zeros(3, dtype=np.complex64),
+            TypeError,
+            r"state 'exp_avg_sq' of parameter 5 is complex64 in the state but float32",
+        ),
+    ],
+)
+def test_optimizer_load_state_dict_with_a_bad_last_entry_changes_nothing(bad_value, error, message):
     model = mlp()
     saved = optim.Adam(model.parameters(), lr=0.02)
     train_minidl(model, saved, batches(2))
@@ -177,7 +202,9 @@ def test_bad_arguments_are_reported():
 def test_optimizer_keeps_float64_parameters_float64():
     model = mlp().to("float64")
     opt = optim.Adam(model.parameters())
-    F.cross_entropy(model(md.tensor(np.ones((2, 10)), dtype="float64")), np.array([0, 1])).backward()
+    F.cross_entropy(
+        model(md.tensor(np.ones((2, 10)), dtype="float64")), np.array([0, 1])
+    ).backward()
     opt.step()
     assert all(p.dtype == np.float64 for p in model.parameters())
     assert all(v.dtype == np.float64 for s in opt.state for v in s.values() if hasattr(v, "dtype"))
@@ -205,8 +232,10 @@ def torch_lrs(make, steps):
 
 def test_step_lr_matches_torch():
     opt = optim.SGD(mlp().parameters(), lr=0.1)
-    np.testing.assert_allclose(lr_sequence(optim.StepLR(opt, 3, 0.5), opt, 10),
-                               torch_lrs(lambda o: torch.optim.lr_scheduler.StepLR(o, 3, 0.5), 10))
+    np.testing.assert_allclose(
+        lr_sequence(optim.StepLR(opt, 3, 0.5), opt, 10),
+        torch_lrs(lambda o: torch.optim.lr_scheduler.StepLR(o, 3, 0.5), 10),
+    )
 
 
 def test_cosine_matches_torch():
@@ -214,7 +243,8 @@ def test_cosine_matches_torch():
     np.testing.assert_allclose(
         lr_sequence(optim.CosineAnnealingLR(opt, 8, eta_min=0.01), opt, 9),
         torch_lrs(lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, 8, eta_min=0.01), 9),
-        rtol=1e-6)
+        rtol=1e-6,
+    )
 
 
 def test_linear_warmup_matches_torch_linear_lr_then_hands_over():
@@ -222,6 +252,10 @@ def test_linear_warmup_matches_torch_linear_lr_then_hands_over():
     then = optim.CosineAnnealingLR(opt, 4)
     lrs = lr_sequence(optim.LinearWarmup(opt, 5, start_factor=0.2, then=then), opt, 10)
     np.testing.assert_allclose(
-        lrs[:6], torch_lrs(lambda o: torch.optim.lr_scheduler.LinearLR(o, 0.2, 1.0, 5), 6), rtol=1e-6)
-    np.testing.assert_allclose(lrs[5:], [0.1 * (1 + math.cos(math.pi * t / 4)) / 2 for t in range(5)],
-                               rtol=1e-6)
+        lrs[:6],
+        torch_lrs(lambda o: torch.optim.lr_scheduler.LinearLR(o, 0.2, 1.0, 5), 6),
+        rtol=1e-6,
+    )
+    np.testing.assert_allclose(
+        lrs[5:], [0.1 * (1 + math.cos(math.pi * t / 4)) / 2 for t in range(5)], rtol=1e-6
+    )

@@ -4,6 +4,7 @@ Two interleaved spirals are not linearly separable, so reaching 100% needs a
 working forward pass, correct gradients through every layer and a working
 update rule; a broken one stalls well below (a linear model gets ~60%).
 """
+
 import numpy as np
 import pytest
 
@@ -12,8 +13,14 @@ from minidl import functional as F
 from minidl import layers as L
 from minidl import optim
 
-SETTINGS = {"sgd": dict(lr=2.0), "momentum": dict(lr=0.2), "nesterov": dict(lr=0.2),
-            "adagrad": dict(lr=0.1), "rmsprop": dict(lr=0.003), "adam": dict(lr=0.01)}
+SETTINGS = {
+    "sgd": dict(lr=2.0),
+    "momentum": dict(lr=0.2),
+    "nesterov": dict(lr=0.2),
+    "adagrad": dict(lr=0.1),
+    "rmsprop": dict(lr=0.003),
+    "adam": dict(lr=0.01),
+}
 
 
 def two_spirals(n=100, noise=0.05, seed=0):

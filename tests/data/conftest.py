@@ -1,4 +1,5 @@
 """Fixtures for the data tests: synthetic IDX dataset folders and a local HTTP server."""
+
 import contextlib
 import functools
 import http.server

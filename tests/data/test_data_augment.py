@@ -1,9 +1,17 @@
 """Augmentations: exact mirrors, crops that are windows of the padded input, seeded streams."""
+
 import numpy as np
 import pytest
 
-from minidl.data import (ArrayDataset, CenterCrop, Compose, DataLoader, Pad, RandomCrop,
-                         RandomHorizontalFlip)
+from minidl.data import (
+    ArrayDataset,
+    CenterCrop,
+    Compose,
+    DataLoader,
+    Pad,
+    RandomCrop,
+    RandomHorizontalFlip,
+)
 
 
 def batch(n=16, c=1, h=8, w=8, seed=0):
@@ -25,7 +33,7 @@ def test_flip_half_flips_some_images_whole():
     out, _ = RandomHorizontalFlip()(x, y, np.random.default_rng(3))
     mirrored = [np.array_equal(o, i[:, :, ::-1]) for o, i in zip(out, x)]
     kept = [np.array_equal(o, i) for o, i in zip(out, x)]
-    assert all(m != k for m, k in zip(mirrored, kept))    # each image: mirrored or untouched
+    assert all(m != k for m, k in zip(mirrored, kept))  # each image: mirrored or untouched
     assert 16 < sum(mirrored) < 48
 
 
@@ -38,8 +46,12 @@ def test_crop_is_a_window_of_the_padded_input(size, padding):
     offsets = set()
     limit = padded.shape[-1] - size
     for i in range(len(x)):
-        hits = [(t, l) for t in range(limit + 1) for l in range(limit + 1)
-                if np.array_equal(out[i], padded[i, :, t:t + size, l:l + size])]
+        hits = [
+            (t, l)
+            for t in range(limit + 1)
+            for l in range(limit + 1)
+            if np.array_equal(out[i], padded[i, :, t : t + size, l : l + size])
+        ]
         assert len(hits) == 1, f"image {i}: not exactly one matching window"
         offsets.add(hits[0])
     assert len(offsets) > min(5, (limit + 1) ** 2 - 1)  # offsets vary over the batch
@@ -75,16 +87,23 @@ def test_pad_and_center_crop():
 
 def test_compose_applies_in_order():
     x, y = batch(n=2, h=4, w=4)
-    out, _ = Compose([Pad(1, fill=5.0), RandomHorizontalFlip(p=1.0)])(x, y, np.random.default_rng(0))
-    np.testing.assert_array_equal(out, np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)),
-                                              constant_values=5.0)[..., ::-1])
+    out, _ = Compose([Pad(1, fill=5.0), RandomHorizontalFlip(p=1.0)])(
+        x, y, np.random.default_rng(0)
+    )
+    np.testing.assert_array_equal(
+        out, np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=5.0)[..., ::-1]
+    )
 
 
 def test_in_the_loader_including_an_empty_rank_batch():
     images, labels = batch(n=10, h=28, w=28)
     augment = Compose([Pad(2), RandomCrop(32, padding=4), RandomHorizontalFlip()])
-    loaders = [DataLoader(ArrayDataset(images, labels), 3, shuffle=True, rank=r, world_size=3,
-                          transform=augment) for r in range(3)]
+    loaders = [
+        DataLoader(
+            ArrayDataset(images, labels), 3, shuffle=True, rank=r, world_size=3, transform=augment
+        )
+        for r in range(3)
+    ]
     shapes = [[x.shape for x, _ in loader] for loader in loaders]
     assert shapes[2][-1] == (0, 1, 32, 32) and shapes[0][0] == (3, 1, 32, 32)
 
@@ -93,6 +112,7 @@ def test_in_the_loader_including_an_empty_rank_batch():
 def test_cupy_batches_match_numpy():
     cupy = pytest.importorskip("cupy")
     from minidl.backend import cuda_available
+
     if not cuda_available():
         pytest.skip("no GPU")
     x, y = batch(n=8, h=28, w=28)

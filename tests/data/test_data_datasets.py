@@ -1,4 +1,5 @@
 """Fashion-MNIST/MNIST: real files (when installed), lookup order, identity, the not-found message."""
+
 import dataclasses
 import gzip
 from pathlib import Path
@@ -6,13 +7,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from minidl.data import (MNIST, DatasetMismatchError, DatasetNotFoundError, FashionMNIST, locate,
-                         save_idx)
+from minidl.data import (
+    MNIST,
+    DatasetMismatchError,
+    DatasetNotFoundError,
+    FashionMNIST,
+    locate,
+    save_idx,
+)
 from minidl.data.catalog import FASHION_MNIST
 
 DEBIAN = Path("/usr/share/datasets/fashion-mnist")
-needs_debian = pytest.mark.skipif(not (DEBIAN / "train-images-idx3-ubyte.gz").is_file(),
-                                  reason="Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)")
+needs_debian = pytest.mark.skipif(
+    not (DEBIAN / "train-images-idx3-ubyte.gz").is_file(),
+    reason="Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)",
+)
 
 
 def _decode_by_hand(path, offset):
@@ -26,7 +35,11 @@ def test_real_fashion_mnist_train():
     assert data.images.shape == (60000, 1, 28, 28) and data.images.dtype == np.float32
     assert data.images.flags.c_contiguous
     assert data.labels.shape == (60000,) and data.labels.dtype == np.int64
-    assert len(data.classes) == 10 and data.classes[0] == "T-shirt/top" and data.classes[9] == "Ankle boot"
+    assert (
+        len(data.classes) == 10
+        and data.classes[0] == "T-shirt/top"
+        and data.classes[9] == "Ankle boot"
+    )
     np.testing.assert_array_equal(np.bincount(data.labels, minlength=10), np.full(10, 6000))
     assert abs(data.images.mean(dtype=np.float64)) < 1e-3
     assert abs(data.images.std(dtype=np.float64) - 1) < 1e-3
@@ -64,12 +77,17 @@ def places(tmp_path, monkeypatch, fake_dataset):
     folders = {name: tmp_path / name for name in ("root", "env", "xdg", "debian")}
     monkeypatch.setenv("XDG_CACHE_HOME", str(folders["xdg"]))
     monkeypatch.setenv("MINIDL_DATA", str(folders["env"]))
-    spec = dataclasses.replace(FASHION_MNIST, debian_dirs=(str(folders["debian"]),),
-                               sha256={}, raw_sha256={})  # synthetic files: nothing to verify
+    spec = dataclasses.replace(
+        FASHION_MNIST, debian_dirs=(str(folders["debian"]),), sha256={}, raw_sha256={}
+    )  # synthetic files: nothing to verify
     monkeypatch.setattr(FashionMNIST, "spec", spec)
     sizes = {"root": 3, "env": 4, "xdg": 5, "debian": 7}
-    homes = {"root": folders["root"], "env": folders["env"] / "fashion-mnist",
-             "xdg": folders["xdg"] / "minidl" / "fashion-mnist", "debian": folders["debian"]}
+    homes = {
+        "root": folders["root"],
+        "env": folders["env"] / "fashion-mnist",
+        "xdg": folders["xdg"] / "minidl" / "fashion-mnist",
+        "debian": folders["debian"],
+    }
     for name, n in sizes.items():
         fake_dataset(homes[name], n_train=n, n_test=n, compressed=name != "env", seed=n)
     return folders, homes, spec
@@ -79,14 +97,14 @@ def test_lookup_order(places):
     folders, homes, spec = places
     assert len(FashionMNIST(root=folders["root"])) == 3
     assert locate(spec, folders["root"]) == homes["root"]
-    assert len(FashionMNIST()) == 4                       # $MINIDL_DATA/fashion-mnist, uncompressed
+    assert len(FashionMNIST()) == 4  # $MINIDL_DATA/fashion-mnist, uncompressed
     for path in homes["env"].iterdir():
         path.unlink()
-    assert len(FashionMNIST()) == 5                       # then the cache
+    assert len(FashionMNIST()) == 5  # then the cache
     assert locate(spec) == homes["xdg"]
     for path in homes["xdg"].iterdir():
         path.unlink()
-    assert len(FashionMNIST(train=False)) == 7            # the Debian folder comes last
+    assert len(FashionMNIST(train=False)) == 7  # the Debian folder comes last
     assert FashionMNIST().root == homes["debian"]
 
 
@@ -95,7 +113,7 @@ def test_an_explicit_root_without_the_files_is_an_error_not_a_fall_back(places):
     (homes["root"] / "train-labels-idx1-ubyte.gz").unlink()
     assert FashionMNIST(root=folders["root"], train=False).root == homes["root"]
     with pytest.raises(DatasetNotFoundError) as info:
-        FashionMNIST(root=folders["root"], train=True)   # $MINIDL_DATA has them: not used
+        FashionMNIST(root=folders["root"], train=True)  # $MINIDL_DATA has them: not used
     message = str(info.value)
     assert f"not found in --data-dir {folders['root']}" in message
     assert "missing train-labels-idx1-ubyte[.gz]" in message
@@ -114,13 +132,17 @@ def test_not_found_lists_every_place_and_the_fixes(tmp_path, monkeypatch, fake_d
         FashionMNIST(train=False)
     message = str(info.value)
     assert isinstance(info.value, FileNotFoundError)
-    for expected in ["Fashion-MNIST (test split) not found",
-                     f"{tmp_path / 'half'} ($MINIDL_DATA): missing t10k-labels-idx1-ubyte[.gz]",
-                     f"{tmp_path / 'half' / 'fashion-mnist'} ($MINIDL_DATA): no such folder",
-                     f"{tmp_path / 'xdg' / 'minidl' / 'fashion-mnist'} (cache): no such folder",
-                     f"{tmp_path / 'no-debian'} (Debian package dataset-fashion-mnist)",
-                     "apt-get install dataset-fashion-mnist",
-                     "minidl data download fashion-mnist", "download=True", "--data-dir DIR"]:
+    for expected in [
+        "Fashion-MNIST (test split) not found",
+        f"{tmp_path / 'half'} ($MINIDL_DATA): missing t10k-labels-idx1-ubyte[.gz]",
+        f"{tmp_path / 'half' / 'fashion-mnist'} ($MINIDL_DATA): no such folder",
+        f"{tmp_path / 'xdg' / 'minidl' / 'fashion-mnist'} (cache): no such folder",
+        f"{tmp_path / 'no-debian'} (Debian package dataset-fashion-mnist)",
+        "apt-get install dataset-fashion-mnist",
+        "minidl data download fashion-mnist",
+        "download=True",
+        "--data-dir DIR",
+    ]:
         assert expected in message, (expected, message)
 
 
@@ -163,8 +185,10 @@ def test_mismatched_files_are_rejected(tmp_path, fake_dataset):
 
 @needs_debian
 def test_fashion_mnist_files_are_never_loaded_as_mnist(tmp_path):
-    with pytest.raises(DatasetMismatchError, match="is Fashion-MNIST's t10k-images-idx3-ubyte, "
-                                                   "not MNIST's t10k-images-idx3-ubyte"):
+    with pytest.raises(
+        DatasetMismatchError,
+        match="is Fashion-MNIST's t10k-images-idx3-ubyte, not MNIST's t10k-images-idx3-ubyte",
+    ):
         MNIST(root=DEBIAN, train=False)
     for name in ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):  # uncompressed copies too
         (tmp_path / name).write_bytes(gzip.decompress((DEBIAN / f"{name}.gz").read_bytes()))
@@ -178,7 +202,9 @@ def test_a_damaged_file_is_refused_with_the_fix(tmp_path):
     data = bytearray((DEBIAN / "t10k-labels-idx1-ubyte.gz").read_bytes())
     data[-20] ^= 0xFF
     (tmp_path / "t10k-labels-idx1-ubyte.gz").write_bytes(bytes(data))
-    (tmp_path / "t10k-images-idx3-ubyte.gz").write_bytes((DEBIAN / "t10k-images-idx3-ubyte.gz").read_bytes())
+    (tmp_path / "t10k-images-idx3-ubyte.gz").write_bytes(
+        (DEBIAN / "t10k-images-idx3-ubyte.gz").read_bytes()
+    )
     with pytest.raises(DatasetMismatchError) as info:
         FashionMNIST(root=tmp_path, train=False)
     message = str(info.value)

@@ -1,4 +1,5 @@
 """The downloader and ``minidl data``, against a local HTTP server on 127.0.0.1 only."""
+
 import dataclasses
 import hashlib
 import http.server
@@ -36,7 +37,9 @@ def test_download_verifies_and_places_files(served, tmp_path):
     assert sorted(os.listdir(dest)) == sorted(NAMES)  # no temporary files left behind
     for name in NAMES:
         assert (dest / name).read_bytes() == (folder / name).read_bytes()
-    assert len(FashionMNIST(root=dest, verify=False)) == 8  # synthetic files, not the published ones
+    assert (
+        len(FashionMNIST(root=dest, verify=False)) == 8
+    )  # synthetic files, not the published ones
 
 
 def test_present_files_are_kept_and_bad_ones_replaced(served, tmp_path):
@@ -96,7 +99,9 @@ class _ShortBodyHandler(http.server.BaseHTTPRequestHandler):
 
 def test_connection_lost_mid_file(tmp_path, local_server):
     with local_server(_ShortBodyHandler) as url:
-        with pytest.raises(DownloadError, match="connection lost after 10 of 1000 bytes; nothing was saved") as info:
+        with pytest.raises(
+            DownloadError, match="connection lost after 10 of 1000 bytes; nothing was saved"
+        ) as info:
             download("mnist", tmp_path, base_url=url)
     assert f"{url}train-images-idx3-ubyte.gz" in str(info.value)
     assert os.listdir(tmp_path) == []
@@ -157,7 +162,7 @@ def test_cli_reports_failures(served, tmp_path, monkeypatch, capsys):
     folder, url, hashes = served
     dest = tmp_path / "dest"
     assert main(["data", "download", "fashion-mnist", "--dir", str(dest), "--url", url]) == 1
-    assert "SHA-256 mismatch" in capsys.readouterr().err   # synthetic files, published hashes
+    assert "SHA-256 mismatch" in capsys.readouterr().err  # synthetic files, published hashes
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("MINIDL_DATA", raising=False)
     assert main(["data", "where", "mnist", "--data-dir", str(tmp_path / "none")]) == 1

@@ -1,12 +1,13 @@
 """IDX read/write: byte layout, round trips, and a clear error for every defect."""
+
 import gzip
 import os
 
 import numpy as np
 import pytest
 
-from minidl.data import IDXError, load_idx, save_idx
 from minidl.atomic import atomic_write
+from minidl.data import IDXError, load_idx, save_idx
 
 DTYPES = [np.uint8, np.int8, np.int16, np.int32, np.float32, np.float64]
 SHAPES = [(0,), (7,), (3, 4), (2, 3, 5), (1, 2, 1, 3)]
@@ -37,8 +38,7 @@ def test_round_trip(tmp_path, dtype, shape, compress):
 def test_byte_layout_by_hand(tmp_path):
     path = tmp_path / "x"
     save_idx(path, np.array([[1, 2], [3, -4]], dtype=np.int16))
-    expected = bytes([0, 0, 0x0B, 2, 0, 0, 0, 2, 0, 0, 0, 2,
-                      0, 1, 0, 2, 0, 3, 0xFF, 0xFC])
+    expected = bytes([0, 0, 0x0B, 2, 0, 0, 0, 2, 0, 0, 0, 2, 0, 1, 0, 2, 0, 3, 0xFF, 0xFC])
     assert path.read_bytes() == expected
 
 
@@ -67,15 +67,19 @@ def _header(code, *dims):
 
 
 @pytest.mark.parametrize("gz", [False, True])
-@pytest.mark.parametrize("data, words", [
-    (_header(0x08, 3, 4) + bytes(10), ["truncated", "needs 24 bytes", "found 22"]),
-    (b"\x00\x00\x08", ["truncated", "4 bytes", "found 3"]),
-    (_header(0x08, 3, 4)[:9], ["truncated", "header", "12 bytes", "found 9"]),
-    (b"\x01\x02" + _header(0x08, 2)[2:] + bytes(2), ["wrong magic", "0x01020801"]),
-    (_header(0x07, 2) + bytes(2), ["unknown element type", "0x07"]),
-    (_header(0x08, 2, 2) + bytes(7), ["3 bytes of trailing data", "16 bytes"]),
-    (_header(0x0C, 2) + bytes(7), ["truncated", "16 bytes", "found 15"]),
-], ids=["short-data", "short-magic", "short-dims", "magic", "type", "trailing", "short-int32"])
+@pytest.mark.parametrize(
+    "data, words",
+    [
+        (_header(0x08, 3, 4) + bytes(10), ["truncated", "needs 24 bytes", "found 22"]),
+        (b"\x00\x00\x08", ["truncated", "4 bytes", "found 3"]),
+        (_header(0x08, 3, 4)[:9], ["truncated", "header", "12 bytes", "found 9"]),
+        (b"\x01\x02" + _header(0x08, 2)[2:] + bytes(2), ["wrong magic", "0x01020801"]),
+        (_header(0x07, 2) + bytes(2), ["unknown element type", "0x07"]),
+        (_header(0x08, 2, 2) + bytes(7), ["3 bytes of trailing data", "16 bytes"]),
+        (_header(0x0C, 2) + bytes(7), ["truncated", "16 bytes", "found 15"]),
+    ],
+    ids=["short-data", "short-magic", "short-dims", "magic", "type", "trailing", "short-int32"],
+)
 def test_defects_give_clear_errors(tmp_path, data, words, gz):
     path = tmp_path / "bad-file"
     path.write_bytes(gzip.compress(data) if gz else data)
@@ -94,8 +98,11 @@ def test_corrupt_gzip(tmp_path):
     good = gzip.compress(_header(0x08, 1000) + os.urandom(1000))
     flipped = bytearray(good)
     flipped[len(good) // 2] ^= 0xFF
-    for name, data in (("flipped", bytes(flipped)), ("cut", good[: len(good) // 2]),
-                       ("bad-crc", good[:-8] + bytes(8))):
+    for name, data in (
+        ("flipped", bytes(flipped)),
+        ("cut", good[: len(good) // 2]),
+        ("bad-crc", good[:-8] + bytes(8)),
+    ):
         path = tmp_path / name
         path.write_bytes(data)
         with pytest.raises(IDXError, match="corrupt gzip stream") as info:
@@ -133,8 +140,10 @@ def test_atomic_write_names_the_file_only_for_the_file_systems_errors(tmp_path):
     with pytest.raises(OSError) as full:
         with atomic_write(path):
             raise OSError(28, "No space left on device")
-    assert str(full.value) == f"[Errno 28] could not write {path}: No space left on device " \
-                              "(the previous version, if any, is intact)"
+    assert (
+        str(full.value) == f"[Errno 28] could not write {path}: No space left on device "
+        "(the previous version, if any, is intact)"
+    )
     mine = OSError("checksum mismatch: download it again")
     with pytest.raises(OSError) as raised:
         with atomic_write(path):

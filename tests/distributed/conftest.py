@@ -1,4 +1,5 @@
 """Helpers for the MPI tests: launch ``mpi_checks.py`` under mpiexec with a timeout."""
+
 import os
 import pathlib
 
@@ -13,8 +14,11 @@ LAUNCH_TIMEOUT = 60
 
 def _env(extra=None):
     path = os.environ.get("PYTHONPATH")
-    return {"PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT),
-            "OPENBLAS_NUM_THREADS": "1", **(extra or {})}
+    return {
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT),
+        "OPENBLAS_NUM_THREADS": "1",
+        **(extra or {}),
+    }
 
 
 @pytest.fixture
@@ -26,6 +30,7 @@ def mpi_run():
 
     def launch(nprocs, *args, timeout=LAUNCH_TIMEOUT, env=None):
         return run_mpi(nprocs, args, timeout=timeout, env=_env(env))
+
     return launch
 
 
@@ -47,13 +52,16 @@ def checks_script():
 @pytest.fixture
 def run_checks(mpi_run, checks_script):
     """Run named checks of mpi_checks.py (or ``script``) on ``nprocs`` ranks; assert all passed."""
+
     def launch(nprocs, *checks, env=None, script=None, timeout=LAUNCH_TIMEOUT):
-        result = mpi_run(nprocs, HERE / script if script else checks_script, *checks,
-                         env=env, timeout=timeout)
+        result = mpi_run(
+            nprocs, HERE / script if script else checks_script, *checks, env=env, timeout=timeout
+        )
         assert not result.timed_out, f"hung for {result.seconds:.0f} s:\n{result.output}"
         assert result.returncode == 0, result.output
         for check in checks:
             passed = result.output.count(f"CHECK {check} OK rank")
             assert passed == nprocs, result.output
         return result
+
     return launch

@@ -5,16 +5,16 @@ with local batch b apply the same updates as one process with batch n*b.
 Every rank computes that single-process reference itself (it can see the
 whole global batch) and compares.
 """
+
 import sys
 
 import numpy as np
+from mpi_checks import digests, run_named_checks
 
 import minidl as md
 from minidl import functional as F
 from minidl import optim
 from minidl.dist import DistributedOptimizer
-
-from mpi_checks import digests, run_named_checks
 
 STEPS, LOCAL_BATCH = 5, 4
 
@@ -31,8 +31,10 @@ def lenet(seed):
 def global_batches(size, steps=STEPS, batch=LOCAL_BATCH, seed=0):
     rng = np.random.default_rng(seed)
     n = batch * size
-    return [(rng.standard_normal((n, 1, 28, 28)).astype(np.float32), rng.integers(0, 10, n))
-            for _ in range(steps)]
+    return [
+        (rng.standard_normal((n, 1, 28, 28)).astype(np.float32), rng.integers(0, 10, n))
+        for _ in range(steps)
+    ]
 
 
 def sgd_step(model, opt, x, y, dp=None, global_count=None):
@@ -78,12 +80,21 @@ def check_equivalence(comm):
     """5 steps of momentum SGD equal one process with n times the batch (<= 1e-5 relative)."""
     batches = global_batches(comm.size)
     ref = reference(batches, seed=100)  # the weights rank 0 starts from and broadcasts
-    for overlap, bucket_mb, algorithm in ((True, 0.01, "auto"), (False, 4, "mpi"),
-                                          (True, 0.05, "rabenseifner"), (True, 1, "ring")):
+    for overlap, bucket_mb, algorithm in (
+        (True, 0.01, "auto"),
+        (False, 4, "mpi"),
+        (True, 0.05, "rabenseifner"),
+        (True, 1, "ring"),
+    ):
         model = lenet(100 + comm.rank)  # replicas start different: the broadcast must fix it
-        opt = DistributedOptimizer(optim.Momentum(model.parameters(), lr=0.05, momentum=0.9),
-                                   comm, allreduce=algorithm, bucket_mb=bucket_mb,
-                                   overlap=overlap, model=model)
+        opt = DistributedOptimizer(
+            optim.Momentum(model.parameters(), lr=0.05, momentum=0.9),
+            comm,
+            allreduce=algorithm,
+            bucket_mb=bucket_mb,
+            overlap=overlap,
+            model=model,
+        )
         for x, y in batches:
             sgd_step(model, opt, shard(comm, x), shard(comm, y))
         assert_matches(model, ref, 1e-5, f"overlap={overlap} {algorithm}")
@@ -114,8 +125,9 @@ def check_gradient_accumulation(comm):
     batches = global_batches(comm.size, steps=2)
     ref = reference(batches)
     model = lenet(0)
-    opt = DistributedOptimizer(optim.Momentum(model.parameters(), lr=0.05, momentum=0.9), comm,
-                               bucket_mb=0.02, model=model)
+    opt = DistributedOptimizer(
+        optim.Momentum(model.parameters(), lr=0.05, momentum=0.9), comm, bucket_mb=0.02, model=model
+    )
     for x, y in batches:
         xs, ys = shard(comm, x), shard(comm, y)
         opt.zero_grad()

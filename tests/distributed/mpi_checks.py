@@ -4,6 +4,7 @@ Each check asserts on every rank; a failed assertion aborts the whole job
 through minidl's exception hook (non-zero exit). A passing rank prints
 ``CHECK <name> OK rank <r>``, which the test counts.
 """
+
 import hashlib
 import sys
 
@@ -18,8 +19,7 @@ ALGORITHMS = dist.ALLREDUCE_ALGORITHMS + ("auto",)
 
 def lengths(size):
     """0, 1, fewer than P, P, primes, and lengths of several pipeline segments."""
-    return sorted({0, 1, 2, size - 1, size, size + 1, 3, 5, 7, 13, 31, 97, 1009,
-                   65537, 300007})
+    return sorted({0, 1, 2, size - 1, size, size + 1, 3, 5, 7, 13, 31, 97, 1009, 65537, 300007})
 
 
 def rank_array(seed, rank, length, dtype):
@@ -63,8 +63,12 @@ def check_random_sums(comm, xp=np):
             for length in lengths(size):
                 if segment == 24 and length > 1009:
                     continue  # thousands of tiny messages: slow and adds nothing
-                for dtype, op in (("float64", "sum"), ("float32", "sum"),
-                                  ("float32", "mean"), ("int32", "sum")):
+                for dtype, op in (
+                    ("float64", "sum"),
+                    ("float32", "sum"),
+                    ("float32", "mean"),
+                    ("int32", "sum"),
+                ):
                     inputs = [rank_array(7, r, length, dtype) for r in range(size)]
                     exact = np.sum([a.astype(np.float64) for a in inputs], axis=0)
                     if op == "mean":
@@ -145,7 +149,7 @@ def check_messages(comm, xp=np):
             for j in comm.test_some(waiting)[::-1] or [comm.wait_any(waiting)]:
                 sender = pending.pop(j) + 1
                 got = backend.to_numpy(inboxes[sender - 1])
-                assert (got[:3 * sender] == sender).all() and (got[3 * sender:] == 0).all(), got
+                assert (got[: 3 * sender] == sender).all() and (got[3 * sender :] == 0).all(), got
         comm.barrier()
         never = comm.irecv(xp.zeros(8, dtype="uint8"), 1, tag=9)
         assert comm.wait_any([never, late]) == 1 and comm.wait_any([late, never]) == 0
@@ -164,9 +168,12 @@ def check_messages(comm, xp=np):
     assert (other.rank, other.size) == (rank, size)
     right, left = (rank + 1) % size, (rank - 1) % size
     on_comm, on_other = xp.zeros(2, dtype="int64"), xp.zeros(2, dtype="int64")
-    requests = [comm.irecv(on_comm, left, tag=5), other.irecv(on_other, left, tag=5),
-                other.isend(xp.full(2, 1, dtype="int64"), right, tag=5),
-                comm.isend(xp.full(2, 2, dtype="int64"), right, tag=5)]
+    requests = [
+        comm.irecv(on_comm, left, tag=5),
+        other.irecv(on_other, left, tag=5),
+        other.isend(xp.full(2, 1, dtype="int64"), right, tag=5),
+        comm.isend(xp.full(2, 2, dtype="int64"), right, tag=5),
+    ]
     comm.wait_all(requests)
     assert bool((on_comm == 2).all()) and bool((on_other == 1).all())
 
@@ -192,8 +199,11 @@ def check_auto(comm, xp=np):
     The default is the fixed rule: the MPI library's own below 4 MiB, ring above.
     """
     assert comm.auto == "rule"
-    assert [comm.choose_algorithm(xp.zeros(n, dtype="float32")) for n in (1, 2**20 - 1, 2**20)] \
-        == ["mpi", "mpi", "ring"]
+    assert [comm.choose_algorithm(xp.zeros(n, dtype="float32")) for n in (1, 2**20 - 1, 2**20)] == [
+        "mpi",
+        "mpi",
+        "ring",
+    ]
     for mode in ("rule", "model", "measure"):
         comm.auto = mode
         for length in (1, 1000, 300007):
@@ -251,7 +261,7 @@ def check_gpu(comm):
 
 def run_named_checks(namespace, argv):
     """Run the ``check_<name>`` functions of ``namespace`` named in ``argv``, in order."""
-    checks = {n[len("check_"):]: f for n, f in namespace.items() if n.startswith("check_")}
+    checks = {n[len("check_") :]: f for n, f in namespace.items() if n.startswith("check_")}
     comm = dist.init()
     for name in argv:
         checks[name](comm)

@@ -5,15 +5,17 @@ closed form w_T = w_0 - (lr / n) * sum of every gradient sent (plain SGD
 under asp: Statement 1 of Viviani, Drocco & Aldinucci 2018, each update applied exactly once), the
 conservation of x_i + x~ by elastic exchanges, and the SSP bound itself.
 """
+
 import sys
 
 import numpy as np
+from mpi_checks import digests, run_named_checks
 
 import minidl as md
 from minidl import optim
-from minidl.data import ArrayDataset, DataLoader
 from minidl.cli.specs import parse_compression
 from minidl.cli.train import parse_dist_mode, parse_straggler
+from minidl.data import ArrayDataset, DataLoader
 from minidl.dist import CompressedOptimizer, DistConfig, DistributedOptimizer
 from minidl.dist.compression import TopK
 from minidl.dist.consistency import make_session
@@ -22,16 +24,17 @@ from minidl.dist.ps import TrainingAborted
 from minidl.dist.straggler import Straggler
 from minidl.train.loop import NonFiniteLossError, train_epoch
 
-from mpi_checks import digests, run_named_checks
-
 SAMPLES, BATCH, LR = 192, 8, 0.05
 EPS32 = np.finfo(np.float32).eps
 
 
 def dataset(seed=0, samples=SAMPLES):
     rng = np.random.default_rng(seed)
-    return ArrayDataset(rng.standard_normal((samples, 1, 28, 28)).astype(np.float32),
-                        rng.integers(0, 10, samples), [str(i) for i in range(10)])
+    return ArrayDataset(
+        rng.standard_normal((samples, 1, 28, 28)).astype(np.float32),
+        rng.integers(0, 10, samples),
+        [str(i) for i in range(10)],
+    )
 
 
 def model(seed=0):
@@ -51,16 +54,31 @@ def flat_weights(net):
     return FlatBuffer(list(net.parameters())).gather_weights().astype(np.float64)
 
 
-def run(comm, mode, make_optimizer=sgd, epochs=2, stragglers=(), jitter=0.0, servers=1,
-        compression=None, poll_interval=2e-4, setup=None, before_step=None):
+def run(
+    comm,
+    mode,
+    make_optimizer=sgd,
+    epochs=2,
+    stragglers=(),
+    jitter=0.0,
+    servers=1,
+    compression=None,
+    poll_interval=2e-4,
+    setup=None,
+    before_step=None,
+):
     """Train ``model()`` under ``mode`` as ``minidl train`` does; returns (net, session, records).
 
     ``setup(session)`` runs once on workers; ``before_step(session)`` before
     each of their optimizer steps. ``records`` is None when training stopped.
     """
     net = model()
-    options = DistConfig(mode=parse_dist_mode(mode), servers=servers,
-                         compressor=compression, poll_interval=poll_interval)
+    options = DistConfig(
+        mode=parse_dist_mode(mode),
+        servers=servers,
+        compressor=compression,
+        poll_interval=poll_interval,
+    )
     session = make_session(options, comm, net, make_optimizer)
     loader = session.train_loader(dataset(), BATCH, seed=1)
     delays = Straggler(comm.rank, dict(map(parse_straggler, stragglers)), jitter, seed=3)
@@ -116,7 +134,7 @@ def check_bsp_is_synchronous_sgd(comm):
         reference = serial_reference(momentum, batch=BATCH * workers)
         got = flat_weights(net)
         err = np.linalg.norm(got - reference) / np.linalg.norm(reference)
-        limit = 0.0 if workers == 1 else 1e-6   # one worker: the same float operations
+        limit = 0.0 if workers == 1 else 1e-6  # one worker: the same float operations
         assert err <= limit, f"{servers} server(s): bsp differs from one process by {err:.2e}"
         assert same_everywhere(comm, got)
         assert server_record(records)["staleness"] == {"0": SAMPLES // BATCH}
@@ -125,8 +143,9 @@ def check_bsp_is_synchronous_sgd(comm):
 def check_ssp0_is_bsp_under_delays(comm):
     """ssp:0 with a 3x straggler and jitter reaches bit for bit the weights of a quiet bsp."""
     quiet, _, _ = run(comm, "bsp", momentum)
-    slowed, _, records = run(comm, "ssp:0", momentum, stragglers=[f"{comm.size - 1}:3"],
-                             jitter=0.002)
+    slowed, _, records = run(
+        comm, "ssp:0", momentum, stragglers=[f"{comm.size - 1}:3"], jitter=0.002
+    )
     assert np.array_equal(flat_weights(quiet), flat_weights(slowed))
     assert server_record(records)["staleness"].keys() == {"0"}
 
@@ -143,8 +162,9 @@ def check_ssp_staleness_is_bounded(comm):
         observed = max(int(s) for s in server_record(records)["staleness"])
         assert observed == bound, f"ssp:{bound}: max staleness {observed}"
         fast = [r for r in records if r["role"] == "worker"][0]
-        assert server_record(records)["gate_wait_s"][0] > 0 and fast["wait_s"] > 0, \
+        assert server_record(records)["gate_wait_s"][0] > 0 and fast["wait_s"] > 0, (
             "the fast worker never waited at the gate"
+        )
     _, _, records = run(comm, "asp", stragglers=[slow], epochs=1)
     assert max(int(s) for s in server_record(records)["staleness"]) > 2
 
@@ -167,12 +187,21 @@ def check_asp_applies_every_update_once(comm):
                 payload, sent = encode(g)
                 sent_sum[:] += sent
                 return payload, sent
+
             encoder.encode = counted
 
-        net, session, records = run(comm, "asp", sgd, epochs=1, stragglers=[f"{comm.size - 1}:3"],
-                                    jitter=0.001, compression=compression, poll_interval=poll,
-                                    setup=count_sent,
-                                    before_step=lambda s: tickets.append(s.optimizer.ticket))
+        net, session, records = run(
+            comm,
+            "asp",
+            sgd,
+            epochs=1,
+            stragglers=[f"{comm.size - 1}:3"],
+            jitter=0.001,
+            compression=compression,
+            poll_interval=poll,
+            setup=count_sent,
+            before_step=lambda s: tickets.append(s.optimizer.ticket),
+        )
         workers = comm.size - 1
         total = comm.allreduce(sent_sum.copy(), op="sum")
         claimed = sorted(t for mine in comm.allgather_object(tickets) for t in mine)
@@ -191,8 +220,9 @@ def check_averaging(comm):
     averaged, _, _ = run(comm, "avg:1", sgd)
     net = model()
     opt = DistributedOptimizer(sgd(list(net.parameters())), comm)
-    loader = DataLoader(dataset(), BATCH, shuffle=True, seed=1, rank=comm.rank,
-                        world_size=comm.size)
+    loader = DataLoader(
+        dataset(), BATCH, shuffle=True, seed=1, rank=comm.rank, world_size=comm.size
+    )
     for epoch in range(2):
         loader.set_epoch(epoch)
         train_epoch(net, opt, loader)
@@ -207,7 +237,7 @@ def check_averaging(comm):
     run(comm, "avg:3", sgd, epochs=1, before_step=before_each_step)
     assert len(seen) == SAMPLES // (BATCH * comm.size)
     for steps, hashes in seen:
-        assert (len(set(hashes)) == 1) == (steps % 3 == 0), steps   # equal only after averages
+        assert (len(set(hashes)) == 1) == (steps % 3 == 0), steps  # equal only after averages
 
 
 def check_easgd_conserves_the_elastic_sum(comm):
@@ -222,11 +252,12 @@ def check_easgd_conserves_the_elastic_sum(comm):
             before = flat_weights(session.model)
             inner()
             moved[:] += flat_weights(session.model) - before
+
         local.step = step
 
     net, session, records = run(comm, "easgd:0.2:2", sgd, epochs=1, setup=track_local_steps)
     workers = comm.size - 1
-    total = comm.allreduce(flat_weights(net), op="sum")   # rank 0 holds the center
+    total = comm.allreduce(flat_weights(net), op="sum")  # rank 0 holds the center
     expected = (workers + 1) * flat_weights(model()) + comm.allreduce(moved.copy(), op="sum")
     assert server_record(records)["updates"] == workers * (SAMPLES // (BATCH * workers) // 2)
     assert np.abs(total - expected).max() <= 1e-5 * (1 + np.abs(expected).max())
@@ -239,11 +270,17 @@ def check_compressed_sync(comm):
     sent; replicas stay bit-identical; bytes are the format's size per step.
     """
     x, y = dataset(seed=comm.rank).images[:BATCH], dataset(seed=comm.rank).labels[:BATCH]
-    for spec, tolerance in (("fp16", 2e-3), ("qsgd:4", 1e-6), ("terngrad", 1e-6),
-                            ("topk:0.05", 1e-6), ("sign", 1e-6)):
+    for spec, tolerance in (
+        ("fp16", 2e-3),
+        ("qsgd:4", 1e-6),
+        ("terngrad", 1e-6),
+        ("topk:0.05", 1e-6),
+        ("sign", 1e-6),
+    ):
         net = model()
-        opt = CompressedOptimizer(sgd(list(net.parameters())), comm, parse_compression(spec),
-                                  seed=5)
+        opt = CompressedOptimizer(
+            sgd(list(net.parameters())), comm, parse_compression(spec), seed=5
+        )
         encoder = opt.compressed.encoder
         encode, sent_now = encoder.encode, []
 
@@ -251,6 +288,7 @@ def check_compressed_sync(comm):
             payload, sent = encode(g)
             sent_now.append(sent.astype(np.float64))
             return payload, sent
+
         encoder.encode = recorded
         for step in range(3):
             opt.zero_grad()

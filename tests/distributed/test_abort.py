@@ -1,4 +1,5 @@
 """An exception on one rank must end the whole job, with its traceback printed once."""
+
 import pytest
 
 pytestmark = pytest.mark.mpi

@@ -1,4 +1,5 @@
 """Allreduce algorithms, bcast and point-to-point calls on 2, 3 and 4 ranks (under mpiexec)."""
+
 import pytest
 
 pytestmark = pytest.mark.mpi
@@ -31,8 +32,9 @@ def test_messages_served_as_they_arrive_dup_ibarrier_and_allgather(run_checks, n
 
 def test_iallreduce_runs_eagerly_without_thread_multiple(run_checks):
     """Below MPI_THREAD_MULTIPLE the hand-written iallreduce runs at once; results stay right."""
-    result = run_checks(3, "thread_level", "bcast_p2p", "messages",
-                        env={"MPI4PY_RC_THREAD_LEVEL": "serialized"})
+    result = run_checks(
+        3, "thread_level", "bcast_p2p", "messages", env={"MPI4PY_RC_THREAD_LEVEL": "serialized"}
+    )
     assert result.output.count("background thread: False") == 3, result.output
 
 

@@ -1,12 +1,21 @@
 """Gradient compressors (one process): wire sizes, unbiasedness, error feedback, errors."""
+
 import math
 
 import numpy as np
 import pytest
 
 from minidl.cli.specs import parse_compression
-from minidl.dist.compression import (Float16, GradientEncoder, QSGD, Sign, TernGrad, TopK,
-                                     pack_codes, unpack_codes)
+from minidl.dist.compression import (
+    QSGD,
+    Float16,
+    GradientEncoder,
+    Sign,
+    TernGrad,
+    TopK,
+    pack_codes,
+    unpack_codes,
+)
 
 LENGTHS = (1, 7, 511, 512, 1000, 4099)
 
@@ -29,7 +38,7 @@ def formula_bytes(spec, n):
         return 2 * n
     if name == "qsgd":
         s, b = int(fields[0]), int(fields[1]) if len(fields) > 1 else 512
-        bits = next(w for w in (2, 4, 8, 16) if 2 ** w >= 2 * s + 1)  # signed level in [-s, s]
+        bits = next(w for w in (2, 4, 8, 16) if 2**w >= 2 * s + 1)  # signed level in [-s, s]
         return 4 * buckets(b) + math.ceil(n * bits / 8)
     if name == "terngrad":
         b = int(fields[0]) if fields else 512
@@ -42,8 +51,21 @@ def formula_bytes(spec, n):
     raise AssertionError(spec)
 
 
-SPECS = ("none", "fp16", "qsgd:1", "qsgd:4", "qsgd:7:100", "qsgd:127", "qsgd:300",
-         "terngrad", "terngrad:33", "sign", "sign:64", "topk:0.01", "topk:0.3")
+SPECS = (
+    "none",
+    "fp16",
+    "qsgd:1",
+    "qsgd:4",
+    "qsgd:7:100",
+    "qsgd:127",
+    "qsgd:300",
+    "terngrad",
+    "terngrad:33",
+    "sign",
+    "sign:64",
+    "topk:0.01",
+    "topk:0.3",
+)
 
 
 @pytest.mark.parametrize("spec", SPECS)
@@ -67,7 +89,7 @@ def test_topk_one_percent_sends_two_percent_of_the_float32_bytes():
 def test_bit_packing_round_trips(bits):
     rng = np.random.default_rng(bits)
     for n in (0, 1, 3, 8, 13, 1001):
-        codes = rng.integers(0, 2 ** bits, n).astype(np.uint16)
+        codes = rng.integers(0, 2**bits, n).astype(np.uint16)
         packed = pack_codes(codes, bits)
         assert packed.nbytes == math.ceil(n * bits / 8)
         assert np.array_equal(unpack_codes(packed, n, bits), codes)
@@ -78,7 +100,9 @@ def test_lossless_and_deterministic_schemes_decode_exactly():
     none = parse_compression("none")
     assert np.array_equal(none.decode(none.encode(v), 1000), v)
     half = parse_compression("fp16")
-    assert np.array_equal(half.decode(half.encode(v), 1000), v.astype(np.float16).astype(np.float32))
+    assert np.array_equal(
+        half.decode(half.encode(v), 1000), v.astype(np.float16).astype(np.float32)
+    )
     top = TopK(0.05)
     sent = top.decode(top.encode(v), 1000)
     kept = np.flatnonzero(sent)
@@ -106,7 +130,7 @@ def _level_variance(v, bucket, step_of):
     step = step_of(blocks)[:, None] * np.ones_like(blocks)
     with np.errstate(invalid="ignore", divide="ignore"):
         frac = np.where(step > 0, blocks / step - np.floor(blocks / step), 0.0)
-    variance = (step ** 2 * frac * (1 - frac)).reshape(-1)[:n]
+    variance = (step**2 * frac * (1 - frac)).reshape(-1)[:n]
     return variance, step.reshape(-1)[:n]
 
 
@@ -127,7 +151,7 @@ def _assert_unbiased(compressor, v, variance, width, draws=3000, failure=1e-6):
 def test_qsgd_is_unbiased(levels, bucket):
     """E[Q(v)] = v: Q_i is ||v|| / s times a level rounded up with probability frac(s |v_i| / ||v||)."""
     v = vector(600, seed=levels)
-    step = lambda blocks: np.sqrt((blocks ** 2).sum(axis=1)) / levels  # noqa: E731
+    step = lambda blocks: np.sqrt((blocks**2).sum(axis=1)) / levels  # noqa: E731
     variance, width = _level_variance(v, bucket, step)
     assert _assert_unbiased(QSGD(levels, bucket), v, variance, width) <= 1.0
 
@@ -155,7 +179,7 @@ def test_the_unbiasedness_test_catches_biased_quantisers():
     assert _assert_unbiased(Sign(128), v, variance, width, draws=200) > 1.0
     floor_qsgd = QSGD(4, 512)
     floor_qsgd.encode = lambda x, rng: QSGD.encode(floor_qsgd, x, _NeverRoundUp())
-    step = lambda blocks: np.sqrt((blocks ** 2).sum(axis=1)) / 4  # noqa: E731
+    step = lambda blocks: np.sqrt((blocks**2).sum(axis=1)) / 4  # noqa: E731
     variance, width = _level_variance(v, 512, step)
     assert _assert_unbiased(floor_qsgd, v, variance, width, draws=200) > 1.0
 
@@ -167,7 +191,7 @@ def test_qsgd_variance_is_within_the_papers_bound():
         v = vector(d, seed=levels)
         q = QSGD(levels, bucket=d)
         errors = [np.sum((q.decode(q.encode(v, rng), d) - v) ** 2) for _ in range(400)]
-        bound = min(d / levels ** 2, math.sqrt(d) / levels) * np.sum(v.astype(np.float64) ** 2)
+        bound = min(d / levels**2, math.sqrt(d) / levels) * np.sum(v.astype(np.float64) ** 2)
         assert np.mean(errors) <= bound
 
 
@@ -191,8 +215,12 @@ def test_error_feedback_conserves_the_gradient_sum(spec):
         if spec.startswith("topk"):  # kept values move whole, the rest stays: exact
             assert np.array_equal(sent + encoder.residual, accumulated)
         else:
-            assert np.allclose(sent + encoder.residual, accumulated, rtol=0, atol=1e-5 * (
-                1 + np.abs(accumulated).max()))
+            assert np.allclose(
+                sent + encoder.residual,
+                accumulated,
+                rtol=0,
+                atol=1e-5 * (1 + np.abs(accumulated).max()),
+            )
         sent_total += sent
         grad_total += g
         rounding += eps * (np.abs(accumulated) + np.abs(encoder.residual))
@@ -209,13 +237,23 @@ def test_without_error_feedback_topk_loses_what_it_drops():
 
 
 def test_defaults_and_errors():
-    assert GradientEncoder(TopK(0.1), 10).residual is not None      # biased: feedback on
-    assert GradientEncoder(QSGD(4), 10).residual is None           # unbiased: off
-    for bad, hint in (("zip", "unknown compression"), ("topk:2", "ratio must be in (0, 1]"),
-                      ("qsgd", "unknown compression"), ("qsgd:0", "levels must be"),
-                      ("sign:0", "bucket size must be"), ("topk:x", "qsgd:LEVELS")):
-        with pytest.raises(ValueError, match=hint.replace("(", r"\(").replace(")", r"\)")
-                           .replace("[", r"\[").replace("]", r"\]")):
+    assert GradientEncoder(TopK(0.1), 10).residual is not None  # biased: feedback on
+    assert GradientEncoder(QSGD(4), 10).residual is None  # unbiased: off
+    for bad, hint in (
+        ("zip", "unknown compression"),
+        ("topk:2", "ratio must be in (0, 1]"),
+        ("qsgd", "unknown compression"),
+        ("qsgd:0", "levels must be"),
+        ("sign:0", "bucket size must be"),
+        ("topk:x", "qsgd:LEVELS"),
+    ):
+        with pytest.raises(
+            ValueError,
+            match=hint.replace("(", r"\(")
+            .replace(")", r"\)")
+            .replace("[", r"\[")
+            .replace("]", r"\]"),
+        ):
             parse_compression(bad)
     with pytest.raises(ValueError, match="expected 10 values"):
         GradientEncoder(Float16(), 10).encode(np.zeros(11, np.float32))

@@ -3,6 +3,7 @@
 No MPI needed: the formulas are checked against their closed forms and the
 fit against synthetic timings with known parameters.
 """
+
 import math
 
 import numpy as np
@@ -20,7 +21,7 @@ ALPHA, BETA = 2e-6, 1e-10
 @pytest.mark.parametrize("nbytes", (8, 1 << 20, 1 << 28))
 def test_tree_costs_twice_the_butterfly_without_reduction(size, nbytes):
     params = CostParams(ALPHA, BETA, 0.0)
-    t_bfly = math.log2(size) * (ALPHA + nbytes * BETA)          # Ben-Nun & Hoefler, T_bfly
+    t_bfly = math.log2(size) * (ALPHA + nbytes * BETA)  # Ben-Nun & Hoefler, T_bfly
     assert predict("butterfly", nbytes, size, params) == pytest.approx(t_bfly)
     assert predict("tree", nbytes, size, params) == pytest.approx(2 * t_bfly)
 
@@ -46,10 +47,13 @@ def test_rabenseifner_meets_the_bandwidth_lower_bound_with_log_latency(size):
 def test_non_powers_of_two_pay_ceil_log_rounds_or_a_fold():
     params = CostParams(ALPHA, BETA, 0.0)
     m, step = 1 << 20, ALPHA + (1 << 20) * BETA
-    assert predict("tree", m, 5, params) == pytest.approx(2 * 3 * step)       # ceil(log2 5) = 3
-    assert predict("butterfly", m, 5, params) == pytest.approx(2 * step + 2 * step)  # 4 ranks + fold
+    assert predict("tree", m, 5, params) == pytest.approx(2 * 3 * step)  # ceil(log2 5) = 3
+    assert predict("butterfly", m, 5, params) == pytest.approx(
+        2 * step + 2 * step
+    )  # 4 ranks + fold
     assert predict("rabenseifner", m, 6, params) == pytest.approx(
-        predict("rabenseifner", m, 4, params) + 2 * step)
+        predict("rabenseifner", m, 4, params) + 2 * step
+    )
 
 
 def test_reduction_term_counts_the_bytes_added_on_the_critical_path():
@@ -67,8 +71,9 @@ def test_choice_follows_message_size():
     assert allreduce_cost.choose(64, 16, params) == "butterfly"
     assert allreduce_cost.choose(1 << 28, 16, params) in ("ring", "rabenseifner")
     assert allreduce_cost.choose(1 << 28, 64, params) == "rabenseifner"  # ring's 2(P-1) alphas
-    times = {name: predict(name, 1 << 28, 16, params)
-             for name in allreduce_cost.MODELLED_ALGORITHMS}
+    times = {
+        name: predict(name, 1 << 28, 16, params) for name in allreduce_cost.MODELLED_ALGORITHMS
+    }
     assert times["tree"] > times["butterfly"] > times["ring"]
 
 
@@ -108,8 +113,17 @@ def test_fit_never_returns_a_negative_latency():
     assert alpha == 0.0 and beta == pytest.approx(1e-10, rel=0.1)
 
 
-@pytest.mark.parametrize("text,nbytes", [("4096", 4096), ("1K", 1024), ("64KiB", 65536),
-                                         ("16M", 1 << 24), ("1G", 1 << 30), ("0.5M", 1 << 19)])
+@pytest.mark.parametrize(
+    "text,nbytes",
+    [
+        ("4096", 4096),
+        ("1K", 1024),
+        ("64KiB", 65536),
+        ("16M", 1 << 24),
+        ("1G", 1 << 30),
+        ("0.5M", 1 << 19),
+    ],
+)
 def test_bench_sizes_parse(text, nbytes):
     assert bench.parse_size(text) == nbytes
 

@@ -1,4 +1,5 @@
 """The allreduce algorithms, bcast and point-to-point calls on CuPy arrays (2 ranks)."""
+
 import pytest
 
 from minidl import backend

@@ -5,6 +5,7 @@ minidl train``), act on them from outside while they train, and then look
 for leftovers by process group and command line. Whatever happens, every
 process they started is killed at the end.
 """
+
 import os
 import signal
 import subprocess
@@ -23,8 +24,18 @@ try:
 except DatasetNotFoundError:
     pytest.skip("Fashion-MNIST not found (make data)", allow_module_level=True)
 
-TRAIN = ["-m", "minidl", "train", "--model", "lenet5", "--subset", "30000", "--epochs", "20",
-         "--no-progress"]
+TRAIN = [
+    "-m",
+    "minidl",
+    "train",
+    "--model",
+    "lenet5",
+    "--subset",
+    "30000",
+    "--epochs",
+    "20",
+    "--no-progress",
+]
 
 
 def processes():
@@ -72,8 +83,11 @@ def wait_for_ranks(job, marker, count, timeout=120):
 
 def leftovers(marker, groups):
     """Processes still alive that belong to the job (by command line or process group)."""
-    return {pid: command for pid, (group, command, _) in processes().items()
-            if pid != os.getpid() and (marker in command or group in groups)}
+    return {
+        pid: command
+        for pid, (group, command, _) in processes().items()
+        if pid != os.getpid() and (marker in command or group in groups)
+    }
 
 
 def assert_nothing_left(marker, groups, within):
@@ -94,8 +108,14 @@ def kill_everything(marker, groups):
 
 
 def start(args, env):
-    return subprocess.Popen([sys.executable, *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
@@ -124,10 +144,26 @@ def test_a_stopped_rank_does_not_hang_the_job(tmp_path, job_env):
     """SIGSTOP one rank: the other waits in its next allreduce; its watchdog ends the job."""
     marker = str(tmp_path / "run")
     prefix, mpi_env = mpiexec_command(2)
-    job = subprocess.Popen([*prefix, sys.executable, *TRAIN, "--dist", "sync", "--threads", "1",
-                            "--hang-timeout", "5", "--out", marker],
-                           env={**job_env, **mpi_env}, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    job = subprocess.Popen(
+        [
+            *prefix,
+            sys.executable,
+            *TRAIN,
+            "--dist",
+            "sync",
+            "--threads",
+            "1",
+            "--hang-timeout",
+            "5",
+            "--out",
+            marker,
+        ],
+        env={**job_env, **mpi_env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     groups = {job.pid}
     try:
         ranks = wait_for_ranks(job, marker, 2)

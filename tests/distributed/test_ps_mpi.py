@@ -1,4 +1,5 @@
 """Parameter server, SSP, asp, averaging and EASGD under mpiexec: see ps_checks.py."""
+
 import pytest
 
 pytestmark = pytest.mark.mpi
@@ -12,8 +13,9 @@ def test_bsp_is_synchronous_sgd_on_one_or_more_servers(run_checks, nprocs):
 
 
 def test_ssp_zero_is_bsp_and_ssp_bounds_staleness_under_a_straggler(run_checks):
-    run_checks(3, "ssp0_is_bsp_under_delays", "ssp_staleness_is_bounded", script=SCRIPT,
-               timeout=120)
+    run_checks(
+        3, "ssp0_is_bsp_under_delays", "ssp_staleness_is_bounded", script=SCRIPT, timeout=120
+    )
 
 
 def test_asp_applies_every_update_exactly_once_and_replicas_end_equal(run_checks):

@@ -1,4 +1,5 @@
 """`mpiexec -n N minidl train --dist sync`: sharded data, rank-0 outputs, global metrics, resume."""
+
 import json
 import os
 
@@ -40,13 +41,53 @@ def test_two_ranks_equal_one_process_with_twice_the_batch_across_a_resume(mpi_ru
     below 1e-12 (in float32 the same difference grows to ~1e-4).
     """
     split, straight = str(tmp_path / "split"), str(tmp_path / "straight")
-    result = train_mpi(mpi_run, 2, "--dist", "sync", "--batch-size", "32", "--epochs", "1",
-                       "--dtype", "float64", "--out", split)
+    result = train_mpi(
+        mpi_run,
+        2,
+        "--dist",
+        "sync",
+        "--batch-size",
+        "32",
+        "--epochs",
+        "1",
+        "--dtype",
+        "float64",
+        "--out",
+        split,
+    )
     assert result.output.count("epoch 1/1") == 1  # only rank 0 reports
-    assert main(["train", *COMMON, "--batch-size", "64", "--epochs", "2",
-                 "--resume", os.path.join(split, "checkpoint.npz")]) == 0
-    assert main(["train", *COMMON, "--batch-size", "64", "--epochs", "2", "--dtype", "float64",
-                 "--out", straight]) == 0
+    assert (
+        main(
+            [
+                "train",
+                *COMMON,
+                "--batch-size",
+                "64",
+                "--epochs",
+                "2",
+                "--resume",
+                os.path.join(split, "checkpoint.npz"),
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "train",
+                *COMMON,
+                "--batch-size",
+                "64",
+                "--epochs",
+                "2",
+                "--dtype",
+                "float64",
+                "--out",
+                straight,
+            ]
+        )
+        == 0
+    )
     a, b = weights(split), weights(straight)
     for k in a:
         assert a[k].dtype == np.float64
@@ -61,8 +102,7 @@ def test_two_ranks_with_the_same_seed_give_identical_weights(mpi_run, tmp_path):
     runs = []
     for name in ("a", "b"):
         out = str(tmp_path / name)
-        train_mpi(mpi_run, 2, "--dist", "sync", "--batch-size", "32", "--epochs", "1",
-                  "--out", out)
+        train_mpi(mpi_run, 2, "--dist", "sync", "--batch-size", "32", "--epochs", "1", "--out", out)
         runs.append(weights(out))
     for k in runs[0]:
         assert runs[0][k].tobytes() == runs[1][k].tobytes(), k
@@ -70,14 +110,32 @@ def test_two_ranks_with_the_same_seed_give_identical_weights(mpi_run, tmp_path):
 
 def test_three_ranks_count_every_test_image_once(mpi_run, tmp_path):
     out = str(tmp_path / "three")
-    train_mpi(mpi_run, 3, "--dist", "sync", "--batch-size", "16", "--epochs", "1",
-              "--allreduce", "ring", "--bucket-mb", "0.05", "--out", out)
+    train_mpi(
+        mpi_run,
+        3,
+        "--dist",
+        "sync",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "1",
+        "--allreduce",
+        "ring",
+        "--bucket-mb",
+        "0.05",
+        "--out",
+        out,
+    )
     record = json.loads(open(os.path.join(out, "metrics.jsonl")).readline())
     config = json.load(open(os.path.join(out, "config.json")))
     assert config["world_size"] == 3
     assert record["test_images"] == 10000 and record["train_images"] == 1280
-    assert sorted(os.listdir(out)) == ["checkpoint.npz", "config.json", "curves.png",
-                                       "metrics.jsonl"]
+    assert sorted(os.listdir(out)) == [
+        "checkpoint.npz",
+        "config.json",
+        "curves.png",
+        "metrics.jsonl",
+    ]
 
 
 def test_mpiexec_without_dist_is_refused(mpi_run):
@@ -87,9 +145,24 @@ def test_mpiexec_without_dist_is_refused(mpi_run):
 
 
 def test_a_diverging_sync_run_stops_every_rank_without_hanging(mpi_run, tmp_path):
-    result = mpi_run(2, "-m", "minidl", "train", *COMMON, "--dist", "sync", "--epochs", "1",
-                     "--optimizer", "sgd", "--lr", "1e30", "--out", str(tmp_path / "nan"),
-                     timeout=120)
+    result = mpi_run(
+        2,
+        "-m",
+        "minidl",
+        "train",
+        *COMMON,
+        "--dist",
+        "sync",
+        "--epochs",
+        "1",
+        "--optimizer",
+        "sgd",
+        "--lr",
+        "1e30",
+        "--out",
+        str(tmp_path / "nan"),
+        timeout=120,
+    )
     assert not result.timed_out, result.output
     assert result.returncode == 3, result.output
     assert "averaged over all ranks is not finite" in result.output

@@ -1,4 +1,5 @@
 """Fixtures of the exercise-mode tests: fake exercises registered for one test, then removed."""
+
 import importlib
 import sys
 

@@ -3,6 +3,7 @@
 The grader tests import this module with the registry saved and restore it
 afterwards; the MPI runner imports it by name in each rank.
 """
+
 import sys
 import traceback
 

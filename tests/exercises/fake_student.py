@@ -1,4 +1,5 @@
 """A stand-in for a student's file: the code the fake checks of ``fake_checks.py`` call."""
+
 from minidl.exercises import Unimplemented
 
 

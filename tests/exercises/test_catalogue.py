@@ -15,6 +15,7 @@ The catalogue runs three times: in this process (b), and in the two trees
 checks run under mpiexec, one job per size, and are skipped without MPI.
 With no exercise registered the tests pass and warn that they proved nothing.
 """
+
 import json
 import os
 import re
@@ -35,17 +36,24 @@ RUN_TIMEOUT = min(580, 120 + sum(e.timeout for e in EXERCISES))
 def nothing_to_prove():
     """True (with a warning) when no exercise is registered yet."""
     if not EXERCISES:
-        warnings.warn("no exercises are registered yet: the exercise-mode guarantees hold "
-                      "vacuously (add checks in minidl/exercises/checks/)")
+        warnings.warn(
+            "no exercises are registered yet: the exercise-mode guarantees hold "
+            "vacuously (add checks in minidl/exercises/checks/)"
+        )
     return not EXERCISES
 
 
 def in_tree(tree, *args, env=None):
     """Run ``python *args`` in ``tree`` with only the tree's minidl importable."""
-    return subprocess.run([sys.executable, *args], cwd=tree, capture_output=True, text=True, check=False,
-                          timeout=RUN_TIMEOUT,
-                          env={**os.environ, "PYTHONPATH": str(tree), "OPENBLAS_NUM_THREADS": "1",
-                               **(env or {})})
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=RUN_TIMEOUT,
+        env={**os.environ, "PYTHONPATH": str(tree), "OPENBLAS_NUM_THREADS": "1", **(env or {})},
+    )
 
 
 def check_all(tree, env=None):
@@ -84,10 +92,12 @@ def ran(results, exercise):
 
 
 def test_the_stubbed_tree_imports_every_reference_module(stubbed_tree):
-    script = ("import importlib, pkgutil, minidl, minidl.reference; "
-              "[importlib.import_module(m.name) for m in "
-              "pkgutil.walk_packages(minidl.reference.__path__, 'minidl.reference.')]; "
-              "import minidl.exercises; minidl.exercises.catalogue(); print(minidl.__file__)")
+    script = (
+        "import importlib, pkgutil, minidl, minidl.reference; "
+        "[importlib.import_module(m.name) for m in "
+        "pkgutil.walk_packages(minidl.reference.__path__, 'minidl.reference.')]; "
+        "import minidl.exercises; minidl.exercises.catalogue(); print(minidl.__file__)"
+    )
     run = in_tree(stubbed_tree, "-c", script)
     assert run.returncode == 0, run.stderr[-3000:]
     assert os.path.samefile(run.stdout.strip(), stubbed_tree / "minidl" / "__init__.py")
@@ -99,13 +109,19 @@ def test_every_exercise_is_not_implemented_in_the_stubbed_tree(stubbed_results):
         assert status == 0
         return
     assert status == 1
-    wrong = {i: f"{r['status']}: {r['message']}" for i, r in results.items()
-             if r["status"] not in ("unimplemented", "skipped")}
-    assert not wrong, f"checks that are not 'not implemented yet' with every region stubbed: {wrong}"
-    for e in EXERCISES:   # an MPI check's verdict may come from one rank: "rank 2: exercise ..."
+    wrong = {
+        i: f"{r['status']}: {r['message']}"
+        for i, r in results.items()
+        if r["status"] not in ("unimplemented", "skipped")
+    }
+    assert not wrong, (
+        f"checks that are not 'not implemented yet' with every region stubbed: {wrong}"
+    )
+    for e in EXERCISES:  # an MPI check's verdict may come from one rank: "rank 2: exercise ..."
         if ran(results, e):
-            assert re.match(rf"(rank \d+: )?exercise {re.escape(e.id)} \(", results[e.id]["message"]), \
-                results[e.id]
+            assert re.match(
+                rf"(rank \d+: )?exercise {re.escape(e.id)} \(", results[e.id]["message"]
+            ), results[e.id]
 
 
 def test_the_reference_passes_every_exercise():
@@ -120,8 +136,11 @@ def test_each_check_runs_its_own_regions_and_no_other(traced):
     results, regions_run = traced
     if nothing_to_prove():
         return
-    failed = [f"{i}: {r['status']}: {r['message']}" for i, r in results.items()
-              if r["status"] not in ("passed", "skipped")]
+    failed = [
+        f"{i}: {r['status']}: {r['message']}"
+        for i, r in results.items()
+        if r["status"] not in ("passed", "skipped")
+    ]
     assert not failed, "the trace tree must pass like the reference:\n" + "\n".join(failed)
     regions, _ = find_regions(repository_root())
     problems = []
@@ -131,10 +150,13 @@ def test_each_check_runs_its_own_regions_and_no_other(traced):
         seen = regions_run.get(e.id, set())
         others = sorted({region for region, _ in seen if region != e.id})
         if others:
-            problems.append(f"check {e.id} runs the region(s) of exercise(s) {', '.join(others)}: "
-                            "its oracle must not depend on another exercise")
-        missing = sorted(r.where for r in regions if r.exercise_id == e.id
-                         and (e.id, r.where) not in seen)
+            problems.append(
+                f"check {e.id} runs the region(s) of exercise(s) {', '.join(others)}: "
+                "its oracle must not depend on another exercise"
+            )
+        missing = sorted(
+            r.where for r in regions if r.exercise_id == e.id and (e.id, r.where) not in seen
+        )
         if missing:
             problems.append(f"check {e.id} never runs its region(s) at {', '.join(missing)}")
     assert not problems, "\n".join(problems)

@@ -1,4 +1,5 @@
 """``minidl exercise list | check | student``: output and exit status (fake exercises, in process)."""
+
 import json
 
 import pytest
@@ -50,10 +51,13 @@ def test_check_failing_exits_non_zero_with_expected_got_and_hint(fake_exercises,
     assert out.rstrip().endswith("1 passed, 1 failed, 1 not implemented yet")
 
 
-@pytest.mark.parametrize("exercise_id, verdict", [
-    ("90.6", "90.6   never ends ... TIMED OUT"),
-    pytest.param("91.3", "91.3   waits for nobody ... TIMED OUT", marks=pytest.mark.mpi),
-])
+@pytest.mark.parametrize(
+    "exercise_id, verdict",
+    [
+        ("90.6", "90.6   never ends ... TIMED OUT"),
+        pytest.param("91.3", "91.3   waits for nobody ... TIMED OUT", marks=pytest.mark.mpi),
+    ],
+)
 def test_check_timeout_replaces_each_exercises_own(fake_exercises, capsys, exercise_id, verdict):
     status, out, _ = run(capsys, "check", exercise_id, "--timeout", "1.5")
     assert status == 1
@@ -73,8 +77,10 @@ def test_check_json_is_one_document(fake_exercises, capsys):
     status, out, _ = run(capsys, "check", "90.2", "90.4", "--json")
     assert status == 1
     document = json.loads(out)
-    assert [(r["id"], r["status"]) for r in document["results"]] == [("90.2", "failed"),
-                                                                     ("90.4", "error")]
+    assert [(r["id"], r["status"]) for r in document["results"]] == [
+        ("90.2", "failed"),
+        ("90.4", "error"),
+    ]
     assert document["results"][1]["message"].startswith("ZeroDivisionError")
     assert document["summary"]["failed"] == 1 and document["summary"]["error"] == 1
 
@@ -102,6 +108,7 @@ def test_student_only_with_an_unknown_id_exits_one(tmp_path, capsys):
 
 def test_list_markdown_update_rewrites_the_block_of_a_file(fake_exercises, capsys, tmp_path):
     from minidl.exercises.listing import BEGIN_LIST, END_LIST
+
     guide = tmp_path / "guide.md"
     guide.write_text(f"# Guide\n{BEGIN_LIST}\nstale\n{END_LIST}\nthe end\n")
     status, out, _ = run(capsys, "list", "--markdown", "--update", str(guide))
@@ -117,10 +124,12 @@ def test_list_status_says_which_regions_are_stubs(fake_exercises, capsys):
     assert out.splitlines()[0].split() == ["id", "title", "file", "state"]
 
 
-def test_a_check_module_that_does_not_import_is_named_with_its_line(fake_exercises, capsys,
-                                                                     monkeypatch):
+def test_a_check_module_that_does_not_import_is_named_with_its_line(
+    fake_exercises, capsys, monkeypatch
+):
     def broken():
         compile("def f(:\n", "minidl/reference/broken.py", "exec")
+
     monkeypatch.setattr("minidl.cli.exercise.catalogue", broken)
     status, _, err = run(capsys, "check", "--all")
     assert status == 2
@@ -129,9 +138,11 @@ def test_a_check_module_that_does_not_import_is_named_with_its_line(fake_exercis
 
 @pytest.mark.parametrize("action", [("check", "--all"), ("student", "TREE")])
 def test_an_error_raised_while_a_module_imports_is_one_line_with_its_place(
-        fake_exercises, capsys, monkeypatch, tmp_path, action):
+    fake_exercises, capsys, monkeypatch, tmp_path, action
+):
     def broken():
         exec(compile("import math\nmath.tau = math.pie\n", "minidl/reference/broken.py", "exec"))
+
     monkeypatch.setattr("minidl.cli.exercise.catalogue", broken)
     status, _, err = run(capsys, *[str(tmp_path / a) if a == "TREE" else a for a in action])
     assert status == 2

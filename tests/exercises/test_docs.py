@@ -1,4 +1,5 @@
 """The course documents keep up with the code: the guide's exercise list, the examples' README."""
+
 import os
 import warnings
 
@@ -23,7 +24,8 @@ def test_the_guide_lists_the_registered_exercises():
         return
     assert update_block(text, markdown_list(exercises, ROOT)) == text, (
         "docs/instructor-guide.md lists other exercises than the registry; refresh it with: "
-        "python -m minidl exercise list --markdown --update docs/instructor-guide.md")
+        "python -m minidl exercise list --markdown --update docs/instructor-guide.md"
+    )
 
 
 def test_the_examples_readme_describes_every_example():
@@ -35,9 +37,12 @@ def test_the_examples_readme_describes_every_example():
 
 def test_a_files_summary_and_sources_come_from_its_docstring(tmp_path):
     from minidl.exercises.listing import describe_file
-    (tmp_path / "m.py").write_text('"""Winograd minimal filtering F(2x2, 3x3)\n(Lavin &\nGray 2016).\n\n'
-                                   'Also Zhang, De Sa &\nRe 2016, and Lavin & Gray 2016 again;\n'
-                                   'Chellapilla et al. (2006)."""\n')
+
+    (tmp_path / "m.py").write_text(
+        '"""Winograd minimal filtering F(2x2, 3x3)\n(Lavin &\nGray 2016).\n\n'
+        "Also Zhang, De Sa &\nRe 2016, and Lavin & Gray 2016 again;\n"
+        'Chellapilla et al. (2006)."""\n'
+    )
     summary, sources = describe_file(tmp_path, "m.py")
     assert summary == "Winograd minimal filtering F(2x2, 3x3) (Lavin & Gray 2016)."
     assert sources == "Lavin & Gray 2016; Zhang, De Sa & Re 2016"

@@ -1,4 +1,5 @@
 """The grader's verdicts on fake checks whose outcome is known: in process and on MPI ranks."""
+
 import json
 
 import pytest
@@ -78,7 +79,9 @@ def test_json_report_has_every_result_and_the_counts(fake_exercises):
     assert document["summary"]["unimplemented"] == 1 and document["summary"]["error"] == 0
 
 
-def test_mpi_checks_are_skipped_with_how_to_install_when_mpi_is_missing(fake_exercises, monkeypatch):
+def test_mpi_checks_are_skipped_with_how_to_install_when_mpi_is_missing(
+    fake_exercises, monkeypatch
+):
     monkeypatch.setattr("minidl.dist.launch.mpi_unavailable_reason", lambda: "mpi4py is missing")
     result = grade_one(fake_exercises["91.1"])
     assert result.status == "skipped" and result.ok
@@ -102,34 +105,42 @@ def test_mpi_checks_report_per_rank_and_a_hang_does_not_stop_the_others(fake_exe
     assert hung.status == "timed_out"
     assert hung.ranks[0].status == "timed_out"
     assert hung.message.startswith(f"timed out after 3 s: {grader.MPI_HANG}")
-    assert results["91.4"].status == "passed"   # ran in a new job after the hang
-    aborted = results["91.5"]   # the check printed its traceback and aborted every rank
+    assert results["91.4"].status == "passed"  # ran in a new job after the hang
+    aborted = results["91.5"]  # the check printed its traceback and aborted every rank
     assert aborted.status == "error"
-    assert aborted.message.startswith("rank 1: ZeroDivisionError: float division by zero\n"
-                                      "  in tests/exercises/fake_student.py, line")
+    assert aborted.message.startswith(
+        "rank 1: ZeroDivisionError: float division by zero\n"
+        "  in tests/exercises/fake_student.py, line"
+    )
     assert "in divide: return a / b" in aborted.message
-    raised = results["91.6"]   # the runner ended the job for the rank left waiting
+    raised = results["91.6"]  # the runner ended the job for the rank left waiting
     assert raised.status == "error"
     assert raised.message.startswith("rank 0: ZeroDivisionError")
     assert grader.MPI_HANG in raised.message
 
 
 def test_reports_cut_into_by_another_rank_are_still_found():
-    one = grader.REPORT + json.dumps({"id": "9.1", "rank": 0, "status": "passed", "message": "",
-                                      "seconds": 0.1})
-    two = grader.REPORT + json.dumps({"id": "9.1", "rank": 1, "status": "failed", "message": "x\ny",
-                                      "seconds": 0.2})
-    reports, hung = grader.parse_reports(f"noise\n{one}{two}\n{two.replace('failed', 'timed_out')}\n")
+    one = grader.REPORT + json.dumps(
+        {"id": "9.1", "rank": 0, "status": "passed", "message": "", "seconds": 0.1}
+    )
+    two = grader.REPORT + json.dumps(
+        {"id": "9.1", "rank": 1, "status": "failed", "message": "x\ny", "seconds": 0.2}
+    )
+    reports, hung = grader.parse_reports(
+        f"noise\n{one}{two}\n{two.replace('failed', 'timed_out')}\n"
+    )
     assert hung == {"9.1"}
     assert reports["9.1"][0].status == "passed"
-    assert reports["9.1"][1].status == "failed"   # the first report of a rank wins
+    assert reports["9.1"][1].status == "failed"  # the first report of a rank wins
     assert reports["9.1"][1].message == "x\ny"
 
 
 def test_one_rank_that_raises_while_the_other_hangs_is_reported_as_the_error(fake_exercises):
     exercise = fake_exercises["91.3"]
-    per_rank = {0: grader.RankResult(0, "error", "IndexError: 5\n  in f", 0.1),
-                1: grader.RankResult(1, "timed_out", "still waiting", 3.0)}
+    per_rank = {
+        0: grader.RankResult(0, "error", "IndexError: 5\n  in f", 0.1),
+        1: grader.RankResult(1, "timed_out", "still waiting", 3.0),
+    }
     result = grader.combine_ranks(exercise, per_rank, 3, False, "")
     assert result.status == "error"
     assert result.message.startswith("rank 0: IndexError: 5")
@@ -158,19 +169,40 @@ Abort(1) on node 1 (rank 1 in comm 0): application called MPI_Abort
 """
 
 
-@pytest.mark.parametrize("code, error, status, message", [
-    ('raise Unimplemented("91.1", "t")', "minidl.exercises.Unimplemented: exercise 91.1 (t) is not",
-     "unimplemented", "exercise 91.1 (t) is not"),
-    ("expect_close(...)", ("minidl.exercises.ExerciseFailure: sums: 1 of 3 elements differ\n"
-                           "  expected: 1.0\n  got:      2.0"), "failed",
-     "sums: 1 of 3 elements differ\n  expected: 1.0\n  got:      2.0"),
-    ("x = y[5]", "IndexError: index 5 is out of bounds", "error",
-     ("IndexError: index 5 is out of bounds\n  in tests/exercises/fake_student.py, line 89, "
-      "in work: x = y[5]")),
-])
-def test_the_traceback_of_a_rank_that_aborted_gives_the_verdict(fake_exercises, code, error,
-                                                                 status, message):
+@pytest.mark.parametrize(
+    "code, error, status, message",
+    [
+        (
+            'raise Unimplemented("91.1", "t")',
+            "minidl.exercises.Unimplemented: exercise 91.1 (t) is not",
+            "unimplemented",
+            "exercise 91.1 (t) is not",
+        ),
+        (
+            "expect_close(...)",
+            (
+                "minidl.exercises.ExerciseFailure: sums: 1 of 3 elements differ\n"
+                "  expected: 1.0\n  got:      2.0"
+            ),
+            "failed",
+            "sums: 1 of 3 elements differ\n  expected: 1.0\n  got:      2.0",
+        ),
+        (
+            "x = y[5]",
+            "IndexError: index 5 is out of bounds",
+            "error",
+            (
+                "IndexError: index 5 is out of bounds\n  in tests/exercises/fake_student.py, line 89, "
+                "in work: x = y[5]"
+            ),
+        ),
+    ],
+)
+def test_the_traceback_of_a_rank_that_aborted_gives_the_verdict(
+    fake_exercises, code, error, status, message
+):
     from minidl.exercises import repository_root
+
     student = f"{repository_root()}/tests/exercises/fake_student.py"
     output = TRACEBACK.format(student=student, code=code, error=error)
     assert grader.crash_outcome(fake_exercises["91.1"], output) == (status, message)

@@ -3,6 +3,7 @@
 Stubs, kept markers, the added import, --only, the trace mode, and every
 marker error with its file and line.
 """
+
 import importlib.util
 import os
 import textwrap
@@ -11,12 +12,7 @@ import pytest
 
 from minidl.exercises import Exercise, Unimplemented
 from minidl.exercises.listing import region_states
-from minidl.exercises.student import (
-    MarkerError,
-    find_regions,
-    scan_file,
-    write_student_tree,
-)
+from minidl.exercises.student import MarkerError, find_regions, scan_file, write_student_tree
 from minidl.exercises.trace import ENV, read_trace, running
 
 OPS = '''\
@@ -56,10 +52,13 @@ def root(x):
     # END EXERCISE 2.1
 '''
 
-EXERCISES = [Exercise("1.1", "double a number", "minidl/ops.py", "multiply", check=lambda: None),
-             Exercise("1.2", "square: forward and backward", "minidl/ops.py", "d(x^2)/dx = 2x",
-                      check=lambda: None),
-             Exercise("2.1", "square root", "minidl/ops.py", "math has it", check=lambda: None)]
+EXERCISES = [
+    Exercise("1.1", "double a number", "minidl/ops.py", "multiply", check=lambda: None),
+    Exercise(
+        "1.2", "square: forward and backward", "minidl/ops.py", "d(x^2)/dx = 2x", check=lambda: None
+    ),
+    Exercise("2.1", "square root", "minidl/ops.py", "math has it", check=lambda: None),
+]
 
 
 def make_package(root, ops=OPS, extra=None):
@@ -92,13 +91,19 @@ def tree(tmp_path):
 
 def test_every_region_becomes_a_raise_between_its_kept_markers(tree):
     out, regions = tree
-    assert [(r.exercise_id, r.begin) for r in regions] == [("1.1", 10), ("1.2", 18), ("1.2", 26),
-                                                            ("2.1", 32)]
+    assert [(r.exercise_id, r.begin) for r in regions] == [
+        ("1.1", 10),
+        ("1.2", 18),
+        ("1.2", 26),
+        ("2.1", 32),
+    ]
     text = (out / "minidl" / "ops.py").read_text()
     assert text.count("# BEGIN EXERCISE 1.2") == 2 and text.count("# END EXERCISE 1.2") == 2
     assert "y = 2 * y" not in text and "2 * x * g" not in text and "math.sqrt" not in text
-    assert ('    """Twice x."""\n    y = x\n    # BEGIN EXERCISE 1.1\n'
-            '    raise Unimplemented("1.1", "double a number")\n    # END EXERCISE 1.1\n') in text
+    assert (
+        '    """Twice x."""\n    y = x\n    # BEGIN EXERCISE 1.1\n'
+        '    raise Unimplemented("1.1", "double a number")\n    # END EXERCISE 1.1\n'
+    ) in text
     assert text.count('        raise Unimplemented("1.2", "square: forward and backward")\n') == 2
     # code before a region still runs; code after it stays
     assert "        if g is None:\n            return None\n" in text
@@ -144,8 +149,11 @@ def test_only_stubs_the_chosen_exercises(tmp_path):
     assert ops["double"](3) == 6 and ops["Square"]().backward(3.0, 1.0) == 6.0
     with pytest.raises(Unimplemented, match="exercise 2.1"):
         ops["root"](4.0)
-    assert region_states(tmp_path / "out", EXERCISES) == {"1.1": "written", "1.2": "written",
-                                                          "2.1": "to do"}
+    assert region_states(tmp_path / "out", EXERCISES) == {
+        "1.1": "written",
+        "1.2": "written",
+        "2.1": "to do",
+    }
 
 
 def test_trace_mode_keeps_the_solutions_and_records_each_region_once(tmp_path, monkeypatch):
@@ -160,8 +168,10 @@ def test_trace_mode_keeps_the_solutions_and_records_each_region_once(tmp_path, m
             assert ops["Square"]().backward(3.0, 1.0) == 6.0
     with running("2.1"):
         assert ops["root"](9.0) == 3.0
-    assert read_trace(trace) == {"1.2": {("1.2", "minidl/ops.py:18"), ("1.2", "minidl/ops.py:26")},
-                                 "2.1": {("2.1", "minidl/ops.py:32")}}
+    assert read_trace(trace) == {
+        "1.2": {("1.2", "minidl/ops.py:18"), ("1.2", "minidl/ops.py:26")},
+        "2.1": {("2.1", "minidl/ops.py:32")},
+    }
     assert len(trace.read_text().splitlines()) == 3
 
 
@@ -185,31 +195,49 @@ def marker_problems(tmp_path, source):
 
 GOOD = "def f(x):\n    # BEGIN EXERCISE 1.1\n    return x\n    # END EXERCISE 1.1\n"
 BAD = {
-    "unbalanced BEGIN": (GOOD.replace("    # END EXERCISE 1.1\n", ""),
-                         "minidl/bad.py:2: BEGIN EXERCISE 1.1 has no END EXERCISE 1.1 after it"),
-    "unbalanced END": (GOOD.replace("    # BEGIN EXERCISE 1.1\n", ""),
-                       "minidl/bad.py:3: END EXERCISE 1.1 has no BEGIN EXERCISE 1.1 before it"),
-    "nested": (GOOD.replace("    # BEGIN EXERCISE 1.1\n", 2 * "    # BEGIN EXERCISE 1.1\n")
-                   .replace("    # END EXERCISE 1.1\n", 2 * "    # END EXERCISE 1.1\n"),
-               "minidl/bad.py:3: BEGIN EXERCISE 1.1 is nested inside region 1.1 opened at line 2"),
-    "mismatched ids": (GOOD.replace("END EXERCISE 1.1", "END EXERCISE 1.2"),
-                       "minidl/bad.py:4: END EXERCISE 1.2 closes region 1.1 opened at line 2"),
-    "unregistered id": (GOOD.replace("1.1", "7.7") + GOOD.replace("f(x)", "g(x)"),
-                        "minidl/bad.py:2: region 7.7 has no registered exercise"),
-    "outside a function": ('''
+    "unbalanced BEGIN": (
+        GOOD.replace("    # END EXERCISE 1.1\n", ""),
+        "minidl/bad.py:2: BEGIN EXERCISE 1.1 has no END EXERCISE 1.1 after it",
+    ),
+    "unbalanced END": (
+        GOOD.replace("    # BEGIN EXERCISE 1.1\n", ""),
+        "minidl/bad.py:3: END EXERCISE 1.1 has no BEGIN EXERCISE 1.1 before it",
+    ),
+    "nested": (
+        GOOD.replace("    # BEGIN EXERCISE 1.1\n", 2 * "    # BEGIN EXERCISE 1.1\n").replace(
+            "    # END EXERCISE 1.1\n", 2 * "    # END EXERCISE 1.1\n"
+        ),
+        "minidl/bad.py:3: BEGIN EXERCISE 1.1 is nested inside region 1.1 opened at line 2",
+    ),
+    "mismatched ids": (
+        GOOD.replace("END EXERCISE 1.1", "END EXERCISE 1.2"),
+        "minidl/bad.py:4: END EXERCISE 1.2 closes region 1.1 opened at line 2",
+    ),
+    "unregistered id": (
+        GOOD.replace("1.1", "7.7") + GOOD.replace("f(x)", "g(x)"),
+        "minidl/bad.py:2: region 7.7 has no registered exercise",
+    ),
+    "outside a function": (
+        """
         # BEGIN EXERCISE 1.1
         X = 1
         # END EXERCISE 1.1
-        ''', "minidl/bad.py:2: region 1.1 is outside a function body"),
-    "in a class body": ('''
+        """,
+        "minidl/bad.py:2: region 1.1 is outside a function body",
+    ),
+    "in a class body": (
+        """
         def f():
             class A:
                 # BEGIN EXERCISE 1.1
                 x = 1
                 # END EXERCISE 1.1
             return A
-        ''', "minidl/bad.py:4: region 1.1 is outside a function body"),
-    "two blocks": ('''
+        """,
+        "minidl/bad.py:4: region 1.1 is outside a function body",
+    ),
+    "two blocks": (
+        """
         def f(x):
             if x:
                 # BEGIN EXERCISE 1.1
@@ -218,33 +246,48 @@ BAD = {
                 y = 2
                 # END EXERCISE 1.1
             return y
-        ''', "minidl/bad.py:4: region 1.1 spans more than one block"),
-    "part of a statement": ('''
+        """,
+        "minidl/bad.py:4: region 1.1 spans more than one block",
+    ),
+    "part of a statement": (
+        """
         def f(x):
             y = (x,
             # BEGIN EXERCISE 1.1
                  x)
             return y
             # END EXERCISE 1.1
-        ''', "minidl/bad.py:4: region 1.1 cuts the statement at line 3"),
-    "markers not at the statements' indentation": ('''
+        """,
+        "minidl/bad.py:4: region 1.1 cuts the statement at line 3",
+    ),
+    "markers not at the statements' indentation": (
+        """
         def f(x):
             for i in range(3):
             # BEGIN EXERCISE 1.1
                 x += i
             # END EXERCISE 1.1
             return x
-        ''', "minidl/bad.py:4: the markers of region 1.1 are indented 4 columns, its statements 8"),
-    "empty": ('''
+        """,
+        "minidl/bad.py:4: the markers of region 1.1 are indented 4 columns, its statements 8",
+    ),
+    "empty": (
+        """
         def f(x):
             # BEGIN EXERCISE 1.1
             # END EXERCISE 1.1
             return x
-        ''', "minidl/bad.py:3: region 1.1 holds no code"),
-    "malformed marker": (GOOD + "    # begin exercise 1.2\n",
-                         "minidl/bad.py:5: '# begin exercise 1.2' is not a marker"),
-    "trailing marker": (GOOD + "y = 1  # BEGIN EXERCISE 1.1\n",
-                        "minidl/bad.py:5: '# BEGIN EXERCISE 1.1' is not a marker"),
+        """,
+        "minidl/bad.py:3: region 1.1 holds no code",
+    ),
+    "malformed marker": (
+        GOOD + "    # begin exercise 1.2\n",
+        "minidl/bad.py:5: '# begin exercise 1.2' is not a marker",
+    ),
+    "trailing marker": (
+        GOOD + "y = 1  # BEGIN EXERCISE 1.1\n",
+        "minidl/bad.py:5: '# BEGIN EXERCISE 1.1' is not a marker",
+    ),
 }
 
 
@@ -256,16 +299,25 @@ def test_each_marker_problem_is_reported_with_its_file_and_line(tmp_path, case):
 
 
 def test_an_exercise_without_a_region_and_a_region_in_the_wrong_file_are_reported(tmp_path):
-    src = make_package(tmp_path / "src", extra={"other.py": "def g():\n    # BEGIN EXERCISE 9.1\n"
-                                                             "    pass\n    # END EXERCISE 9.1\n"})
-    exercises = EXERCISES + [Exercise("9.1", "elsewhere", "minidl/ops.py", "-", check=lambda: None),
-                             Exercise("9.2", "nowhere", "minidl/ops.py", "-", check=lambda: None)]
+    src = make_package(
+        tmp_path / "src",
+        extra={
+            "other.py": "def g():\n    # BEGIN EXERCISE 9.1\n    pass\n    # END EXERCISE 9.1\n"
+        },
+    )
+    exercises = EXERCISES + [
+        Exercise("9.1", "elsewhere", "minidl/ops.py", "-", check=lambda: None),
+        Exercise("9.2", "nowhere", "minidl/ops.py", "-", check=lambda: None),
+    ]
     with pytest.raises(MarkerError) as raised:
         write_student_tree(tmp_path / "out", root=src, exercises=exercises)
     assert raised.value.problems == [
         "minidl/other.py:2: region 9.1 is in this file, but exercise 9.1's path is minidl/ops.py",
-        ("minidl/ops.py: exercise 9.2 (nowhere) has no region: mark its code with "
-         "'# BEGIN EXERCISE 9.2' / '# END EXERCISE 9.2'")]
+        (
+            "minidl/ops.py: exercise 9.2 (nowhere) has no region: mark its code with "
+            "'# BEGIN EXERCISE 9.2' / '# END EXERCISE 9.2'"
+        ),
+    ]
     assert "minidl/other.py:2" in str(raised.value)
 
 
@@ -283,5 +335,6 @@ def test_markers_inside_strings_are_not_regions():
 def test_the_repository_markers_are_consistent():
     from minidl.exercises import catalogue, repository_root
     from minidl.exercises.student import validate
+
     regions, problems = find_regions(repository_root())
     assert problems + validate(regions, catalogue()) == []

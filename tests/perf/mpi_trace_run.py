@@ -1,4 +1,5 @@
 """Run by every rank under mpiexec (tests/perf/test_trace_mpi.py): trace, exchange, merge."""
+
 import sys
 
 import numpy as np

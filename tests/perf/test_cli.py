@@ -1,4 +1,5 @@
 """`minidl summary`, `profile`, `predict` and `train --trace` end to end, in-process."""
+
 import json
 import os
 
@@ -33,17 +34,45 @@ def test_profile_rows_and_coverage(capsys):
 
 
 def test_predict_with_a_roofline(capsys):
-    out = run(capsys, "predict", "--model", "lenet5", "--batch", "64", "--nodes", "1,2,8,128",
-              "--compute", "roofline", "--machine", "k80", "--scheme", "ring", "--compression", "4")
+    out = run(
+        capsys,
+        "predict",
+        "--model",
+        "lenet5",
+        "--batch",
+        "64",
+        "--nodes",
+        "1,2,8,128",
+        "--compute",
+        "roofline",
+        "--machine",
+        "k80",
+        "--scheme",
+        "ring",
+        "--compression",
+        "4",
+    )
     lines = out.splitlines()
-    assert "compression 4" in lines[0] and "60.3 KiB" in lines[0]        # 61,706 * 4 B / 4
+    assert "compression 4" in lines[0] and "60.3 KiB" in lines[0]  # 61,706 * 4 B / 4
     assert any(line.split()[:2] == ["128", "0.5"] and "n > B" in line for line in lines)
     assert "- n <= B: 128 nodes exceed the global batch 64 (b = B/n < 1)" in lines
 
 
 def test_predict_measures_each_local_batch_here(capsys):
-    out = run(capsys, "predict", "--model", "mlp", "--batch", "16", "--nodes", "1,2,4",
-              "--steps", "1", "--threads", "1")
+    out = run(
+        capsys,
+        "predict",
+        "--model",
+        "mlp",
+        "--batch",
+        "16",
+        "--nodes",
+        "1,2,4",
+        "--steps",
+        "1",
+        "--threads",
+        "1",
+    )
     assert "compute: measured here at b = 4, 8, 16" in out.splitlines()[0]
     assert out.splitlines()[-1].startswith("- per-sample efficiency at b=4 relative to b=16")
     with pytest.raises(SystemExit):
@@ -53,18 +82,35 @@ def test_predict_measures_each_local_batch_here(capsys):
 
 def test_train_trace_writes_a_timeline_of_every_layer(tmp_path, capsys):
     from minidl.data import DatasetNotFoundError, FashionMNIST
+
     try:
         FashionMNIST(train=False)
     except DatasetNotFoundError:
         pytest.skip("Fashion-MNIST not found (make data)")
     out_dir = str(tmp_path / "run")
-    out = run(capsys, "train", "--model", "lenet5", "--subset", "128", "--batch-size", "64",
-              "--epochs", "1", "--conv-algo", "im2col", "--no-progress", "--out", out_dir, "--trace")
+    out = run(
+        capsys,
+        "train",
+        "--model",
+        "lenet5",
+        "--subset",
+        "128",
+        "--batch-size",
+        "64",
+        "--epochs",
+        "1",
+        "--conv-algo",
+        "im2col",
+        "--no-progress",
+        "--out",
+        out_dir,
+        "--trace",
+    )
     path = os.path.join(out_dir, "trace.json")
     assert f"timeline: {path}" in out
     with open(path) as f:
         events = [e for e in json.load(f)["traceEvents"] if e["ph"] == "X"]
     assert {e["pid"] for e in events} == {0}
     backward = {e["name"] for e in events if e["cat"] == "backward"}
-    assert {"0", "3", "7", "9", "11"} <= backward                 # every layer with parameters
-    assert sum(e["name"] == "optimizer.step" for e in events) == 2   # 128 images, batch 64
+    assert {"0", "3", "7", "9", "11"} <= backward  # every layer with parameters
+    assert sum(e["name"] == "optimizer.step" for e in events) == 2  # 128 images, batch 64

@@ -6,11 +6,13 @@ interleaved with the measurements, on one BLAS thread so that other
 processes on the machine slow both sides alike; medians, and up to three
 attempts so that a burst of load elsewhere does not fail it.
 """
+
 import numpy as np
 import pytest
 import threadpoolctl
 
-from minidl import layers as L, models
+from minidl import layers as L
+from minidl import models
 from minidl.perf import count_model
 from minidl.perf.compute_model import MeasuredCompute, RooflineCompute, measure_compute
 from minidl.perf.machine import Machine
@@ -28,10 +30,10 @@ def test_roofline_times_follow_the_formula():
         flops = b * (2 * 4096 * 4096 + 4096)
         forward, backward = roof.step_time(b).layers["0"]
         assert forward == pytest.approx(max(flops / 1e12, (weights + acts) / 1e11) + 1e-6)
-        grad_flops = b * (2 * 4096 * 4096 + 4096)       # weight gradient only: first layer
+        grad_flops = b * (2 * 4096 * 4096 + 4096)  # weight gradient only: first layer
         assert backward == pytest.approx(max(grad_flops / 1e12, (weights + acts) / 1e11) + 1e-6)
     t1, t8 = (sum(roof.step_time(b).layers["0"]) for b in (1, 8))
-    assert t8 == pytest.approx(t1, rel=0.05)             # memory-bound: 8x the samples, same time
+    assert t8 == pytest.approx(t1, rel=0.05)  # memory-bound: 8x the samples, same time
 
 
 def test_calibration_scales_every_time_alike():
@@ -53,19 +55,19 @@ def test_measurements_are_interpolated_linearly_and_extrapolated_along_the_end_s
     for b in (4, 16, 24, 48, 64, 256):
         assert compute.step_time(b).total_s == pytest.approx(3 * 2e-3 + 1e-3 * b)
     superlinear = MeasuredCompute({b: fake_profile(b, 1e-3, 0.0) for b in (16, 32)})
-    superlinear.profiles[16].layers[0].forward_s = 0.005     # 16 -> 32 costs more than 2x
-    assert superlinear.step_time(4).total_s == pytest.approx(0.005 * 4 / 16)   # never below ideal
+    superlinear.profiles[16].layers[0].forward_s = 0.005  # 16 -> 32 costs more than 2x
+    assert superlinear.step_time(4).total_s == pytest.approx(0.005 * 4 / 16)  # never below ideal
 
 
 def test_measured_compute_predicts_lenet_iteration_times_within_20_percent():
     with threadpoolctl.threadpool_limits(1):
         model = models.lenet5(conv_algo="im2col")
-        plain = {b: TrainingStep(model, (1, 28, 28), b) for b in (48, 64)}   # 48 interpolated
+        plain = {b: TrainingStep(model, (1, 28, 28), b) for b in (48, 64)}  # 48 interpolated
         for step in plain.values():
             step.run()
         for attempt in range(3):
             predicted, measured = {b: [] for b in plain}, {b: [] for b in plain}
-            for _ in range(7):          # interleaved, so that both sides see the same load
+            for _ in range(7):  # interleaved, so that both sides see the same load
                 compute = measure_compute(model, (1, 28, 28), [32, 64], steps=1, warmup=1)
                 for b, step in plain.items():
                     predicted[b].append(compute.step_time(b).total_s)

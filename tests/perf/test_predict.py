@@ -5,6 +5,7 @@ ideally; Ben-Nun & Hoefler's allreduce formulas (Ben-Nun & Hoefler 2019, §2.5)
 when only communication costs; the stalling points Keuper & Pfreundt (2016)
 report for AlexNet (B = 256, K80, binary tree over FDR InfiniBand).
 """
+
 import math
 
 import pytest
@@ -17,7 +18,7 @@ from minidl.perf.predict import efficiency_by_kind, explain, predict_scaling
 from minidl.perf.zoo import build_named
 
 FREE = Network(0.0, float("inf"))
-POWERS = [2 ** k for k in range(9)]
+POWERS = [2**k for k in range(9)]
 
 
 class IdealCompute:
@@ -50,12 +51,12 @@ def test_amdahl_numbers_of_keuper_and_pfreundt_figure_12():
 
 
 ALPHA, BETA, M = 2e-6, 1 / 5e9, 40e6
-SURVEY = {   # §2.5, gamma = 0, P a power of two
+SURVEY = {  # §2.5, gamma = 0, P a power of two
     "ring": lambda p: 2 * (p - 1) * (ALPHA + M / p * BETA),
     "tree": lambda p: 2 * math.log2(p) * (ALPHA + M * BETA),
     "butterfly": lambda p: math.log2(p) * (ALPHA + M * BETA),
     "rabenseifner": lambda p: 2 * ALPHA * math.log2(p) + 2 * M * BETA * (p - 1) / p,
-    "ps": lambda p: 2 * (p - 1) * (ALPHA + M * BETA),     # Keuper & Pfreundt: 2(n-1)M through one link
+    "ps": lambda p: 2 * (p - 1) * (ALPHA + M * BETA),  # Keuper & Pfreundt: 2(n-1)M through one link
 }
 
 
@@ -78,13 +79,13 @@ def test_local_batch_is_rounded_up_and_n_beyond_b_is_impossible():
 
 
 def test_overlap_hides_communication_behind_the_backward_pass_only():
-    network = Network(0.0, 1e9)   # 1 ms per MB
+    network = Network(0.0, 1e9)  # 1 ms per MB
     compute = IdealCompute(1e-3)  # b = 32 at n = 2: 16 ms of backward
-    tree_ms = 2 * 1 * 10          # 10 MB, 2 nodes: one round there and back
+    tree_ms = 2 * 1 * 10  # 10 MB, 2 nodes: one round there and back
     half = predict_scaling(compute, 64, [2], 10e6, network, "tree", overlap=0.5)[0]
     full = predict_scaling(compute, 64, [2], 10e6, network, "tree", overlap=1.0)[0]
     assert half.comm_s == pytest.approx(tree_ms / 2 * 1e-3)
-    assert full.comm_s == pytest.approx((tree_ms - 16) * 1e-3)    # only 16 ms of backward to hide in
+    assert full.comm_s == pytest.approx((tree_ms - 16) * 1e-3)  # only 16 ms of backward to hide in
 
 
 def test_bad_fractions_are_rejected():
@@ -105,7 +106,7 @@ def test_alexnet_is_communication_bound_beyond_a_few_nodes(alexnet_on_k80):
     compute, nbytes = alexnet_on_k80
     points = predict_scaling(compute, 256, POWERS, nbytes, NETWORKS["fdr-infiniband"], "tree")
     bound = [p.nodes for p in points if p.nodes > 1 and p.comm_s >= p.compute_s]
-    assert bound[0] == 8                           # "communication bound after only 4 to 8 nodes"
+    assert bound[0] == 8  # "communication bound after only 4 to 8 nodes"
     best = max(points, key=lambda p: p.speedup)
     assert best.nodes <= 8 and best.speedup < 3
     assert all(p.main_loss == "communication" for p in points[1:])
@@ -114,8 +115,8 @@ def test_alexnet_is_communication_bound_beyond_a_few_nodes(alexnet_on_k80):
 def test_fully_connected_layers_lose_efficiency_at_small_local_batches(alexnet_on_k80):
     compute, _ = alexnet_on_k80
     at_64, at_8 = efficiency_by_kind(compute, 256, 64), efficiency_by_kind(compute, 256, 8)
-    assert at_8["Linear"] < 0.5 < at_64["Linear"]          # stalls for b <= 32 ("degenerated" GEMMs)
-    assert at_8["Conv2d"] > 0.9                            # convolutions keep scaling
+    assert at_8["Linear"] < 0.5 < at_64["Linear"]  # stalls for b <= 32 ("degenerated" GEMMs)
+    assert at_8["Conv2d"] > 0.9  # convolutions keep scaling
     free = predict_scaling(compute, 256, POWERS, 0, FREE)
-    assert free[-1].speedup < 0.25 * 256                   # even free communication: far from linear
+    assert free[-1].speedup < 0.25 * 256  # even free communication: far from linear
     assert free[-1].main_loss == "small local batch"

@@ -3,6 +3,7 @@
 Oracle: layers that sleep for known durations in forward and in backward,
 so the expected times are known independently of the machine's speed.
 """
+
 import time
 
 import numpy as np
@@ -13,7 +14,7 @@ from minidl.autograd import Function
 from minidl.perf.profile import format_profile, profile_model
 
 FORWARD_S, BACKWARD_S = 0.06, 0.09
-SLACK = 0.03    # a loaded machine oversleeps; still half the smallest sleep
+SLACK = 0.03  # a loaded machine oversleeps; still half the smallest sleep
 
 
 class Sleep(Function):
@@ -51,9 +52,9 @@ def test_forward_and_backward_time_go_to_the_layer_that_spends_it():
     slow = by_name["1"]
     assert FORWARD_S <= slow.forward_s < FORWARD_S + SLACK
     assert BACKWARD_S <= slow.backward_s < BACKWARD_S + SLACK
-    for name in ("0", "2", "3"):            # neighbours do not inherit the sleeps
+    for name in ("0", "2", "3"):  # neighbours do not inherit the sleeps
         assert by_name[name].total_s < SLACK
-    assert profile.rows_s() <= profile.profiled_step_s      # disjoint pieces of one step
+    assert profile.rows_s() <= profile.profiled_step_s  # disjoint pieces of one step
     assert 2 * (FORWARD_S + BACKWARD_S) > profile.step_s >= FORWARD_S + BACKWARD_S
 
 
@@ -70,7 +71,7 @@ def test_memory_of_each_layer_covers_its_output():
     profile = profile_model(model, (64,), batch=32, steps=1, warmup=1)
     by_name = rows(profile)
     assert by_name["0"].output_bytes == 32 * 256 * 4
-    assert by_name["0"].retained_bytes >= 32 * 256 * 4          # the output stays for the next layer
+    assert by_name["0"].retained_bytes >= 32 * 256 * 4  # the output stays for the next layer
     assert by_name["0"].peak_bytes >= by_name["0"].retained_bytes
     assert by_name["2"].output_bytes == 32 * 10 * 4
 
@@ -79,7 +80,7 @@ def test_report_is_sorted_by_time_with_shares():
     model = L.Sequential(L.Linear(8, 16), Sleeper(), L.Linear(16, 4))
     text = format_profile(profile_model(model, (8,), batch=2, steps=1, warmup=1, memory=False))
     lines = text.splitlines()
-    assert lines[3].startswith("1 ") and "Sleeper" in lines[3]     # the slowest layer first
+    assert lines[3].startswith("1 ") and "Sleeper" in lines[3]  # the slowest layer first
     share = float(lines[3].split()[5].rstrip("%"))
     assert 50 < share <= 100
     assert "the rows cover" in lines[-1]

@@ -1,4 +1,5 @@
 """Chrome-trace timelines: the event format, the no-op default, merging ranks, a traced run."""
+
 import json
 import time
 
@@ -6,7 +7,8 @@ import numpy as np
 import pytest
 
 import minidl as md
-from minidl import functional as F, models, optim
+from minidl import functional as F
+from minidl import models, optim
 from minidl.perf import trace
 from minidl.perf.training_trace import TrainingTrace
 
@@ -23,17 +25,19 @@ def test_span_records_a_complete_event_in_microseconds():
     data = json.loads(json.dumps(tracer.to_json()))
     (span,) = complete_events(data)
     assert span["pid"] == 3 and span["name"] == "allreduce" and span["args"] == {"bytes": 1024}
-    assert 10_000 <= span["dur"] < 1_000_000          # microseconds
+    assert 10_000 <= span["dur"] < 1_000_000  # microseconds
     (gate,) = [e for e in data["traceEvents"] if e["ph"] == "i"]
     assert gate["tid"] != span["tid"] and gate["ts"] >= span["ts"] + span["dur"]
-    names = {(e["tid"], e["args"]["name"]) for e in data["traceEvents"] if e["name"] == "thread_name"}
+    names = {
+        (e["tid"], e["args"]["name"]) for e in data["traceEvents"] if e["name"] == "thread_name"
+    }
     assert names == {(span["tid"], "comm"), (gate["tid"], "wait")}
 
 
 def test_module_level_tracing_is_off_until_enabled():
     assert trace.current() is None
     first, second = trace.span("x"), trace.span("y", cat="comm")
-    assert first is second                    # the shared no-op, nothing allocated
+    assert first is second  # the shared no-op, nothing allocated
     with first:
         trace.instant("nothing")
     tracer = trace.enable(rank=1)
@@ -77,7 +81,7 @@ def test_run_trace_of_two_ranks_is_merged_by_rank_zero(tmp_path):
     for t in tracers:
         with t.span("allreduce", cat="comm"):
             pass
-    trace.write_run_trace(tracers[1], tmp_path, FakeComm(1))    # rank 1 writes its part first
+    trace.write_run_trace(tracers[1], tmp_path, FakeComm(1))  # rank 1 writes its part first
     path = trace.write_run_trace(tracers[0], tmp_path, FakeComm(0))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json"]
     with open(path) as f:
@@ -97,11 +101,15 @@ def test_traced_training_steps_show_every_layer_and_the_update(tmp_path):
         opt.step()
     with open(recording.finish(tmp_path)) as f:
         events = complete_events(json.load(f))
-    assert "forward" not in model[1].__dict__ and "step" not in opt.__dict__   # restored
+    assert "forward" not in model[1].__dict__ and "step" not in opt.__dict__  # restored
     names = {(e["cat"], e["name"]) for e in events}
     assert {("forward", str(i)) for i in range(4)} <= names
-    assert {("backward", "1"), ("backward", "2"), ("backward", "3")} <= names   # layer 1: first with params
+    assert {
+        ("backward", "1"),
+        ("backward", "2"),
+        ("backward", "3"),
+    } <= names  # layer 1: first with params
     assert sum(1 for e in events if e["name"] == "optimizer.step") == 2
     fwd = [e for e in events if e["cat"] == "forward"]
     bwd = [e for e in events if e["cat"] == "backward"]
-    assert max(e["ts"] for e in fwd[:4]) < min(e["ts"] for e in bwd)   # backward after forward
+    assert max(e["ts"] for e in fwd[:4]) < min(e["ts"] for e in bwd)  # backward after forward

@@ -1,5 +1,6 @@
 """The MPI fixtures of tests/distributed (``mpi_run``, ``run_checks``) for the reference tests,
 launching this folder's runner."""
+
 import pathlib
 
 import pytest

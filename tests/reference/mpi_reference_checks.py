@@ -5,6 +5,7 @@ A NAME is an exercise id (``6.1``: its check, called as the grader calls it,
 A passing rank prints ``CHECK <name> OK rank <r>``, which the tests count;
 an assertion aborts the whole job (non-zero exit).
 """
+
 import sys
 
 import numpy as np
@@ -19,6 +20,7 @@ from minidl.exercises.checks.collectives import check_allreduce, digest, exact_s
 from minidl.reference.dist import allreduce
 from minidl.reference.dist.buckets import BucketedDataParallel
 from tests.distributed.mpi_checks import run_named_checks
+
 
 def lengths(size):
     """Nothing, fewer elements than ranks, uneven blocks, primes, and a long array."""
@@ -38,7 +40,7 @@ def check_reference_sums(comm):
     size = comm.size
     cases, digests = [], []
     for algorithm in REFERENCE_ALGORITHMS:
-        textbook = getattr(allreduce, algorithm[:-len("_reference")])
+        textbook = getattr(allreduce, algorithm[: -len("_reference")])
         for length in lengths(size):
             for dtype, op in CASES:
                 inputs = [rank_input(r, length, dtype, seed=11) for r in range(size)]
@@ -64,10 +66,12 @@ def check_reference_sums(comm):
 
 def check_failure_reaches_every_rank(comm):
     """A wrong result on the last rank only: every rank raises that rank's failure."""
+
     def wrong_on_last_rank(comm, x):
         allreduce.ring(comm, x)
         if comm.rank == comm.size - 1 and x.size:
             x[0] += 1
+
     try:
         check_allreduce(comm, wrong_on_last_rank, "ring")
     except ExerciseFailure as failure:
@@ -79,8 +83,7 @@ def check_failure_reaches_every_rank(comm):
 
 def mlp(seed):
     md.manual_seed(seed)
-    return L.Sequential(L.Linear(6, 8, dtype="float64"), L.Tanh(),
-                        L.Linear(8, 3, dtype="float64"))
+    return L.Sequential(L.Linear(6, 8, dtype="float64"), L.Tanh(), L.Linear(8, 3, dtype="float64"))
 
 
 def train(model, opt, batches, part=slice(None)):
@@ -98,20 +101,38 @@ def check_bucketed_equivalence(comm):
     """
     local_batch, steps = 4, 3
     rng = np.random.default_rng(5)
-    batches = [(rng.standard_normal((local_batch * comm.size, 6)),
-                rng.integers(0, 3, local_batch * comm.size)) for _ in range(steps)]
+    batches = [
+        (
+            rng.standard_normal((local_batch * comm.size, 6)),
+            rng.integers(0, 3, local_batch * comm.size),
+        )
+        for _ in range(steps)
+    ]
     reference = mlp(100)
     train(reference, optim.Momentum(reference.parameters(), lr=0.1, momentum=0.9), batches)
     shard = slice(comm.rank * local_batch, (comm.rank + 1) * local_batch)
-    for algorithm, bucket_bytes in (("auto", 1 << 20), ("mpi", 200), ("ring_reference", 300),
-                                    ("rabenseifner_reference", 1)):
+    for algorithm, bucket_bytes in (
+        ("auto", 1 << 20),
+        ("mpi", 200),
+        ("ring_reference", 300),
+        ("rabenseifner_reference", 1),
+    ):
         model = mlp(100 + comm.rank)
-        opt = BucketedDataParallel(optim.Momentum(model.parameters(), lr=0.1, momentum=0.9), comm,
-                                   bucket_bytes=bucket_bytes, algorithm=algorithm)
+        opt = BucketedDataParallel(
+            optim.Momentum(model.parameters(), lr=0.1, momentum=0.9),
+            comm,
+            bucket_bytes=bucket_bytes,
+            algorithm=algorithm,
+        )
         train(model, opt, batches, shard)
         for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-            np.testing.assert_allclose(p.data, q.data, rtol=1e-12, atol=1e-14,
-                                       err_msg=f"{name}, {algorithm}, buckets of {bucket_bytes} B")
+            np.testing.assert_allclose(
+                p.data,
+                q.data,
+                rtol=1e-12,
+                atol=1e-14,
+                err_msg=f"{name}, {algorithm}, buckets of {bucket_bytes} B",
+            )
         weights = np.concatenate([p.data.ravel() for p in model.parameters()])
         assert len(set(comm.allgather_object(digest(weights)))) == 1, "replicas differ"
 

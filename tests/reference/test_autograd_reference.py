@@ -1,5 +1,6 @@
 """The reference autograd (minidl.reference.autograd.Value) against float64 central differences
 and against minidl's tuned autograd engine on the same expressions."""
+
 import numpy as np
 import pytest
 
@@ -10,7 +11,6 @@ from minidl.gradcheck import _central_differences
 from minidl.reference.autograd import Value, topological_order
 
 from ..core.test_gradcheck_ops import make_inputs, positive
-
 
 # (id, expression written once for Values and Tensors, input shapes)
 CASES = [
@@ -29,8 +29,11 @@ CASES = [
     ("relu", lambda a: a.relu(), [(3, 4)]),
     ("exp", lambda a: a.exp(), [(3, 4)]),
     ("log", lambda a: a.log(), [positive((3, 4))]),
-    ("shared_subexpressions", lambda a, b: ((a * b).relu() * (a * b) + (a - b).exp()).sum(axis=0),
-     [(3, 4), (3, 4)]),
+    (
+        "shared_subexpressions",
+        lambda a, b: ((a * b).relu() * (a * b) + (a - b).exp()).sum(axis=0),
+        [(3, 4), (3, 4)],
+    ),
     ("mlp_layer", lambda x, w, b: (x @ w + b).relu().mean(), [(5, 3), (3, 4), (4,)]),
 ]
 
@@ -54,12 +57,19 @@ def test_value_gradients_match_central_differences(fn, shapes, rng):
     v = rng.standard_normal(np.shape(fn(*[Value(a) for a in arrays]).data))
     _, grads = reference_gradients(fn, arrays, v)
     for i, (a, g) in enumerate(zip(arrays, grads)):
+
         def objective():
             return float((fn(*[Value(x) for x in arrays]).data * v).sum())
+
         numerical = _central_differences(objective, a, 1e-6)
         assert g.shape == a.shape, f"gradient of input {i} has shape {g.shape}, not {a.shape}"
-        np.testing.assert_allclose(g, numerical, rtol=1e-6, atol=1e-8,
-                                   err_msg=f"gradient of input {i} differs from central differences")
+        np.testing.assert_allclose(
+            g,
+            numerical,
+            rtol=1e-6,
+            atol=1e-8,
+            err_msg=f"gradient of input {i} differs from central differences",
+        )
 
 
 @pytest.mark.parametrize("fn,shapes", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -72,8 +82,13 @@ def test_value_matches_minidl_autograd(fn, shapes, rng):
     data, grads = reference_gradients(fn, arrays, v)
     np.testing.assert_allclose(data, out.numpy(), rtol=1e-12, atol=1e-14)
     for i, (t, g) in enumerate(zip(tensors, grads)):
-        np.testing.assert_allclose(g, t.grad, rtol=1e-10, atol=1e-12,
-                                   err_msg=f"gradient of input {i} differs from minidl.autograd")
+        np.testing.assert_allclose(
+            g,
+            t.grad,
+            rtol=1e-10,
+            atol=1e-12,
+            err_msg=f"gradient of input {i} differs from minidl.autograd",
+        )
 
 
 def test_topological_order_lists_each_value_once_after_its_parents():
@@ -81,7 +96,7 @@ def test_topological_order_lists_each_value_once_after_its_parents():
     h = a * b
     loss = (h + h * a).sum()
     order = topological_order(loss)
-    assert len(order) == len({id(v) for v in order}) == 6   # a, b, h, h*a, h + h*a, sum
+    assert len(order) == len({id(v) for v in order}) == 6  # a, b, h, h*a, h + h*a, sum
     position = {id(v): k for k, v in enumerate(order)}
     assert all(position[id(p)] < position[id(v)] for v in order for p in v.parents)
     assert order[-1] is loss
@@ -89,7 +104,7 @@ def test_topological_order_lists_each_value_once_after_its_parents():
 
 def test_a_value_used_twice_gets_both_contributions():
     x = Value(np.array([3.0, -1.0]))
-    (x * x + x).sum().backward()     # d/dx (x^2 + x) = 2x + 1
+    (x * x + x).sum().backward()  # d/dx (x^2 + x) = 2x + 1
     np.testing.assert_array_equal(x.grad, [7.0, -1.0])
 
 
@@ -123,11 +138,14 @@ def test_reference_mlp_trains_like_minidl(rng, device):
         ref.backward()
         assert float(ref.data) == pytest.approx(loss.item(), rel=1e-12)
         for t, v in zip(tensors, values):
-            np.testing.assert_allclose(backend.to_numpy(v.grad), backend.to_numpy(t.grad),
-                                       rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(
+                backend.to_numpy(v.grad), backend.to_numpy(t.grad), rtol=1e-9, atol=1e-12
+            )
         losses.append(loss.item())
-        tensors = [md.tensor(t.data - lr * t.grad, requires_grad=True, dtype="float64",
-                             device=device) for t in tensors]
+        tensors = [
+            md.tensor(t.data - lr * t.grad, requires_grad=True, dtype="float64", device=device)
+            for t in tensors
+        ]
         values = [Value(v.data - lr * v.grad) for v in values]
     assert losses[-1] < losses[0]
 

@@ -10,6 +10,7 @@ the distance between the two values the element can take (a two-point
 variable of range w has variance <= w^2 / 4). Tolerances are 5 of those
 standard errors; each test also shows that a biased rounding misses them.
 """
+
 import numpy as np
 import pytest
 
@@ -51,8 +52,9 @@ def test_fp16_round_trip_equals_the_tuned_one():
     for n in LENGTHS:
         v = vector(n)
         assert ref.fp16_encode(v).dtype == np.float16
-        np.testing.assert_array_equal(ref.fp16_decode(ref.fp16_encode(v)),
-                                      Float16().decode(Float16().encode(v), n))
+        np.testing.assert_array_equal(
+            ref.fp16_decode(ref.fp16_encode(v)), Float16().decode(Float16().encode(v), n)
+        )
 
 
 # ---- QSGD -----------------------------------------------------------------------------------
@@ -89,7 +91,7 @@ def test_qsgd_is_unbiased_and_within_its_variance_bound():
     nearest = np.sign(v) * np.round(np.abs(v) / norm * s) * norm / s  # biased rounding
     assert np.abs(nearest - v).max() > tolerance
     variance = np.mean([np.sum((q - v) ** 2) for q in draws])
-    assert variance <= min(v.size / s ** 2, np.sqrt(v.size) / s) * norm ** 2
+    assert variance <= min(v.size / s**2, np.sqrt(v.size) / s) * norm**2
 
 
 # ---- TernGrad -------------------------------------------------------------------------------
@@ -175,5 +177,5 @@ def test_error_feedback_removes_the_bias_of_scaled_sign():
         sent_sum += sent
         largest_residual = max(largest_residual, np.abs(residual).max())
     np.testing.assert_allclose(sent_sum + residual, steps * g, rtol=1e-12)
-    assert np.abs(plain - steps * g).max() > 0.1 * steps        # biased: error ~ steps
-    assert largest_residual < 0.01 * steps                        # bounded, not growing
+    assert np.abs(plain - steps * g).max() > 0.1 * steps  # biased: error ~ steps
+    assert largest_residual < 0.01 * steps  # bounded, not growing

@@ -1,4 +1,5 @@
 """The reference SSP gate, parameter server, EASGD and model averaging against their oracles."""
+
 import itertools
 import pathlib
 
@@ -29,8 +30,8 @@ def test_bsp_waits_for_everyone_and_asp_for_no_one():
     bsp, asp = WorkerClocks(2, 0), WorkerClocks(2, None)
     for clocks in (bsp, asp):
         clocks.tick(0)
-    assert not bsp.may_start(1)          # worker 1 has not finished clock 0
-    assert asp.may_start(1) and asp.may_start(10 ** 6)
+    assert not bsp.may_start(1)  # worker 1 has not finished clock 0
+    assert asp.may_start(1) and asp.may_start(10**6)
     bsp.tick(1)
     assert bsp.may_start(1)
 
@@ -54,8 +55,9 @@ def test_synchronous_easgd_is_the_slides_form_with_beta_n_alpha():
     new_workers, new_center = averaging.easgd_step(workers, center, grads, lr, rho)
     alpha = lr * rho
     beta = n * alpha
-    np.testing.assert_allclose(new_center, (1 - beta) * center + beta / n * sum(workers),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        new_center, (1 - beta) * center + beta / n * sum(workers), rtol=1e-12
+    )
     for x, g, new in zip(workers, grads, new_workers):
         np.testing.assert_allclose(new, x - lr * g - alpha * (x - center), rtol=1e-12)
 
@@ -112,11 +114,19 @@ def test_one_average_at_the_end_averages_independent_sgd_runs():
     matrices = [np.diag(rng.uniform(0.5, 2.0, dim)) for _ in range(n)]
     targets = replicas(rng, n, dim)
     start = replicas(rng, n, dim)
-    alone = [averaging.local_sgd([w], lambda _, x, t, i=i: matrices[i] @ (x - targets[i]), lr,
-                                 period=steps + 1, steps=steps)[0]
-             for i, w in enumerate(start)]
-    got = averaging.local_sgd(start, linear_gradient(matrices, targets), lr, period=steps,
-                              steps=steps)
+    alone = [
+        averaging.local_sgd(
+            [w],
+            lambda _, x, t, i=i: matrices[i] @ (x - targets[i]),
+            lr,
+            period=steps + 1,
+            steps=steps,
+        )[0]
+        for i, w in enumerate(start)
+    ]
+    got = averaging.local_sgd(
+        start, linear_gradient(matrices, targets), lr, period=steps, steps=steps
+    )
     for replica in got:
         np.testing.assert_allclose(replica, np.mean(alone, axis=0), rtol=1e-12)
 
@@ -137,9 +147,15 @@ def test_replicas_agree_right_after_an_average_and_drift_between():
 # ---- the parameter server, under mpiexec -----------------------------------------------------
 @pytest.mark.mpi
 def test_parameter_server_bsp_ssp_asp_and_the_exercise_check(run_checks):
-    run_checks(3, "bsp_is_synchronous_sgd", "ssp_bounds_staleness",
-               "asp_is_unbounded_and_applies_each_gradient_once", "exercise",
-               script=SCRIPT, timeout=60)
+    run_checks(
+        3,
+        "bsp_is_synchronous_sgd",
+        "ssp_bounds_staleness",
+        "asp_is_unbounded_and_applies_each_gradient_once",
+        "exercise",
+        script=SCRIPT,
+        timeout=60,
+    )
 
 
 @pytest.mark.mpi
@@ -147,5 +163,4 @@ def test_a_stubbed_exercise_region_ends_the_job_instead_of_hanging(mpi_run):
     result = mpi_run(3, SCRIPT, "stubbed_exercise_aborts", timeout=30)
     assert not result.timed_out, f"the job hung:\n{result.output}"
     assert result.returncode != 0
-    assert "exercise 8.2" in result.output and "aborting every rank" in result.output, \
-        result.output
+    assert "exercise 8.2" in result.output and "aborting every rank" in result.output, result.output

@@ -3,6 +3,7 @@
 The MPI tests launch ``mpi_reference_checks.py`` under mpiexec, with the
 fixtures of tests/distributed (each launch has a timeout).
 """
+
 import inspect
 
 import numpy as np
@@ -22,7 +23,8 @@ OUR_EXERCISES = [e.id for e in catalogue() if e.path in PATHS]
 def test_reference_algorithms_are_registered_apart_from_the_tuned_ones():
     assert collectives.ALLREDUCE_ALGORITHMS == ("mpi", "ring", "butterfly", "tree", "rabenseifner")
     assert tuple(collectives.REFERENCE_ALGORITHMS) == tuple(
-        f"{name}_reference" for name in collectives.ALLREDUCE_ALGORITHMS[1:])
+        f"{name}_reference" for name in collectives.ALLREDUCE_ALGORITHMS[1:]
+    )
     for name in collectives.REFERENCE_ALGORITHMS:
         assert collectives.check_algorithm(name, allow_auto=False) == name
     with pytest.raises(ValueError, match="ring_reference"):
@@ -36,8 +38,9 @@ def test_auto_never_picks_a_reference_algorithm():
     tuned = set(collectives.ALLREDUCE_ALGORITHMS)
     assert {allreduce_cost.choose_by_rule(1 << k) for k in range(34)} <= tuned
     params = allreduce_cost.CostParams(alpha=1e-6, beta=1e-10, gamma=1e-10)
-    assert {allreduce_cost.choose(1 << k, size, params) for k in range(0, 34, 3)
-            for size in (2, 3, 8)} <= tuned
+    assert {
+        allreduce_cost.choose(1 << k, size, params) for k in range(0, 34, 3) for size in (2, 3, 8)
+    } <= tuned
     measured = inspect.signature(allreduce_cost.choose_by_measurement).parameters["algorithms"]
     assert set(measured.default) <= tuned
 

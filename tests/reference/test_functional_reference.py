@@ -1,12 +1,14 @@
 """The reference layer formulas (minidl.reference.functional) against float64 central
 differences (md.gradcheck), the tuned minidl.functional ops and PyTorch."""
+
 import numpy as np
 import pytest
 
 import minidl as md
 from minidl import backend
 from minidl import functional as F
-from minidl.reference.functional import dropout, tensor_ops as R
+from minidl.reference.functional import dropout
+from minidl.reference.functional import tensor_ops as R
 
 from ..conftest import compare_with_torch
 
@@ -20,35 +22,81 @@ CASES = [
     ("relu", R.relu, F.relu, [(3, 4)]),
     ("sigmoid", R.sigmoid, F.sigmoid, [(3, 4)]),
     ("tanh", R.tanh, F.tanh, [(3, 4)]),
-    ("softmax_cross_entropy", lambda z: R.softmax_cross_entropy(z, labels=LABELS),
-     lambda z: F.cross_entropy(z, LABELS), [(5, 5)]),
-    ("max_pool_2x2", lambda x: R.max_pool(x, kernel_size=2), lambda x: F.max_pool2d(x, 2),
-     [(2, 3, 6, 6)]),
-    ("max_pool_overlap_pad", lambda x: R.max_pool(x, kernel_size=3, stride=2, padding=1),
-     lambda x: F.max_pool2d(x, 3, stride=2, padding=1), [(2, 2, 7, 6)]),
-    ("max_pool_rect", lambda x: R.max_pool(x, kernel_size=(2, 3), stride=(1, 2)),
-     lambda x: F.max_pool2d(x, (2, 3), stride=(1, 2)), [(1, 2, 5, 7)]),
-    ("avg_pool_overlap_pad", lambda x: R.avg_pool(x, kernel_size=3, stride=2, padding=1),
-     lambda x: F.avg_pool2d(x, 3, stride=2, padding=1), [(2, 2, 7, 6)]),
-    ("avg_pool_2x2", lambda x: R.avg_pool(x, kernel_size=2), lambda x: F.avg_pool2d(x, 2),
-     [(2, 3, 4, 6)]),
-    ("batch_norm_train_nchw", lambda x, g, b: R.batch_norm(x, g, b, training=True),
-     lambda x, g, b: F.batch_norm(x, weight=g, bias=b, training=True), [(4, 3, 3, 2), (3,), (3,)]),
-    ("batch_norm_train_nc", lambda x, g, b: R.batch_norm(x, g, b, training=True),
-     lambda x, g, b: F.batch_norm(x, weight=g, bias=b, training=True), [(5, 4), (4,), (4,)]),
-    ("lrn_odd", lambda x: R.lrn(x, size=5, alpha=0.5, beta=0.6, k=2.0),
-     lambda x: F.local_response_norm(x, 5, alpha=0.5, beta=0.6, k=2.0), [(2, 7, 2, 3)]),
-    ("lrn_even", lambda x: R.lrn(x, size=4, alpha=0.3, beta=0.75, k=1.5),
-     lambda x: F.local_response_norm(x, 4, alpha=0.3, beta=0.75, k=1.5), [(2, 6, 3, 3)]),
-    ("lrn_alexnet", lambda x: R.lrn(x, size=5, alpha=5e-4, beta=0.75, k=2.0),
-     lambda x: F.local_response_norm(x, 5, alpha=5e-4, beta=0.75, k=2.0), [(1, 8, 2, 2)]),
+    (
+        "softmax_cross_entropy",
+        lambda z: R.softmax_cross_entropy(z, labels=LABELS),
+        lambda z: F.cross_entropy(z, LABELS),
+        [(5, 5)],
+    ),
+    (
+        "max_pool_2x2",
+        lambda x: R.max_pool(x, kernel_size=2),
+        lambda x: F.max_pool2d(x, 2),
+        [(2, 3, 6, 6)],
+    ),
+    (
+        "max_pool_overlap_pad",
+        lambda x: R.max_pool(x, kernel_size=3, stride=2, padding=1),
+        lambda x: F.max_pool2d(x, 3, stride=2, padding=1),
+        [(2, 2, 7, 6)],
+    ),
+    (
+        "max_pool_rect",
+        lambda x: R.max_pool(x, kernel_size=(2, 3), stride=(1, 2)),
+        lambda x: F.max_pool2d(x, (2, 3), stride=(1, 2)),
+        [(1, 2, 5, 7)],
+    ),
+    (
+        "avg_pool_overlap_pad",
+        lambda x: R.avg_pool(x, kernel_size=3, stride=2, padding=1),
+        lambda x: F.avg_pool2d(x, 3, stride=2, padding=1),
+        [(2, 2, 7, 6)],
+    ),
+    (
+        "avg_pool_2x2",
+        lambda x: R.avg_pool(x, kernel_size=2),
+        lambda x: F.avg_pool2d(x, 2),
+        [(2, 3, 4, 6)],
+    ),
+    (
+        "batch_norm_train_nchw",
+        lambda x, g, b: R.batch_norm(x, g, b, training=True),
+        lambda x, g, b: F.batch_norm(x, weight=g, bias=b, training=True),
+        [(4, 3, 3, 2), (3,), (3,)],
+    ),
+    (
+        "batch_norm_train_nc",
+        lambda x, g, b: R.batch_norm(x, g, b, training=True),
+        lambda x, g, b: F.batch_norm(x, weight=g, bias=b, training=True),
+        [(5, 4), (4,), (4,)],
+    ),
+    (
+        "lrn_odd",
+        lambda x: R.lrn(x, size=5, alpha=0.5, beta=0.6, k=2.0),
+        lambda x: F.local_response_norm(x, 5, alpha=0.5, beta=0.6, k=2.0),
+        [(2, 7, 2, 3)],
+    ),
+    (
+        "lrn_even",
+        lambda x: R.lrn(x, size=4, alpha=0.3, beta=0.75, k=1.5),
+        lambda x: F.local_response_norm(x, 4, alpha=0.3, beta=0.75, k=1.5),
+        [(2, 6, 3, 3)],
+    ),
+    (
+        "lrn_alexnet",
+        lambda x: R.lrn(x, size=5, alpha=5e-4, beta=0.75, k=2.0),
+        lambda x: F.local_response_norm(x, 5, alpha=5e-4, beta=0.75, k=2.0),
+        [(1, 8, 2, 2)],
+    ),
 ]
 IDS = [c[0] for c in CASES]
 
 
 def make_inputs(shapes, rng, dtype="float64", device="cpu"):
-    return [md.tensor(rng.standard_normal(s), requires_grad=True, dtype=dtype, device=device)
-            for s in shapes]
+    return [
+        md.tensor(rng.standard_normal(s), requires_grad=True, dtype=dtype, device=device)
+        for s in shapes
+    ]
 
 
 @pytest.mark.parametrize("ref,shapes", [(c[1], c[3]) for c in CASES], ids=IDS)
@@ -69,8 +117,13 @@ def test_reference_matches_the_tuned_op(ref, tuned, shapes, dtype, tol, rng, dev
     expected.backward(g)
     for i, (a, b) in enumerate(zip(mine, theirs)):
         assert a.grad.dtype == b.grad.dtype
-        np.testing.assert_allclose(backend.to_numpy(a.grad), backend.to_numpy(b.grad), rtol=tol,
-                                   atol=tol, err_msg=f"gradient of input {i} differs")
+        np.testing.assert_allclose(
+            backend.to_numpy(a.grad),
+            backend.to_numpy(b.grad),
+            rtol=tol,
+            atol=tol,
+            err_msg=f"gradient of input {i} differs",
+        )
 
 
 # (id, reference op, the same op in PyTorch as a function of torch.nn.functional and the inputs, shapes)
@@ -79,24 +132,48 @@ TORCH_CASES = [
     ("relu", R.relu, lambda tf, x: tf.relu(x), [(3, 4)]),
     ("sigmoid", R.sigmoid, lambda tf, x: x.sigmoid(), [(3, 4)]),
     ("tanh", R.tanh, lambda tf, x: x.tanh(), [(3, 4)]),
-    ("softmax_cross_entropy", lambda z: R.softmax_cross_entropy(z, labels=LABELS),
-     lambda tf, z: tf.cross_entropy(z, z.new_tensor(LABELS).long()), [(5, 5)]),
-    ("max_pool_overlap_pad", lambda x: R.max_pool(x, kernel_size=3, stride=2, padding=1),
-     lambda tf, x: tf.max_pool2d(x, 3, stride=2, padding=1), [(2, 2, 7, 6)]),
-    ("avg_pool_overlap_pad", lambda x: R.avg_pool(x, kernel_size=3, stride=2, padding=1),
-     lambda tf, x: tf.avg_pool2d(x, 3, stride=2, padding=1), [(2, 2, 7, 6)]),
-    ("batch_norm_train", lambda x, g, b: R.batch_norm(x, g, b, training=True),
-     lambda tf, x, g, b: tf.batch_norm(x, None, None, g, b, training=True),
-     [(4, 3, 3, 2), (3,), (3,)]),
-    ("lrn_even", lambda x: R.lrn(x, size=4, alpha=0.3, beta=0.75, k=1.5),
-     lambda tf, x: tf.local_response_norm(x, 4, alpha=0.3, beta=0.75, k=1.5), [(2, 6, 3, 3)]),
-    ("lrn_odd", lambda x: R.lrn(x, size=5, alpha=0.5, beta=0.6, k=2.0),
-     lambda tf, x: tf.local_response_norm(x, 5, alpha=0.5, beta=0.6, k=2.0), [(2, 7, 2, 3)]),
+    (
+        "softmax_cross_entropy",
+        lambda z: R.softmax_cross_entropy(z, labels=LABELS),
+        lambda tf, z: tf.cross_entropy(z, z.new_tensor(LABELS).long()),
+        [(5, 5)],
+    ),
+    (
+        "max_pool_overlap_pad",
+        lambda x: R.max_pool(x, kernel_size=3, stride=2, padding=1),
+        lambda tf, x: tf.max_pool2d(x, 3, stride=2, padding=1),
+        [(2, 2, 7, 6)],
+    ),
+    (
+        "avg_pool_overlap_pad",
+        lambda x: R.avg_pool(x, kernel_size=3, stride=2, padding=1),
+        lambda tf, x: tf.avg_pool2d(x, 3, stride=2, padding=1),
+        [(2, 2, 7, 6)],
+    ),
+    (
+        "batch_norm_train",
+        lambda x, g, b: R.batch_norm(x, g, b, training=True),
+        lambda tf, x, g, b: tf.batch_norm(x, None, None, g, b, training=True),
+        [(4, 3, 3, 2), (3,), (3,)],
+    ),
+    (
+        "lrn_even",
+        lambda x: R.lrn(x, size=4, alpha=0.3, beta=0.75, k=1.5),
+        lambda tf, x: tf.local_response_norm(x, 4, alpha=0.3, beta=0.75, k=1.5),
+        [(2, 6, 3, 3)],
+    ),
+    (
+        "lrn_odd",
+        lambda x: R.lrn(x, size=5, alpha=0.5, beta=0.6, k=2.0),
+        lambda tf, x: tf.local_response_norm(x, 5, alpha=0.5, beta=0.6, k=2.0),
+        [(2, 7, 2, 3)],
+    ),
 ]
 
 
-@pytest.mark.parametrize("ref,theirs,shapes", [c[1:] for c in TORCH_CASES],
-                         ids=[c[0] for c in TORCH_CASES])
+@pytest.mark.parametrize(
+    "ref,theirs,shapes", [c[1:] for c in TORCH_CASES], ids=[c[0] for c in TORCH_CASES]
+)
 def test_reference_matches_torch(ref, theirs, shapes, rng):
     tf = pytest.importorskip("torch").nn.functional
     arrays = [rng.standard_normal(s) for s in shapes]
@@ -119,8 +196,10 @@ def test_max_pool_ties_agree_with_the_tuned_op_and_torch(rng):
     x = rng.integers(0, 3, (2, 3, 7, 7)).astype(np.float64)
     g = rng.standard_normal((2, 3, 4, 4))
     grads = []
-    for op in (lambda t: R.max_pool(t, kernel_size=3, stride=2, padding=1),
-               lambda t: F.max_pool2d(t, 3, stride=2, padding=1)):
+    for op in (
+        lambda t: R.max_pool(t, kernel_size=3, stride=2, padding=1),
+        lambda t: F.max_pool2d(t, 3, stride=2, padding=1),
+    ):
         t = md.tensor(x, requires_grad=True, dtype="float64")
         op(t).backward(md.tensor(g, dtype="float64"))
         grads.append(t.grad)
@@ -132,17 +211,33 @@ def test_max_pool_ties_agree_with_the_tuned_op_and_torch(rng):
 
 def test_batch_norm_training_updates_running_statistics_like_the_tuned_op_and_torch(rng):
     torch = pytest.importorskip("torch")
-    x, g, b = rng.standard_normal((6, 3, 2, 2)) * 2 + 1, rng.standard_normal(3), rng.standard_normal(3)
+    x, g, b = (
+        rng.standard_normal((6, 3, 2, 2)) * 2 + 1,
+        rng.standard_normal(3),
+        rng.standard_normal(3),
+    )
     mean, var = rng.standard_normal(3), rng.uniform(0.5, 2, 3)
     stats = {"ref": (mean.copy(), var.copy()), "tuned": (mean.copy(), var.copy())}
     as_tensors = [md.tensor(a, requires_grad=True, dtype="float64") for a in (x, g, b)]
-    R.batch_norm(*as_tensors, running_mean=stats["ref"][0], running_var=stats["ref"][1],
-                 training=True, momentum=0.2)
-    F.batch_norm(as_tensors[0], *stats["tuned"], weight=as_tensors[1], bias=as_tensors[2],
-                 training=True, momentum=0.2)
+    R.batch_norm(
+        *as_tensors,
+        running_mean=stats["ref"][0],
+        running_var=stats["ref"][1],
+        training=True,
+        momentum=0.2,
+    )
+    F.batch_norm(
+        as_tensors[0],
+        *stats["tuned"],
+        weight=as_tensors[1],
+        bias=as_tensors[2],
+        training=True,
+        momentum=0.2,
+    )
     rm, rv = torch.tensor(mean), torch.tensor(var)
-    torch.nn.functional.batch_norm(torch.tensor(x), rm, rv, torch.tensor(g), torch.tensor(b),
-                                   training=True, momentum=0.2)
+    torch.nn.functional.batch_norm(
+        torch.tensor(x), rm, rv, torch.tensor(g), torch.tensor(b), training=True, momentum=0.2
+    )
     for a, c, t in zip(stats["ref"], stats["tuned"], (rm.numpy(), rv.numpy())):
         np.testing.assert_allclose(a, c, rtol=1e-12)
         np.testing.assert_allclose(a, t, rtol=1e-12)
@@ -156,6 +251,7 @@ def test_batch_norm_eval_uses_the_running_statistics(rng):
 
     def eval_bn(*t):
         return R.batch_norm(*t, running_mean=mean, running_var=var, training=False)
+
     y = eval_bn(*tensors)
     np.testing.assert_allclose(y.numpy(), g * (x - mean) / np.sqrt(var + 1e-5) + b, rtol=1e-12)
     np.testing.assert_array_equal(mean, kept[0])
@@ -187,7 +283,7 @@ def test_dropout_draws_the_tuned_op_s_mask_from_the_same_seed(rng):
 def test_dropout_keeps_the_expected_fraction_and_is_the_identity_in_evaluation(rng):
     x = np.ones((200, 100))
     y, mask = dropout.dropout_forward(x, 0.25, np.random.default_rng(0))
-    assert abs((mask > 0).mean() - 0.75) < 0.01       # 20000 draws: std 0.003
+    assert abs((mask > 0).mean() - 0.75) < 0.01  # 20000 draws: std 0.003
     assert abs(y.mean() - 1.0) < 0.02
     y, mask = dropout.dropout_forward(x, 0.25, np.random.default_rng(0), training=False)
     np.testing.assert_array_equal(y, x)
@@ -209,13 +305,18 @@ REFERENCE_OPS = (
     lambda x: R.lrn(x, size=3, alpha=0.3, beta=0.75, k=2.0),
     lambda x: R.max_pool(x, kernel_size=2),
     lambda x, g, b, m, v: R.batch_norm(x, g, b, running_mean=m, running_var=v, training=True),
-    R.linear, R.relu,
-    lambda z, y: R.softmax_cross_entropy(z, labels=y))
+    R.linear,
+    R.relu,
+    lambda z, y: R.softmax_cross_entropy(z, labels=y),
+)
 TUNED_OPS = (
     lambda x: F.local_response_norm(x, 3, alpha=0.3, beta=0.75, k=2.0),
     lambda x: F.max_pool2d(x, 2),
     lambda x, g, b, m, v: F.batch_norm(x, m, v, weight=g, bias=b, training=True),
-    F.linear, F.relu, F.cross_entropy)
+    F.linear,
+    F.relu,
+    F.cross_entropy,
+)
 
 
 def test_a_small_model_on_reference_ops_matches_the_tuned_ops(rng, device):
@@ -231,8 +332,13 @@ def test_a_small_model_on_reference_ops_matches_the_tuned_ops(rng, device):
         stats = (xp.zeros(16), xp.ones(16))
         loss = small_model(ops, xt, params, stats, labels)
         loss.backward()
-        runs.append((loss.item(), [backend.to_numpy(t.grad) for t in [xt] + params],
-                     [backend.to_numpy(s) for s in stats]))
+        runs.append(
+            (
+                loss.item(),
+                [backend.to_numpy(t.grad) for t in [xt] + params],
+                [backend.to_numpy(s) for s in stats],
+            )
+        )
     (loss_ref, grads_ref, stats_ref), (loss_tuned, grads_tuned, stats_tuned) = runs
     assert loss_ref == pytest.approx(loss_tuned, rel=1e-12)
     for i, (a, b) in enumerate(zip(grads_ref, grads_tuned)):

@@ -6,6 +6,7 @@ without weight decay; the tuned optimizers and PyTorch's are the oracles.
 ``ReferenceOptimizer`` then trains a small classifier to the same weights as
 the tuned optimizer.
 """
+
 import numpy as np
 import pytest
 
@@ -58,8 +59,9 @@ def torch_trajectory(name, weight_decay, seed=0):
     cls_name, fixed = CASES[name][1]
     w0, gradient = quadratic(seed)
     param = torch.tensor(w0.copy(), requires_grad=True)
-    opt = getattr(torch.optim, cls_name)([param], weight_decay=weight_decay, **fixed,
-                                         **CASES[name][2])
+    opt = getattr(torch.optim, cls_name)(
+        [param], weight_decay=weight_decay, **fixed, **CASES[name][2]
+    )
     path = []
     for t in range(STEPS):
         param.grad = torch.tensor(gradient(t, param.detach().numpy()))
@@ -69,8 +71,9 @@ def torch_trajectory(name, weight_decay, seed=0):
 
 
 def reference_trajectory(name, weight_decay):
-    return minidl_trajectory(lambda ps: ReferenceOptimizer(ps, name, weight_decay=weight_decay,
-                                                           **CASES[name][2]))
+    return minidl_trajectory(
+        lambda ps: ReferenceOptimizer(ps, name, weight_decay=weight_decay, **CASES[name][2])
+    )
 
 
 @pytest.mark.parametrize("weight_decay", WEIGHT_DECAYS)
@@ -87,8 +90,9 @@ def test_rule_follows_the_tuned_optimizer(name, weight_decay):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_rule_follows_torch_optim(name, weight_decay):
     theirs = torch_trajectory(name, weight_decay)
-    np.testing.assert_allclose(reference_trajectory(name, weight_decay), theirs, rtol=1e-11,
-                               atol=1e-13)
+    np.testing.assert_allclose(
+        reference_trajectory(name, weight_decay), theirs, rtol=1e-11, atol=1e-13
+    )
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -130,7 +134,7 @@ def train(make_optimizer, steps=60):
     """(first loss, last loss, accuracy, parameters) of a 2-16-3 MLP trained full batch in float64."""
     md_seed = np.random.default_rng(11)
     model = L.Sequential(L.Linear(2, 16), L.Tanh(), L.Linear(16, 3)).to("float64")
-    for p in model.parameters():   # the same start for every optimizer
+    for p in model.parameters():  # the same start for every optimizer
         p.data[...] = 0.5 * md_seed.standard_normal(p.shape)
     x, y = blobs()
     opt = make_optimizer(model.parameters())
@@ -146,16 +150,22 @@ def train(make_optimizer, steps=60):
     return losses[0], losses[-1], accuracy, [p.data.copy() for p in model.parameters()]
 
 
-TRAINING = {"sgd": dict(lr=0.5), "momentum": dict(lr=0.1, momentum=0.9),
-            "nesterov": dict(lr=0.1, momentum=0.9), "adagrad": dict(lr=0.3),
-            "rmsprop": dict(lr=0.02), "adam": dict(lr=0.05)}
+TRAINING = {
+    "sgd": dict(lr=0.5),
+    "momentum": dict(lr=0.1, momentum=0.9),
+    "nesterov": dict(lr=0.1, momentum=0.9),
+    "adagrad": dict(lr=0.3),
+    "rmsprop": dict(lr=0.02),
+    "adam": dict(lr=0.05),
+}
 
 
 @pytest.mark.parametrize("name", sorted(TRAINING))
 def test_reference_optimizer_trains_a_classifier_as_the_tuned_one_does(name):
     hyper = TRAINING[name]
     first, last, accuracy, ours = train(
-        lambda ps: ReferenceOptimizer(ps, name, weight_decay=1e-3, **hyper))
+        lambda ps: ReferenceOptimizer(ps, name, weight_decay=1e-3, **hyper)
+    )
     assert last < 0.3 * first and accuracy > 0.95
     tuned_class = CASES[name][0]
     *_, theirs = train(lambda ps: tuned_class(ps, weight_decay=1e-3, **hyper))
@@ -167,7 +177,7 @@ def test_any_function_of_w_g_and_state_is_a_rule():
     def sign_sgd(w, g, state, lr):
         return w - lr * np.sign(g), {"steps": state.get("steps", 0) + 1}
 
-    def frozen(w, g, state, lr):      # hands back the very state it got
+    def frozen(w, g, state, lr):  # hands back the very state it got
         return w, state
 
     param = Tensor(np.array([1.0, -2.0, 0.5]), requires_grad=True)
@@ -177,7 +187,7 @@ def test_any_function_of_w_g_and_state_is_a_rule():
         param.grad = np.array([3.0, -0.1, 0.0])
         opt.step()
     np.testing.assert_array_equal(param.data, [0.5, -1.5, 0.5])
-    assert opt.state == [{"steps": 2}, {}]        # a parameter without a gradient is skipped
+    assert opt.state == [{"steps": 2}, {}]  # a parameter without a gradient is skipped
     opt.zero_grad()
     assert param.grad is None and idle.grad is None
     opt.rule, param.grad = frozen, np.ones(3)
@@ -190,7 +200,7 @@ def test_schedules_and_clipping_of_minidl_optim_drive_the_reference_optimizer():
     opt = ReferenceOptimizer([param], "sgd", lr=1.0, clip_grad_norm=1.0)
     schedule = optim.StepLR(opt, step_size=1, gamma=0.5)
     for _ in range(2):
-        param.grad = np.full(4, 10.0)             # norm 20, clipped to 1: each step moves 0.5 * lr
+        param.grad = np.full(4, 10.0)  # norm 20, clipped to 1: each step moves 0.5 * lr
         opt.step()
         schedule.step()
     np.testing.assert_allclose(param.data, -np.full(4, 0.5 * (1.0 + 0.5)), rtol=1e-5)

@@ -1,5 +1,6 @@
 """The checks of exercises 1.x and 2.x: they pass on the reference code and fail, saying
 what differs, on typical wrong answers."""
+
 import numpy as np
 import pytest
 
@@ -32,6 +33,7 @@ def matmul_assigning(self, other):
     def _backward():
         self.grad = out.grad @ other.data.T
         other.grad = self.data.T @ out.grad
+
     out._backward = _backward
     return out
 
@@ -40,8 +42,11 @@ def batch_norm_ignoring_the_statistics(dout, cache):
     """Wrong: treats the batch mean and variance as constants."""
     _, inv_std, x_hat, gamma, _ = cache
     axes = batch_norm.channel_axes(dout)
-    return (dout * batch_norm.per_channel(gamma, dout.ndim) * inv_std,
-            (dout * x_hat).sum(axis=axes), dout.sum(axis=axes))
+    return (
+        dout * batch_norm.per_channel(gamma, dout.ndim) * inv_std,
+        (dout * x_hat).sum(axis=axes),
+        dout.sum(axis=axes),
+    )
 
 
 def max_pool_to_every_maximum(dout, cache):
@@ -58,8 +63,12 @@ def max_pool_to_every_maximum(dout, cache):
 
 MUTANTS = [
     ("1.1", autograd.Value, "backward", backward_in_topological_order),
-    ("1.1", autograd_checks, "topological_order",
-     lambda root: autograd.topological_order(root)[::-1]),   # children before parents
+    (
+        "1.1",
+        autograd_checks,
+        "topological_order",
+        lambda root: autograd.topological_order(root)[::-1],
+    ),  # children before parents
     ("1.2", autograd_checks, "unbroadcast", lambda grad, shape: grad.sum(axis=0)),
     ("1.3", autograd.Value, "__matmul__", matmul_assigning),
     ("2.1", linear, "linear_backward", lambda d, c: (d @ c[1], c[0].T @ d, d.sum(axis=0))),
@@ -71,10 +80,12 @@ MUTANTS = [
 ]
 
 
-@pytest.mark.parametrize("exercise_id,owner,name,wrong", MUTANTS,
-                         ids=[f"{m[0]}-{m[2]}" for m in MUTANTS])
-def test_check_fails_on_a_wrong_answer_and_says_what_differs(exercise_id, owner, name, wrong,
-                                                            monkeypatch):
+@pytest.mark.parametrize(
+    "exercise_id,owner,name,wrong", MUTANTS, ids=[f"{m[0]}-{m[2]}" for m in MUTANTS]
+)
+def test_check_fails_on_a_wrong_answer_and_says_what_differs(
+    exercise_id, owner, name, wrong, monkeypatch
+):
     monkeypatch.setattr(owner, name, wrong)
     with pytest.raises(exercises.ExerciseFailure, match="expected|missing|wrong shape|before"):
         exercises.get(exercise_id).check()

@@ -1,4 +1,5 @@
 """Checkpoints: exact round trip, atomic replacement, and clear errors for bad files."""
+
 import os
 
 import numpy as np
@@ -25,8 +26,9 @@ def trained_pair():
 
 def test_round_trip_restores_model_optimizer_and_metadata(tmp_path):
     model, opt = trained_pair()
-    path = save_checkpoint(str(tmp_path / "ckpt.npz"), model, opt, epoch=3, note="hi",
-                           rng=md.random.get_state())
+    path = save_checkpoint(
+        str(tmp_path / "ckpt.npz"), model, opt, epoch=3, note="hi", rng=md.random.get_state()
+    )
     ckpt = load_checkpoint(path)
     md.manual_seed(99)
     fresh = L.Sequential(L.Linear(6, 8), L.BatchNorm1d(8), L.ReLU(), L.Linear(8, 3))
@@ -57,6 +59,7 @@ def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
 
     def crash(*args, **kwargs):
         raise OSError("disk full")
+
     monkeypatch.setattr(np, "savez", crash)
     with pytest.raises(OSError, match="disk full"):
         save_checkpoint(path, model, opt, epoch=2)

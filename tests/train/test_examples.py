@@ -6,6 +6,7 @@ quick run, and its output must show the thing it teaches: a model that
 learned (chance is 10%), replicas that stayed identical, a staleness bound,
 error feedback rescuing top-k and sign, a table with a row per case.
 """
+
 import json
 import os
 import re
@@ -36,9 +37,14 @@ needs_data = pytest.mark.skipif(not _has_data(), reason="Fashion-MNIST not found
 
 
 def run_example(name, *args):
-    result = subprocess.run([sys.executable, os.path.join(EXAMPLES, name), *map(str, args)],
-                            capture_output=True, text=True, timeout=TIMEOUT, check=False,
-                            env={**os.environ, **ENV})
+    result = subprocess.run(
+        [sys.executable, os.path.join(EXAMPLES, name), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+        env={**os.environ, **ENV},
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout
 
@@ -47,8 +53,9 @@ def run_mpi_example(nprocs, name, *args):
     reason = mpi_unavailable_reason()
     if reason:
         pytest.skip(reason)
-    result = run_mpi(nprocs, [os.path.join(EXAMPLES, name), *map(str, args)], timeout=TIMEOUT,
-                     env=ENV)
+    result = run_mpi(
+        nprocs, [os.path.join(EXAMPLES, name), *map(str, args)], timeout=TIMEOUT, env=ENV
+    )
     assert not result.timed_out, f"hung for {result.seconds:.0f} s:\n{result.output[-2000:]}"
     assert result.returncode == 0, result.output[-2000:]
     return result.output
@@ -87,26 +94,47 @@ def test_lenet_example_learns_in_one_epoch():
 
 @needs_data
 def test_alexnet_small_example_learns_on_a_subset():
-    out = run_example("03_alexnet_small_fashion_mnist.py", "--epochs", 1, "--subset", 2000,
-                      "--test-subset", 1000)
+    out = run_example(
+        "03_alexnet_small_fashion_mnist.py", "--epochs", 1, "--subset", 2000, "--test-subset", 1000
+    )
     assert re.search(r"AlexNet-small: [\d,]+ parameters", out), out
     assert accuracies(out)[-1] >= 25.0, out
 
 
 @needs_data
 def test_optimizer_example_trains_all_six_rules_and_plots(tmp_path):
-    out = run_example("04_compare_optimizers.py", "--steps", 50, "--test-subset", 1000,
-                      "--out", tmp_path / "optimizers.png")
-    rows = dict(re.findall(r"^(\w+)\s+final loss [\d.]+\s+test accuracy ([\d.]+)%", out, re.MULTILINE))
+    out = run_example(
+        "04_compare_optimizers.py",
+        "--steps",
+        50,
+        "--test-subset",
+        1000,
+        "--out",
+        tmp_path / "optimizers.png",
+    )
+    rows = dict(
+        re.findall(r"^(\w+)\s+final loss [\d.]+\s+test accuracy ([\d.]+)%", out, re.MULTILINE)
+    )
     assert sorted(rows) == sorted(["sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam"])
     assert all(float(a) >= 25.0 for a in rows.values()), out
     assert (tmp_path / "optimizers.png").stat().st_size > 0
 
 
 def test_conv_example_times_every_algorithm_that_fits_and_plots(tmp_path):
-    out = run_example("05_conv_algorithms.py", "--layers", "lenet.conv2", "--batch-size", 1,
-                      "--repeats", 1, "--out", tmp_path / "conv.png")
-    errors = dict(re.findall(r"^lenet\.conv2\s+(\S+)\s+fwd .* error ([\d.e+-]+)", out, re.MULTILINE))
+    out = run_example(
+        "05_conv_algorithms.py",
+        "--layers",
+        "lenet.conv2",
+        "--batch-size",
+        1,
+        "--repeats",
+        1,
+        "--out",
+        tmp_path / "conv.png",
+    )
+    errors = dict(
+        re.findall(r"^lenet\.conv2\s+(\S+)\s+fwd .* error ([\d.e+-]+)", out, re.MULTILINE)
+    )
     # LeNet's 5x5 kernels: the 3x3 Winograd tiles cannot run and have no row
     assert sorted(errors) == ["auto", "direct", "fft", "im2col"], out
     assert all(float(e) < 1e-4 for e in errors.values()), out
@@ -114,11 +142,12 @@ def test_conv_example_times_every_algorithm_that_fits_and_plots(tmp_path):
 
 
 def test_allreduce_lab_measures_every_algorithm_at_each_size(tmp_path):
-    out = run_mpi_example(2, "06_allreduce_lab.py", tmp_path / "allreduce.png",
-                          "--sizes", "1K,64K")
+    out = run_mpi_example(2, "06_allreduce_lab.py", tmp_path / "allreduce.png", "--sizes", "1K,64K")
     for size in ("1 KiB", "64 KiB"):
         row = next(line for line in out.splitlines() if line.startswith(size))
-        assert len(re.findall(r"\d+\.\d+", row)) >= 5, row   # mpi, ring, butterfly, tree, rabenseifner
+        assert len(re.findall(r"\d+\.\d+", row)) >= 5, (
+            row
+        )  # mpi, ring, butterfly, tree, rabenseifner
     assert (tmp_path / "allreduce.png").stat().st_size > 0
 
 
@@ -131,8 +160,9 @@ def test_data_parallel_example_keeps_replicas_identical_and_learns():
 
 @needs_data
 def test_consistency_lab_bounds_the_staleness_by_ssp_s():
-    out = run_mpi_example(3, "08_consistency_lab.py", "--mode", "ssp:2", "--epochs", 1,
-                          "--subset", 4000)
+    out = run_mpi_example(
+        3, "08_consistency_lab.py", "--mode", "ssp:2", "--epochs", 1, "--subset", 4000
+    )
     assert int(re.search(r"staleness: mean [\d.]+, max (\d+)", out).group(1)) <= 2, out
     assert re.search(r"gradients per worker \[\d+, \d+\]", out), out
 
@@ -150,7 +180,9 @@ def test_compression_lab_shows_error_feedback_rescuing_topk_and_sign():
 def test_scaling_example_predicts_both_networks_and_plots(tmp_path):
     out = run_example("10_predict_scaling.py", "--out", tmp_path)
     assert "=== AlexNet" in out and "=== GoogLeNet" in out
-    assert len(re.findall(r"^\s*512\s", out, re.MULTILINE)) == 4, out   # tree and ring, both networks
+    assert len(re.findall(r"^\s*512\s", out, re.MULTILINE)) == 4, (
+        out
+    )  # tree and ring, both networks
     assert out.count("- best speedup") == 4, out
     assert (tmp_path / "predicted_speedup.png").stat().st_size > 0
 
@@ -162,15 +194,20 @@ def test_fit_example_trains_alone_on_workers_and_under_mpiexec(tmp_path):
     common = ("--subset", 1024, "--epochs", 1)
     alone = run_example("11_fit.py", *common, "--out", tmp_path / "alone")
     workers = run_example("11_fit.py", *common, "--workers", 2, "--out", tmp_path / "workers")
-    ranks = run_mpi_example(2, "11_fit.py", *common, "--dist", "--batch-size", 32,
-                            "--out", tmp_path / "mpi")
+    ranks = run_mpi_example(
+        2, "11_fit.py", *common, "--dist", "--batch-size", 32, "--out", tmp_path / "mpi"
+    )
     for out in (alone, workers, ranks):
         assert accuracies(out)[-1] > 40.0, out
-    sizes = [json.load(open(tmp_path / run / "config.json"))["world_size"]
-             for run in ("alone", "workers", "mpi")]
+    sizes = [
+        json.load(open(tmp_path / run / "config.json"))["world_size"]
+        for run in ("alone", "workers", "mpi")
+    ]
     assert sizes == [1, 2, 2]
-    with np.load(tmp_path / "workers" / "checkpoint.npz") as a, \
-            np.load(tmp_path / "mpi" / "checkpoint.npz") as b:
+    with (
+        np.load(tmp_path / "workers" / "checkpoint.npz") as a,
+        np.load(tmp_path / "mpi" / "checkpoint.npz") as b,
+    ):
         for key in a.files:
             if key.startswith("model/"):
                 np.testing.assert_array_equal(a[key], b[key], err_msg=key)

@@ -4,6 +4,7 @@ Runs in-process through ``minidl.cli.main`` so that each run costs seconds.
 The reliability rules (run directories, resume, divergence, errors) are
 tested in test_run_reliability.py.
 """
+
 import json
 import os
 
@@ -24,8 +25,23 @@ except DatasetNotFoundError:
 
 def train(tmp_path, name, *extra):
     out = str(tmp_path / name)
-    code = main(["train", "--model", "lenet5", "--subset", "640", "--batch-size", "32",
-                 "--conv-algo", "im2col", "--no-progress", "--out", out, *extra])
+    code = main(
+        [
+            "train",
+            "--model",
+            "lenet5",
+            "--subset",
+            "640",
+            "--batch-size",
+            "32",
+            "--conv-algo",
+            "im2col",
+            "--no-progress",
+            "--out",
+            out,
+            *extra,
+        ]
+    )
     return code, out
 
 
@@ -38,9 +54,24 @@ def test_two_epochs_straight_equal_one_plus_resume_plus_one(tmp_path):
     assert code == 0
     code, split = train(tmp_path, "split", "--epochs", "1")
     assert code == 0
-    code = main(["train", "--model", "lenet5", "--subset", "640", "--batch-size", "32",
-                 "--conv-algo", "im2col", "--no-progress", "--epochs", "2",
-                 "--resume", os.path.join(split, "checkpoint.npz")])
+    code = main(
+        [
+            "train",
+            "--model",
+            "lenet5",
+            "--subset",
+            "640",
+            "--batch-size",
+            "32",
+            "--conv-algo",
+            "im2col",
+            "--no-progress",
+            "--epochs",
+            "2",
+            "--resume",
+            os.path.join(split, "checkpoint.npz"),
+        ]
+    )
     assert code == 0
     a, b = weights(straight), weights(split)
     assert a.keys() == b.keys()
@@ -53,8 +84,23 @@ def test_two_epochs_straight_equal_one_plus_resume_plus_one(tmp_path):
 def test_resume_with_another_model_is_refused(tmp_path, capsys):
     _, run = train(tmp_path, "run", "--epochs", "1")
     capsys.readouterr()
-    assert main(["train", "--model", "mlp", "--subset", "64", "--no-progress", "--epochs", "2",
-                 "--resume", os.path.join(run, "checkpoint.npz")]) == 1
+    assert (
+        main(
+            [
+                "train",
+                "--model",
+                "mlp",
+                "--subset",
+                "64",
+                "--no-progress",
+                "--epochs",
+                "2",
+                "--resume",
+                os.path.join(run, "checkpoint.npz"),
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err
     assert "trained with --model lenet5, this run asks for mlp" in err
     assert "Traceback" not in err and err.count("\n") == 1
@@ -63,7 +109,12 @@ def test_resume_with_another_model_is_refused(tmp_path, capsys):
 def test_run_directory_holds_metrics_checkpoint_plot_and_eval_agrees(tmp_path, capsys):
     code, run = train(tmp_path, "run", "--epochs", "1")
     assert code == 0
-    assert sorted(os.listdir(run)) == ["checkpoint.npz", "config.json", "curves.png", "metrics.jsonl"]
+    assert sorted(os.listdir(run)) == [
+        "checkpoint.npz",
+        "config.json",
+        "curves.png",
+        "metrics.jsonl",
+    ]
     record = json.loads(open(os.path.join(run, "metrics.jsonl")).readline())
     assert record["epoch"] == 1 and 0 < record["test_acc"] <= 1
     capsys.readouterr()
@@ -99,9 +150,14 @@ def test_diverging_run_exits_nonzero_and_keeps_the_last_good_checkpoint(tmp_path
     assert [r["epoch"] for r in records] == [1]
 
 
-@pytest.mark.parametrize("flag,value,choices", [("--model", "resnet", "lenet5"),
-                                                ("--optimizer", "lion", "adam"),
-                                                ("--conv-algo", "magic", "winograd")])
+@pytest.mark.parametrize(
+    "flag,value,choices",
+    [
+        ("--model", "resnet", "lenet5"),
+        ("--optimizer", "lion", "adam"),
+        ("--conv-algo", "magic", "winograd"),
+    ],
+)
 def test_bad_flags_list_the_choices(flag, value, choices, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["train", flag, value])
@@ -115,16 +171,40 @@ def test_lenet_learns_from_5000_real_images(tmp_path):
     """One epoch over 5,000 images: chance is 10%; tanh + Adam with small batches
     (625 updates) reaches ~77% for seeds 0-2 (PyTorch's LeNet: 75-79%)."""
     out = str(tmp_path / "learn")
-    assert main(["train", "--model", "lenet5", "--activation", "tanh", "--optimizer", "adam",
-                 "--lr", "0.001", "--batch-size", "8", "--subset", "5000", "--epochs", "1",
-                 "--no-progress", "--out", out]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--model",
+                "lenet5",
+                "--activation",
+                "tanh",
+                "--optimizer",
+                "adam",
+                "--lr",
+                "0.001",
+                "--batch-size",
+                "8",
+                "--subset",
+                "5000",
+                "--epochs",
+                "1",
+                "--no-progress",
+                "--out",
+                out,
+            ]
+        )
+        == 0
+    )
     record = json.loads(open(os.path.join(out, "metrics.jsonl")).readline())
     assert record["test_acc"] >= 0.75
 
 
 def test_workers_without_mpi_is_one_line_that_says_what_to_do(monkeypatch, capsys):
-    monkeypatch.setattr("minidl.dist.workers.mpi_unavailable_reason",
-                        lambda: "mpi4py is not installed (pip install minidl[mpi])")
+    monkeypatch.setattr(
+        "minidl.dist.workers.mpi_unavailable_reason",
+        lambda: "mpi4py is not installed (pip install minidl[mpi])",
+    )
     assert main(["train", "--workers", "2", "--epochs", "1"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "Traceback" not in err

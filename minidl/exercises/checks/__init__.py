@@ -1,3 +1,13 @@
 """The checks of the exercises, one module per topic, in the order of the course."""
-MODULES = ("autograd", "layers", "conv", "optim", "perf", "collectives", "data_parallel",
-           "consistency", "compression")
+
+MODULES = (
+    "autograd",
+    "layers",
+    "conv",
+    "optim",
+    "perf",
+    "collectives",
+    "data_parallel",
+    "consistency",
+    "compression",
+)

@@ -3,6 +3,7 @@
 The oracle is minidl's own autograd engine (``minidl.Tensor``) on the same
 float64 expression; it shares no code with the exercise regions.
 """
+
 import numpy as np
 
 import minidl as md
@@ -16,8 +17,10 @@ AUTOGRAD = "minidl/reference/autograd.py"
 
 def tensors_and_values(arrays):
     """The same float64 arrays as minidl Tensors that require grad and as reference Values."""
-    return ([md.tensor(a, requires_grad=True, dtype="float64") for a in arrays],
-            [Value(a.copy()) for a in arrays])
+    return (
+        [md.tensor(a, requires_grad=True, dtype="float64") for a in arrays],
+        [Value(a.copy()) for a in arrays],
+    )
 
 
 def expression(a, b, c):
@@ -38,30 +41,46 @@ def reachable(root):
     return seen
 
 
-@exercise("1.1", "Topological order and the backward pass", path=AUTOGRAD,
-          hint="in topological_order, append a Value only after visiting all its parents; "
-               "in backward, seed the output's gradient with ones and run each Value's "
-               "_backward from the output back to the leaves")
+@exercise(
+    "1.1",
+    "Topological order and the backward pass",
+    path=AUTOGRAD,
+    hint="in topological_order, append a Value only after visiting all its parents; "
+    "in backward, seed the output's gradient with ones and run each Value's "
+    "_backward from the output back to the leaves",
+)
 def check_backward():
     rng = np.random.default_rng(11)
-    arrays = [rng.standard_normal((3, 4)), rng.standard_normal((3, 4)),
-              rng.uniform(0.5, 2.0, (3, 4))]
+    arrays = [
+        rng.standard_normal((3, 4)),
+        rng.standard_normal((3, 4)),
+        rng.uniform(0.5, 2.0, (3, 4)),
+    ]
     tensors, values = tensors_and_values(arrays)
     loss = expression(*values)
     order = topological_order(loss)
-    expect_true("topological_order returns a list of Values", isinstance(order, list)
-                and all(isinstance(v, Value) for v in order), detail=f"got {type(order).__name__}")
+    expect_true(
+        "topological_order returns a list of Values",
+        isinstance(order, list) and all(isinstance(v, Value) for v in order),
+        detail=f"got {type(order).__name__}",
+    )
     expected = reachable(loss)
     expect_equal("number of Values in the order (each Value once)", len(order), len(expected))
     missing = len(set(expected) - {id(v) for v in order})
-    expect_true("the order holds every Value the loss depends on", missing == 0,
-                detail=f"{missing} of the {len(expected)} Values are missing")
+    expect_true(
+        "the order holds every Value the loss depends on",
+        missing == 0,
+        detail=f"{missing} of the {len(expected)} Values are missing",
+    )
     position = {id(v): k for k, v in enumerate(order)}
     for v in order:
         for parent in v.parents:
-            expect_true("a parent comes before its child in the order", position[id(parent)] <
-                        position[id(v)], detail=f"{parent} is at position {position[id(parent)]}, "
-                                                f"its child {v} at {position[id(v)]}")
+            expect_true(
+                "a parent comes before its child in the order",
+                position[id(parent)] < position[id(v)],
+                detail=f"{parent} is at position {position[id(parent)]}, "
+                f"its child {v} at {position[id(v)]}",
+            )
     loss.backward()
     expression(*tensors).backward()
     expect_close("dL/dL after backward()", loss.grad, np.ones(()))
@@ -69,16 +88,30 @@ def check_backward():
         expect_close(f"dL/d{name} after backward()", v.grad, t.grad, rtol=1e-9, atol=1e-12)
 
 
-@exercise("1.2", "Broadcasting: sum the gradient back to the operand's shape", path=AUTOGRAD,
-          hint="sum away the leading axes that broadcasting added, then sum with keepdims=True "
-               "over every axis where the operand has size 1 and the gradient does not")
+@exercise(
+    "1.2",
+    "Broadcasting: sum the gradient back to the operand's shape",
+    path=AUTOGRAD,
+    hint="sum away the leading axes that broadcasting added, then sum with keepdims=True "
+    "over every axis where the operand has size 1 and the gradient does not",
+)
 def check_unbroadcast():
     rng = np.random.default_rng(12)
-    for grad_shape, shape in (((3, 4), (4,)), ((3, 4), (1, 4)), ((3, 4), (3, 1)),
-                              ((2, 3, 4), (3, 1)), ((2, 3, 4), ()), ((2, 1, 4), (1, 1, 4))):
+    for grad_shape, shape in (
+        ((3, 4), (4,)),
+        ((3, 4), (1, 4)),
+        ((3, 4), (3, 1)),
+        ((2, 3, 4), (3, 1)),
+        ((2, 3, 4), ()),
+        ((2, 1, 4), (1, 1, 4)),
+    ):
         grad = rng.standard_normal(grad_shape)
-        expect_close(f"unbroadcast of a {grad_shape} gradient to {shape}",
-                     unbroadcast(grad, shape), tuned_unbroadcast(grad, shape), rtol=1e-12)
+        expect_close(
+            f"unbroadcast of a {grad_shape} gradient to {shape}",
+            unbroadcast(grad, shape),
+            tuned_unbroadcast(grad, shape),
+            rtol=1e-12,
+        )
     arrays = [rng.standard_normal((2, 3, 4)), rng.standard_normal((3, 1))]
     g = rng.standard_normal((2, 3, 4))
     tensors, values = tensors_and_values(arrays)
@@ -87,13 +120,22 @@ def check_unbroadcast():
     out._backward()
     (tensors[0] * tensors[1]).backward(md.tensor(g, dtype="float64"))
     for name, t, v in zip("ab", tensors, values):
-        expect_close(f"d/d{name} of a * b with a {arrays[0].shape} and b {arrays[1].shape} "
-                     "(the rule of *)", v.grad, t.grad, rtol=1e-9, atol=1e-12)
+        expect_close(
+            f"d/d{name} of a * b with a {arrays[0].shape} and b {arrays[1].shape} (the rule of *)",
+            v.grad,
+            t.grad,
+            rtol=1e-9,
+            atol=1e-12,
+        )
 
 
-@exercise("1.3", "Matrix product backward", path=AUTOGRAD,
-          hint="for out = a @ b, each of a.grad and b.grad gains the product of out.grad with "
-               "the other operand, transposed so the shapes match; add to .grad, do not assign")
+@exercise(
+    "1.3",
+    "Matrix product backward",
+    path=AUTOGRAD,
+    hint="for out = a @ b, each of a.grad and b.grad gains the product of out.grad with "
+    "the other operand, transposed so the shapes match; add to .grad, do not assign",
+)
 def check_matmul():
     rng = np.random.default_rng(13)
     arrays = [rng.standard_normal((3, 4)), rng.standard_normal((4, 5))]
@@ -104,13 +146,19 @@ def check_matmul():
     out._backward()
     (tensors[0] @ tensors[1]).backward(md.tensor(g, dtype="float64"))
     for name, t, v in zip("ab", tensors, values):
-        expect_close(f"d/d{name} of a @ b with a (3, 4) and b (4, 5)", v.grad, t.grad,
-                     rtol=1e-9, atol=1e-12)
+        expect_close(
+            f"d/d{name} of a @ b with a (3, 4) and b (4, 5)", v.grad, t.grad, rtol=1e-9, atol=1e-12
+        )
     (s_tensor,), (s_value,) = tensors_and_values([rng.standard_normal((4, 4))])
     g = rng.standard_normal((4, 4))
     square = s_value @ s_value
     square.grad = g
     square._backward()
     (s_tensor @ s_tensor).backward(md.tensor(g, dtype="float64"))
-    expect_close("d/ds of s @ s (s is both operands: its two shares add up)", s_value.grad,
-                 s_tensor.grad, rtol=1e-9, atol=1e-12)
+    expect_close(
+        "d/ds of s @ s (s is both operands: its two shares add up)",
+        s_value.grad,
+        s_tensor.grad,
+        rtol=1e-9,
+        atol=1e-12,
+    )

@@ -7,6 +7,7 @@ ranks' inputs from the seed), the rank idiom (rank r holds r everywhere,
 so the sum is P(P-1)/2 exactly), and minidl's tuned algorithm of the same
 name. Every rank must also end with the same bits.
 """
+
 import hashlib
 
 import numpy as np
@@ -61,8 +62,9 @@ def expect_on_every_rank(comm, verify):
     for rank, verdict in enumerate(comm.allgather_object(mine)):
         if verdict is not None:
             what, expected, got, where, detail = verdict
-            raise ExerciseFailure(f"rank {rank} of {comm.size}: {what}", expected, got, where,
-                                  detail)
+            raise ExerciseFailure(
+                f"rank {rank} of {comm.size}: {what}", expected, got, where, detail
+            )
 
 
 def check_allreduce(comm, algorithm, tuned):
@@ -72,8 +74,14 @@ def check_allreduce(comm, algorithm, tuned):
     for length in lengths(size):
         x = np.full(length, rank, dtype="float64")
         algorithm(comm, x)
-        comparisons.append((f"each rank holds its rank, {length} elements on {size} ranks: "
-                            f"the sum is P(P-1)/2", x, np.full(length, size * (size - 1) / 2), 0.0))
+        comparisons.append(
+            (
+                f"each rank holds its rank, {length} elements on {size} ranks: the sum is P(P-1)/2",
+                x,
+                np.full(length, size * (size - 1) / 2),
+                0.0,
+            )
+        )
     for length in lengths(size):
         for dtype in DTYPES:
             inputs = [rank_input(r, length, dtype) for r in range(size)]
@@ -82,42 +90,69 @@ def check_allreduce(comm, algorithm, tuned):
             algorithm(comm, x)
             y = comm.allreduce(inputs[rank].copy(), "sum", algorithm=tuned)
             case = f"{length} random {dtype} elements on {size} ranks"
-            comparisons += [(f"sum of {case}", x, exact, tolerance),
-                            (f"sum of {case}, against minidl's tuned {tuned!r}", x, y,
-                             2 * tolerance)]
+            comparisons += [
+                (f"sum of {case}", x, exact, tolerance),
+                (f"sum of {case}, against minidl's tuned {tuned!r}", x, y, 2 * tolerance),
+            ]
             cases.append(case)
             digests.append(digest(x))
 
     def verify():
         for what, got, expected, tolerance in comparisons:
             expect_close(what, got, expected, rtol=0.0, atol=tolerance)
+
     expect_on_every_rank(comm, verify)
     # every rank sees the same digests: the same verdict everywhere
     for case, per_rank in zip(cases, zip(*comm.allgather_object(digests))):
         differ = [r for r, d in enumerate(per_rank) if d != per_rank[0]]
-        expect_true(f"every rank ends with the same bits ({case})", not differ,
-                    detail=f"ranks {differ} differ from rank 0; add each element on one rank "
-                           "and copy it to the others")
+        expect_true(
+            f"every rank ends with the same bits ({case})",
+            not differ,
+            detail=f"ranks {differ} differ from rank 0; add each element on one rank "
+            "and copy it to the others",
+        )
 
 
 def register(exercise_id, name, title, ranks, hint):
     """Register the check of exercise ``exercise_id``: ``allreduce.<name>`` against the oracles."""
+
     def check(comm):
         check_allreduce(comm, getattr(allreduce, name), name)
+
     check.__name__ = check.__qualname__ = f"check_{name}"
     exercise(exercise_id, title, path=PATH, hint=hint, ranks=ranks)(check)
 
 
-register("6.1", "ring", "Ring allreduce: reduce-scatter, then allgather", ranks=3,
-         hint="in reduce-scatter step s send block r-s to the right and add block r-s-1 from "
-              "the left; then pass the finished blocks around once more")
-register("6.2", "butterfly", "Butterfly allreduce: recursive doubling", ranks=4,
-         hint="at distances 1, 2, 4, ... below p2 exchange the whole array with rank XOR "
-              "distance and add what arrives")
-register("6.3", "tree", "Binomial tree allreduce: reduce to rank 0, then broadcast", ranks=3,
-         hint="reduce: at distance d, ranks with r mod 2d == d send to r - d; broadcast: run "
-              "the distances backwards with the messages going the other way")
-register("6.4", "rabenseifner", "Rabenseifner allreduce: recursive halving, then doubling",
-         ranks=4, hint="halve the segment you share with rank XOR d (d = p2/2 ... 1), keep your "
-                       "half and add the partner's copy of it; then replay the exchanges "
-                       "backwards as copies")
+register(
+    "6.1",
+    "ring",
+    "Ring allreduce: reduce-scatter, then allgather",
+    ranks=3,
+    hint="in reduce-scatter step s send block r-s to the right and add block r-s-1 from "
+    "the left; then pass the finished blocks around once more",
+)
+register(
+    "6.2",
+    "butterfly",
+    "Butterfly allreduce: recursive doubling",
+    ranks=4,
+    hint="at distances 1, 2, 4, ... below p2 exchange the whole array with rank XOR "
+    "distance and add what arrives",
+)
+register(
+    "6.3",
+    "tree",
+    "Binomial tree allreduce: reduce to rank 0, then broadcast",
+    ranks=3,
+    hint="reduce: at distance d, ranks with r mod 2d == d send to r - d; broadcast: run "
+    "the distances backwards with the messages going the other way",
+)
+register(
+    "6.4",
+    "rabenseifner",
+    "Rabenseifner allreduce: recursive halving, then doubling",
+    ranks=4,
+    hint="halve the segment you share with rank XOR d (d = p2/2 ... 1), keep your "
+    "half and add the partner's copy of it; then replay the exchanges "
+    "backwards as copies",
+)

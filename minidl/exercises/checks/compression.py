@@ -5,6 +5,7 @@ vectors and the same seeded generators, exact invariants (error feedback
 loses nothing; top-k keeps the k largest magnitudes), and the schemes'
 closed forms and expectations.
 """
+
 import numpy as np
 
 from minidl.dist.compression import QSGD, GradientEncoder, TernGrad, TopK
@@ -12,9 +13,9 @@ from minidl.exercises import exercise, expect_close, expect_equal, expect_true
 from minidl.reference.dist import compression as reference
 
 PATH = "minidl/reference/dist/compression.py"
-LENGTH = 257    # values per test vector
-DRAWS = 2000    # seeded draws for the unbiasedness checks
-SIGMAS = 5.0    # how many standard deviations of the mean of DRAWS draws a bias may hide in
+LENGTH = 257  # values per test vector
+DRAWS = 2000  # seeded draws for the unbiasedness checks
+SIGMAS = 5.0  # how many standard deviations of the mean of DRAWS draws a bias may hide in
 
 
 def gradient_like(rng, n):
@@ -33,13 +34,22 @@ def expect_unbiased(what, draw, v, spread):
     most w / 2).
     """
     mean = np.mean([draw() for _ in range(DRAWS)], axis=0, dtype=np.float64)
-    expect_close(f"{what}: the mean of {DRAWS} seeded draws against the input (E[Q(v)] = v)",
-                 mean, v, rtol=0, atol=SIGMAS * spread / np.sqrt(DRAWS))
+    expect_close(
+        f"{what}: the mean of {DRAWS} seeded draws against the input (E[Q(v)] = v)",
+        mean,
+        v,
+        rtol=0,
+        atol=SIGMAS * spread / np.sqrt(DRAWS),
+    )
 
 
-@exercise("9.1", "Top-k sparsification with error feedback", path=PATH,
-          hint="top-k: sort the indices by decreasing |v| and keep the first k; error feedback: "
-               "compress gradient + residual and keep what was not sent as the new residual")
+@exercise(
+    "9.1",
+    "Top-k sparsification with error feedback",
+    path=PATH,
+    hint="top-k: sort the indices by decreasing |v| and keep the first k; error feedback: "
+    "compress gradient + residual and keep what was not sent as the new residual",
+)
 def check_topk_error_feedback():
     rng = np.random.default_rng(91)
     n, ratio = 300, 0.05
@@ -47,87 +57,151 @@ def check_topk_error_feedback():
     v = gradient_like(rng, n)
     index, values = reference.topk_encode(v, k)
     index = np.asarray(index)
-    expect_equal(f"top-{k} of {n}: how many distinct indices were kept",
-                 len(set(index.tolist())), k)
-    expect_close(f"top-{k}: the values sent, against v at the indices sent", values, v[index],
-                 rtol=0, atol=0)
+    expect_equal(
+        f"top-{k} of {n}: how many distinct indices were kept", len(set(index.tolist())), k
+    )
+    expect_close(
+        f"top-{k}: the values sent, against v at the indices sent", values, v[index], rtol=0, atol=0
+    )
     dropped = np.delete(np.abs(v), index)
-    expect_true(f"top-{k}: every kept magnitude is at least every dropped one",
-                np.abs(values).min() >= dropped.max(),
-                detail=f"smallest kept |v| {np.abs(values).min()}, largest dropped {dropped.max()}")
+    expect_true(
+        f"top-{k}: every kept magnitude is at least every dropped one",
+        np.abs(values).min() >= dropped.max(),
+        detail=f"smallest kept |v| {np.abs(values).min()}, largest dropped {dropped.max()}",
+    )
 
     def compress(x):
         return reference.topk_decode(*reference.topk_encode(x, k), x.size)
+
     tuned = GradientEncoder(TopK(ratio), n, error_feedback=True)
     residual = np.zeros(n, dtype=np.float32)
     for step in range(5):
         g = gradient_like(rng, n)
         corrected = g + residual
         sent, new_residual = reference.error_feedback(compress, g, residual)
-        expect_close(f"step {step}: sent + new residual against gradient + old residual "
-                     "(exactly)", sent + new_residual, corrected, rtol=0, atol=0)
+        expect_close(
+            f"step {step}: sent + new residual against gradient + old residual (exactly)",
+            sent + new_residual,
+            corrected,
+            rtol=0,
+            atol=0,
+        )
         _, expected = tuned.encode(g)
-        expect_close(f"step {step}: the vector sent, against the tuned top-k encoder",
-                     sent, expected, rtol=0, atol=0)
-        expect_close(f"step {step}: the residual kept, against the tuned top-k encoder",
-                     new_residual, tuned.residual, rtol=0, atol=0)
+        expect_close(
+            f"step {step}: the vector sent, against the tuned top-k encoder",
+            sent,
+            expected,
+            rtol=0,
+            atol=0,
+        )
+        expect_close(
+            f"step {step}: the residual kept, against the tuned top-k encoder",
+            new_residual,
+            tuned.residual,
+            rtol=0,
+            atol=0,
+        )
         residual = new_residual
 
 
 def expect_like_tuned(what, got, tuned, v, seed):
     """``got`` must be what the tuned compressor (one bucket, the same seed) decodes."""
     expected = tuned.decode(tuned.encode(v, np.random.default_rng(seed)), v.size)
-    expect_close(f"{what}: the decoded vector against the tuned compressor with the same seed",
-                 got, expected, rtol=1e-6)
+    expect_close(
+        f"{what}: the decoded vector against the tuned compressor with the same seed",
+        got,
+        expected,
+        rtol=1e-6,
+    )
 
 
-@exercise("9.2", "QSGD: stochastic quantisation to s levels", path=PATH,
-          hint="scale |v_i| by s / ||v||_2, round down, then add 1 with probability equal to "
-               "the fraction left over (one uniform draw per value from rng)")
+@exercise(
+    "9.2",
+    "QSGD: stochastic quantisation to s levels",
+    path=PATH,
+    hint="scale |v_i| by s / ||v||_2, round down, then add 1 with probability equal to "
+    "the fraction left over (one uniform draw per value from rng)",
+)
 def check_qsgd():
     v = gradient_like(np.random.default_rng(92), LENGTH)
     for s in (1, 4, 127):
         norm, signed = reference.qsgd_encode(v, s, np.random.default_rng([92, s]))
-        expect_like_tuned(f"QSGD s={s}", reference.qsgd_decode(norm, signed, s),
-                          QSGD(s, bucket=v.size), v, [92, s])
-        expect_close(f"QSGD s={s}: the norm sent", norm, np.linalg.norm(v.astype(np.float64)),
-                     rtol=1e-6)
+        expect_like_tuned(
+            f"QSGD s={s}",
+            reference.qsgd_decode(norm, signed, s),
+            QSGD(s, bucket=v.size),
+            v,
+            [92, s],
+        )
+        expect_close(
+            f"QSGD s={s}: the norm sent", norm, np.linalg.norm(v.astype(np.float64)), rtol=1e-6
+        )
         signed = np.asarray(signed)
-        expect_true(f"QSGD s={s}: every signed level is an integer in -s..s",
-                    bool(np.all(signed == np.round(signed)) and np.all(np.abs(signed) <= s)),
-                    detail=f"levels seen: {np.unique(signed)[:10]}")
+        expect_true(
+            f"QSGD s={s}: every signed level is an integer in -s..s",
+            bool(np.all(signed == np.round(signed)) and np.all(np.abs(signed) <= s)),
+            detail=f"levels seen: {np.unique(signed)[:10]}",
+        )
     small, draws = v[:12].astype(np.float64), np.random.default_rng(920)
-    expect_unbiased("QSGD s=3", lambda: reference.qsgd_decode(
-        *reference.qsgd_encode(small, 3, draws), 3), small, spread=np.linalg.norm(small) / 3 / 2)
+    expect_unbiased(
+        "QSGD s=3",
+        lambda: reference.qsgd_decode(*reference.qsgd_encode(small, 3, draws), 3),
+        small,
+        spread=np.linalg.norm(small) / 3 / 2,
+    )
 
 
-@exercise("9.3", "TernGrad: ternary stochastic gradients", path=PATH,
-          hint="s is the largest |v_i|; keep sign(v_i) with probability |v_i| / s, else send 0 "
-               "(one uniform draw per value from rng)")
+@exercise(
+    "9.3",
+    "TernGrad: ternary stochastic gradients",
+    path=PATH,
+    hint="s is the largest |v_i|; keep sign(v_i) with probability |v_i| / s, else send 0 "
+    "(one uniform draw per value from rng)",
+)
 def check_terngrad():
     v = gradient_like(np.random.default_rng(93), LENGTH)
     scale, ternary = reference.terngrad_encode(v, np.random.default_rng(930))
-    expect_like_tuned("TernGrad", reference.terngrad_decode(scale, ternary),
-                      TernGrad(bucket=v.size), v, 930)
+    expect_like_tuned(
+        "TernGrad", reference.terngrad_decode(scale, ternary), TernGrad(bucket=v.size), v, 930
+    )
     expect_close("TernGrad: the scale s = max |v_i|", scale, np.abs(v).max(), rtol=0, atol=0)
     ternary = np.asarray(ternary)
-    expect_true("TernGrad: every code is -1, 0 or 1 with the sign of v",
-                bool(np.all(np.isin(ternary, (-1, 0, 1))) and np.all(ternary * v >= 0)),
-                detail=f"codes seen: {np.unique(ternary)}")
+    expect_true(
+        "TernGrad: every code is -1, 0 or 1 with the sign of v",
+        bool(np.all(np.isin(ternary, (-1, 0, 1))) and np.all(ternary * v >= 0)),
+        detail=f"codes seen: {np.unique(ternary)}",
+    )
     small, draws = v[:12].astype(np.float64), np.random.default_rng(931)
-    expect_unbiased("TernGrad", lambda: reference.terngrad_decode(
-        *reference.terngrad_encode(small, draws)), small, spread=np.abs(small).max() / 2)
+    expect_unbiased(
+        "TernGrad",
+        lambda: reference.terngrad_decode(*reference.terngrad_encode(small, draws)),
+        small,
+        spread=np.abs(small).max() / 2,
+    )
 
 
-@exercise("9.4", "Scaled sign, the compressor of error-feedback signSGD", path=PATH,
-          hint="the scale is the mean of |v_i|; the sign is +1 where v_i >= 0 and -1 elsewhere")
+@exercise(
+    "9.4",
+    "Scaled sign, the compressor of error-feedback signSGD",
+    path=PATH,
+    hint="the scale is the mean of |v_i|; the sign is +1 where v_i >= 0 and -1 elsewhere",
+)
 def check_scaled_sign():
     rng = np.random.default_rng(94)
     v = gradient_like(rng, 101).astype(np.float64)
     scale, signs = reference.scaled_sign_encode(v)
     expect_close("scaled sign: the scale ||v||_1 / d", scale, np.abs(v).mean(), rtol=1e-12)
-    expect_close("scaled sign: the signs (+1 for v_i >= 0)", np.asarray(signs),
-                 np.where(v >= 0, 1, -1), rtol=0, atol=0)
+    expect_close(
+        "scaled sign: the signs (+1 for v_i >= 0)",
+        np.asarray(signs),
+        np.where(v >= 0, 1, -1),
+        rtol=0,
+        atol=0,
+    )
     error = reference.scaled_sign_decode(scale, signs) - v
-    expect_close("scaled sign: ||C(v) - v||^2 against ||v||^2 - ||v||_1^2 / d",
-                 error @ error, v @ v - np.abs(v).sum() ** 2 / v.size, rtol=1e-10)
+    expect_close(
+        "scaled sign: ||C(v) - v||^2 against ||v||^2 - ||v||_1^2 / d",
+        error @ error,
+        v @ v - np.abs(v).sum() ** 2 / v.size,
+        rtol=1e-10,
+    )

@@ -5,6 +5,7 @@ synchronous SGD on the whole batch, the closed form of asynchronous SGD
 (every pushed gradient applied exactly once), and the papers' formulas
 written over stacked replicas.
 """
+
 import sys
 import time
 import traceback
@@ -19,9 +20,13 @@ from minidl.reference.dist import averaging, parameter_server, ssp
 REFERENCE = "minidl/reference/dist/"
 
 
-@exercise("8.1", "SSP: the clock gate", path=REFERENCE + "ssp.py",
-          hint="a worker may start while the slowest clock is at least its own clock minus S; "
-               "with no bound (None) it always may")
+@exercise(
+    "8.1",
+    "SSP: the clock gate",
+    path=REFERENCE + "ssp.py",
+    hint="a worker may start while the slowest clock is at least its own clock minus S; "
+    "with no bound (None) it always may",
+)
 def check_ssp_gate():
     rng = np.random.default_rng(81)
     workers = 4
@@ -33,9 +38,11 @@ def check_ssp_gate():
                     mine.tick(worker)
                     tuned.tick(worker)
             for clock in range(12):
-                expect_equal(f"may_start({clock}) with worker clocks {mine.clocks} and "
-                             f"S = {staleness}", bool(mine.may_start(clock)),
-                             tuned.may_start(clock))
+                expect_equal(
+                    f"may_start({clock}) with worker clocks {mine.clocks} and S = {staleness}",
+                    bool(mine.may_start(clock)),
+                    tuned.may_start(clock),
+                )
 
 
 # ---- 8.2: the parameter server, on 3 ranks ----------------------------------------------------
@@ -72,8 +79,10 @@ def _or_abort(comm, role):
     try:
         return role()
     except Exception:  # noqa: BLE001 (any failure must end every rank)
-        sys.stderr.write(f"rank {comm.rank} of {comm.size} failed; aborting every rank so that "
-                         f"none waits forever for its messages:\n{traceback.format_exc()}")
+        sys.stderr.write(
+            f"rank {comm.rank} of {comm.size} failed; aborting every rank so that "
+            f"none waits forever for its messages:\n{traceback.format_exc()}"
+        )
         comm.abort(1)
 
 
@@ -89,8 +98,9 @@ def run_parameter_server(comm, clocks, delay=STRAGGLER_DELAY):
     pushed = np.zeros(PS_DIM)
     if comm.rank == 0:
         update = parameter_server.sgd_update(PS_LR / workers)
-        weights, log = _or_abort(comm, lambda: parameter_server.serve(comm, weights, update,
-                                                                      clocks))
+        weights, log = _or_abort(
+            comm, lambda: parameter_server.serve(comm, weights, update, clocks)
+        )
     else:
         x, y = _shard(comm.rank)
 
@@ -100,6 +110,7 @@ def run_parameter_server(comm, clocks, delay=STRAGGLER_DELAY):
             g = _least_squares_gradient(x, y, w)
             pushed[:] += g
             return g
+
         _or_abort(comm, lambda: parameter_server.work(comm, weights, gradient, PS_STEPS))
     comm.bcast(weights, root=0)
     comm.allreduce(pushed, op="sum")
@@ -108,33 +119,54 @@ def run_parameter_server(comm, clocks, delay=STRAGGLER_DELAY):
 
 def expect_each_update_once(log, workers, mode):
     """Every worker's PS_STEPS gradients were applied, each exactly once."""
-    expect_equal(f"{mode}: the (worker, clock) of every update the server applied",
-                 sorted((int(w), int(c)) for w, c, _ in log),
-                 [(w, c) for w in range(workers) for c in range(PS_STEPS)])
+    expect_equal(
+        f"{mode}: the (worker, clock) of every update the server applied",
+        sorted((int(w), int(c)) for w, c, _ in log),
+        [(w, c) for w in range(workers) for c in range(PS_STEPS)],
+    )
 
 
-@exercise("8.2", "Parameter server: push, apply, gated pull",
-          path=REFERENCE + "parameter_server.py", ranks=3, timeout=30,
-          hint="the worker sends [rank, PUSH, gradient] and receives the weights; the server "
-               "applies and logs the update, ticks the worker's clock, then sends the weights "
-               "to every waiting worker whose gate is open and notes the version it read")
+@exercise(
+    "8.2",
+    "Parameter server: push, apply, gated pull",
+    path=REFERENCE + "parameter_server.py",
+    ranks=3,
+    timeout=30,
+    hint="the worker sends [rank, PUSH, gradient] and receives the weights; the server "
+    "applies and logs the update, ticks the worker's clock, then sends the weights "
+    "to every waiting worker whose gate is open and notes the version it read",
+)
 def check_parameter_server(comm):
-    expect_true("the parameter-server check needs a server and at least one worker",
-                comm.size >= 2, detail=f"it runs on {comm.size} rank(s)")
+    expect_true(
+        "the parameter-server check needs a server and at least one worker",
+        comm.size >= 2,
+        detail=f"it runs on {comm.size} rank(s)",
+    )
     workers = comm.size - 1
     weights, log, _ = run_parameter_server(comm, ClockTable(workers, 0))
-    expect_close("bsp: the server's weights against synchronous SGD on the whole batch",
-                 weights, synchronous_sgd(workers), rtol=1e-10, atol=1e-12)
+    expect_close(
+        "bsp: the server's weights against synchronous SGD on the whole batch",
+        weights,
+        synchronous_sgd(workers),
+        rtol=1e-10,
+        atol=1e-12,
+    )
     expect_each_update_once(log, workers, "bsp")
     worst = max(s for _, _, s in log)
-    expect_true("bsp: no gradient may be more stale than the other workers' gradients of its "
-                "clock", worst <= workers - 1,
-                detail=f"staleness {worst} > {workers - 1} (n - 1); log {log}")
+    expect_true(
+        "bsp: no gradient may be more stale than the other workers' gradients of its clock",
+        worst <= workers - 1,
+        detail=f"staleness {worst} > {workers - 1} (n - 1); log {log}",
+    )
 
     weights, log, pushed = run_parameter_server(comm, ClockTable(workers, None))
-    expect_close("asp: the server's weights against w0 - (lr / n) * (sum of every pushed "
-                 "gradient)", weights, start_weights() - PS_LR / workers * pushed,
-                 rtol=1e-10, atol=1e-12)
+    expect_close(
+        "asp: the server's weights against w0 - (lr / n) * (sum of every pushed gradient)",
+        weights,
+        start_weights() - PS_LR / workers * pushed,
+        rtol=1e-10,
+        atol=1e-12,
+    )
     expect_each_update_once(log, workers, "asp")
 
 
@@ -143,37 +175,69 @@ def _replicas(rng, n, dim):
     return [rng.standard_normal(dim) for _ in range(n)]
 
 
-@exercise("8.3", "EASGD: elastic worker and center updates", path=REFERENCE + "averaging.py",
-          hint="every worker moves by its gradient plus rho times its distance to the old "
-               "center; the center moves by lr * rho times the sum of those distances")
+@exercise(
+    "8.3",
+    "EASGD: elastic worker and center updates",
+    path=REFERENCE + "averaging.py",
+    hint="every worker moves by its gradient plus rho times its distance to the old "
+    "center; the center moves by lr * rho times the sum of those distances",
+)
 def check_easgd():
     rng = np.random.default_rng(83)
     n, dim, lr, rho = 3, 6, 0.1, 0.5
-    workers, center, grads = _replicas(rng, n, dim), rng.standard_normal(dim), \
-        _replicas(rng, n, dim)
+    workers, center, grads = (
+        _replicas(rng, n, dim),
+        rng.standard_normal(dim),
+        _replicas(rng, n, dim),
+    )
     new_workers, new_center = averaging.easgd_step(workers, center, grads, lr, rho)
     x, g = np.stack(workers), np.stack(grads)
     alpha, beta = lr * rho, n * lr * rho
-    expect_close("synchronous EASGD: the workers, against x_i - lr g_i - alpha (x_i - x~)",
-                 np.stack(new_workers), x - lr * g - alpha * (x - center), rtol=1e-12)
-    expect_close("synchronous EASGD: the center, against (1 - beta) x~ + beta mean_i x_i",
-                 new_center, (1 - beta) * center + beta * x.mean(axis=0), rtol=1e-12)
+    expect_close(
+        "synchronous EASGD: the workers, against x_i - lr g_i - alpha (x_i - x~)",
+        np.stack(new_workers),
+        x - lr * g - alpha * (x - center),
+        rtol=1e-12,
+    )
+    expect_close(
+        "synchronous EASGD: the center, against (1 - beta) x~ + beta mean_i x_i",
+        new_center,
+        (1 - beta) * center + beta * x.mean(axis=0),
+        rtol=1e-12,
+    )
     still, _ = averaging.easgd_step(workers, center, [0 * g for g in grads], lr, rho=0.0)
-    expect_close("synchronous EASGD with rho = 0 and zero gradients leaves the workers",
-                 np.stack(still), x, rtol=0, atol=0)
+    expect_close(
+        "synchronous EASGD with rho = 0 and zero gradients leaves the workers",
+        np.stack(still),
+        x,
+        rtol=0,
+        atol=0,
+    )
 
     local, alpha = rng.standard_normal(dim).astype(np.float32), np.float32(0.3)
     new_local, new_center = averaging.elastic_exchange(local, center.astype(np.float32), alpha)
     difference = elastic_difference(local, center.astype(np.float32), alpha)
-    expect_close("asynchronous exchange: the worker, against x_i - alpha (x_i - x~)",
-                 new_local, local - difference, rtol=1e-6)
-    expect_close("asynchronous exchange: the center, against x~ + alpha (x_i - x~)",
-                 new_center, center.astype(np.float32) + difference, rtol=1e-6)
+    expect_close(
+        "asynchronous exchange: the worker, against x_i - alpha (x_i - x~)",
+        new_local,
+        local - difference,
+        rtol=1e-6,
+    )
+    expect_close(
+        "asynchronous exchange: the center, against x~ + alpha (x_i - x~)",
+        new_center,
+        center.astype(np.float32) + difference,
+        rtol=1e-6,
+    )
 
 
-@exercise("8.4", "Model averaging every H local steps", path=REFERENCE + "averaging.py",
-          hint="take one SGD step on every replica; after every H-th step replace every "
-               "replica by the replicas' mean")
+@exercise(
+    "8.4",
+    "Model averaging every H local steps",
+    path=REFERENCE + "averaging.py",
+    hint="take one SGD step on every replica; after every H-th step replace every "
+    "replica by the replicas' mean",
+)
 def check_model_averaging():
     rng = np.random.default_rng(84)
     start, targets = _replicas(rng, 3, 4), np.stack(_replicas(rng, 3, 4))
@@ -190,5 +254,9 @@ def check_model_averaging():
             if (t + 1) % period == 0:
                 w[:] = w.mean(axis=0)
         got = averaging.local_sgd(start, gradient, lr, period, steps)
-        expect_close(f"the {len(start)} replicas after {steps} steps, averaged every {period}",
-                     np.stack(got), w, rtol=1e-12)
+        expect_close(
+            f"the {len(start)} replicas after {steps} steps, averaged every {period}",
+            np.stack(got),
+            w,
+            rtol=1e-12,
+        )

@@ -6,21 +6,26 @@ definition (Ben-Nun & Hoefler 2019, Eq. 2), and run no exercise region:
 ``_conv`` contracts it with the kernel, and ``_scatter`` adds a gradient of
 that shape back onto the input pixels, one element at a time.
 """
+
 import numpy as np
 
 from ...conv.geometry import make_geometry
 from ...reference.conv import direct, fft, im2col, winograd
 from .. import exercise, expect_close, expect_equal
 
-TOLERANCE = dict(rtol=1e-9, atol=1e-9)   # float64 inputs: only rounding may differ
+TOLERANCE = dict(rtol=1e-9, atol=1e-9)  # float64 inputs: only rounding may differ
 
 # (x shape, w shape, stride, padding, dilation): odd sizes, non-square kernels and strides
-GENERAL_CASES = [((2, 3, 7, 6), (4, 3, 3, 2), (2, 1), (1, 0), (1, 2)),
-                 ((1, 2, 6, 7), (3, 2, 3, 3), 1, 1, 1),
-                 ((2, 2, 9, 8), (2, 2, 2, 3), 2, (2, 1), (2, 1))]
-WINOGRAD_CASES = [((2, 3, 6, 6), (4, 3, 3, 3), 1, 0, 1),     # whole 2x2 tiles
-                  ((1, 2, 7, 8), (3, 2, 3, 3), 1, 1, 1),     # odd output height: a partial tile
-                  ((2, 2, 5, 5), (2, 2, 3, 3), 1, 2, 1)]
+GENERAL_CASES = [
+    ((2, 3, 7, 6), (4, 3, 3, 2), (2, 1), (1, 0), (1, 2)),
+    ((1, 2, 6, 7), (3, 2, 3, 3), 1, 1, 1),
+    ((2, 2, 9, 8), (2, 2, 2, 3), 2, (2, 1), (2, 1)),
+]
+WINOGRAD_CASES = [
+    ((2, 3, 6, 6), (4, 3, 3, 3), 1, 0, 1),  # whole 2x2 tiles
+    ((1, 2, 7, 8), (3, 2, 3, 3), 1, 1, 1),  # odd output height: a partial tile
+    ((2, 2, 5, 5), (2, 2, 3, 3), 1, 2, 1),
+]
 
 
 def _cases(cases, seed):
@@ -40,7 +45,9 @@ def _columns(x, geom):
     """X (C, KH, KW, N, OH, OW), X[c, u, v, n, i, j] = xpad[n, c, i*sh + u*dh, j*sw + v*dw]."""
     (sh, sw), (ph, pw), (dh, dw) = geom.stride, geom.padding, geom.dilation
     xpad = np.pad(np.asarray(x, np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-    out = np.empty((geom.in_channels, geom.kernel_h, geom.kernel_w, geom.batch, geom.out_h, geom.out_w))
+    out = np.empty(
+        (geom.in_channels, geom.kernel_h, geom.kernel_w, geom.batch, geom.out_h, geom.out_w)
+    )
     for c, u, v, n, i, j in np.ndindex(out.shape):
         out[c, u, v, n, i, j] = xpad[n, c, i * sh + u * dh, j * sw + v * dw]
     return out
@@ -58,65 +65,103 @@ def _scatter(blocks, geom):
     dxpad = np.zeros((n, c, h + 2 * ph, w + 2 * pw))
     for c_, u, v, n_, i, j in np.ndindex(blocks.shape):
         dxpad[n_, c_, i * sh + u * dh, j * sw + v * dw] += blocks[c_, u, v, n_, i, j]
-    return dxpad[:, :, ph:ph + h, pw:pw + w]
+    return dxpad[:, :, ph : ph + h, pw : pw + w]
 
 
 def _expect_output(what, algorithm, cases, seed):
     """``algorithm.forward`` equals the definition on every case."""
     for x, w, geom in _cases(cases, seed):
-        expect_close(f"{what} of {geom.describe()}", algorithm.forward(x, w, geom)[0],
-                     _conv(x, w, geom), **TOLERANCE)
+        expect_close(
+            f"{what} of {geom.describe()}",
+            algorithm.forward(x, w, geom)[0],
+            _conv(x, w, geom),
+            **TOLERANCE,
+        )
 
 
-@exercise("3.1", "im2col: patches into columns", path="minidl/reference/conv/im2col.py",
-          hint="Pad the input, then for each kernel tap (u, v) copy the strided slice of the padded "
-               "input that the tap meets (geom.window(u, v)) into that tap's rows of every channel.")
+@exercise(
+    "3.1",
+    "im2col: patches into columns",
+    path="minidl/reference/conv/im2col.py",
+    hint="Pad the input, then for each kernel tap (u, v) copy the strided slice of the padded "
+    "input that the tap meets (geom.window(u, v)) into that tap's rows of every channel.",
+)
 def check_im2col():
     for x, w, geom in _cases(GENERAL_CASES, seed=31):
         expected = _columns(x, geom)
         got = im2col.im2col(x, geom)
-        expect_equal(f"shape of im2col(x) for {geom.describe()}, (C*KH*KW, N*OH*OW)",
-                     tuple(np.shape(got)), _matrix_shape(geom))
-        expect_close(f"im2col(x) for {geom.describe()}, indexed (c, u, v, n, i, j)",
-                     np.reshape(got, expected.shape), expected, **TOLERANCE)
+        expect_equal(
+            f"shape of im2col(x) for {geom.describe()}, (C*KH*KW, N*OH*OW)",
+            tuple(np.shape(got)),
+            _matrix_shape(geom),
+        )
+        expect_close(
+            f"im2col(x) for {geom.describe()}, indexed (c, u, v, n, i, j)",
+            np.reshape(got, expected.shape),
+            expected,
+            **TOLERANCE,
+        )
     _expect_output("im2col convolution", im2col.IM2COL_REFERENCE, GENERAL_CASES, seed=32)
 
 
-@exercise("3.2", "col2im: columns back onto the input (input gradient)",
-          path="minidl/reference/conv/im2col.py",
-          hint="Undo the gather of exercise 3.1: add each tap's rows back onto the same strided "
-               "slice of a zero, padded input gradient, then crop the padding.")
+@exercise(
+    "3.2",
+    "col2im: columns back onto the input (input gradient)",
+    path="minidl/reference/conv/im2col.py",
+    hint="Undo the gather of exercise 3.1: add each tap's rows back onto the same strided "
+    "slice of a zero, padded input gradient, then crop the padding.",
+)
 def check_col2im():
     rng = np.random.default_rng(33)
     for x, w, geom in _cases(GENERAL_CASES, seed=34):
-        blocks = rng.standard_normal((geom.in_channels, geom.kernel_h, geom.kernel_w, geom.batch,
-                                      geom.out_h, geom.out_w))
-        expect_close(f"col2im(dA) for {geom.describe()}",
-                     im2col.col2im(blocks.reshape(_matrix_shape(geom)), geom), _scatter(blocks, geom),
-                     **TOLERANCE)
+        blocks = rng.standard_normal(
+            (geom.in_channels, geom.kernel_h, geom.kernel_w, geom.batch, geom.out_h, geom.out_w)
+        )
+        expect_close(
+            f"col2im(dA) for {geom.describe()}",
+            im2col.col2im(blocks.reshape(_matrix_shape(geom)), geom),
+            _scatter(blocks, geom),
+            **TOLERANCE,
+        )
         dy = rng.standard_normal(geom.output_shape)
-        expect_close(f"input gradient F^T dB through col2im for {geom.describe()}",
-                     im2col.IM2COL_REFERENCE.backward_input(dy, w, geom),
-                     _scatter(np.einsum("kcuv,nkij->cuvnij", w, dy), geom), **TOLERANCE)
+        expect_close(
+            f"input gradient F^T dB through col2im for {geom.describe()}",
+            im2col.IM2COL_REFERENCE.backward_input(dy, w, geom),
+            _scatter(np.einsum("kcuv,nkij->cuvnij", w, dy), geom),
+            **TOLERANCE,
+        )
 
 
-@exercise("3.3", "direct convolution: the definition (forward)", path="minidl/reference/conv/direct.py",
-          hint="Loop over the kernel taps (u, v) and accumulate w[:, :, u, v] (K x C) times the "
-               "(C x N*OH*OW) matrix of the inputs that tap meets.")
+@exercise(
+    "3.3",
+    "direct convolution: the definition (forward)",
+    path="minidl/reference/conv/direct.py",
+    hint="Loop over the kernel taps (u, v) and accumulate w[:, :, u, v] (K x C) times the "
+    "(C x N*OH*OW) matrix of the inputs that tap meets.",
+)
 def check_direct():
     _expect_output("direct convolution", direct.DIRECT_REFERENCE, GENERAL_CASES, seed=35)
 
 
-@exercise("3.4", "FFT convolution: the convolution theorem (forward)", path="minidl/reference/conv/fft.py",
-          hint="Multiply the input spectra by the conjugated kernel spectra, sum over the channels, "
-               "invert, and keep the valid outputs at the stride.")
+@exercise(
+    "3.4",
+    "FFT convolution: the convolution theorem (forward)",
+    path="minidl/reference/conv/fft.py",
+    hint="Multiply the input spectra by the conjugated kernel spectra, sum over the channels, "
+    "invert, and keep the valid outputs at the stride.",
+)
 def check_fft():
     _expect_output("FFT convolution", fft.FFT_REFERENCE, GENERAL_CASES, seed=36)
 
 
-@exercise("3.5", "Winograd F(2x2, 3x3): the transforms (forward)", path="minidl/reference/conv/winograd.py",
-          hint="Transform the tiles (B^T d B) and the kernels (G g G^T), multiply them elementwise "
-               "summing over channels, then map each 4x4 product back to its 2x2 outputs (A^T m A).")
+@exercise(
+    "3.5",
+    "Winograd F(2x2, 3x3): the transforms (forward)",
+    path="minidl/reference/conv/winograd.py",
+    hint="Transform the tiles (B^T d B) and the kernels (G g G^T), multiply them elementwise "
+    "summing over channels, then map each 4x4 product back to its 2x2 outputs (A^T m A).",
+)
 def check_winograd():
-    _expect_output("Winograd F(2x2, 3x3) convolution", winograd.WINOGRAD_REFERENCE, WINOGRAD_CASES,
-                   seed=37)
+    _expect_output(
+        "Winograd F(2x2, 3x3) convolution", winograd.WINOGRAD_REFERENCE, WINOGRAD_CASES, seed=37
+    )

@@ -5,6 +5,7 @@ Oracles that run no exercise region: minidl's tuned bucket assignment
 random gradients computed on each rank in float64, and the rank idiom
 (rank r's gradient is r everywhere, so the mean is (P-1)/2 exactly).
 """
+
 import numpy as np
 
 from minidl import optim
@@ -22,14 +23,18 @@ SEED = 7
 
 def parameters(rank):
     """Float32 parameters of SHAPES holding rank ``rank``'s seeded random values."""
-    return [Parameter(rank_input(rank, int(np.prod(shape)), "float32", SEED + i).reshape(shape))
-            for i, shape in enumerate(SHAPES)]
+    return [
+        Parameter(rank_input(rank, int(np.prod(shape)), "float32", SEED + i).reshape(shape))
+        for i, shape in enumerate(SHAPES)
+    ]
 
 
 def rank_grads(rank):
     """Rank ``rank``'s seeded random gradients; rank 0 has none for parameter 2 (unused there)."""
-    grads = [rank_input(rank, int(np.prod(shape)), "float32", SEED + 100 + i).reshape(shape)
-             for i, shape in enumerate(SHAPES)]
+    grads = [
+        rank_input(rank, int(np.prod(shape)), "float32", SEED + 100 + i).reshape(shape)
+        for i, shape in enumerate(SHAPES)
+    ]
     if rank == 0:
         grads[2] = None
     return grads
@@ -41,15 +46,24 @@ def grouping(buckets, params):
     return [[index[id(p)] for p in bucket] for bucket in buckets]
 
 
-@exercise("7.1", "Gradient buckets: group, flatten, allreduce-average, copy back", path=PATH,
-          ranks=3, hint="walk the parameters last to first, closing a bucket when the next one "
-                        "would not fit; per bucket concatenate the flat gradients, allreduce "
-                        "with op='mean' and cut the result back into gradient-shaped pieces")
+@exercise(
+    "7.1",
+    "Gradient buckets: group, flatten, allreduce-average, copy back",
+    path=PATH,
+    ranks=3,
+    hint="walk the parameters last to first, closing a bucket when the next one "
+    "would not fit; per bucket concatenate the flat gradients, allreduce "
+    "with op='mean' and cut the result back into gradient-shaped pieces",
+)
 def check_buckets(comm):
     rank, size = comm.rank, comm.size
     everyone = [rank_grads(r) for r in range(size)]
-    mean = [np.mean([np.zeros(shape) if g[i] is None else g[i].astype(np.float64)
-                     for g in everyone], axis=0) for i, shape in enumerate(SHAPES)]
+    mean = [
+        np.mean(
+            [np.zeros(shape) if g[i] is None else g[i].astype(np.float64) for g in everyone], axis=0
+        )
+        for i, shape in enumerate(SHAPES)
+    ]
     comparisons, groupings = [], []
     for bucket_bytes in BUCKET_BYTES:
         params = parameters(rank)
@@ -58,34 +72,60 @@ def check_buckets(comm):
         for p, g in zip(params, rank_grads(rank)):
             p.grad = g
         bucketed.average_gradients(comm, buckets)
-        comparisons += [(f"mean over {size} ranks of the random gradient of parameter {i} "
-                         f"{p.shape}, buckets of {bucket_bytes} B", p.grad,
-                         mean[i].astype("float32"), 1e-5)
-                        for i, p in enumerate(params)]
+        comparisons += [
+            (
+                f"mean over {size} ranks of the random gradient of parameter {i} "
+                f"{p.shape}, buckets of {bucket_bytes} B",
+                p.grad,
+                mean[i].astype("float32"),
+                1e-5,
+            )
+            for i, p in enumerate(params)
+        ]
         for p in params:
             p.grad = np.full(p.shape, rank, dtype="float32")
         bucketed.average_gradients(comm, buckets)
-        comparisons += [(f"mean gradient of parameter {i} {p.shape} when each rank's is its "
-                         f"rank, buckets of {bucket_bytes} B", p.grad,
-                         np.full(p.shape, (size - 1) / 2, dtype="float32"), 0.0)
-                        for i, p in enumerate(params)]
+        comparisons += [
+            (
+                f"mean gradient of parameter {i} {p.shape} when each rank's is its "
+                f"rank, buckets of {bucket_bytes} B",
+                p.grad,
+                np.full(p.shape, (size - 1) / 2, dtype="float32"),
+                0.0,
+            )
+            for i, p in enumerate(params)
+        ]
 
     params = parameters(rank)
     wrapped = bucketed.BucketedDataParallel(optim.SGD(params, lr=1.0), comm, bucket_bytes=100)
     for p in params:
         p.grad = np.full(p.shape, rank, dtype="float32")
     wrapped.step()
-    comparisons += [(f"parameter {i} after one SGD step (lr 1) from rank 0's weights, each "
-                     "rank's gradient its rank", p.data, q.data - np.float32((size - 1) / 2), 1e-6)
-                    for i, (p, q) in enumerate(zip(params, parameters(0)))]
+    comparisons += [
+        (
+            f"parameter {i} after one SGD step (lr 1) from rank 0's weights, each "
+            "rank's gradient its rank",
+            p.data,
+            q.data - np.float32((size - 1) / 2),
+            1e-6,
+        )
+        for i, (p, q) in enumerate(zip(params, parameters(0)))
+    ]
 
     def verify():
         for bucket_bytes, params, tuned in groupings:
-            expect_equal(f"parameters (indices into the list) in each bucket of at most "
-                         f"{bucket_bytes} bytes, last parameter first",
-                         grouping(bucketed.assign_buckets(params, bucket_bytes), params), tuned)
+            expect_equal(
+                f"parameters (indices into the list) in each bucket of at most "
+                f"{bucket_bytes} bytes, last parameter first",
+                grouping(bucketed.assign_buckets(params, bucket_bytes), params),
+                tuned,
+            )
         for what, got, expected, tolerance in comparisons:
-            expect_equal(f"{what}: dtype", str(getattr(got, "dtype", type(got).__name__)),
-                         str(expected.dtype))
+            expect_equal(
+                f"{what}: dtype",
+                str(getattr(got, "dtype", type(got).__name__)),
+                str(expected.dtype),
+            )
             expect_close(what, got, expected, rtol=tolerance, atol=tolerance)
+
     expect_on_every_rank(comm, verify)

@@ -5,6 +5,7 @@ backward on seeded float64 inputs with a random upstream gradient, and
 compares the gradients with minidl's tuned ops (``minidl.functional``) on
 the same inputs; those share no code with the exercise regions.
 """
+
 import numpy as np
 
 import minidl as md
@@ -29,91 +30,168 @@ def compare_backward(what, forward, backward, tuned, arrays, names, rng):
     dout = rng.standard_normal(np.shape(out))
     got = backward(dout, cache)
     got = got if isinstance(got, (tuple, list)) else (got,)
-    expect_true(f"{what}: backward returns one gradient per input ({', '.join(names)})",
-                len(got) >= len(names), detail=f"got {len(got)}")
+    expect_true(
+        f"{what}: backward returns one gradient per input ({', '.join(names)})",
+        len(got) >= len(names),
+        detail=f"got {len(got)}",
+    )
     for name, g, e in zip(names, got, tuned_gradients(tuned, arrays, dout)):
         expect_close(f"{what}: d/d{name}", g, e, rtol=1e-8, atol=1e-11)
     return got
 
 
-@exercise("2.1", "Fully connected layer backward", path=FUNCTIONAL + "linear.py",
-          hint="y[n, o] = sum_i x[n, i] W[o, i] + b[o]: write each gradient as a matrix "
-               "product of dout with x or W (check the shapes), and sum dout over the batch for db")
+@exercise(
+    "2.1",
+    "Fully connected layer backward",
+    path=FUNCTIONAL + "linear.py",
+    hint="y[n, o] = sum_i x[n, i] W[o, i] + b[o]: write each gradient as a matrix "
+    "product of dout with x or W (check the shapes), and sum dout over the batch for db",
+)
 def check_linear():
     rng = np.random.default_rng(21)
     arrays = [rng.standard_normal((5, 3)), rng.standard_normal((4, 3)), rng.standard_normal(4)]
-    compare_backward("linear with x (5, 3), W (4, 3), b (4,)", linear.linear_forward,
-                     linear.linear_backward, F.linear, arrays, ["x", "W", "b"], rng)
-    db = compare_backward("linear with x (5, 3), W (4, 3) and no bias", linear.linear_forward,
-                          linear.linear_backward, F.linear, arrays[:2], ["x", "W"], rng)[2:]
-    expect_true("linear without a bias: db is None", db == (None,) or db == [None],
-                detail="return None for db when the cache says there is no bias")
+    compare_backward(
+        "linear with x (5, 3), W (4, 3), b (4,)",
+        linear.linear_forward,
+        linear.linear_backward,
+        F.linear,
+        arrays,
+        ["x", "W", "b"],
+        rng,
+    )
+    db = compare_backward(
+        "linear with x (5, 3), W (4, 3) and no bias",
+        linear.linear_forward,
+        linear.linear_backward,
+        F.linear,
+        arrays[:2],
+        ["x", "W"],
+        rng,
+    )[2:]
+    expect_true(
+        "linear without a bias: db is None",
+        db == (None,) or db == [None],
+        detail="return None for db when the cache says there is no bias",
+    )
 
 
-@exercise("2.2", "Softmax cross-entropy backward", path=FUNCTIONAL + "loss.py",
-          hint="the gradient of the mean loss is (softmax - one-hot of the labels) / batch size, "
-               "times the upstream gradient dout")
+@exercise(
+    "2.2",
+    "Softmax cross-entropy backward",
+    path=FUNCTIONAL + "loss.py",
+    hint="the gradient of the mean loss is (softmax - one-hot of the labels) / batch size, "
+    "times the upstream gradient dout",
+)
 def check_softmax_cross_entropy():
     rng = np.random.default_rng(22)
     labels = rng.integers(0, 5, 6)
-    labels[:2] = 3   # a repeated label
-    compare_backward("softmax cross-entropy of (6, 5) logits",
-                     lambda z: loss.softmax_cross_entropy_forward(z, labels),
-                     loss.softmax_cross_entropy_backward, lambda z: F.cross_entropy(z, labels),
-                     [2 * rng.standard_normal((6, 5))], ["logits"], rng)
+    labels[:2] = 3  # a repeated label
+    compare_backward(
+        "softmax cross-entropy of (6, 5) logits",
+        lambda z: loss.softmax_cross_entropy_forward(z, labels),
+        loss.softmax_cross_entropy_backward,
+        lambda z: F.cross_entropy(z, labels),
+        [2 * rng.standard_normal((6, 5))],
+        ["logits"],
+        rng,
+    )
 
 
-@exercise("2.3", "Max-pooling backward", path=FUNCTIONAL + "pooling.py",
-          hint="for each output position, find the first maximum of its window (argmax of the "
-               "flattened window) and add the output's gradient there; windows may overlap")
+@exercise(
+    "2.3",
+    "Max-pooling backward",
+    path=FUNCTIONAL + "pooling.py",
+    hint="for each output position, find the first maximum of its window (argmax of the "
+    "flattened window) and add the output's gradient there; windows may overlap",
+)
 def check_max_pool():
     rng = np.random.default_rng(23)
     for name, x, options in (
-            ("2x2 stride 2", rng.standard_normal((2, 3, 6, 6)), dict(kernel_size=2)),
-            ("3x3 stride 2 padding 1", rng.standard_normal((2, 2, 7, 6)),
-             dict(kernel_size=3, stride=2, padding=1)),
-            ("3x3 stride 1 with ties (the first maximum gets it all)",
-             rng.integers(0, 3, (2, 2, 5, 5)).astype(np.float64), dict(kernel_size=3, stride=1))):
-        compare_backward(f"max pooling {name} of {x.shape}",
-                         lambda a: pooling.max_pool_forward(a, **options), pooling.max_pool_backward,
-                         lambda t: F.max_pool2d(t, **options), [x], ["x"], rng)
+        ("2x2 stride 2", rng.standard_normal((2, 3, 6, 6)), dict(kernel_size=2)),
+        (
+            "3x3 stride 2 padding 1",
+            rng.standard_normal((2, 2, 7, 6)),
+            dict(kernel_size=3, stride=2, padding=1),
+        ),
+        (
+            "3x3 stride 1 with ties (the first maximum gets it all)",
+            rng.integers(0, 3, (2, 2, 5, 5)).astype(np.float64),
+            dict(kernel_size=3, stride=1),
+        ),
+    ):
+        compare_backward(
+            f"max pooling {name} of {x.shape}",
+            lambda a: pooling.max_pool_forward(a, **options),
+            pooling.max_pool_backward,
+            lambda t: F.max_pool2d(t, **options),
+            [x],
+            ["x"],
+            rng,
+        )
 
 
-@exercise("2.4", "Batch-normalisation backward (training mode)", path=FUNCTIONAL + "batch_norm.py",
-          hint="the batch mean and variance depend on every x of the channel: chain through "
-               "dvar and dmu before adding their shares to dx")
+@exercise(
+    "2.4",
+    "Batch-normalisation backward (training mode)",
+    path=FUNCTIONAL + "batch_norm.py",
+    hint="the batch mean and variance depend on every x of the channel: chain through "
+    "dvar and dmu before adding their shares to dx",
+)
 def check_batch_norm():
     rng = np.random.default_rng(24)
     for shape in ((8, 3), (4, 3, 3, 5)):
-        arrays = [3 * rng.standard_normal(shape) + 1, rng.uniform(0.5, 1.5, 3), rng.standard_normal(3)]
-        compare_backward(f"batch norm (training) of {shape}",
-                         lambda x, g, b: batch_norm.batch_norm_forward(x, g, b, training=True),
-                         batch_norm.batch_norm_backward,
-                         lambda x, g, b: F.batch_norm(x, weight=g, bias=b, training=True),
-                         arrays, ["x", "gamma", "beta"], rng)
+        arrays = [
+            3 * rng.standard_normal(shape) + 1,
+            rng.uniform(0.5, 1.5, 3),
+            rng.standard_normal(3),
+        ]
+        compare_backward(
+            f"batch norm (training) of {shape}",
+            lambda x, g, b: batch_norm.batch_norm_forward(x, g, b, training=True),
+            batch_norm.batch_norm_backward,
+            lambda x, g, b: F.batch_norm(x, weight=g, bias=b, training=True),
+            arrays,
+            ["x", "gamma", "beta"],
+            rng,
+        )
 
 
-@exercise("2.5", "Local response normalisation backward", path=FUNCTIONAL + "lrn.py",
-          hint="a_i enters b_i directly and every s_c whose window holds channel i: add the "
-               "direct term and the sum over those c of db_c a_c s_c^(-beta-1)")
+@exercise(
+    "2.5",
+    "Local response normalisation backward",
+    path=FUNCTIONAL + "lrn.py",
+    hint="a_i enters b_i directly and every s_c whose window holds channel i: add the "
+    "direct term and the sum over those c of db_c a_c s_c^(-beta-1)",
+)
 def check_lrn():
     rng = np.random.default_rng(25)
     x = rng.standard_normal((2, 7, 3, 3))
     for size, alpha, beta, k in ((5, 0.5, 0.75, 2.0), (4, 1.0, 0.6, 1.0), (1, 0.3, 0.75, 1.0)):
-        compare_backward(f"LRN of {x.shape} with size={size}, alpha={alpha}, beta={beta}, k={k}",
-                         lambda a: lrn.lrn_forward(a, size, alpha, beta, k), lrn.lrn_backward,
-                         lambda t: F.local_response_norm(t, size, alpha, beta, k), [x], ["x"], rng)
+        compare_backward(
+            f"LRN of {x.shape} with size={size}, alpha={alpha}, beta={beta}, k={k}",
+            lambda a: lrn.lrn_forward(a, size, alpha, beta, k),
+            lrn.lrn_backward,
+            lambda t: F.local_response_norm(t, size, alpha, beta, k),
+            [x],
+            ["x"],
+            rng,
+        )
 
 
-@exercise("2.6", "Activation derivatives (ReLU, sigmoid, tanh)", path=FUNCTIONAL + "activations.py",
-          hint="multiply dout by the derivative, written with what the forward cached "
-               "(the input for ReLU, the output for sigmoid and tanh)")
+@exercise(
+    "2.6",
+    "Activation derivatives (ReLU, sigmoid, tanh)",
+    path=FUNCTIONAL + "activations.py",
+    hint="multiply dout by the derivative, written with what the forward cached "
+    "(the input for ReLU, the output for sigmoid and tanh)",
+)
 def check_activations():
     rng = np.random.default_rng(26)
     x = rng.standard_normal((4, 5))
-    x[np.abs(x) < 1e-3] = 0.5   # keep away from ReLU's kink
+    x[np.abs(x) < 1e-3] = 0.5  # keep away from ReLU's kink
     for name, forward, backward, tuned in (
-            ("relu", activations.relu_forward, activations.relu_backward, F.relu),
-            ("sigmoid", activations.sigmoid_forward, activations.sigmoid_backward, F.sigmoid),
-            ("tanh", activations.tanh_forward, activations.tanh_backward, F.tanh)):
+        ("relu", activations.relu_forward, activations.relu_backward, F.relu),
+        ("sigmoid", activations.sigmoid_forward, activations.sigmoid_backward, F.sigmoid),
+        ("tanh", activations.tanh_forward, activations.tanh_backward, F.tanh),
+    ):
         compare_backward(f"{name} of a (4, 5) input", forward, backward, tuned, [x], ["x"], rng)

@@ -3,6 +3,7 @@
 The problem is a noisy quadratic: g = c * w + noise_t, so a wrong step
 changes every later gradient and the error shows in the trajectory.
 """
+
 import numpy as np
 
 from minidl import optim
@@ -27,16 +28,31 @@ def _step(name, rule, w, g, state, hyper, t):
     """One call of the student's rule, with the contract checked: (new_w, new_state), inputs untouched."""
     w_before, g_before = w.copy(), g.copy()
     result = rule(w, g, state, **hyper)
-    expect_true(f"{name}: step {t} must return a pair (new_w, new_state)",
-                isinstance(result, tuple) and len(result) == 2,
-                detail=f"got {type(result).__name__}")
+    expect_true(
+        f"{name}: step {t} must return a pair (new_w, new_state)",
+        isinstance(result, tuple) and len(result) == 2,
+        detail=f"got {type(result).__name__}",
+    )
     new_w, new_state = result
-    expect_true(f"{name}: step {t} must return the state as a dict", isinstance(new_state, dict),
-                detail=f"got {type(new_state).__name__}")
-    expect_close(f"{name}: the input w after step {t} (return a new array, do not update w in place)",
-                 w, w_before, rtol=0, atol=0)
-    expect_close(f"{name}: the input g after step {t} (do not change the gradient)", g, g_before,
-                 rtol=0, atol=0)
+    expect_true(
+        f"{name}: step {t} must return the state as a dict",
+        isinstance(new_state, dict),
+        detail=f"got {type(new_state).__name__}",
+    )
+    expect_close(
+        f"{name}: the input w after step {t} (return a new array, do not update w in place)",
+        w,
+        w_before,
+        rtol=0,
+        atol=0,
+    )
+    expect_close(
+        f"{name}: the input g after step {t} (do not change the gradient)",
+        g,
+        g_before,
+        rtol=0,
+        atol=0,
+    )
     return new_w, new_state
 
 
@@ -50,22 +66,31 @@ def compare_trajectory(name, rule, tuned_class, hyper, seed):
         param.grad = gradient(t - 1, param.data)
         tuned.step()
         w, state = _step(name, rule, w, gradient(t - 1, w), state, hyper, t)
-        expect_close(f"{name} with {hyper}: w after step {t}", w, param.data, rtol=1e-10,
-                     atol=1e-12)
+        expect_close(
+            f"{name} with {hyper}: w after step {t}", w, param.data, rtol=1e-10, atol=1e-12
+        )
 
 
-@exercise("4.1", "momentum and Nesterov momentum", path="minidl/reference/optim/momentum.py",
-          hint="update the velocity v <- mu v + g first (v starts at zero), then step along v "
-               "for momentum and along g + mu v for Nesterov")
+@exercise(
+    "4.1",
+    "momentum and Nesterov momentum",
+    path="minidl/reference/optim/momentum.py",
+    hint="update the velocity v <- mu v + g first (v starts at zero), then step along v "
+    "for momentum and along g + mu v for Nesterov",
+)
 def check_momentum():
     for seed, hyper in enumerate([dict(lr=0.1, momentum=0.9), dict(lr=0.03, momentum=0.5)]):
         compare_trajectory("momentum", momentum, optim.Momentum, hyper, seed)
         compare_trajectory("nesterov", nesterov, optim.Nesterov, hyper, seed)
 
 
-@exercise("4.2", "AdaGrad and RMSProp", path="minidl/reference/optim/adaptive.py",
-          hint="accumulate g * g elementwise into the state (a sum for AdaGrad, a running mean "
-               "with weight alpha for RMSProp), then divide the step by its square root plus eps")
+@exercise(
+    "4.2",
+    "AdaGrad and RMSProp",
+    path="minidl/reference/optim/adaptive.py",
+    hint="accumulate g * g elementwise into the state (a sum for AdaGrad, a running mean "
+    "with weight alpha for RMSProp), then divide the step by its square root plus eps",
+)
 def check_adaptive():
     for seed, hyper in enumerate([dict(lr=0.1), dict(lr=0.05, eps=1e-3)]):
         compare_trajectory("adagrad", adagrad, optim.AdaGrad, hyper, seed)
@@ -73,9 +98,13 @@ def check_adaptive():
         compare_trajectory("rmsprop", rmsprop, optim.RMSProp, hyper, seed)
 
 
-@exercise("4.3", "Adam with bias correction", path="minidl/reference/optim/adam.py",
-          hint="keep the step count t and the uncorrected moments m and v in the state; divide "
-               "by 1 - beta^t only when you form the step")
+@exercise(
+    "4.3",
+    "Adam with bias correction",
+    path="minidl/reference/optim/adam.py",
+    hint="keep the step count t and the uncorrected moments m and v in the state; divide "
+    "by 1 - beta^t only when you form the step",
+)
 def check_adam():
     for seed, hyper in enumerate([dict(lr=0.01), dict(lr=0.1, betas=(0.5, 0.9), eps=1e-6)]):
         compare_trajectory("adam", adam, optim.Adam, hyper, seed)

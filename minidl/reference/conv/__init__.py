@@ -9,6 +9,7 @@ package registers them in ``minidl.conv.registry`` under their own names
 considers them. The tuned twins in ``minidl/conv/`` compute the same
 functions faster.
 """
+
 from ...conv.registry import register
 from .direct import DIRECT_REFERENCE
 from .fft import FFT_REFERENCE
@@ -18,5 +19,10 @@ from .winograd import WINOGRAD_REFERENCE
 REFERENCE_ALGORITHMS = (DIRECT_REFERENCE, IM2COL_REFERENCE, FFT_REFERENCE, WINOGRAD_REFERENCE)
 register(*REFERENCE_ALGORITHMS)
 
-__all__ = ["DIRECT_REFERENCE", "IM2COL_REFERENCE", "FFT_REFERENCE", "WINOGRAD_REFERENCE",
-           "REFERENCE_ALGORITHMS"]
+__all__ = [
+    "DIRECT_REFERENCE",
+    "IM2COL_REFERENCE",
+    "FFT_REFERENCE",
+    "WINOGRAD_REFERENCE",
+    "REFERENCE_ALGORITHMS",
+]

@@ -6,6 +6,7 @@ one GEMM ``w[:, :, u, v] (K x C) @ x_shifted (C x N*OH*OW)`` per kernel offset (
 The forward pass is the exercise (``algo="direct_reference"``); the gradients,
 helpers and costs are those of ``minidl/conv/direct.py`` (``algo="direct"``).
 """
+
 from ...backend import get_array_module
 from ...conv.direct import Direct, batch_first, padded_channels_first, shifted
 

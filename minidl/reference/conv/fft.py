@@ -30,6 +30,7 @@ The channel (or batch) sums are products of spectra summed pointwise at
 every frequency. Real FFTs (rfft2) keep the Lh*(Lw/2 + 1) frequencies that a
 real array's spectrum does not repeat.
 """
+
 import numpy as np
 
 from ...backend import get_array_module
@@ -51,10 +52,10 @@ class FFTReference(ConvAlgorithm):
         xp = get_array_module(x)
         size = geom.padded_size
         # BEGIN EXERCISE 3.4
-        x_f = xp.fft.rfft2(_padded(x, geom), s=size)                         # (N, C, Lh, Lw/2+1)
-        w_f = xp.fft.rfft2(dilate_kernel(w, geom.dilation), s=size)          # (K, C, Lh, Lw/2+1)
+        x_f = xp.fft.rfft2(_padded(x, geom), s=size)  # (N, C, Lh, Lw/2+1)
+        w_f = xp.fft.rfft2(dilate_kernel(w, geom.dilation), s=size)  # (K, C, Lh, Lw/2+1)
         y1 = xp.fft.irfft2(xp.einsum("ncab,kcab->nkab", x_f, w_f.conj()), s=size)
-        y = y1[:, :, ::geom.stride[0], ::geom.stride[1]][:, :, :geom.out_h, :geom.out_w]
+        y = y1[:, :, :: geom.stride[0], :: geom.stride[1]][:, :, : geom.out_h, : geom.out_w]
         return y.astype(x.dtype, copy=False), None
         # END EXERCISE 3.4
 
@@ -65,7 +66,7 @@ class FFTReference(ConvAlgorithm):
         w_f = xp.fft.rfft2(dilate_kernel(w, geom.dilation), s=size)
         dxpad = xp.fft.irfft2(xp.einsum("nkab,kcab->ncab", dy_f, w_f), s=size)
         (ph, pw), (h, wd) = geom.padding, (geom.height, geom.width)
-        return dxpad[:, :, ph:ph + h, pw:pw + wd].astype(dy.dtype, copy=False)
+        return dxpad[:, :, ph : ph + h, pw : pw + wd].astype(dy.dtype, copy=False)
 
     def backward_weight(self, dy, x, geom, saved=None):
         xp = get_array_module(dy)
@@ -81,8 +82,10 @@ class FFTReference(ConvAlgorithm):
         hp, wp = geom.padded_size
         n, k, c = geom.batch, geom.out_channels, geom.in_channels
         points = hp * wp
-        return {"pointwise": 4 * hp * (wp // 2 + 1) * n * k * c,
-                "transforms": int(points * np.log2(points)) * (n * c + k * c + n * k)}
+        return {
+            "pointwise": 4 * hp * (wp // 2 + 1) * n * k * c,
+            "transforms": int(points * np.log2(points)) * (n * c + k * c + n * k),
+        }
 
     def workspace_elements(self, geom, pass_, chunk):
         hp, wp = geom.padded_size
@@ -93,8 +96,11 @@ class FFTReference(ConvAlgorithm):
         kernel = k * c * int(np.prod(geom.dilated_kernel))
         grid = n * k * int(np.prod(stride_one_size(geom)))
         result = {"forward": n * k, "backward_input": n * c, "backward_weight": k * c}[pass_]
-        inputs = {"forward": n * c * hp * wp + kernel, "backward_input": grid + kernel,
-                  "backward_weight": n * c * hp * wp + grid}[pass_]
+        inputs = {
+            "forward": n * c * hp * wp + kernel,
+            "backward_input": grid + kernel,
+            "backward_weight": n * c * hp * wp + grid,
+        }[pass_]
         # the spatial inputs of the transforms, three spectra, the inverse's result
         return inputs + spectrum * (n * c + k * c + n * k) + result * hp * wp
 

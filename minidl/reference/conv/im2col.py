@@ -19,6 +19,7 @@ same products, transposed; Ben-Nun & Hoefler 2019, App. A.4):
 
 Multiplies: N*K*C*KH*KW*OH*OW, as the direct convolution (Ben-Nun & Hoefler 2019, Table 6).
 """
+
 from ...backend import get_array_module
 from ...conv.base import ConvAlgorithm
 
@@ -51,7 +52,7 @@ def col2im(cols, geom):
         for v in range(geom.kernel_w):
             rows, columns = geom.window(u, v)
             dxpad[:, :, rows, columns] += blocks[:, u, v].transpose(1, 0, 2, 3)
-    return dxpad[:, :, ph:ph + h, pw:pw + w]
+    return dxpad[:, :, ph : ph + h, pw : pw + w]
     # END EXERCISE 3.2
 
 
@@ -67,7 +68,9 @@ class Im2colReference(ConvAlgorithm):
 
     def forward(self, x, w, geom, keep=False):
         b = w.reshape(geom.out_channels, -1) @ im2col(x, geom)
-        return b.reshape(geom.out_channels, geom.batch, geom.out_h, geom.out_w).transpose(1, 0, 2, 3), None
+        return b.reshape(geom.out_channels, geom.batch, geom.out_h, geom.out_w).transpose(
+            1, 0, 2, 3
+        ), None
 
     def backward_input(self, dy, w, geom, saved=None):
         return col2im(w.reshape(geom.out_channels, -1).T @ output_matrix(dy), geom)

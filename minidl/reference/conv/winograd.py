@@ -27,6 +27,7 @@ Gradients, for 3x3 kernels at stride 1 and padding p:
   xpad[n, c, i + u, j + v]: each tap's gradient is the correlation of the
   padded input with dy, the direct convolution's weight gradient.
 """
+
 import numpy as np
 
 from ...backend import get_array_module
@@ -54,7 +55,7 @@ def input_tiles(x, padding):
     d = xp.empty(x.shape[:2] + (th, tw, 4, 4), dtype=x.dtype)
     for a in range(4):
         for b in range(4):
-            d[..., a, b] = xpad[:, :, a:a + 2 * th:2, b:b + 2 * tw:2]
+            d[..., a, b] = xpad[:, :, a : a + 2 * th : 2, b : b + 2 * tw : 2]
     return d
 
 
@@ -65,10 +66,10 @@ def winograd_f2x2_3x3(x, w, padding):
     out_h, out_w = x.shape[2] + 2 * padding[0] - 2, x.shape[3] + 2 * padding[1] - 2
     d = input_tiles(x, padding)
     # BEGIN EXERCISE 3.5
-    v = b_t @ d @ b_t.T                                  # B^T d B for every tile and channel
-    u = g @ w @ g.T                                      # G g G^T for every kernel: (K, C, 4, 4)
-    m = xp.einsum("kcab,nctsab->nktsab", u, v)           # elementwise products summed over c
-    y = a_t @ m @ a_t.T                                  # (N, K, TH, TW, 2, 2)
+    v = b_t @ d @ b_t.T  # B^T d B for every tile and channel
+    u = g @ w @ g.T  # G g G^T for every kernel: (K, C, 4, 4)
+    m = xp.einsum("kcab,nctsab->nktsab", u, v)  # elementwise products summed over c
+    y = a_t @ m @ a_t.T  # (N, K, TH, TW, 2, 2)
     n, k, th, tw = y.shape[:4]
     return y.transpose(0, 1, 2, 4, 3, 5).reshape(n, k, 2 * th, 2 * tw)[:, :, :out_h, :out_w]
     # END EXERCISE 3.5
@@ -90,9 +91,11 @@ class WinogradReference(ConvAlgorithm):
         if not problems:
             return None
         listed = word_list(problems, "and")
-        return (f"F(2x2, 3x3) takes 3x3 kernels at stride 1 and dilation 1 only, not {listed} "
-                "('im2col_reference' and 'fft_reference' compute every shape, the tuned "
-                "'winograd_f2x2_3x3' also strided kernels with 3 taps per stride phase)")
+        return (
+            f"F(2x2, 3x3) takes 3x3 kernels at stride 1 and dilation 1 only, not {listed} "
+            "('im2col_reference' and 'fft_reference' compute every shape, the tuned "
+            "'winograd_f2x2_3x3' also strided kernels with 3 taps per stride phase)"
+        )
 
     def forward(self, x, w, geom, keep=False):
         return winograd_f2x2_3x3(x, w, geom.padding), None
@@ -109,14 +112,18 @@ class WinogradReference(ConvAlgorithm):
         th, tw = tile_counts(geom.out_h, geom.out_w, 2)
         p = geom.batch * th * tw
         k, c = geom.out_channels, geom.in_channels
-        return {"elementwise": 16 * k * c * p, "input_transform": 128 * c * p,
-                "weight_transform": 84 * k * c, "output_transform": 48 * k * p}
+        return {
+            "elementwise": 16 * k * c * p,
+            "input_transform": 128 * c * p,
+            "weight_transform": 84 * k * c,
+            "output_transform": 48 * k * p,
+        }
 
     def workspace_elements(self, geom, pass_, chunk):
         n, c, k = geom.batch, geom.in_channels, geom.out_channels
         if pass_ == "backward_weight":
             return DIRECT.workspace_elements(geom, pass_, chunk)
-        if pass_ == "backward_input":     # a correlation of dy (K channels) whose output is H x W
+        if pass_ == "backward_input":  # a correlation of dy (K channels) whose output is H x W
             c, k, out = k, c, (geom.height, geom.width)
         else:
             out = (geom.out_h, geom.out_w)

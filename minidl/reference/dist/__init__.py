@@ -5,6 +5,7 @@ minidl's tuned ones, as ``"ring_reference"``, ``"butterfly_reference"``,
 ``"tree_reference"`` and ``"rabenseifner_reference"``:
 ``comm.allreduce(x, algorithm="ring_reference")``.
 """
+
 from minidl.dist.collectives import register_reference
 from minidl.reference.dist import allreduce
 

@@ -27,6 +27,7 @@ butterfly) added in the same pairs on both partners, so all ranks hold the
 same bits. ``comm.allreduce(x, algorithm="ring_reference")`` runs these
 functions (``minidl.reference.dist`` registers them).
 """
+
 from minidl.backend import get_array_module
 
 
@@ -156,13 +157,13 @@ def rabenseifner(comm, x):
             mid = (lo + hi) // 2
             keep, give = ((mid, hi), (lo, mid)) if comm.rank & distance else ((lo, mid), (mid, hi))
             received = xp.empty(keep[1] - keep[0], dtype=x.dtype)
-            comm.sendrecv(x[give[0]:give[1]], partner, received, partner)
-            x[keep[0]:keep[1]] += received
+            comm.sendrecv(x[give[0] : give[1]], partner, received, partner)
+            x[keep[0] : keep[1]] += received
             exchanges.append((partner, keep, give))
             lo, hi = keep
             distance //= 2
         for partner, keep, give in reversed(exchanges):
-            comm.sendrecv(x[keep[0]:keep[1]], partner, x[give[0]:give[1]], partner)
+            comm.sendrecv(x[keep[0] : keep[1]], partner, x[give[0] : give[1]], partner)
     # END EXERCISE 6.4
     fold_out(comm, x, p2)
     return x

@@ -21,6 +21,7 @@ complete early (``minidl.dist.DistributedOptimizer`` starts each bucket's
 allreduce during backward; this textbook version waits for the whole backward
 pass). A bucket holds parameters of one dtype (a model of one dtype).
 """
+
 from minidl.backend import get_array_module
 
 
@@ -57,7 +58,7 @@ def average_gradients(comm, buckets, algorithm="auto"):
         comm.allreduce(flat, op="mean", algorithm=algorithm)
         offset = 0
         for p in bucket:
-            p.grad = flat[offset:offset + p.size].reshape(p.shape)
+            p.grad = flat[offset : offset + p.size].reshape(p.shape)
             offset += p.size
     # END EXERCISE 7.1
 

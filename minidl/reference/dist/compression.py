@@ -35,6 +35,7 @@ buckets, packs the codes into bits and counts the bytes.
 
   so that over any run of steps sum(sent) + e = sum(g).
 """
+
 from minidl.backend import get_array_module
 
 
@@ -53,7 +54,7 @@ def qsgd_encode(v, levels, rng):
     xp = get_array_module(v)
     # BEGIN EXERCISE 9.2
     norm = xp.sqrt(xp.sum(v.astype(xp.float64) ** 2)).astype(v.dtype)
-    scaled = xp.abs(v) / norm * levels if norm > 0 else xp.zeros_like(v)   # p_i in [0, s]
+    scaled = xp.abs(v) / norm * levels if norm > 0 else xp.zeros_like(v)  # p_i in [0, s]
     lower = xp.floor(scaled)
     level = lower + (rng.random(v.shape, dtype=v.dtype) < scaled - lower)
     level = xp.minimum(level, levels)  # rounding may put p_i a hair above s when |v_i| = ||v||

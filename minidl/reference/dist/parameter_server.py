@@ -28,18 +28,21 @@ the server returns once all n said DONE, so no message is left unreceived.
 Every worker must take the same number of steps (else bsp and ssp would wait
 for a clock that never comes).
 """
+
 from minidl.backend import get_array_module
 from minidl.dist.job import mpi_module
 
 SERVER = 0
-HEADER = 2            # [worker rank, kind]
-PUSH, DONE = 0, 1     # kinds of worker -> server messages
+HEADER = 2  # [worker rank, kind]
+PUSH, DONE = 0, 1  # kinds of worker -> server messages
 
 
 def sgd_update(lr):
     """The server's update rule w <- w - lr * g, applied in place (Downpour SGD's server)."""
+
     def update(weights, gradient):
         weights -= lr * gradient
+
     return update
 
 
@@ -55,10 +58,10 @@ def serve(comm, weights, update, clocks):
     xp = get_array_module(weights)
     message = xp.empty(HEADER + weights.size, dtype=weights.dtype)
     for rank in range(1, comm.size):
-        comm.send(weights, rank)          # every worker's first pull
-    version = 0                           # updates applied so far
-    read_version = [0] * workers          # the version each worker last pulled
-    waiting = set()                       # workers whose pull is not answered yet
+        comm.send(weights, rank)  # every worker's first pull
+    version = 0  # updates applied so far
+    read_version = [0] * workers  # the version each worker last pulled
+    waiting = set()  # workers whose pull is not answered yet
     log = []
     done = 0
     while done < workers:

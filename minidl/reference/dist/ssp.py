@@ -23,8 +23,9 @@ class WorkerClocks:
 
     def __init__(self, workers, staleness):
         if staleness is not None and (int(staleness) != staleness or staleness < 0):
-            raise ValueError(f"SSP staleness must be an integer >= 0, or None for asp; "
-                             f"got {staleness!r}")
+            raise ValueError(
+                f"SSP staleness must be an integer >= 0, or None for asp; got {staleness!r}"
+            )
         self.clocks = [0] * int(workers)
         self.staleness = staleness
 

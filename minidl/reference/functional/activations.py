@@ -10,6 +10,7 @@ Sigmoid and tanh keep their output, from which the derivative follows.
 For x below about -88 (float32), exp(-x) overflows to inf and 1 / (1 + inf)
 gives the correct limit 0, with NumPy's overflow warning.
 """
+
 from ...backend import get_array_module
 
 

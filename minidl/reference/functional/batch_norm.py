@@ -29,31 +29,39 @@ dx = (1 / sqrt(var + eps)) (dx_hat - mean(dx_hat) - x_hat mean(dx_hat x_hat)),
 the form the tuned version computes. In evaluation mu and var are
 constants: dx = dx_hat / sqrt(var + eps).
 """
+
 from ...backend import get_array_module
 from ...functional.normalization import channel_axes, per_channel
 
 
-def batch_norm_forward(x, gamma, beta, running_mean=None, running_var=None,
-                       training=True, momentum=0.1, eps=1e-5):
+def batch_norm_forward(
+    x, gamma, beta, running_mean=None, running_var=None, training=True, momentum=0.1, eps=1e-5
+):
     """y = gamma x_hat + beta per channel; updates the running statistics in place when training.
 
     ``gamma``, ``beta``, ``running_mean`` and ``running_var`` have shape (C,);
     the running statistics may be None in training (nothing to update).
     """
     axes = channel_axes(x)
-    m = x.size // x.shape[1]    # values per channel
+    m = x.size // x.shape[1]  # values per channel
     if training and m < 2:
-        raise ValueError(f"batch_norm: training needs more than one value per channel, "
-                         f"got input of shape {x.shape}; use a larger batch or evaluation mode")
+        raise ValueError(
+            f"batch_norm: training needs more than one value per channel, "
+            f"got input of shape {x.shape}; use a larger batch or evaluation mode"
+        )
     if not training and (running_mean is None or running_var is None):
-        raise ValueError("batch_norm: evaluation mode normalises with running_mean and "
-                         "running_var; pass them, or use training=True")
+        raise ValueError(
+            "batch_norm: evaluation mode normalises with running_mean and "
+            "running_var; pass them, or use training=True"
+        )
     if training:
         mu = x.mean(axis=axes, keepdims=True)
-        var = x.var(axis=axes, keepdims=True)    # biased: divides by m
+        var = x.var(axis=axes, keepdims=True)  # biased: divides by m
         if running_mean is not None:
             running_mean[...] = (1 - momentum) * running_mean + momentum * mu.reshape(-1)
-            running_var[...] = (1 - momentum) * running_var + momentum * var.reshape(-1) * m / (m - 1)
+            running_var[...] = (1 - momentum) * running_var + momentum * var.reshape(-1) * m / (
+                m - 1
+            )
     else:
         mu, var = per_channel(running_mean, x.ndim), per_channel(running_var, x.ndim)
     x_mu = x - mu
@@ -74,9 +82,10 @@ def batch_norm_backward(dout, cache):
         return dx_hat * inv_std, dgamma, dbeta
     # BEGIN EXERCISE 2.4
     m = dout.size // dout.shape[1]
-    dvar = (dx_hat * x_mu).sum(axis=axes, keepdims=True) * -0.5 * inv_std ** 3
-    dmu = (-(dx_hat * inv_std).sum(axis=axes, keepdims=True)
-           + dvar * (-2 * x_mu).mean(axis=axes, keepdims=True))
+    dvar = (dx_hat * x_mu).sum(axis=axes, keepdims=True) * -0.5 * inv_std**3
+    dmu = -(dx_hat * inv_std).sum(axis=axes, keepdims=True) + dvar * (-2 * x_mu).mean(
+        axis=axes, keepdims=True
+    )
     dx = dx_hat * inv_std + dvar * 2 * x_mu / m + dmu / m
     return dx, dgamma, dbeta
     # END EXERCISE 2.4

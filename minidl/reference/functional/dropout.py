@@ -12,13 +12,16 @@ drawn as ``rng.random(shape, dtype)`` they give the same mask as
 ``minidl.functional.dropout`` after ``minidl.random.manual_seed`` with the
 same seed.
 """
+
 from ...backend import get_array_module
 
 
 def dropout_forward(x, p, rng, training=True):
     """x * mask with a fresh mask from ``rng`` (a NumPy or CuPy Generator); the cache is the mask."""
     if not 0 <= p < 1:
-        raise ValueError(f"dropout: p={p} is the probability of dropping an element; it must lie in [0, 1)")
+        raise ValueError(
+            f"dropout: p={p} is the probability of dropping an element; it must lie in [0, 1)"
+        )
     xp = get_array_module(x)
     if not training:
         mask = xp.ones_like(x)

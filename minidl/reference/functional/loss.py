@@ -8,6 +8,7 @@ Subtracting max z changes nothing mathematically and keeps exp from
 overflowing. (Bridle 1990 for the softmax output with cross-entropy; Ben-Nun
 & Hoefler 2019, Demystifying Parallel and Distributed Deep Learning, §2.1.)
 """
+
 from ...backend import get_array_module
 
 

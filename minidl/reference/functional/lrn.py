@@ -15,6 +15,7 @@ is c in {i - (n-1)//2, ..., i + n//2}; with ds_c/da_i = 2 alpha a_i / n,
 
     da_i = db_i s_i^(-beta) - (2 alpha beta / n) a_i sum_{c: i in W(c)} db_c a_c s_c^(-beta-1).
 """
+
 from ...backend import get_array_module
 
 
@@ -26,7 +27,7 @@ def lrn_forward(x, size, alpha=1e-4, beta=0.75, k=1.0):
     for c in range(channels):
         lo, hi = max(0, c - size // 2), min(channels, c + (size - 1) // 2 + 1)
         s[:, c] = k + alpha / size * (x[:, lo:hi] ** 2).sum(axis=1)
-    return x * s ** -beta, (x, s, size, alpha, beta)
+    return x * s**-beta, (x, s, size, alpha, beta)
 
 
 def lrn_backward(dout, cache):
@@ -39,7 +40,8 @@ def lrn_backward(dout, cache):
     dx = xp.empty_like(x)
     for i in range(channels):
         lo, hi = max(0, i - (size - 1) // 2), min(channels, i + size // 2 + 1)
-        dx[:, i] = (dout[:, i] * s[:, i] ** -beta
-                    - 2 * alpha * beta / size * x[:, i] * t[:, lo:hi].sum(axis=1))
+        dx[:, i] = dout[:, i] * s[:, i] ** -beta - 2 * alpha * beta / size * x[:, i] * t[
+            :, lo:hi
+        ].sum(axis=1)
     return dx
     # END EXERCISE 2.5

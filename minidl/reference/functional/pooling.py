@@ -18,6 +18,7 @@ PyTorch and ``minidl.functional.max_pool2d`` do. Average pooling pads with
 zeros and counts them in the average. (Ben-Nun & Hoefler 2019, Demystifying
 Parallel and Distributed Deep Learning, §3.1.1 and App. A.5.)
 """
+
 from ...backend import get_array_module
 from ...functional.pooling import pad_hw, pool_geometry
 
@@ -25,13 +26,13 @@ from ...functional.pooling import pad_hw, pool_geometry
 def window(a, i, j, geometry):
     """The view of the (padded) array ``a`` that output position (i, j) pools over."""
     (kh, kw), (sh, sw) = geometry[:2]
-    return a[:, :, i * sh:i * sh + kh, j * sw:j * sw + kw]
+    return a[:, :, i * sh : i * sh + kh, j * sw : j * sw + kw]
 
 
 def unpad(a, geometry, shape):
     """The part of the padded array ``a`` that covers the input of ``shape``."""
     (ph, pw) = geometry[2]
-    return a[:, :, ph:ph + shape[2], pw:pw + shape[3]]
+    return a[:, :, ph : ph + shape[2], pw : pw + shape[3]]
 
 
 def max_pool_forward(x, kernel_size, stride=None, padding=0):

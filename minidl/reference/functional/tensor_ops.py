@@ -9,15 +9,22 @@ through to ``forward`` unchanged. The tuned autograd engine then calls
 from reference ops trains, and can be compared with the same model built
 from ``minidl.functional``.
 """
+
 from ...autograd import Function
-from .activations import (relu_forward, relu_backward, sigmoid_forward, sigmoid_backward,
-                          tanh_forward, tanh_backward)
-from .batch_norm import batch_norm_forward, batch_norm_backward
-from .dropout import dropout_forward, dropout_backward
-from .linear import linear_forward, linear_backward
-from .loss import softmax_cross_entropy_forward, softmax_cross_entropy_backward
-from .lrn import lrn_forward, lrn_backward
-from .pooling import max_pool_forward, max_pool_backward, avg_pool_forward, avg_pool_backward
+from .activations import (
+    relu_backward,
+    relu_forward,
+    sigmoid_backward,
+    sigmoid_forward,
+    tanh_backward,
+    tanh_forward,
+)
+from .batch_norm import batch_norm_backward, batch_norm_forward
+from .dropout import dropout_backward, dropout_forward
+from .linear import linear_backward, linear_forward
+from .loss import softmax_cross_entropy_backward, softmax_cross_entropy_forward
+from .lrn import lrn_backward, lrn_forward
+from .pooling import avg_pool_backward, avg_pool_forward, max_pool_backward, max_pool_forward
 
 
 class ReferenceOp(Function):
@@ -34,8 +41,10 @@ class ReferenceOp(Function):
 
 def as_op(forward, backward):
     """A function of Tensors (and keywords) that runs ``forward`` and differentiates with ``backward``."""
+
     def op(*tensors, **params):
         return ReferenceOp.apply(*tensors, pair=(forward, backward), params=params)
+
     op.__name__ = forward.__name__.removesuffix("_forward")
     op.__doc__ = forward.__doc__
     return op

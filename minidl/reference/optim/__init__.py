@@ -14,11 +14,20 @@ differently.
     adam.py       Adam (Kingma & Ba 2015)
     optimizer.py  ``ReferenceOptimizer``: any rule over a list of parameters (weight decay, clipping)
 """
-from .sgd import sgd
-from .momentum import momentum, nesterov
-from .adaptive import adagrad, rmsprop
-from .adam import adam
-from .optimizer import RULES, ReferenceOptimizer
 
-__all__ = ["sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam", "RULES",
-           "ReferenceOptimizer"]
+from .adam import adam
+from .adaptive import adagrad, rmsprop
+from .momentum import momentum, nesterov
+from .optimizer import RULES, ReferenceOptimizer
+from .sgd import sgd
+
+__all__ = [
+    "sgd",
+    "momentum",
+    "nesterov",
+    "adagrad",
+    "rmsprop",
+    "adam",
+    "RULES",
+    "ReferenceOptimizer",
+]

@@ -17,6 +17,7 @@ sqrt(v_hat + eps), and the bias correction is folded into the recursion (the
 corrected moments feed the next step), which changes the trajectory after
 the first step. Their 1 - b^t denominators also need t to start at 1, as here.
 """
+
 from ...backend import get_array_module
 
 
@@ -28,7 +29,7 @@ def adam(w, g, state, lr=1e-3, betas=(0.9, 0.999), eps=1e-8):
     t = state.get("t", 0) + 1
     m = b1 * state.get("m", 0.0) + (1 - b1) * g
     v = b2 * state.get("v", 0.0) + (1 - b2) * g * g
-    m_hat = m / (1 - b1 ** t)
-    v_hat = v / (1 - b2 ** t)
+    m_hat = m / (1 - b1**t)
+    v_hat = v / (1 - b2**t)
     return w - lr * m_hat / (xp.sqrt(v_hat) + eps), {"t": t, "m": m, "v": v}
     # END EXERCISE 4.3

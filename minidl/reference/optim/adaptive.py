@@ -16,6 +16,7 @@ zero), and its sum runs over the current gradient's index t where tau is
 meant. Their RMSProp has eps outside the root, as here, with alpha written
 beta.
 """
+
 from ...backend import get_array_module
 
 

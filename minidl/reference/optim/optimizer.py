@@ -13,14 +13,21 @@ copied into the parameter's array, so layers keep seeing the same array;
 ``lr`` is an attribute, so the learning-rate schedules of ``minidl.optim``
 drive it as they drive the tuned optimizers.
 """
+
 from ...optim.optimizer import Optimizer
 from .adam import adam
 from .adaptive import adagrad, rmsprop
 from .momentum import momentum, nesterov
 from .sgd import sgd
 
-RULES = {"sgd": sgd, "momentum": momentum, "nesterov": nesterov, "adagrad": adagrad,
-         "rmsprop": rmsprop, "adam": adam}
+RULES = {
+    "sgd": sgd,
+    "momentum": momentum,
+    "nesterov": nesterov,
+    "adagrad": adagrad,
+    "rmsprop": rmsprop,
+    "adam": adam,
+}
 
 
 class ReferenceOptimizer(Optimizer):
@@ -29,8 +36,10 @@ class ReferenceOptimizer(Optimizer):
     def __init__(self, params, rule, lr, weight_decay=0.0, clip_grad_norm=None, **hyper):
         if isinstance(rule, str):
             if rule not in RULES:
-                raise ValueError(f"ReferenceOptimizer: unknown rule {rule!r}; choose one of "
-                                 f"{', '.join(RULES)} or pass a function (w, g, state, lr, **hyper)")
+                raise ValueError(
+                    f"ReferenceOptimizer: unknown rule {rule!r}; choose one of "
+                    f"{', '.join(RULES)} or pass a function (w, g, state, lr, **hyper)"
+                )
             rule = RULES[rule]
         super().__init__(params, lr, weight_decay, clip_grad_norm)
         self.rule, self.hyper = rule, hyper
@@ -38,6 +47,6 @@ class ReferenceOptimizer(Optimizer):
     def update(self, w, g, state):
         new_w, new_state = self.rule(w, g, state, lr=self.lr, **self.hyper)
         w[...] = new_w
-        kept = dict(new_state)          # a rule may hand back the dict it was given
+        kept = dict(new_state)  # a rule may hand back the dict it was given
         state.clear()
         state.update(kept)

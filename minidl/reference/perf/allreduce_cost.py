@@ -34,6 +34,7 @@ get the result back: 2 (alpha + m beta) + m gamma more, k = floor(log2 P).
 predict`` use, computes the same times from counts of messages and bytes;
 the tests hold the two equal.
 """
+
 import math
 
 from minidl.intmath import ceil_log2, largest_power_of_two
@@ -82,5 +83,9 @@ def allreduce_lower_bound(m, p, alpha, beta):
     return alpha * math.log2(p) + 2 * m * beta * (p - 1) / p
 
 
-ALLREDUCE_TIME = {"ring": ring_allreduce_time, "butterfly": butterfly_allreduce_time,
-                  "tree": tree_allreduce_time, "rabenseifner": rabenseifner_allreduce_time}
+ALLREDUCE_TIME = {
+    "ring": ring_allreduce_time,
+    "butterfly": butterfly_allreduce_time,
+    "tree": tree_allreduce_time,
+    "rabenseifner": rabenseifner_allreduce_time,
+}

@@ -25,14 +25,17 @@ T(b) also stops shrinking in proportion to b once b is small (their §III:
 fully connected layers become thin matrix products below b ~ 32-64), and
 T_comm grows with n, so real curves flatten earlier.
 """
+
 import math
 
 
 def local_batch(global_batch, nodes):
     """b = ceil(B / n): the samples each node computes on; n > B leaves nodes without any."""
     if not 1 <= nodes <= global_batch:
-        raise ValueError(f"local_batch: {nodes} nodes cannot share a global batch of "
-                         f"{global_batch} samples; use 1 <= n <= B")
+        raise ValueError(
+            f"local_batch: {nodes} nodes cannot share a global batch of "
+            f"{global_batch} samples; use 1 <= n <= B"
+        )
     return math.ceil(global_batch / nodes)
 
 

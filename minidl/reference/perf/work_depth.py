@@ -35,10 +35,11 @@ input size (14 * 14 * 16 * 150 = 470,400, where the 10 x 10 output gives
 depth ceil(log2 25) = 5 where Table 6 gives 6. Here every layer is counted
 at its output, as Table 6 does.
 """
+
 import math
 
 from ...conv.geometry import output_size, pair
-from ...intmath import ceil_log2 as tree_depth   # a balanced tree sums n values in ceil(log2 n)
+from ...intmath import ceil_log2 as tree_depth  # a balanced tree sums n values in ceil(log2 n)
 
 
 def conv2d_work_depth(x_shape, out_channels, kernel_size, stride=1, padding=0, groups=1):
