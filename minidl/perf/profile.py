@@ -232,10 +232,12 @@ def format_profile(profile, title="", by_type=False):
             (label, "", "", "", f"{seconds * 1e3:.3f}", f"{100 * seconds / total:.1f}%", "", "", "")
         )
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
-    fmt = lambda r: "  ".join(
-        c.ljust(w) if i < 2 else c.rjust(w)  # noqa: E731
-        for i, (c, w) in enumerate(zip(r, widths))
-    )
+
+    def fmt(r):
+        return "  ".join(
+            c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))
+        )
+
     rule = "-" * len(fmt(head))
     lines = (
         [f"{title} batch {profile.batch}, medians over the profiled steps".strip(), fmt(head), rule]

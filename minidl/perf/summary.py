@@ -69,10 +69,12 @@ def format_summary(costs, title=""):
         str(t["backward_depth"]),
     )
     widths = [max(len(r[i]) for r in rows + [COLUMNS, total]) for i in range(len(COLUMNS))]
-    fmt = lambda r: "  ".join(
-        c.ljust(w) if i < 3 else c.rjust(w)  # noqa: E731
-        for i, (c, w) in enumerate(zip(r, widths))
-    )
+
+    def fmt(r):
+        return "  ".join(
+            c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))
+        )
+
     rule = "-" * len(fmt(COLUMNS))
     shape = "x".join(map(str, costs.input_shape))
     lines = (

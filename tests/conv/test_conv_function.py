@@ -237,7 +237,7 @@ def test_report_names_layers_choices_and_timings(fresh_tuner, rng):
     text = md.conv.report()
     for layer in (net[0], net[2]):
         assert layer._label in text
-        for pass_, name in layer.algorithms().items():
+        for name in layer.algorithms().values():
             if name is not None:
                 assert name in text
     assert text.count(" ms") >= 2 * 3  # every candidate's time is listed

@@ -38,7 +38,8 @@ def nothing_to_prove():
     if not EXERCISES:
         warnings.warn(
             "no exercises are registered yet: the exercise-mode guarantees hold "
-            "vacuously (add checks in minidl/exercises/checks/)"
+            "vacuously (add checks in minidl/exercises/checks/)",
+            stacklevel=2,
         )
     return not EXERCISES
 

@@ -20,7 +20,9 @@ def test_the_guide_lists_the_registered_exercises():
     text = read(GUIDE)
     assert BEGIN_LIST in text and END_LIST in text
     if not exercises:
-        warnings.warn("no exercises are registered yet: the guide's list is not compared")
+        warnings.warn(
+            "no exercises are registered yet: the guide's list is not compared", stacklevel=2
+        )
         return
     assert update_block(text, markdown_list(exercises, ROOT)) == text, (
         "docs/instructor-guide.md lists other exercises than the registry; refresh it with: "

@@ -65,7 +65,7 @@ def test_measured_compute_predicts_lenet_iteration_times_within_20_percent():
         plain = {b: TrainingStep(model, (1, 28, 28), b) for b in (48, 64)}  # 48 interpolated
         for step in plain.values():
             step.run()
-        for attempt in range(3):
+        for _attempt in range(3):
             predicted, measured = {b: [] for b in plain}, {b: [] for b in plain}
             for _ in range(7):  # interleaved, so that both sides see the same load
                 compute = measure_compute(model, (1, 28, 28), [32, 64], steps=1, warmup=1)

@@ -185,9 +185,9 @@ def train_step(rng):
 
 @pytest.mark.parametrize("timing", [False, True])
 def test_auto_never_runs_a_reference_algorithm(
-    fresh_tuner,
+    fresh_tuner,  # noqa: F811 (the fixture imported above)
     monkeypatch,
-    rng,  # noqa: F811
+    rng,
     timing,
 ):
     """A student tree stubs every exercise region: ``auto`` trains on as if they were absent."""

@@ -87,7 +87,7 @@ def _expect_output(what, algorithm, cases, seed):
     "input that the tap meets (geom.window(u, v)) into that tap's rows of every channel.",
 )
 def check_im2col():
-    for x, w, geom in _cases(GENERAL_CASES, seed=31):
+    for x, _w, geom in _cases(GENERAL_CASES, seed=31):
         expected = _columns(x, geom)
         got = im2col.im2col(x, geom)
         expect_equal(
@@ -113,7 +113,7 @@ def check_im2col():
 )
 def check_col2im():
     rng = np.random.default_rng(33)
-    for x, w, geom in _cases(GENERAL_CASES, seed=34):
+    for _x, w, geom in _cases(GENERAL_CASES, seed=34):
         blocks = rng.standard_normal(
             (geom.in_channels, geom.kernel_h, geom.kernel_w, geom.batch, geom.out_h, geom.out_w)
         )
