@@ -177,13 +177,13 @@ class Tensor:
         """The values as a NumPy array (shares memory on the CPU)."""
         return backend.to_numpy(self.data)
 
-    def item(self):
+    def item(self) -> float:
         """The value of a one-element tensor as a Python number."""
         if self.data.size != 1:
             raise ValueError(f"item() needs a tensor with one element, not shape {self.shape}")
         return self.data.reshape(()).item()
 
-    def detach(self):
+    def detach(self) -> "Tensor":
         """The same data, cut from the graph (no gradient flows through it)."""
         return Tensor(self.data)
 
@@ -192,7 +192,7 @@ class Tensor:
         return _ops.to(self, target)
 
     # ------------------------------------------------------------- backward
-    def backward(self, grad=None, retain_graph=False):
+    def backward(self, grad=None, retain_graph: bool = False) -> None:
         """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every leaf that requires grad.
 
         ``grad`` is the gradient of some scalar with respect to ``self``; it
@@ -445,7 +445,9 @@ def _topological_order(root):
     return post_order, leaf_uses
 
 
-def tensor(data, requires_grad=False, dtype="float32", device="cpu"):
+def tensor(
+    data, requires_grad: bool = False, dtype: str = "float32", device: str = "cpu"
+) -> Tensor:
     """Create a leaf Tensor from an array, a list or a number: always a copy, of ``dtype``.
 
     The dtype is ``dtype`` whatever the data's: a float64 array or a list of

@@ -21,7 +21,9 @@ class GradcheckError(AssertionError):
     """The analytical and numerical gradients disagree; the message names the worst element."""
 
 
-def gradcheck(fn, *tensors, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0):
+def gradcheck(
+    fn, *tensors: Tensor, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3, seed: int = 0
+) -> bool:
     """Check ``fn(*tensors)``'s gradients for every input that requires grad.
 
     Returns True, or raises ``GradcheckError`` naming the input, the index,

@@ -83,7 +83,13 @@ class IDXImageDataset(ArrayDataset):
 
     spec = None  # a catalog.DatasetSpec, set by each subclass
 
-    def __init__(self, root=None, train=True, download=False, verify=True):
+    def __init__(
+        self,
+        root: str | None = None,
+        train: bool = True,
+        download: bool = False,
+        verify: bool = True,
+    ):
         split = "train" if train else "test"
         try:
             folder = locate(self.spec, root, split)

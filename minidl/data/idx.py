@@ -97,7 +97,7 @@ def parse_idx(data, path="<bytes>", gunzipped=False):
     return flat.astype(dtype.newbyteorder("="), copy=True).reshape(shape)
 
 
-def load_idx(path):
+def load_idx(path) -> np.ndarray:
     """Read an IDX file (gzip or raw, told apart by the magic bytes) into a NumPy array.
 
     Raises ``IDXError`` (a ``ValueError``) naming the file and the defect when

@@ -33,12 +33,12 @@ class DataLoader:
     def __init__(
         self,
         dataset,
-        batch_size,
-        shuffle=False,
-        seed=0,
-        drop_last=False,
-        rank=0,
-        world_size=1,
+        batch_size: int,
+        shuffle: bool = False,
+        seed: int = 0,
+        drop_last: bool = False,
+        rank: int = 0,
+        world_size: int = 1,
         transform=None,
     ):
         if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:

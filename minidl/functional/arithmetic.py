@@ -185,37 +185,37 @@ class MatMul(Function):
         return ga, gb
 
 
-def add(a, b):
+def add(a: Tensor | float, b: Tensor | float) -> Tensor:
     """a + b with broadcasting."""
     return Add.apply(*_pair(a, b))
 
 
-def sub(a, b):
+def sub(a: Tensor | float, b: Tensor | float) -> Tensor:
     """a - b with broadcasting."""
     return Sub.apply(*_pair(a, b))
 
 
-def mul(a, b):
+def mul(a: Tensor | float, b: Tensor | float) -> Tensor:
     """a * b elementwise, with broadcasting."""
     return Mul.apply(*_pair(a, b))
 
 
-def div(a, b):
+def div(a: Tensor | float, b: Tensor | float) -> Tensor:
     """a / b elementwise, with broadcasting."""
     return Div.apply(*_pair(a, b))
 
 
-def pow(a, b):
+def pow(a: Tensor | float, b: Tensor | float) -> Tensor:
     """a ** b; a constant Python exponent takes the cheaper ``PowScalar`` path."""
     if isinstance(a, Tensor) and isinstance(b, (int, float)) and not isinstance(b, bool):
         return PowScalar.apply(a, p=b)
     return Pow.apply(*_pair(a, b))
 
 
-def neg(x):
+def neg(x: Tensor) -> Tensor:
     return Neg.apply(x)
 
 
-def matmul(a, b):
+def matmul(a: Tensor | float, b: Tensor | float) -> Tensor:
     """Matrix product ``a @ b`` (NumPy semantics, batched)."""
     return MatMul.apply(*_pair(a, b))

@@ -3,7 +3,7 @@ with probability p and scale the survivors by 1/(1-p), so that evaluation is
 the identity. Draws come from ``minidl.random`` (seed it with ``manual_seed``).
 """
 
-from ..autograd import Function
+from ..autograd import Function, Tensor
 from ..backend import get_array_module
 from ..random import get_rng
 
@@ -20,7 +20,7 @@ class Dropout(Function):
         return g * self.mask
 
 
-def dropout(x, p=0.5, training=True):
+def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     """Zero elements with probability ``p`` when ``training``; identity otherwise."""
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout: p={p} must lie in [0, 1)")

@@ -4,7 +4,7 @@ exp' = exp, log' = 1/x, sqrt' = 1/(2 sqrt x), ReLU' = [x > 0],
 tanh' = 1 - tanh^2, sigmoid' = sigmoid (1 - sigmoid).
 """
 
-from ..autograd import Function
+from ..autograd import Function, Tensor
 from ..backend import get_array_module
 
 
@@ -64,28 +64,28 @@ class Sigmoid(Function):
         return g * self.y * (1 - self.y)
 
 
-def exp(x):
+def exp(x: Tensor) -> Tensor:
     return Exp.apply(x)
 
 
-def log(x):
+def log(x: Tensor) -> Tensor:
     """Natural logarithm."""
     return Log.apply(x)
 
 
-def sqrt(x):
+def sqrt(x: Tensor) -> Tensor:
     return Sqrt.apply(x)
 
 
-def relu(x):
+def relu(x: Tensor) -> Tensor:
     """max(x, 0)."""
     return ReLU.apply(x)
 
 
-def tanh(x):
+def tanh(x: Tensor) -> Tensor:
     return Tanh.apply(x)
 
 
-def sigmoid(x):
+def sigmoid(x: Tensor) -> Tensor:
     """The logistic function 1 / (1 + e^-x)."""
     return Sigmoid.apply(x)

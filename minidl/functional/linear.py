@@ -11,7 +11,7 @@ column-major array ~8x slower than one of equal layouts (measured here:
 165 against 17 us for 128 x 256).
 """
 
-from ..autograd import Function, ShapeError
+from ..autograd import Function, ShapeError, Tensor
 
 
 class Linear(Function):
@@ -47,7 +47,7 @@ def _column_major(a):
     return a.ndim == 2 and a.flags.f_contiguous and not a.flags.c_contiguous
 
 
-def linear(x, weight, bias=None):
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """x W^T + b for a weight of shape (out_features, in_features)."""
     if bias is None:
         return Linear.apply(x, weight)

@@ -83,12 +83,12 @@ class CrossEntropy(Function):
         return grad * (g / n if self.reduction == "mean" else g)
 
 
-def softmax(x, axis=-1):
+def softmax(x: Tensor, axis: int = -1) -> Tensor:
     """Probabilities along ``axis`` (numerically stable)."""
     return Softmax.apply(x, axis=axis)
 
 
-def log_softmax(x, axis=-1):
+def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
     """log softmax(x) along ``axis``, computed without forming softmax first."""
     return LogSoftmax.apply(x, axis=axis)
 
@@ -96,7 +96,7 @@ def log_softmax(x, axis=-1):
 REDUCTIONS = ("mean", "sum", "none")
 
 
-def cross_entropy(logits, labels, reduction="mean"):
+def cross_entropy(logits: Tensor, labels, reduction: str = "mean") -> Tensor:
     """Softmax cross-entropy of ``(N, C)`` logits and ``N`` integer class labels.
 
     ``reduction`` is ``"mean"`` (default, as in Ben-Nun & Hoefler's minibatch
@@ -138,7 +138,7 @@ def _check_labels(logits, labels):
     return labels
 
 
-def mse_loss(pred, target, reduction="mean"):
+def mse_loss(pred: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """Squared error (p - t)^2, averaged (``"mean"``), summed, or per element."""
     if reduction not in REDUCTIONS:
         raise ValueError(f"mse_loss: reduction {reduction!r} is not one of {REDUCTIONS}")

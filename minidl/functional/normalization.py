@@ -80,15 +80,15 @@ class BatchNorm(Function):
 
 
 def batch_norm(
-    x,
-    running_mean=None,
-    running_var=None,
-    weight=None,
-    bias=None,
-    training=False,
-    momentum=0.1,
-    eps=1e-5,
-):
+    x: Tensor,
+    running_mean: Tensor | None = None,
+    running_var: Tensor | None = None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
     """Normalise each channel of an (N, C) or (N, C, ...) tensor (see the module doc).
 
     ``running_mean``/``running_var`` (Tensors or arrays of shape (C,)) are
@@ -196,7 +196,9 @@ class LocalResponseNorm(Function):
         return [(part,) if axis == 0 else (slice(None), slice(None), part) for part in parts]
 
 
-def local_response_norm(x, size, alpha=1e-4, beta=0.75, k=1.0):
+def local_response_norm(
+    x: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0
+) -> Tensor:
     """AlexNet's local response normalisation across channels (see the module doc)."""
     if x.ndim < 3:
         raise ShapeError(

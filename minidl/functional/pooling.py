@@ -8,7 +8,7 @@ Max pooling routes the gradient to the first maximum of each window; average
 pooling spreads it evenly (padding counts as zeros in the average).
 """
 
-from ..autograd import Function, ShapeError
+from ..autograd import Function, ShapeError, Tensor
 from ..backend import get_array_module
 from ..conv.geometry import output_size, pair, window_slices
 
@@ -131,11 +131,21 @@ class AvgPool2d(Function):
         return scatter_windows(self, g, lambda offset: share)
 
 
-def max_pool2d(x, kernel_size, stride=None, padding=0):
+def max_pool2d(
+    x: Tensor,
+    kernel_size: int | tuple[int, int],
+    stride: int | tuple[int, int] | None = None,
+    padding: int | tuple[int, int] = 0,
+) -> Tensor:
     """Maximum over each window (stride defaults to the kernel size; pads with -inf)."""
     return MaxPool2d.apply(x, kernel_size=kernel_size, stride=stride, padding=padding)
 
 
-def avg_pool2d(x, kernel_size, stride=None, padding=0):
+def avg_pool2d(
+    x: Tensor,
+    kernel_size: int | tuple[int, int],
+    stride: int | tuple[int, int] | None = None,
+    padding: int | tuple[int, int] = 0,
+) -> Tensor:
     """Mean over each window (stride defaults to the kernel size; zero padding counted)."""
     return AvgPool2d.apply(x, kernel_size=kernel_size, stride=stride, padding=padding)

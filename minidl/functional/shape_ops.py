@@ -115,21 +115,21 @@ class To(Function):
         return to_device(g, self.device).astype(self.dtype, copy=False)
 
 
-def reshape(x, *shape):
+def reshape(x: Tensor, *shape: int) -> Tensor:
     """The same values in a new shape (one entry may be -1)."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
     return Reshape.apply(x, shape=shape)
 
 
-def transpose(x, *axes):
+def transpose(x: Tensor, *axes: int) -> Tensor:
     """Permute axes (reverse them when none are given)."""
     if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
         axes = tuple(axes[0])
     return Transpose.apply(x, axes=axes or None)
 
 
-def flatten(x, start_dim=1):
+def flatten(x: Tensor, start_dim: int = 1) -> Tensor:
     """Merge the axes from ``start_dim`` on into one (``start_dim=1`` keeps the batch)."""
     start = start_dim % x.ndim if x.ndim else 0
     return reshape(x, x.shape[:start] + (-1,))
@@ -144,12 +144,12 @@ def getitem(x, key):
     return GetItem.apply(x, key=key)
 
 
-def concatenate(tensors, axis=0):
+def concatenate(tensors: list[Tensor], axis: int = 0) -> Tensor:
     """Join tensors along an existing axis."""
     return Concatenate.apply(*tensors, axis=axis)
 
 
-def stack(tensors, axis=0):
+def stack(tensors: list[Tensor], axis: int = 0) -> Tensor:
     """Join equally shaped tensors along a new axis."""
     return Stack.apply(*tensors, axis=axis)
 

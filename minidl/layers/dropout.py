@@ -6,7 +6,7 @@ from .module import Module
 
 
 class Dropout(Module):
-    def __init__(self, p=0.5):
+    def __init__(self, p: float = 0.5):
         super().__init__()
         self.p = number_arg(
             "Dropout",

@@ -6,7 +6,7 @@ from .module import Module
 
 
 class Flatten(Module):
-    def __init__(self, start_dim=1):
+    def __init__(self, start_dim: int = 1):
         super().__init__()
         if not is_int(start_dim):
             raise TypeError(

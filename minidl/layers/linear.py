@@ -12,7 +12,9 @@ from .module import Module, Parameter
 class Linear(Module):
     """W of shape (out_features, in_features), PyTorch's default initialisation."""
 
-    def __init__(self, in_features, out_features, bias=True, dtype="float32"):
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool = True, dtype: str = "float32"
+    ):
         super().__init__()
         self.in_features = int_arg(
             "Linear", "in_features", in_features, hint="the input's features, x.shape[-1]"

@@ -188,7 +188,7 @@ class Module:
 class Sequential(Module):
     """Modules applied one after another; indexable, iterable, named "0", "1", ..."""
 
-    def __init__(self, *modules):
+    def __init__(self, *modules: "Module"):
         super().__init__()
         for i, m in enumerate(modules):
             if not isinstance(m, Module):

@@ -15,12 +15,12 @@ class _BatchNorm(Module):
 
     def __init__(
         self,
-        num_features,
-        eps=1e-5,
-        momentum=0.1,
-        affine=True,
-        track_running_stats=True,
-        dtype="float32",
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        dtype: str = "float32",
     ):
         super().__init__()
         name = type(self).__name__
@@ -90,7 +90,7 @@ class BatchNorm2d(_BatchNorm):
 class LocalResponseNorm(Module):
     """AlexNet's LRN across channels (PyTorch's alpha/size convention; see the functional doc)."""
 
-    def __init__(self, size, alpha=1e-4, beta=0.75, k=1.0):
+    def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0):
         super().__init__()
         self.size = int_arg(
             "LocalResponseNorm", "size", size, hint="the channels each sum spans; AlexNet uses 5"

@@ -8,7 +8,12 @@ from .module import Module
 class _Pool2d(Module):
     """Sizes are ints or (height, width) pairs; ``stride=None`` means the kernel size."""
 
-    def __init__(self, kernel_size, stride=None, padding=0):
+    def __init__(
+        self,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] | None = None,
+        padding: int | tuple[int, int] = 0,
+    ):
         super().__init__()
         name = type(self).__name__
         self.kernel_size = size_arg(name, "kernel_size", kernel_size)

@@ -16,7 +16,13 @@ MODELS = {
 }
 
 
-def build(name, num_classes=10, in_channels=1, conv_algo="auto", activation="relu"):
+def build(
+    name: str,
+    num_classes: int = 10,
+    in_channels: int = 1,
+    conv_algo: str = "auto",
+    activation: str = "relu",
+):
     """A model by its CLI name; an unknown name lists the choices."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}: choose one of {', '.join(MODELS)}")

@@ -40,8 +40,12 @@ def _classifier(features, hidden, num_classes, dropout, act):
 
 
 def alexnet(
-    num_classes=1000, variant="torchvision", in_channels=3, conv_algo="auto", activation="relu"
-):
+    num_classes: int = 1000,
+    variant: str = "torchvision",
+    in_channels: int = 3,
+    conv_algo: str = "auto",
+    activation: str = "relu",
+) -> L.Sequential:
     """AlexNet; ``variant`` is one of ``VARIANTS`` (see the module doc)."""
     act = activation_layer(activation, "alexnet")
 

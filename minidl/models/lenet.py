@@ -15,7 +15,9 @@ from .. import layers as L
 from .activations import activation_layer
 
 
-def lenet5(num_classes=10, in_channels=1, activation="relu", conv_algo="auto"):
+def lenet5(
+    num_classes: int = 10, in_channels: int = 1, activation: str = "relu", conv_algo: str = "auto"
+) -> L.Sequential:
     """LeNet-5 for (N, in_channels, 28, 28) inputs."""
     act = activation_layer(activation, "lenet5")
     return L.Sequential(

@@ -4,7 +4,12 @@ from .. import layers as L
 from .activations import activation_layer
 
 
-def mlp(num_classes=10, in_features=784, hidden=(256, 256), activation="relu"):
+def mlp(
+    num_classes: int = 10,
+    in_features: int = 784,
+    hidden: tuple[int, ...] = (256, 256),
+    activation: str = "relu",
+) -> L.Sequential:
     """Flatten -> (Linear -> activation) per hidden width -> Linear."""
     act = activation_layer(activation, "mlp")
     widths = (in_features,) + tuple(hidden)

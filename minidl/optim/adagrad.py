@@ -13,7 +13,14 @@ from .optimizer import Optimizer
 class AdaGrad(Optimizer):
     hyper_names = ("lr", "eps", "weight_decay")
 
-    def __init__(self, params, lr=0.01, eps=1e-10, weight_decay=0.0, clip_grad_norm=None):
+    def __init__(
+        self,
+        params,
+        lr: float = 0.01,
+        eps: float = 1e-10,
+        weight_decay: float = 0.0,
+        clip_grad_norm: float | None = None,
+    ):
         super().__init__(params, lr, weight_decay, clip_grad_norm, eps=eps)
 
     def update(self, w, g, state):

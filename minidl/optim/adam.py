@@ -19,7 +19,13 @@ class Adam(Optimizer):
     hyper_names = ("lr", "betas", "eps", "weight_decay")
 
     def __init__(
-        self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, clip_grad_norm=None
+        self,
+        params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        clip_grad_norm: float | None = None,
     ):
         super().__init__(params, lr, weight_decay, clip_grad_norm, betas=tuple(betas), eps=eps)
 

@@ -20,7 +20,14 @@ class Momentum(Optimizer):
 
     hyper_names = ("lr", "momentum", "weight_decay")
 
-    def __init__(self, params, lr, momentum=0.9, weight_decay=0.0, clip_grad_norm=None):
+    def __init__(
+        self,
+        params,
+        lr: float,
+        momentum: float = 0.9,
+        weight_decay: float = 0.0,
+        clip_grad_norm: float | None = None,
+    ):
         super().__init__(params, lr, weight_decay, clip_grad_norm, momentum=momentum)
 
     def velocity(self, g, state):

@@ -20,7 +20,7 @@ from ..autograd import Tensor, checked_state_value, no_grad
 from ..backend import get_array_module
 
 
-def clip_grad_norm_(params, max_norm):
+def clip_grad_norm_(params, max_norm: float) -> float:
     """Scale all gradients by max_norm / (||g|| + 1e-6) when the global norm ||g|| exceeds max_norm.
 
     Returns the norm before clipping. Gradients are replaced, not modified in
@@ -40,7 +40,14 @@ class Optimizer:
 
     hyper_names = ("lr", "weight_decay")
 
-    def __init__(self, params, lr, weight_decay=0.0, clip_grad_norm=None, **hyper):
+    def __init__(
+        self,
+        params,
+        lr: float,
+        weight_decay: float = 0.0,
+        clip_grad_norm: float | None = None,
+        **hyper,
+    ):
         """``hyper``: the rule's own hyper-parameters (momentum, betas...), kept as attributes;
         every name in ``hyper_names`` is then checked (``check_hyper``)."""
         self.params = list(params)

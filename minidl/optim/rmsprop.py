@@ -13,7 +13,13 @@ class RMSProp(Optimizer):
     hyper_names = ("lr", "alpha", "eps", "weight_decay")
 
     def __init__(
-        self, params, lr=0.01, alpha=0.99, eps=1e-8, weight_decay=0.0, clip_grad_norm=None
+        self,
+        params,
+        lr: float = 0.01,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        clip_grad_norm: float | None = None,
     ):
         super().__init__(params, lr, weight_decay, clip_grad_norm, alpha=alpha, eps=eps)
 

@@ -37,7 +37,7 @@ class LRScheduler:
 class StepLR(LRScheduler):
     """Multiply the lr by ``gamma`` every ``step_size`` calls."""
 
-    def __init__(self, optimizer, step_size, gamma=0.1):
+    def __init__(self, optimizer, step_size: int, gamma: float = 0.1):
         if step_size < 1:
             raise ValueError(f"StepLR: step_size must be >= 1, got {step_size}")
         super().__init__(optimizer)
@@ -50,7 +50,7 @@ class StepLR(LRScheduler):
 class CosineAnnealingLR(LRScheduler):
     """Half a cosine from the base lr down to ``eta_min`` over ``T_max`` calls."""
 
-    def __init__(self, optimizer, T_max, eta_min=0.0):
+    def __init__(self, optimizer, T_max: int, eta_min: float = 0.0):
         if T_max < 1:
             raise ValueError(f"CosineAnnealingLR: T_max must be >= 1, got {T_max}")
         super().__init__(optimizer)
@@ -67,7 +67,7 @@ class CosineAnnealingLR(LRScheduler):
 class LinearWarmup(LRScheduler):
     """Ramp the lr linearly up to its base value, then follow ``then`` (shifted by the warm-up)."""
 
-    def __init__(self, optimizer, warmup_steps, start_factor=0.1, then=None):
+    def __init__(self, optimizer, warmup_steps: int, start_factor: float = 0.1, then=None):
         if warmup_steps < 1 or not 0 < start_factor <= 1:
             raise ValueError("LinearWarmup: warmup_steps must be >= 1 and start_factor in (0, 1]")
         super().__init__(optimizer)
