@@ -102,7 +102,9 @@ class PipelineExecutor:
 
     def _recv_act(self, m, c):
         rank, _ = self._peer(c, -1)
-        header = self.comm.recv(np.empty(2 + MAX_DIMS, np.int64), rank, self._tag(ACT, m, c, HEADER))
+        header = self.comm.recv(
+            np.empty(2 + MAX_DIMS, np.int64), rank, self._tag(ACT, m, c, HEADER)
+        )
         dtype, ndim = DTYPES[int(header[0])], int(header[1])
         xp = self._array_module()
         buffer = xp.empty(tuple(int(d) for d in header[2 : 2 + ndim]), dtype=dtype)

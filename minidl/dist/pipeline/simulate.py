@@ -76,11 +76,7 @@ def _shape(programs):
     ops = [i for program in programs for i in program if i.op != "step"]
     if not ops:
         raise ScheduleError("the schedule computes nothing: no forward or backward on any rank")
-    return (
-        len(programs),
-        1 + max(i.chunk for i in ops),
-        1 + max(i.micro_batch for i in ops),
-    )
+    return (len(programs), 1 + max(i.chunk for i in ops), 1 + max(i.micro_batch for i in ops))
 
 
 def check_structure(programs):
