@@ -10,6 +10,7 @@ from minidl.dist.pipeline.simulate import (
     check_structure,
     ideal_bubble,
     simulate,
+    timeline_text,
 )
 
 RANKS = range(1, 9)
@@ -125,3 +126,14 @@ def test_bad_counts_are_refused_with_what_fits():
         S.build("zigzag", 2, 2)
     with pytest.raises(ValueError, match="use chunks=1, or the interleaved schedule"):
         S.build("1f1b", 2, 2, chunks=2)
+
+
+def test_the_timeline_reads_as_text():
+    text = timeline_text(simulate(S.gpipe(2, 2)))
+    assert text.splitlines() == [
+        "rank 0 | F0  F1  .   .   B0  B1  ",
+        "rank 1 | .   F0  F1  B0  B1  .   ",
+    ]
+    assert "F0'" in timeline_text(simulate(S.interleaved(2, 2, 2)))
+    with pytest.raises(ValueError, match="whole-number"):
+        timeline_text(simulate(S.gpipe(2, 2), forward_costs=[0.5, 1]))

@@ -190,3 +190,25 @@ def simulate(programs, forward_costs=None, backward_costs=None):
         bubble_fraction=1 - busy / (ranks * makespan),
         peak_live=tuple(peak),
     )
+
+
+def timeline_text(simulation, cell=4):
+    """The timeline as text, one row per rank and ``cell`` characters per time unit:
+    ``F3`` a forward of micro-batch 3, ``B3`` its backward, ``.`` idle, ``'`` chunk > 0.
+
+    Needs whole-number costs (the default unit costs are); for example GPipe, P=2, M=2:
+    ``rank 0 | F0  F1  .   .   B0  B1  `` over ``rank 1 | .   F0  F1  B0  B1  .   ``.
+    """
+    span = int(round(simulation.makespan))
+    rows = []
+    for rank, events in enumerate(simulation.timeline):
+        cells = ["."] * span
+        for event in events:
+            if event.start != int(event.start) or event.end != int(event.end):
+                raise ValueError("timeline_text needs whole-number stage costs")
+            ins = event.instruction
+            mark = ins.op[0].upper() + str(ins.micro_batch) + "'" * ins.chunk
+            for t in range(int(event.start), int(event.end)):
+                cells[t] = mark
+        rows.append(f"rank {rank} | " + "".join(c.ljust(cell) for c in cells))
+    return "\n".join(rows)
