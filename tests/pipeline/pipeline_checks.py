@@ -51,10 +51,14 @@ def sgd(params):
     return optim.SGD(params, lr=LR)
 
 
-def serial(make_model, data):
+def momentum(params):
+    return optim.Momentum(params, lr=LR, momentum=0.9)
+
+
+def serial(make_model, data, make_optimizer=sgd):
     """One process, the whole batch per step: the weights and the losses."""
     model = make_model()
-    opt = sgd(model.parameters())
+    opt = make_optimizer(model.parameters())
     losses = []
     for x, y in data:
         opt.zero_grad()
@@ -69,10 +73,10 @@ def relative_error(a, b):
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
-def assert_same_as_serial(comm, make_model, shape, **options):
+def assert_same_as_serial(comm, make_model, shape, make_optimizer=sgd, **options):
     data = batches(shape)
-    expected, expected_losses = serial(make_model, data)
-    trainer = PipelineTrainer(make_model(), comm, optimizer=sgd, **options)
+    expected, expected_losses = serial(make_model, data, make_optimizer)
+    trainer = PipelineTrainer(make_model(), comm, optimizer=make_optimizer, **options)
     losses = [trainer.step(x, y) for x, y in data]
     np.testing.assert_allclose(losses, expected_losses, rtol=1e-10, err_msg=str(options))
     state = trainer.state_dict()
@@ -99,10 +103,12 @@ def check_mlp(comm):
 
 
 def check_stage_choices(comm):
-    """Cuts by parameter count and at given points give the serial result too."""
+    """Cuts by parameter count and at given points, and an optimizer with state (momentum),
+    give the serial result too."""
     cuts = [2 * (i + 1) for i in range(comm.size - 1)]
     for stages in ("parameters", cuts):
         assert_same_as_serial(comm, mlp, (6,), schedule="1f1b", micro_batches=4, stages=stages)
+    assert_same_as_serial(comm, mlp, (6,), momentum, schedule="gpipe", micro_batches=5)
 
 
 def check_convnet(comm):
@@ -125,6 +131,12 @@ def check_refusals(comm):
             assert hint in str(exc), str(exc)
         else:
             raise AssertionError(f"no error for {options}")
+    try:
+        PipelineTrainer(mlp(), comm, optimizer=lambda ps: optim.SGD(ps, 0.1, clip_grad_norm=1))
+    except ValueError as exc:
+        assert "clip_grad_norm would clip each rank's share" in str(exc), str(exc)
+    else:
+        raise AssertionError("no error for a clipping optimizer")
     trainer = PipelineTrainer(mlp(), comm, optimizer=sgd, micro_batches=4)
     try:
         trainer.step(np.zeros((3, 6)), np.zeros(3, dtype=int))

@@ -45,7 +45,8 @@ class PipelineTrainer:
     """Pipeline-parallel training of ``model`` (a ``Sequential``) on ``comm``'s ranks.
 
     ``optimizer``: a function of a parameter list returning an optimizer (one per
-    rank, for its stages). ``stages``: how to cut (see ``_partition``).
+    rank, for its stages; clipping by the global norm is refused, as no rank sees
+    it). ``stages``: how to cut (see ``_partition``).
     ``schedule``: one of ``SCHEDULES``; ``chunks``: model chunks per rank (the
     interleaved schedule; 2 by default there, else 1). ``loss(output, target)``
     must be the mean over its micro-batch. Construction is collective.
