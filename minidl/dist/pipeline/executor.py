@@ -1,0 +1,160 @@
+"""Run one rank's pipeline instruction list over a ``Communicator``.
+
+Sends are ``isend``s (completed at ``step``); a receive blocks right before the
+forward or backward that needs it. An activation travels as a small header (dtype
+and shape) followed by the array; a gradient needs no header, as it has the shape of
+the output it belongs to. Each forward keeps its input and output until the
+micro-batch's backward; the last stage turns its output into the loss.
+
+Loss scaling: micro-batch m holds n_m of the batch's N rows and its loss is the
+mean over them, so L = sum_m (n_m / N) * L_m is the mean over the whole batch and
+the accumulated gradient sum_m (n_m / N) * dL_m/dw equals the full-batch gradient.
+Parameter gradients accumulate over micro-batches in the order the schedule runs
+the backwards (micro-batch order for every built-in schedule); ``step`` then
+updates once per batch.
+"""
+
+import numpy as np
+
+from minidl import backend
+from minidl.autograd import Tensor
+from minidl.dist.pipeline.schedules import place_of, stage_of
+
+DTYPES = ("float16", "float32", "float64")
+MAX_DIMS = 8
+ACT, GRAD = 0, 1
+HEADER, DATA = 0, 1
+TAG_LIMIT = 32767  # the smallest MPI_TAG_UB the MPI standard allows
+
+
+def message_tag(kind, micro_batch, chunk, chunks, part=DATA):
+    """Tag of a message to the receiver's ``chunk``: unique per (kind, micro-batch, chunk, part)."""
+    return ((micro_batch * chunks + chunk) * 2 + kind) * 2 + part
+
+
+def check_tag_room(micro_batches, chunks):
+    """Refuse more messages per batch than MPI tags can tell apart."""
+    if message_tag(GRAD, micro_batches - 1, chunks - 1, chunks, DATA) > TAG_LIMIT:
+        raise ValueError(
+            f"{micro_batches} micro-batches x {chunks} chunks need more message tags than "
+            f"MPI guarantees ({TAG_LIMIT}); use at most {TAG_LIMIT // (4 * chunks)} micro-batches"
+        )
+
+
+def _header(array):
+    if array.dtype.name not in DTYPES or array.ndim > MAX_DIMS:
+        raise ValueError(
+            f"a pipeline stage sent a {array.dtype} array of {array.ndim} dimensions; "
+            f"activations must be {', '.join(DTYPES)} with at most {MAX_DIMS} dimensions"
+        )
+    header = np.zeros(2 + MAX_DIMS, dtype=np.int64)
+    header[0], header[1] = DTYPES.index(array.dtype.name), array.ndim
+    header[2 : 2 + array.ndim] = array.shape
+    return header
+
+
+class PipelineExecutor:
+    """Runs a rank's instruction list for one batch on its model chunks.
+
+    ``chunks[c]`` is the module of stage ``c * P + rank``; ``optimizer`` (None when
+    the rank holds no parameters) is stepped by the ``step`` instruction;
+    ``loss_fn(output, target)`` must return the mean over its micro-batch.
+    """
+
+    def __init__(self, comm, chunks, optimizer, loss_fn):
+        self.comm, self.chunks, self.optimizer, self.loss_fn = comm, chunks, optimizer, loss_fn
+        self.ranks, self.rank = comm.size, comm.rank
+        self.last_stage = self.ranks * len(chunks) - 1
+
+    def run(self, program, inputs, targets, shares):
+        """Run ``program`` on the batch's micro-batches; the summed scaled loss (0 off the end).
+
+        ``inputs[m]`` (used by stage 0) and ``targets[m]`` (used by the last stage)
+        are micro-batch m's arrays, ``shares[m] = n_m / N``.
+        """
+        self._inputs, self._outputs, self._received, self._sent = {}, {}, {}, []
+        self._batch = (inputs, targets, shares)
+        self.loss = 0.0
+        for instruction in program:
+            getattr(self, "_" + instruction.op)(instruction.micro_batch, instruction.chunk)
+        return self.loss
+
+    def _stage(self, chunk):
+        return stage_of(self.rank, chunk, self.ranks)
+
+    def _peer(self, chunk, step):
+        """(rank, chunk) of the stage ``step`` away from this rank's ``chunk``."""
+        return place_of(self._stage(chunk) + step, self.ranks)
+
+    def _tag(self, kind, m, chunk, part=DATA):
+        return message_tag(kind, m, chunk, len(self.chunks), part)
+
+    # ---- messages -------------------------------------------------------------------
+    def _isend(self, array, rank, tag):
+        self._sent.append(self.comm.isend(array, rank, tag))
+
+    def _send_act(self, m, c):
+        out = self._outputs[m, c].data
+        rank, chunk = self._peer(c, +1)
+        xp = backend.get_array_module(out)
+        self._isend(_header(out), rank, self._tag(ACT, m, chunk, HEADER))
+        self._isend(xp.ascontiguousarray(out), rank, self._tag(ACT, m, chunk))
+
+    def _recv_act(self, m, c):
+        rank, _ = self._peer(c, -1)
+        header = self.comm.recv(
+            np.empty(2 + MAX_DIMS, np.int64), rank, self._tag(ACT, m, c, HEADER)
+        )
+        dtype, ndim = DTYPES[int(header[0])], int(header[1])
+        xp = self._array_module()
+        buffer = xp.empty(tuple(int(d) for d in header[2 : 2 + ndim]), dtype=dtype)
+        self._received[m, c] = self.comm.recv(buffer, rank, self._tag(ACT, m, c))
+
+    def _send_grad(self, m, c):
+        grad = self._inputs.pop((m, c)).grad
+        rank, chunk = self._peer(c, -1)
+        self._isend(grad, rank, self._tag(GRAD, m, chunk))
+
+    def _recv_grad(self, m, c):
+        out = self._outputs[m, c].data
+        rank, _ = self._peer(c, +1)
+        buffer = backend.get_array_module(out).empty(out.shape, out.dtype)
+        self._received[m, c] = self.comm.recv(buffer, rank, self._tag(GRAD, m, c))
+
+    # ---- compute --------------------------------------------------------------------
+    def _forward(self, m, c):
+        inputs, targets, shares = self._batch
+        stage = self._stage(c)
+        if stage == 0:
+            x = Tensor(inputs[m])
+        else:
+            x = Tensor(self._received.pop((m, c)), requires_grad=True)
+        out = self.chunks[c](x)
+        if stage == self.last_stage:
+            out = self.loss_fn(out, targets[m]) * shares[m]
+            self.loss += float(out.item())
+        self._inputs[m, c], self._outputs[m, c] = x, out
+
+    def _backward(self, m, c):
+        out = self._outputs.pop((m, c))
+        grad = None if self._stage(c) == self.last_stage else self._received.pop((m, c))
+        if out.requires_grad:  # False only for a first stage without parameters
+            out.backward(grad)
+        x = self._inputs[m, c]
+        if self._stage(c) == 0:
+            del self._inputs[m, c]
+        elif x.grad is None:  # the stage ignored its input
+            x.grad = backend.get_array_module(x.data).zeros_like(x.data)
+
+    def _step(self, m, c):
+        self.comm.wait_all(self._sent)
+        self._sent = []
+        if self.optimizer is not None:
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+
+    def _array_module(self):
+        for chunk in self.chunks:
+            for p in chunk.parameters():
+                return backend.get_array_module(p.data)
+        return np

@@ -1,0 +1,158 @@
+"""Pipeline checks, run under ``mpiexec -n P python pipeline_checks.py CHECK...``.
+
+The oracle: pipeline training on P ranks with M micro-batches applies the same
+updates as one process with the whole batch. Every rank trains the serial model
+itself and compares; a failed assertion ends the job through minidl's exception
+hook. A passing rank prints ``CHECK <name> OK rank <r>``, which the test counts.
+"""
+
+import sys
+
+import numpy as np
+
+import minidl as md
+from minidl import dist, optim
+from minidl import functional as F
+from minidl import layers as L
+from minidl.dist.pipeline import PipelineTrainer
+
+STEPS, BATCH, LR = 20, 10, 0.1
+
+
+def mlp():
+    """Nine float64 layers: enough for 4 ranks x 2 chunks."""
+    md.manual_seed(3)
+    sizes = [6, 16, 16, 12, 12, 5]
+    layers = []
+    for a, b in zip(sizes, sizes[1:]):
+        layers += [L.Linear(a, b), L.Tanh()]
+    return L.Sequential(*layers[:-1]).to("float64")
+
+
+def convnet():
+    md.manual_seed(4)
+    return L.Sequential(
+        L.Conv2d(1, 3, 3, padding=1, algo="im2col"),
+        L.ReLU(),
+        L.MaxPool2d(2),
+        L.Conv2d(3, 4, 3, algo="im2col"),
+        L.Tanh(),
+        L.Flatten(),
+        L.Linear(16, 5),
+    ).to("float64")
+
+
+def batches(shape, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((BATCH, *shape)), rng.integers(0, 5, BATCH)) for _ in range(STEPS)]
+
+
+def sgd(params):
+    return optim.SGD(params, lr=LR)
+
+
+def momentum(params):
+    return optim.Momentum(params, lr=LR, momentum=0.9)
+
+
+def serial(make_model, data, make_optimizer=sgd):
+    """One process, the whole batch per step: the weights and the losses."""
+    model = make_model()
+    opt = make_optimizer(model.parameters())
+    losses = []
+    for x, y in data:
+        opt.zero_grad()
+        loss = F.cross_entropy(model(md.Tensor(x)), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return model.state_dict(), losses
+
+
+def relative_error(a, b):
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def assert_same_as_serial(comm, make_model, shape, make_optimizer=sgd, **options):
+    data = batches(shape)
+    expected, expected_losses = serial(make_model, data, make_optimizer)
+    trainer = PipelineTrainer(make_model(), comm, optimizer=make_optimizer, **options)
+    losses = [trainer.step(x, y) for x, y in data]
+    np.testing.assert_allclose(losses, expected_losses, rtol=1e-10, err_msg=str(options))
+    state = trainer.state_dict()
+    if comm.rank == 0:
+        assert list(state) == list(expected), (list(state), list(expected))
+        for name, value in expected.items():
+            error = relative_error(state[name], value)
+            assert error < 1e-10, (options, name, error)
+    else:
+        assert state is None
+
+
+def cases(size):
+    for schedule in ("naive", "gpipe", "1f1b"):
+        for m in (1, 3, 8):
+            yield {"schedule": schedule, "micro_batches": m}
+    for m in (size, 2 * size):
+        yield {"schedule": "interleaved", "micro_batches": m}
+
+
+def check_mlp(comm):
+    for options in cases(comm.size):
+        assert_same_as_serial(comm, mlp, (6,), **options)
+
+
+def check_stage_choices(comm):
+    """Cuts by parameter count and at given points, and an optimizer with state (momentum),
+    give the serial result too."""
+    cuts = [2 * (i + 1) for i in range(comm.size - 1)]
+    for stages in ("parameters", cuts):
+        assert_same_as_serial(comm, mlp, (6,), schedule="1f1b", micro_batches=4, stages=stages)
+    assert_same_as_serial(comm, mlp, (6,), momentum, schedule="gpipe", micro_batches=5)
+
+
+def check_convnet(comm):
+    for schedule in ("gpipe", "1f1b"):
+        assert_same_as_serial(comm, convnet, (1, 8, 8), schedule=schedule, micro_batches=3)
+
+
+def check_refusals(comm):
+    """Bad arguments raise the same clear error on every rank, before any message."""
+    cases = [
+        ({"micro_batches": 3, "schedule": "interleaved"}, "not a multiple"),
+        ({"schedule": "zigzag"}, "choose one of"),
+        ({"stages": "flops"}, "a list of cut points"),
+        ({"micro_batches": 0}, "micro_batches >= 1"),
+    ]
+    for options, hint in cases:
+        try:
+            PipelineTrainer(mlp(), comm, optimizer=sgd, **options)
+        except ValueError as exc:
+            assert hint in str(exc), str(exc)
+        else:
+            raise AssertionError(f"no error for {options}")
+    try:
+        PipelineTrainer(mlp(), comm, optimizer=lambda ps: optim.SGD(ps, 0.1, clip_grad_norm=1))
+    except ValueError as exc:
+        assert "clip_grad_norm would clip each rank's share" in str(exc), str(exc)
+    else:
+        raise AssertionError("no error for a clipping optimizer")
+    trainer = PipelineTrainer(mlp(), comm, optimizer=sgd, micro_batches=4)
+    try:
+        trainer.step(np.zeros((3, 6)), np.zeros(3, dtype=int))
+    except ValueError as exc:
+        assert "cannot make 4 micro-batches" in str(exc), str(exc)
+    else:
+        raise AssertionError("no error for a batch smaller than the micro-batch count")
+
+
+def main(argv):
+    checks = {n[len("check_") :]: f for n, f in globals().items() if n.startswith("check_")}
+    comm = dist.init()
+    for name in argv:
+        checks[name](comm)
+        print(f"CHECK {name} OK rank {comm.rank}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

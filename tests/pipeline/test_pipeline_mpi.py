@@ -1,0 +1,48 @@
+"""Pipeline training under mpiexec on 2 and 4 ranks equals one process: see pipeline_checks.py."""
+
+import os
+import pathlib
+
+import pytest
+
+from minidl.dist.launch import mpi_unavailable_reason, run_mpi
+
+pytestmark = pytest.mark.mpi
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+SCRIPT = HERE / "pipeline_checks.py"
+
+
+def run_checks(nprocs, *checks, timeout=180):
+    """Run named checks of pipeline_checks.py on ``nprocs`` ranks; assert every rank passed."""
+    reason = mpi_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    path = os.environ.get("PYTHONPATH")
+    env = {
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT),
+        "OPENBLAS_NUM_THREADS": "1",
+    }
+    result = run_mpi(nprocs, [SCRIPT, *checks], timeout=timeout, env=env)
+    assert not result.timed_out, f"hung for {result.seconds:.0f} s:\n{result.output}"
+    assert result.returncode == 0, result.output
+    for check in checks:
+        assert result.output.count(f"CHECK {check} OK rank") == nprocs, result.output
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("nprocs", (2, 4))
+def test_every_schedule_gives_the_serial_weights_on_an_mlp(nprocs):
+    run_checks(nprocs, "mlp", "stage_choices")
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("nprocs", (2, 4))
+def test_gpipe_and_1f1b_give_the_serial_weights_on_a_conv_net(nprocs):
+    run_checks(nprocs, "convnet")
+
+
+@pytest.mark.timeout(240)
+def test_bad_arguments_are_refused_alike_on_every_rank():
+    run_checks(2, "refusals")
