@@ -49,7 +49,8 @@ def bound_terms(comm, nbytes):
 
 
 def measure(comm, array, names, runs):
-    """Per-run seconds of every name (an algorithm, or ``ring@<segment>``) and of the bound terms."""
+    """Per-run seconds of every name (an algorithm, or ``ring@<segment>``) and of the
+    bound terms."""
     times = {name: [] for name in names}
     bounds = []
     default_segment = collectives.SEGMENT_BYTES

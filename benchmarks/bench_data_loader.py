@@ -61,9 +61,8 @@ def main():
     )
     augment = Compose([Pad(2), RandomCrop(32, padding=4), RandomHorizontalFlip()])
     augmented = DataLoader(train, args.batch_size, shuffle=True, seed=0, transform=augment)
-    print(
-        f"  with pad + random crop + flip: {median_of(lambda: one_epoch(augmented), args.repeats):.3f} s"
-    )
+    augmented_s = median_of(lambda: one_epoch(augmented), args.repeats)
+    print(f"  with pad + random crop + flip: {augmented_s:.3f} s")
 
     try:
         import torch

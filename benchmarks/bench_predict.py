@@ -37,7 +37,8 @@ def main():
     threads = limit_threads(args.threads)  # noqa: F841
     machine = measure_machine()
     print(
-        f"this machine: {machine.peak_flops / 1e9:.0f} GFLOP/s, {machine.bandwidth / 1e9:.1f} GB/s, "
+        f"this machine: {machine.peak_flops / 1e9:.0f} GFLOP/s, "
+        f"{machine.bandwidth / 1e9:.1f} GB/s, "
         f"{machine.overhead_s * 1e6:.1f} us per op; BLAS threads: {args.threads or 'all'}"
     )
     print(

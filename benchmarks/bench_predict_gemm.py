@@ -1,4 +1,4 @@
-"""The "degenerated GEMM" of Keuper & Pfreundt (2016, Fig. 9) on this machine, with the roofline's view.
+"""Keuper & Pfreundt's "degenerated GEMM" (2016, Fig. 9) on this machine, with the roofline's view.
 
 Times the fully connected layer's product b x 4096 * 4096 x 9192 (their
 shape) and AlexNet's fc6, b x 9216 * 9216 x 4096, for b = 256 ... 1, with

@@ -1,7 +1,7 @@
 """Exercise 2: LeNet-5 on Fashion-MNIST, choosing the convolution algorithm.
 
-    python examples/02_lenet5_fashion_mnist.py [--epochs 3] [--conv-algo auto|direct|im2col|fft|winograd]
-            [--subset N]
+    python examples/02_lenet5_fashion_mnist.py [--epochs 3]
+            [--conv-algo auto|direct|im2col|fft|winograd] [--subset N]
 
 (``--epochs 1 --subset 5000``: a quick run of a few seconds.)
 

@@ -1,4 +1,4 @@
-"""Exercise 4: the six update rules of Table 3 of Ben-Nun & Hoefler 2019 on the same problem, one plot.
+"""Exercise 4: the six update rules of Ben-Nun & Hoefler 2019 (Table 3) on one problem, one plot.
 
     python examples/04_compare_optimizers.py [--steps 600] [--test-subset N] [--out optimizers.png]
 

@@ -47,8 +47,8 @@ def main():
         for r in rows:
             if r.forward_ms is not None:
                 print(
-                    f"{name:14s} {r.algo:18s} fwd {r.forward_ms:8.2f} ms  fwd+bwd {r.train_ms:8.2f} ms"
-                    f"  error {r.error:.1e}  {r.note}"
+                    f"{name:14s} {r.algo:18s} fwd {r.forward_ms:8.2f} ms"
+                    f"  fwd+bwd {r.train_ms:8.2f} ms  error {r.error:.1e}  {r.note}"
                 )
     print(md.conv.report())
     plot(results, layers, args.out)

@@ -200,7 +200,8 @@ def main():
         "AlexNet, B=256, K80 + FDR IB": study("AlexNet", alexnet_costs, 256, 0.9, ib, schemes),
         "GoogLeNet, B=32, K80 + FDR IB": study("GoogLeNet", googlenet_costs, 32, 0.36, ib, schemes),
     }
-    # their Fig. 11: a global batch of 4096 keeps b >= 16 up to 256 nodes (speedups relative to B=4096)
+    # their Fig. 11: a global batch of 4096 keeps b >= 16 up to 256 nodes
+    # (speedups relative to B=4096)
     big = RooflineCompute(alexnet_costs, PRESETS["k80"]).calibrated(256, 0.9)
     curves["AlexNet, B=4096 vs 256, free communication"] = {
         f"B={b}": predict_scaling(big, b, NODES, 0, free) for b in (256, 1024, 4096)

@@ -110,7 +110,8 @@ def scatter_add(target, index, values):
 
 
 def limit_threads(n):
-    """Cap the BLAS and FFT thread pools at ``n`` while the returned controller lives (None: no cap)."""
+    """Cap the BLAS and FFT thread pools at ``n`` while the returned controller lives
+    (None: no cap)."""
     if n is None:
         return None
     from threadpoolctl import threadpool_limits

@@ -3,8 +3,9 @@
 Multi-pass work (the convolutions' padding, gathers and scatters; LRN's
 elementwise passes) runs at cache speed when one chunk's data is hot in L2
 between passes; measured here, gathering Winograd tiles image by image took
-3.4 ms against 6.9 ms for the whole batch at once (16x64x56x56). On a GPU there is no such cache to fit, and every extra
-kernel launch costs, so a CuPy batch is one chunk.
+3.4 ms against 6.9 ms for the whole batch at once (16x64x56x56). On a GPU
+there is no such cache to fit, and every extra kernel launch costs, so a
+CuPy batch is one chunk.
 """
 
 import numpy as np

@@ -49,16 +49,32 @@ FASHION_MNIST = DatasetSpec(
     title="Fashion-MNIST",
     files=_MNIST_FILES,
     sha256={
-        "train-images-idx3-ubyte.gz": "b0564c3eedabfbf835052cff8503ea422014ce006caf5b757f851416ee8300c7",
-        "train-labels-idx1-ubyte.gz": "0ae29f65d86684f32d1b9c85147786c547b9c6aebcaf235f0400a0cce308b056",
-        "t10k-images-idx3-ubyte.gz": "cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa",
-        "t10k-labels-idx1-ubyte.gz": "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05",
+        "train-images-idx3-ubyte.gz": (
+            "b0564c3eedabfbf835052cff8503ea422014ce006caf5b757f851416ee8300c7"
+        ),
+        "train-labels-idx1-ubyte.gz": (
+            "0ae29f65d86684f32d1b9c85147786c547b9c6aebcaf235f0400a0cce308b056"
+        ),
+        "t10k-images-idx3-ubyte.gz": (
+            "cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa"
+        ),
+        "t10k-labels-idx1-ubyte.gz": (
+            "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05"
+        ),
     },
     raw_sha256={
-        "train-images-idx3-ubyte.gz": "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
-        "train-labels-idx1-ubyte.gz": "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
-        "t10k-images-idx3-ubyte.gz": "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
-        "t10k-labels-idx1-ubyte.gz": "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
+        "train-images-idx3-ubyte.gz": (
+            "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888"
+        ),
+        "train-labels-idx1-ubyte.gz": (
+            "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9"
+        ),
+        "t10k-images-idx3-ubyte.gz": (
+            "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b"
+        ),
+        "t10k-labels-idx1-ubyte.gz": (
+            "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34"
+        ),
     },
     base_url="http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
     mean=0.2860,
@@ -90,10 +106,18 @@ MNIST = DatasetSpec(
     title="MNIST",
     files=_MNIST_FILES,
     sha256={
-        "train-images-idx3-ubyte.gz": "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
-        "train-labels-idx1-ubyte.gz": "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
-        "t10k-images-idx3-ubyte.gz": "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
-        "t10k-labels-idx1-ubyte.gz": "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",
+        "train-images-idx3-ubyte.gz": (
+            "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609"
+        ),
+        "train-labels-idx1-ubyte.gz": (
+            "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c"
+        ),
+        "t10k-images-idx3-ubyte.gz": (
+            "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6"
+        ),
+        "t10k-labels-idx1-ubyte.gz": (
+            "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6"
+        ),
     },
     raw_sha256={},
     base_url="https://ossci-datasets.s3.amazonaws.com/mnist/",

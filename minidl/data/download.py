@@ -43,7 +43,8 @@ def resolve_base_url(spec, base_url=None):
 
 
 def fetch_verified(url, target, sha256, timeout=60):
-    """Fetch ``url`` to ``target`` atomically; ``DownloadError`` unless its SHA-256 is ``sha256``."""
+    """Fetch ``url`` to ``target`` atomically; ``DownloadError`` unless its SHA-256 is
+    ``sha256``."""
     digest, received = hashlib.sha256(), 0
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response, atomic_write(target) as out:

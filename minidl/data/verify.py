@@ -50,7 +50,8 @@ def owner_of(digest):
 
 
 def verify_file(spec, gz_name, path):
-    """Raise ``DatasetMismatchError`` unless ``path`` is ``spec``'s file ``gz_name`` (or unknowable)."""
+    """Raise ``DatasetMismatchError`` unless ``path`` is ``spec``'s file ``gz_name``
+    (or unknowable)."""
     compressed = str(path).endswith(".gz")
     digest = sha256_of(path)
     expected = _known(spec, gz_name, compressed)

@@ -220,7 +220,8 @@ def _call_with_deadline(function, args, timeout):
 
 
 def invoke(exercise, *args):
-    """Call the check with the trace attributed to it (``args``: the communicator for MPI checks)."""
+    """Call the check with the trace attributed to it (``args``: the communicator for MPI
+    checks)."""
     with running(exercise.id):
         exercise.check(*args)
 
@@ -246,7 +247,8 @@ def _result(exercise, status, message, seconds, ranks=None):
 
 
 def _mpi_command(report_path, exercises):
-    """Arguments after ``python`` for the runner: import this tree's minidl first, whatever the cwd."""
+    """Arguments after ``python`` for the runner: import this tree's minidl first, whatever
+    the cwd."""
     root = repository_root()
     bootstrap = (
         f"import sys; sys.path.insert(0, {root!r}); "

@@ -1,4 +1,5 @@
-"""The exercise list as a text table (``minidl exercise list``) and as Markdown (the instructor's guide).
+"""The exercise list as a text table (``minidl exercise list``) and as Markdown (the
+instructor's guide).
 
 The Markdown list is generated from the catalogue and from the module
 docstrings of the exercises' files (their first line says what the file
@@ -22,7 +23,8 @@ END_LIST = "<!-- END EXERCISE LIST -->"
 
 
 def region_states(root, exercises):
-    """``{id: "to do" | "written"}``: "to do" while a region of the exercise still raises its stub."""
+    """``{id: "to do" | "written"}``: "to do" while a region of the exercise still raises
+    its stub."""
     regions, _ = find_regions(root)
     todo, texts = set(), {}
     for region in regions:

@@ -3,9 +3,10 @@
     mpiexec -n 3 python -m minidl.exercises.mpi_runner REPORT_FILE MODULE:ID=TIMEOUT [...]
 
 Each ``MODULE:ID=TIMEOUT`` names a check's module (imported to register it),
-its exercise id, and the seconds it may take on a rank. Every rank runs ``check(comm)`` for each id in order, waits for
-the other ranks before the next check (so the messages of two checks never
-mix), and appends one line per check to REPORT_FILE, ``MINIDL-EXERCISE
+its exercise id, and the seconds it may take on a rank. Every rank runs
+``check(comm)`` for each id in order, waits for the other ranks before the
+next check (so the messages of two checks never mix), and appends one line
+per check to REPORT_FILE, ``MINIDL-EXERCISE
 {"id", "rank", "status", "message", "seconds"}``: a failure as soon as it
 happens, a pass once every rank is through. A file, not stdout: what
 mpiexec has not yet forwarded from a rank's stdout is lost when the job is

@@ -47,7 +47,8 @@ class MarkerError(ValueError):
 
 @dataclass(frozen=True)
 class Region:
-    """One marked region: its exercise, file (relative to the root), marker lines and indentation."""
+    """One marked region: its exercise, file (relative to the root), marker lines and
+    indentation."""
 
     exercise_id: str
     path: str
@@ -138,7 +139,8 @@ def _first_line(node):
 
 
 def _check_placement(region, tree, parents, problems):
-    """A region must be whole statements of one block, inside a function body, at their indentation."""
+    """A region must be whole statements of one block, inside a function body, at their
+    indentation."""
     here = region.where
     overlapping = [
         s
@@ -192,7 +194,8 @@ def _check_placement(region, tree, parents, problems):
 
 
 def scan_file(text, path):
-    """``(regions, problems)`` of one Python source (``path`` relative to the root, for messages)."""
+    """``(regions, problems)`` of one Python source (``path`` relative to the root, for
+    messages)."""
     problems = []
     regions = _pair_markers(_markers(text, path, problems), path, problems)
     if regions:
@@ -208,7 +211,8 @@ def scan_file(text, path):
 
 
 def find_regions(root):
-    """``(regions, problems)`` over every ``.py`` file of ``root/minidl``, in path and line order."""
+    """``(regions, problems)`` over every ``.py`` file of ``root/minidl``, in path and line
+    order."""
     regions, problems = [], []
     package = os.path.join(root, "minidl")
     for folder, dirs, files in os.walk(package):
@@ -227,7 +231,8 @@ def find_regions(root):
 
 
 def validate(regions, exercises):
-    """Problems between the regions found and the registered exercises (ids, paths, missing regions)."""
+    """Problems between the regions found and the registered exercises (ids, paths, missing
+    regions)."""
     problems = []
     known = {e.id: e for e in exercises}
     for region in regions:
@@ -254,7 +259,8 @@ def validate(regions, exercises):
 
 
 def _import_index(tree):
-    """The line index after the module docstring and ``__future__`` imports: where imports may go."""
+    """The line index after the module docstring and ``__future__`` imports: where imports
+    may go."""
     index = 0
     for statement in tree.body:
         docstring = (

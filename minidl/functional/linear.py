@@ -1,4 +1,5 @@
-"""Fully connected layer: y = x W^T + b (Ben-Nun & Hoefler 2019, §3.1.1; W is (out, in) as in PyTorch).
+"""Fully connected layer: y = x W^T + b (Ben-Nun & Hoefler 2019, §3.1.1; W is (out, in) as
+in PyTorch).
 
 Gradients (Ben-Nun & Hoefler 2019, App. A.3 with its shape erratum corrected):
 dx = dy W, dW = dy^T x, db = sum over the batch of dy.

@@ -1,4 +1,5 @@
-"""Layers: ``Module`` containers and one file per layer family (``from minidl import layers as L``)."""
+"""Layers: ``Module`` containers and one file per layer family (``from minidl import layers
+as L``)."""
 
 from . import init
 from .activation import ReLU, Sigmoid, Tanh

@@ -69,7 +69,8 @@ class Conv2d(Module):
         return {p: getattr(TUNER.known(*self._last, p), "name", None) for p in PASSES}
 
     def tuning_keys(self):
-        """{pass: autotuner key} of the last input shape (what ``minidl.conv.report(model)`` reads)."""
+        """{pass: autotuner key} of the last input shape (what ``minidl.conv.report(model)``
+        reads)."""
         if self._last is None or self.algo != "auto":
             return {}
         return {p: self._last + (p,) for p in PASSES}

@@ -2,7 +2,8 @@
 
 Each sets ``optimizer.lr = base_lr * factor(t)`` in closed form after t calls:
 - ``StepLR``: factor = gamma^floor(t / step_size)
-- ``CosineAnnealingLR``: lr = eta_min + (base - eta_min) (1 + cos(pi t / T)) / 2 (Loshchilov & Hutter 2017)
+- ``CosineAnnealingLR``: lr = eta_min + (base - eta_min) (1 + cos(pi t / T)) / 2
+  (Loshchilov & Hutter 2017)
 - ``LinearWarmup``: factor rises linearly from start_factor to 1 over the first
   ``warmup_steps`` calls (Goyal et al. 2017), then hands over to ``then``, if given.
 """

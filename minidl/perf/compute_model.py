@@ -122,7 +122,8 @@ class RooflineCompute:
         self.kinds = {layer.name: layer.kind for layer in costs.layers}
 
     def layer_time(self, layer, b):
-        """(forward_s, backward_s) of one layer at local batch ``b``; layers without arithmetic are views."""
+        """(forward_s, backward_s) of one layer at local batch ``b``; layers without
+        arithmetic are views."""
         m, size = self.machine, self.itemsize
         if layer.forward_flops == 0:
             return 0.0, 0.0

@@ -88,7 +88,8 @@ class LinearCounter(Counter):
 
 @register("Conv2d")
 class Conv2dCounter(Counter):
-    """Cross-correlation with stride, padding, dilation and groups (Ben-Nun & Hoefler 2019, Eq. 2, Table 6)."""
+    """Cross-correlation with stride, padding, dilation and groups (Ben-Nun & Hoefler 2019,
+    Eq. 2, Table 6)."""
 
     def output_shape(self, m, x_shape):
         if len(x_shape) != 4 or x_shape[1] != m.in_channels:
@@ -182,7 +183,8 @@ class AvgPool2dCounter(MaxPool2dCounter):
 
 
 class ElementwiseCounter(Counter):
-    """``forward_ops`` per value; the gradient costs ``backward_ops`` per value (Table 4: depth 1)."""
+    """``forward_ops`` per value; the gradient costs ``backward_ops`` per value (Table 4:
+    depth 1)."""
 
     forward_ops, backward_ops = 1, 1
 
@@ -232,7 +234,8 @@ class FlattenCounter(Counter):
 
 @register("BatchNorm1d", "BatchNorm2d")
 class BatchNormCounter(Counter):
-    """Training-mode batch norm over M = N*H*W values per channel (Ben-Nun & Hoefler 2019, §3.1.1, App. A.6).
+    """Training-mode batch norm over M = N*H*W values per channel (Ben-Nun & Hoefler 2019,
+    §3.1.1, App. A.6).
 
     Forward: mean (1 op per value), variance (3), normalise (2), scale and
     shift (2) = 8 ops per value; two reductions in a row, depth

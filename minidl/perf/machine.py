@@ -31,9 +31,11 @@ class Machine:
 
 
 PRESETS = {
-    # one GK210 of a Tesla K80 (NVIDIA datasheet: 8.73 TFLOP/s fp32 boost, 480 GB/s per board of two)
+    # one GK210 of a Tesla K80 (NVIDIA datasheet: 8.73 TFLOP/s fp32 boost,
+    # 480 GB/s per board of two)
     "k80": Machine("k80", 4.37e12, 240e9, 10e-6),
-    # two Xeon E5-2680 v3: 24 cores x 2.5 GHz x 32 fp32 FLOP/cycle (2 AVX2 FMA), 4 DDR4-2133 channels each
+    # two Xeon E5-2680 v3: 24 cores x 2.5 GHz x 32 fp32 FLOP/cycle (2 AVX2 FMA),
+    # 4 DDR4-2133 channels each
     "haswell-2x12": Machine("haswell-2x12", 1.92e12, 136e9, 5e-6),
 }
 

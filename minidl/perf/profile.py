@@ -101,7 +101,8 @@ class TrainingStep:
             synchronize()
 
     def run(self, marks=None):
-        """One step; with ``marks`` (a list), appends the times after forward, loss, backward, update."""
+        """One step; with ``marks`` (a list), appends the times after forward, loss,
+        backward, update."""
         clock = time.perf_counter
         self.sync()
         start = clock()
@@ -124,7 +125,8 @@ class TrainingStep:
 
 
 def _memory_pass(step):
-    """{layer: (output bytes, retained bytes, peak bytes)} from one step under tracemalloc or the CuPy pool."""
+    """{layer: (output bytes, retained bytes, peak bytes)} from one step under tracemalloc
+    or the CuPy pool."""
     found = {}
     pool = cupy_module().get_default_memory_pool() if step.device != "cpu" else None
 

@@ -1,4 +1,5 @@
-"""The timeline of a training run: per-layer compute, the optimizer step and communication, per rank.
+"""The timeline of a training run: per-layer compute, the optimizer step and communication,
+per rank.
 
 ``TrainingTrace(model, optimizer, rank, comm=comm)`` enables the
 process-wide tracer (so spans that other code records land in the same
@@ -78,7 +79,8 @@ class TrainingTrace:
         comm.allreduce, comm.iallreduce = traced_allreduce, traced_iallreduce
 
     def finish(self, directory, comm=None):
-        """Stop recording and write ``directory/trace.json`` (collective under MPI); returns its path."""
+        """Stop recording and write ``directory/trace.json`` (collective under MPI); returns
+        its path."""
         self._timer.__exit__(None, None, None)
         del self.optimizer.step
         if self.comm is not None:

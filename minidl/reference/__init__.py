@@ -1,4 +1,5 @@
-"""The reference tier: short textbook implementations, one concept per file, for reading and exercises.
+"""The reference tier: short textbook implementations, one concept per file, for reading
+and exercises.
 
 Everything minidl computes has a plain version here that follows its formula
 and its source line by line, with no layout tricks, chunking or caching.

@@ -42,7 +42,8 @@ def save_checkpoint(path, model, optimizer=None, **meta):
 
 
 class Checkpoint:
-    """What ``load_checkpoint`` returns: ``model_state``, ``optimizer_state`` (or None), ``meta``."""
+    """What ``load_checkpoint`` returns: ``model_state``, ``optimizer_state`` (or None),
+    ``meta``."""
 
     def __init__(self, model_state, optimizer_state, meta, path=None):
         self.model_state, self.optimizer_state, self.meta = model_state, optimizer_state, meta

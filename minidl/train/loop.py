@@ -1,4 +1,5 @@
-"""The training loop (Ben-Nun & Hoefler 2019, Alg. 2): per minibatch forward, loss, backward, update.
+"""The training loop (Ben-Nun & Hoefler 2019, Alg. 2): per minibatch forward, loss,
+backward, update.
 
 ``train_epoch`` and ``evaluate`` work with any model, optimizer (or wrapper
 with ``zero_grad``/``step``) and loader yielding ``(images, labels)`` arrays.

@@ -74,7 +74,8 @@ class RunDirectory:
             f.write(json.dumps(config, indent=2, default=str).encode())
 
     def record_epoch(self, save_checkpoint, records):
-        """Checkpoint (``save_checkpoint(path)``), then the epoch's metrics records, then the plot."""
+        """Checkpoint (``save_checkpoint(path)``), then the epoch's metrics records, then the
+        plot."""
         save_checkpoint(self.checkpoint)
         metrics = self.file("metrics.jsonl")
         append_metrics(metrics, *records)

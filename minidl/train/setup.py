@@ -1,4 +1,5 @@
-"""The pieces a training run is assembled from: data, model, optimizer, schedule, its folder name."""
+"""The pieces a training run is assembled from: data, model, optimizer, schedule, its
+folder name."""
 
 import os
 import time

@@ -168,7 +168,8 @@ def test_without_bias_and_without_input_gradient(algo):
 
 
 def test_winograd_f4x4_is_less_accurate_than_f2x2():
-    """Ben-Nun & Hoefler 2019, §4.3: accuracy drops with the tile; over 20 random float32 problems F(4x4) errs more."""
+    """Ben-Nun & Hoefler 2019, §4.3: accuracy drops with the tile; over 20 random float32
+    problems F(4x4) errs more."""
     ratios = []
     for seed in range(20):
         x, w, b, params = make_case((2, 16, 12, 12, 8, (3, 3), 1, 1, 1, 1), np.float32, seed)
@@ -206,7 +207,8 @@ def test_gpu_matches_cpu(algo, name):
 
 @pytest.mark.parametrize("algo", ALGOS)
 def test_channels_last_and_strided_arrays(algo):
-    """Inputs and output gradients that are views (channels-last memory, slices) give the same results."""
+    """Inputs and output gradients that are views (channels-last memory, slices) give the
+    same results."""
     x, w, b, params = make_case(SHAPES["odd_3x3"], np.float64, seed=21)
     skip_unsupported(algo, x, w, params)
     geom = md.conv.make_geometry(x.shape, w.shape, **params)

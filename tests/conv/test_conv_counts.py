@@ -1,4 +1,5 @@
-"""Operation counts (Ben-Nun & Hoefler 2019, Table 6 / App. B, with correct multiplicities) and workspace sizes."""
+"""Operation counts (Ben-Nun & Hoefler 2019, Table 6 / App. B, with correct multiplicities)
+and workspace sizes."""
 
 import tracemalloc
 
@@ -32,7 +33,8 @@ def test_direct_and_im2col_count_the_definition(name):
 
 @pytest.mark.parametrize("algo,ratio", [("winograd_f2x2_3x3", 2.25), ("winograd_f4x4_3x3", 4.0)])
 def test_winograd_elementwise_stage_saves_the_known_factor(algo, ratio):
-    """Lavin & Gray: F(2x2,3x3) uses 16 multiplies per 4 outputs instead of 36; F(4x4,3x3) 36 per 16."""
+    """Lavin & Gray: F(2x2,3x3) uses 16 multiplies per 4 outputs instead of 36; F(4x4,3x3)
+    36 per 16."""
     geom = make_geometry(*LAYERS["vgg_3x3"][:2], padding=1)  # 56x56: whole tiles for m = 2 and 4
     direct = multiplies("direct", geom)["total"]
     counts = multiplies(algo, geom)

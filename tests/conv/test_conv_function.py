@@ -80,7 +80,8 @@ def test_layer_default_initialisation_follows_pytorch():
 
 
 def test_slide_worked_example():
-    """The 3x3 example of Dryden's lecture "Parallelism in Training Deep Neural Networks" on a 4x4 crop: the 10 outputs that do not see beyond the crop."""
+    """The 3x3 example of Dryden's lecture "Parallelism in Training Deep Neural Networks"
+    on a 4x4 crop: the 10 outputs that do not see beyond the crop."""
     x = np.array([[4, 1, 9, 8], [5, 9, 9, 8], [0, 7, 3, 4], [2, 6, 3, 1]], np.float64)
     w = np.array([[1, -1, 0], [0.1, -2, 0], [3, 4, 1.1]])
     expected = np.array(

@@ -79,14 +79,14 @@ def assert_unchanged(module, before):
         (
             np.zeros(3),
             ValueError,
-            r"load_state_dict: bn.num_batches_tracked has shape \(3,\) in the state but \(\) in the "
-            r"model; build the model with the layer sizes",
+            r"load_state_dict: bn.num_batches_tracked has shape \(3,\) in the state "
+            r"but \(\) in the model; build the model with the layer sizes",
         ),
         (
             np.array(2.5),
             TypeError,
-            r"load_state_dict: bn.num_batches_tracked is float64 in the state but int64 in the model.*"
-            r"store it as int64",
+            r"load_state_dict: bn.num_batches_tracked is float64 in the state "
+            r"but int64 in the model.*store it as int64",
         ),
     ],
 )

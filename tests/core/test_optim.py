@@ -160,8 +160,9 @@ def test_load_state_dict_rejects_another_optimizers_state():
         (
             np.zeros((4, 4), dtype=np.float32),
             ValueError,
-            r"Adam.load_state_dict: state 'exp_avg_sq' of parameter 5 has shape \(4, 4\) in the state "
-            r"but \(3,\) in the parameter; build the optimizer over the parameters it had",
+            r"Adam.load_state_dict: state 'exp_avg_sq' of parameter 5 has shape \(4, 4\) "
+            r"in the state but \(3,\) in the parameter; "
+            r"build the optimizer over the parameters it had",
         ),
         (
             np.zeros(3, dtype=np.complex64),

@@ -17,7 +17,8 @@ FILES = {
 
 
 def write_fake_dataset(folder, n_train=6, n_test=4, compressed=True, seed=0):
-    """Write four small IDX files (28x28 uint8 images, labels 0..9) to ``folder``; return the arrays."""
+    """Write four small IDX files (28x28 uint8 images, labels 0..9) to ``folder``; return
+    the arrays."""
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)
     arrays = {}
@@ -44,7 +45,8 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 @contextlib.contextmanager
 def serve(handler):
-    """Run ``handler`` on 127.0.0.1 at a free port in a thread; yields the base URL; always stops."""
+    """Run ``handler`` on 127.0.0.1 at a free port in a thread; yields the base URL; always
+    stops."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()

@@ -1,4 +1,5 @@
-"""Fashion-MNIST/MNIST: real files (when installed), lookup order, identity, the not-found message."""
+"""Fashion-MNIST/MNIST: real files (when installed), lookup order, identity, the not-found
+message."""
 
 import dataclasses
 import gzip
@@ -73,7 +74,8 @@ def test_real_mnist_when_present():
 
 @pytest.fixture
 def places(tmp_path, monkeypatch, fake_dataset):
-    """Four folders (root, $MINIDL_DATA, cache, a stand-in Debian folder) with distinct data sizes."""
+    """Four folders (root, $MINIDL_DATA, cache, a stand-in Debian folder) with distinct data
+    sizes."""
     folders = {name: tmp_path / name for name in ("root", "env", "xdg", "debian")}
     monkeypatch.setenv("XDG_CACHE_HOME", str(folders["xdg"]))
     monkeypatch.setenv("MINIDL_DATA", str(folders["env"]))

@@ -149,7 +149,8 @@ def _assert_unbiased(compressor, v, variance, width, draws=3000, failure=1e-6):
 
 @pytest.mark.parametrize("levels,bucket", ((1, 64), (4, 512), (15, 100)))
 def test_qsgd_is_unbiased(levels, bucket):
-    """E[Q(v)] = v: Q_i is ||v|| / s times a level rounded up with probability frac(s |v_i| / ||v||)."""
+    """E[Q(v)] = v: Q_i is ||v|| / s times a level rounded up with probability
+    frac(s |v_i| / ||v||)."""
     v = vector(600, seed=levels)
     step = lambda blocks: np.sqrt((blocks**2).sum(axis=1)) / levels  # noqa: E731
     variance, width = _level_variance(v, bucket, step)

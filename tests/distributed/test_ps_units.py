@@ -1,4 +1,5 @@
-"""Parameter-server pieces that need no MPI: modes, layout, messages, SSP clocks, delays, telemetry."""
+"""Parameter-server pieces that need no MPI: modes, layout, messages, SSP clocks, delays,
+telemetry."""
 
 import numpy as np
 import pytest

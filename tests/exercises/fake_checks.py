@@ -1,4 +1,5 @@
-"""Fake exercises with known verdicts, registered on import (ids 90.x in process, 91.x on MPI ranks).
+"""Fake exercises with known verdicts, registered on import (ids 90.x in process, 91.x on
+MPI ranks).
 
 The grader tests import this module with the registry saved and restore it
 afterwards; the MPI runner imports it by name in each rank.

@@ -1,4 +1,5 @@
-"""``minidl exercise list | check | student``: output and exit status (fake exercises, in process)."""
+"""``minidl exercise list | check | student``: output and exit status (fake exercises, in
+process)."""
 
 import json
 

@@ -192,8 +192,8 @@ Abort(1) on node 1 (rank 1 in comm 0): application called MPI_Abort
             "IndexError: index 5 is out of bounds",
             "error",
             (
-                "IndexError: index 5 is out of bounds\n  in tests/exercises/fake_student.py, line 89, "
-                "in work: x = y[5]"
+                "IndexError: index 5 is out of bounds\n"
+                "  in tests/exercises/fake_student.py, line 89, in work: x = y[5]"
             ),
         ),
     ],

@@ -184,7 +184,8 @@ def test_an_existing_folder_is_not_overwritten(tmp_path):
 
 
 def marker_problems(tmp_path, source):
-    """The problems the generator reports for ``minidl/bad.py`` holding ``source`` (exercise 1.1)."""
+    """The problems the generator reports for ``minidl/bad.py`` holding ``source``
+    (exercise 1.1)."""
     root = make_package(tmp_path / "src", ops="", extra={"bad.py": textwrap.dedent(source)})
     exercises = [Exercise("1.1", "double a number", "minidl/bad.py", "-", check=lambda: None)]
     with pytest.raises(MarkerError) as raised:

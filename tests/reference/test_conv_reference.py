@@ -1,4 +1,5 @@
-"""The textbook convolutions (minidl/reference/conv/) against the float64 definition and their tuned twins.
+"""The textbook convolutions (minidl/reference/conv/) against the float64 definition and their
+tuned twins.
 
 Each reference algorithm runs through ``F.conv2d(..., algo=name)`` (so the
 dispatcher's groups loop and bias are included) for y, dx, dw and db, over

@@ -126,7 +126,8 @@ def test_reference_matches_the_tuned_op(ref, tuned, shapes, dtype, tol, rng, dev
         )
 
 
-# (id, reference op, the same op in PyTorch as a function of torch.nn.functional and the inputs, shapes)
+# (id, reference op, the same op in PyTorch as a function of torch.nn.functional and the
+# inputs, shapes)
 TORCH_CASES = [
     ("linear", R.linear, lambda tf, x, w, b: tf.linear(x, w, b), [(4, 3), (5, 3), (5,)]),
     ("relu", R.relu, lambda tf, x: tf.relu(x), [(3, 4)]),
@@ -191,7 +192,8 @@ def test_max_pool_ties_send_the_gradient_to_the_first_maximum(rng):
 
 
 def test_max_pool_ties_agree_with_the_tuned_op_and_torch(rng):
-    """Overlapping windows over a few distinct values: many ties, resolved the same way by all three."""
+    """Overlapping windows over a few distinct values: many ties, resolved the same way by
+    all three."""
     torch = pytest.importorskip("torch")
     x = rng.integers(0, 3, (2, 3, 7, 7)).astype(np.float64)
     g = rng.standard_normal((2, 3, 4, 4))

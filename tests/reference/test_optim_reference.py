@@ -131,7 +131,8 @@ def blobs(seed=0, n=120):
 
 
 def train(make_optimizer, steps=60):
-    """(first loss, last loss, accuracy, parameters) of a 2-16-3 MLP trained full batch in float64."""
+    """(first loss, last loss, accuracy, parameters) of a 2-16-3 MLP trained full batch in
+    float64."""
     md_seed = np.random.default_rng(11)
     model = L.Sequential(L.Linear(2, 16), L.Tanh(), L.Linear(16, 3)).to("float64")
     for p in model.parameters():  # the same start for every optimizer

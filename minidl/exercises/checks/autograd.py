@@ -24,7 +24,8 @@ def tensors_and_values(arrays):
 
 
 def expression(a, b, c):
-    """A scalar in which b and the product a * b are used several times (works on Values and Tensors)."""
+    """A scalar in which b and the product a * b are used several times (works on Values
+    and Tensors)."""
     h = a * b
     u = h + c.log()
     return (u.relu() * h + (h - a).exp() * c).sum()

@@ -59,7 +59,8 @@ def _conv(x, w, geom):
 
 
 def _scatter(blocks, geom):
-    """dx (N, C, H, W): each blocks[c, u, v, n, i, j] added onto the pixel that X[c, u, v, n, i, j] is."""
+    """dx (N, C, H, W): each blocks[c, u, v, n, i, j] added onto the pixel that
+    X[c, u, v, n, i, j] is."""
     (sh, sw), (ph, pw), (dh, dw) = geom.stride, geom.padding, geom.dilation
     n, c, h, w = geom.input_shape
     dxpad = np.zeros((n, c, h + 2 * ph, w + 2 * pw))

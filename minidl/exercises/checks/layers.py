@@ -18,7 +18,8 @@ FUNCTIONAL = "minidl/reference/functional/"
 
 
 def tuned_gradients(fn, arrays, dout):
-    """Gradients of sum(dout * fn(*inputs)) for each input array, by minidl's tuned ops in float64."""
+    """Gradients of sum(dout * fn(*inputs)) for each input array, by minidl's tuned ops
+    in float64."""
     tensors = [md.tensor(a, requires_grad=True, dtype="float64") for a in arrays]
     fn(*tensors).backward(md.tensor(dout, dtype="float64"))
     return [t.grad for t in tensors]

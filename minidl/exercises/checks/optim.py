@@ -1,4 +1,5 @@
-"""Checks of the optim exercises: each update rule against ``minidl.optim`` over several steps in float64.
+"""Checks of the optim exercises: each update rule against ``minidl.optim`` over several
+steps in float64.
 
 The problem is a noisy quadratic: g = c * w + noise_t, so a wrong step
 changes every later gradient and the error shows in the trajectory.
@@ -25,7 +26,8 @@ def _problem(seed):
 
 
 def _step(name, rule, w, g, state, hyper, t):
-    """One call of the student's rule, with the contract checked: (new_w, new_state), inputs untouched."""
+    """One call of the student's rule, with the contract checked: (new_w, new_state),
+    inputs untouched."""
     w_before, g_before = w.copy(), g.copy()
     result = rule(w, g, state, **hyper)
     expect_true(
@@ -57,7 +59,8 @@ def _step(name, rule, w, g, state, hyper, t):
 
 
 def compare_trajectory(name, rule, tuned_class, hyper, seed):
-    """Run ``rule`` and ``tuned_class`` side by side for STEPS steps; fail at the first step that differs."""
+    """Run ``rule`` and ``tuned_class`` side by side for STEPS steps; fail at the first
+    step that differs."""
     w0, gradient = _problem(seed)
     param = Tensor(w0.copy(), requires_grad=True)
     tuned = tuned_class([param], **hyper)

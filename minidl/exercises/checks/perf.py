@@ -60,7 +60,10 @@ def check_allreduce_cost():
         alpha, beta, gamma = rng.uniform(1e-6, 1e-4), rng.uniform(1e-10, 1e-8), rng.uniform(0, 1e-9)
         params = CostParams(alpha, beta, gamma)
         for p in range(2, 10):
-            where = f"m = {m:.0f} bytes, P = {p}, alpha = {alpha:.3g}, beta = {beta:.3g}, gamma = {gamma:.3g}"
+            where = (
+                f"m = {m:.0f} bytes, P = {p}, "
+                f"alpha = {alpha:.3g}, beta = {beta:.3g}, gamma = {gamma:.3g}"
+            )
             expect_close(
                 f"ring allreduce time, {where}",
                 ring_allreduce_time(m, p, alpha, beta, gamma),

@@ -78,7 +78,8 @@ class FFTReference(ConvAlgorithm):
         return dwd[:, :, :khd:dh, :kwd:dw].astype(dy.dtype, copy=False)
 
     def multiplies(self, geom):
-        """Complex products (4 real multiplies each); transforms: L*log2(L) per real FFT of L points."""
+        """Complex products (4 real multiplies each); transforms: L*log2(L) per real FFT of
+        L points."""
         hp, wp = geom.padded_size
         n, k, c = geom.batch, geom.out_channels, geom.in_channels
         points = hp * wp

@@ -1,4 +1,5 @@
-"""im2col: unroll the receptive fields into a matrix, then one matrix product (Chellapilla et al. 2006).
+"""im2col: unroll the receptive fields into a matrix, then one matrix product
+(Chellapilla et al. 2006).
 
 Ben-Nun & Hoefler 2019, Demystifying Parallel and Distributed Deep Learning,
 App. B.2 / Alg. 4. The column matrix A is (C*KH*KW) x (N*OH*OW): row
@@ -25,7 +26,8 @@ from ...conv.base import ConvAlgorithm
 
 
 def im2col(x, geom):
-    """The column matrix A (C*KH*KW, N*OH*OW) of x (N, C, H, W), rows (c, u, v), columns (n, i, j)."""
+    """The column matrix A (C*KH*KW, N*OH*OW) of x (N, C, H, W), rows (c, u, v), columns
+    (n, i, j)."""
     xp = get_array_module(x)
     n, c = geom.batch, geom.in_channels
     ph, pw = geom.padding

@@ -1,4 +1,5 @@
-"""Winograd minimal filtering F(2x2, 3x3) (Lavin & Gray 2016, Fast Algorithms for Convolutional Neural Networks).
+"""Winograd minimal filtering F(2x2, 3x3) (Lavin & Gray 2016, Fast Algorithms for
+Convolutional Neural Networks).
 
 Each 2x2 tile Y of one output channel k comes from the 4x4 tile d_c of the
 padded input that covers it, in every input channel c (tiles step by 2;

@@ -1,4 +1,5 @@
-"""Inverted dropout (Srivastava et al. 2014, Dropout: A Simple Way to Prevent Neural Networks from Overfitting).
+"""Inverted dropout (Srivastava et al. 2014, Dropout: A Simple Way to Prevent Neural
+Networks from Overfitting).
 
 In training, each element survives with probability 1 - p and survivors are
 scaled by 1 / (1 - p):
@@ -17,7 +18,8 @@ from ...backend import get_array_module
 
 
 def dropout_forward(x, p, rng, training=True):
-    """x * mask with a fresh mask from ``rng`` (a NumPy or CuPy Generator); the cache is the mask."""
+    """x * mask with a fresh mask from ``rng`` (a NumPy or CuPy Generator); the cache is
+    the mask."""
     if not 0 <= p < 1:
         raise ValueError(
             f"dropout: p={p} is the probability of dropping an element; it must lie in [0, 1)"

@@ -28,7 +28,8 @@ from .pooling import avg_pool_backward, avg_pool_forward, max_pool_backward, max
 
 
 class ReferenceOp(Function):
-    """The ``Function`` that runs one reference pair; the pair and its keywords arrive as parameters."""
+    """The ``Function`` that runs one reference pair; the pair and its keywords arrive as
+    parameters."""
 
     def forward(self, *arrays, pair, params):
         forward, self.backward_rule = pair
@@ -40,7 +41,8 @@ class ReferenceOp(Function):
 
 
 def as_op(forward, backward):
-    """A function of Tensors (and keywords) that runs ``forward`` and differentiates with ``backward``."""
+    """A function of Tensors (and keywords) that runs ``forward`` and differentiates with
+    ``backward``."""
 
     def op(*tensors, **params):
         return ReferenceOp.apply(*tensors, pair=(forward, backward), params=params)

@@ -1,4 +1,5 @@
-"""The six update rules of Ben-Nun & Hoefler 2019 (Table 3) as plain functions, and an optimizer for them.
+"""The six update rules of Ben-Nun & Hoefler 2019 (Table 3) as plain functions, and an
+optimizer for them.
 
 Every rule is a function ``rule(w, g, state, **hyper) -> (new_w, new_state)``:
 it reads the weights ``w``, the gradient ``g`` and the rule's state (a dict
@@ -12,7 +13,8 @@ differently.
     momentum.py   momentum (Polyak 1964; Qian 1999), Nesterov (Nesterov 1983; Sutskever et al. 2013)
     adaptive.py   AdaGrad (Duchi et al. 2011), RMSProp (Tieleman & Hinton 2012)
     adam.py       Adam (Kingma & Ba 2015)
-    optimizer.py  ``ReferenceOptimizer``: any rule over a list of parameters (weight decay, clipping)
+    optimizer.py  ``ReferenceOptimizer``: any rule over a list of parameters
+                  (weight decay, clipping)
 """
 
 from .adam import adam

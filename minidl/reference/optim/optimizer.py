@@ -31,7 +31,8 @@ RULES = {
 
 
 class ReferenceOptimizer(Optimizer):
-    """``rule`` (a name in ``RULES`` or a function) with ``lr`` and ``hyper`` (momentum, betas, ...)."""
+    """``rule`` (a name in ``RULES`` or a function) with ``lr`` and ``hyper`` (momentum,
+    betas, ...)."""
 
     def __init__(self, params, rule, lr, weight_decay=0.0, clip_grad_norm=None, **hyper):
         if isinstance(rule, str):

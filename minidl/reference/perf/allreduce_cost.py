@@ -41,7 +41,8 @@ from minidl.intmath import ceil_log2, largest_power_of_two
 
 
 def fold(m, p, alpha, beta, gamma):
-    """(p', seconds): the largest power of two p' <= p, and the time to fold the other p - p' in and out."""
+    """(p', seconds): the largest power of two p' <= p, and the time to fold the other
+    p - p' in and out."""
     p2 = largest_power_of_two(p)
     extra = 0.0 if p2 == p else 2 * (alpha + m * beta) + m * gamma
     return p2, extra
@@ -71,7 +72,8 @@ def ring_allreduce_time(m, p, alpha, beta, gamma=0.0):
 
 
 def rabenseifner_allreduce_time(m, p, alpha, beta, gamma=0.0):
-    """Recursive halving then recursive doubling: log2 p' messages each way, m (p'-1)/p' bytes in all."""
+    """Recursive halving then recursive doubling: log2 p' messages each way, m (p'-1)/p'
+    bytes in all."""
     p2, extra = fold(m, p, alpha, beta, gamma)
     k = p2.bit_length() - 1
     share = m * (p2 - 1) / p2

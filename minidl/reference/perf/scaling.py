@@ -60,7 +60,8 @@ def efficiency(t_full, t_nodes, nodes):
 
 
 def amdahl_speedup(nodes, serial_fraction):
-    """Amdahl's law, 1 / (s + (1 - s) / n): the speedup when only a fraction 1 - s runs in parallel."""
+    """Amdahl's law, 1 / (s + (1 - s) / n): the speedup when only a fraction 1 - s runs in
+    parallel."""
     # BEGIN EXERCISE 5.3
     return 1 / (serial_fraction + (1 - serial_fraction) / nodes)
     # END EXERCISE 5.3

@@ -1,4 +1,5 @@
-"""Work and depth of the layers of a CNN, forward pass (Ben-Nun & Hoefler 2019, §2.5, Tables 4 and 6).
+"""Work and depth of the layers of a CNN, forward pass (Ben-Nun & Hoefler 2019, §2.5,
+Tables 4 and 6).
 
 The work W of a computation is its number of elementary operations (one per
 multiply-accumulate of a product, one per comparison of a max); its depth D
