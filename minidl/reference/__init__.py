@@ -20,7 +20,8 @@ Layout (mirrors the package)::
     optim/               the six update rules
     perf/                work and depth, the alpha-beta cost model, scaling
     dist/                allreduce algorithms, gradient buckets, SSP, parameter
-                         server, model averaging and EASGD, compression
+                         server, model averaging and EASGD, compression,
+                         pipeline schedules (GPipe, 1F1B) and their bubble
 
 The regions between ``# BEGIN EXERCISE x.y`` and ``# END EXERCISE x.y`` are
 the course's exercises (``minidl exercise list``).

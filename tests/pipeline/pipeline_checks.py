@@ -116,6 +116,63 @@ def check_convnet(comm):
         assert_same_as_serial(comm, convnet, (1, 8, 8), schedule=schedule, micro_batches=3)
 
 
+def bn_net():
+    """Batch statistics in both a convolutional and a fully connected part."""
+    md.manual_seed(5)
+    return L.Sequential(
+        L.Conv2d(1, 3, 3, padding=1, algo="im2col"),
+        L.BatchNorm2d(3),
+        L.ReLU(),
+        L.MaxPool2d(2),
+        L.Flatten(),
+        L.Linear(48, 8),
+        L.BatchNorm1d(8),
+        L.Tanh(),
+        L.Linear(8, 5),
+    ).to("float64")
+
+
+def per_micro_batch(make_model, data, micro_batches):
+    """The semantics oracle of pipelining with batch statistics: one process applies the
+    model to each micro-batch separately (its own mean and variance, one running-statistics
+    update each, in micro-batch order) and sums the losses scaled by n_m / N."""
+    model = make_model()
+    opt = sgd(model.parameters())
+    losses = []
+    for x, y in data:
+        opt.zero_grad()
+        total = None
+        for xm, ym in zip(np.array_split(x, micro_batches), np.array_split(y, micro_batches)):
+            loss = F.cross_entropy(model(md.Tensor(xm)), ym) * (len(ym) / len(y))
+            total = loss if total is None else total + loss
+        total.backward()
+        opt.step()
+        losses.append(total.item())
+    return model.state_dict(), losses
+
+
+def check_batchnorm(comm):
+    """BatchNorm under the pipeline normalises each micro-batch by its own statistics (as
+    GPipe does): equal to the per-micro-batch oracle, weights and running statistics, and
+    not to one process on the whole batch."""
+    data = batches((1, 8, 8))
+    whole, _ = serial(bn_net, data)
+    for schedule, m in (("gpipe", 3), ("1f1b", 4), ("1f1b", 1)):
+        expected, expected_losses = per_micro_batch(bn_net, data, m)
+        trainer = PipelineTrainer(bn_net(), comm, optimizer=sgd, schedule=schedule, micro_batches=m)
+        losses = [trainer.step(x, y) for x, y in data]
+        np.testing.assert_allclose(losses, expected_losses, rtol=1e-10, err_msg=schedule)
+        state = trainer.state_dict()
+        if comm.rank == 0:
+            assert list(state) == list(expected), (list(state), list(expected))
+            assert any("running_mean" in name for name in state), list(state)
+            for name, value in expected.items():
+                error = relative_error(state[name], value)
+                assert error < 1e-10, (schedule, m, name, error)
+            differs = max(relative_error(state[n], whole[n]) for n in whole)
+            assert (differs > 1e-6) == (m > 1), (schedule, m, differs)
+
+
 def check_refusals(comm):
     """Bad arguments raise the same clear error on every rank, before any message."""
     cases = [

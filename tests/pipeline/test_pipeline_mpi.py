@@ -44,5 +44,10 @@ def test_gpipe_and_1f1b_give_the_serial_weights_on_a_conv_net(nprocs):
 
 
 @pytest.mark.timeout(240)
+def test_batchnorm_is_per_micro_batch_as_in_one_process_applying_it_per_micro_batch():
+    run_checks(2, "batchnorm")
+
+
+@pytest.mark.timeout(240)
 def test_bad_arguments_are_refused_alike_on_every_rank():
     run_checks(2, "refusals")

@@ -211,3 +211,69 @@ def test_fit_example_trains_alone_on_workers_and_under_mpiexec(tmp_path):
         for key in a.files:
             if key.startswith("model/"):
                 np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+PIPELINE_ROW = re.compile(
+    r"^(naive|gpipe|1f1b|interleaved)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(?:([\d.]+)\s+)?"
+    r"\[([\d, ]+)\]\s+\[([\d, ]+)\]$",
+    re.MULTILINE,
+)
+
+
+def pipeline_rows(out):
+    """{schedule: (formula, simulated, measured costs, wall-clock or None, peaks, KiB)}."""
+    rows = {}
+    for name, formula, equal, measured, wall, peaks, kib in PIPELINE_ROW.findall(out):
+        rows[name] = (
+            float(formula),
+            float(equal),
+            float(measured),
+            float(wall) if wall else None,
+            [int(v) for v in peaks.split(",")],
+            [int(v) for v in kib.split(",")],
+        )
+    assert sorted(rows) == sorted(["naive", "gpipe", "1f1b", "interleaved"]), out
+    return rows
+
+
+def assert_textbook_pipeline(rows, p, m, v):
+    """Equal stages: the simulated bubble is the formula; GPipe holds M, 1F1B P - s."""
+    formulas = {
+        "naive": (p - 1) / p,
+        "gpipe": (p - 1) / (m + p - 1),
+        "1f1b": (p - 1) / (m + p - 1),
+        "interleaved": (p - 1) / (v * m + p - 1),
+    }
+    for name, (formula, equal, _, _, _, kib) in rows.items():
+        assert abs(formula - formulas[name]) < 1e-4 and equal == formula, (name, rows[name])
+        assert all(k > 0 for k in kib), (name, kib)
+    assert rows["naive"][2] == rows["naive"][0]  # one micro-batch at a time: (P-1)/P anyway
+    for name in ("gpipe", "1f1b"):  # unequal measured stages only add to the bubble
+        assert rows[name][2] >= rows[name][0] - 1e-4, (name, rows[name])
+    assert rows["naive"][4] == [1] * p
+    assert rows["gpipe"][4] == [m] * p
+    assert rows["1f1b"][4] == [min(p - s, m) for s in range(p)]
+    assert rows["gpipe"][5][0] > rows["1f1b"][5][0] > rows["naive"][5][0]
+
+
+def test_pipeline_example_alone_simulates_the_textbook_bubble_and_memory(tmp_path):
+    png = tmp_path / "timelines.png"
+    out = run_example(
+        "12_pipeline_schedules.py",
+        *("--micro-batches", 8, "--batch-size", 32, "--repeats", 1, "--png", png),
+    )
+    assert_textbook_pipeline(pipeline_rows(out), 4, 8, 2)
+    assert png.exists() or "matplotlib is not installed" in out, out
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+def test_pipeline_example_under_mpiexec_trains_every_schedule_and_measures_it():
+    out = run_mpi_example(
+        4,
+        "12_pipeline_schedules.py",
+        *("--micro-batches", 8, "--batch-size", 16, "--repeats", 1, "--steps", 1),
+    )
+    rows = pipeline_rows(out)
+    assert_textbook_pipeline(rows, 4, 8, 2)
+    assert all(0 <= row[3] < 1 for row in rows.values()), out

@@ -9,6 +9,12 @@ Every rank builds the same model and passes the same batch (stage 0 reads ``x``,
 the last stage ``y``); the weights start from rank 0's. One step equals one step
 of the serial model on the whole batch (see ``executor.py`` for the loss scaling),
 for any schedule and any number of micro-batches.
+
+BatchNorm: statistics are per micro-batch, as GPipe does. Each micro-batch's
+forward normalises by its own mean and variance and updates the running
+statistics once, in micro-batch order, so with M > 1 a step equals one process
+that applies the model to each micro-batch separately and sums the losses scaled
+by n_m / N, not one process on the whole batch (``tests/pipeline`` checks both).
 """
 
 from collections import OrderedDict

@@ -10,4 +10,5 @@ MODULES = (
     "data_parallel",
     "consistency",
     "compression",
+    "pipeline",
 )

@@ -1,0 +1,136 @@
+"""Checks of the pipeline exercises (10.x): GPipe and 1F1B instruction lists, the bubble formula.
+
+Oracles that run no exercise region: minidl's tuned schedules
+(``minidl.dist.pipeline.schedules``), whose lists a stage's list must equal, and
+the pipeline simulator (``minidl.dist.pipeline.simulate``), which runs the
+student's lists of all stages together and says whether they deadlock, how much
+of the time is bubble and how many micro-batches each stage holds at once.
+Every check runs several P and M, with M = 1, M < P and M not a multiple of P.
+"""
+
+from minidl.dist.pipeline import schedules as tuned
+from minidl.dist.pipeline.simulate import ideal_bubble, simulate
+from minidl.exercises import ExerciseFailure, exercise, expect_close
+from minidl.reference.dist import pipeline as reference
+
+PATH = "minidl/reference/dist/pipeline.py"
+CASES = tuple((p, m) for p in (1, 2, 3, 4, 5) for m in (1, 2, 3, 5, 8))  # (P, M)
+
+
+def _describe(programs, p, m):
+    """What the simulator says about a whole schedule, in one line (it never raises)."""
+    try:
+        run = simulate(programs)
+    except Exception as exc:  # noqa: BLE001 (the student's lists may be anything)
+        return f"the simulator, running your lists of the {p}-stage pipeline: {exc}"
+    return (
+        f"the simulator runs your lists of the {p}-stage pipeline: "
+        f"bubble {run.bubble_fraction:.4f} "
+        f"(formula {ideal_bubble(p, m):.4f}), peak live micro-batches per stage "
+        f"{list(run.peak_live)}"
+    )
+
+
+def expect_same_lists(name, student, oracle):
+    """Each stage's list from ``student(s, P, M)`` must equal ``oracle(P, M)[s]``."""
+    for p, m in CASES:
+        expected_programs = oracle(p, m)
+        programs = [student(s, p, m) for s in range(p)]
+        for s, (got, expected) in enumerate(zip(programs, expected_programs)):
+            if got is None:
+                raise ExerciseFailure(
+                    f"{name}, P={p}, M={m}, stage {s}: the code returned None",
+                    detail="a 'return' is missing",
+                )
+            got = list(got)
+            if got == expected:
+                continue
+            bad = next(
+                (i for i, (a, b) in enumerate(zip(got, expected)) if a != b),
+                min(len(got), len(expected)),
+            )
+            want = expected[bad] if bad < len(expected) else "(the end of the list)"
+            have = got[bad] if bad < len(got) else "(the end of the list)"
+            computes = [str(i) for i in expected if i.op in ("forward", "backward")]
+            raise ExerciseFailure(
+                f"{name}, P={p}, M={m}, stage {s}: instruction {bad} of {len(expected)} differs",
+                want,
+                have,
+                where=f"stage {s} of {p}, after {[str(i) for i in got[max(0, bad - 3) : bad]]}",
+                detail=f"expected forwards and backwards {' '.join(computes)}; "
+                + _describe(programs, p, m),
+            )
+
+
+def expect_textbook_properties(name, build, peaks):
+    """Simulated: no deadlock, bubble (P-1)/(M+P-1), stage s's peak ``peaks(P, M, s)``."""
+    for p, m in CASES:
+        run = simulate([build(s, p, m) for s in range(p)])
+        expect_close(
+            f"{name}, P={p}, M={m}: simulated bubble against (P-1)/(M+P-1)",
+            run.bubble_fraction,
+            ideal_bubble(p, m),
+            rtol=0,
+            atol=1e-12,
+        )
+        expected = tuple(peaks(p, m, s) for s in range(p))
+        if run.peak_live != expected:
+            raise ExerciseFailure(
+                f"{name}, P={p}, M={m}: peak live micro-batches per stage", expected, run.peak_live
+            )
+
+
+@exercise(
+    "10.1",
+    "GPipe: every forward, then every backward",
+    path=PATH,
+    hint="the order of one stage is F(0) ... F(M-1) then B(0) ... B(M-1), built with "
+    "forward(m) and backward(m); with_messages adds the sends and receives",
+)
+def check_gpipe():
+    expect_same_lists("GPipe", reference.gpipe, tuned.gpipe)
+    expect_textbook_properties("GPipe", reference.gpipe, lambda p, m, s: m)
+
+
+@exercise(
+    "10.2",
+    "1F1B: warm-up forwards, one forward one backward, cool-down backwards",
+    path=PATH,
+    hint="stage s first runs min(P-s-1, M) forwards alone; then each forward F(w+i) is "
+    "followed by the backward B(i); the backwards left come last, in micro-batch order",
+)
+def check_one_f_one_b():
+    expect_same_lists("1F1B", reference.one_f_one_b, tuned.one_f_one_b)
+    expect_textbook_properties("1F1B", reference.one_f_one_b, lambda p, m, s: min(p - s, m))
+
+
+@exercise(
+    "10.3",
+    "The pipeline bubble: idle share of a balanced pipeline",
+    path=PATH,
+    hint="count the time steps of the whole batch, (v M + P - 1), and the P - 1 of them "
+    "each stage waits for the pipeline to fill and drain",
+)
+def check_bubble_fraction():
+    for p, m in CASES:
+        for schedule in ("gpipe", "1f1b"):
+            run = simulate(tuned.build(schedule, p, m))
+            expect_close(
+                f"bubble of P={p} stages, M={m} micro-batches, against the simulated {schedule}",
+                reference.bubble_fraction(p, m),
+                run.bubble_fraction,
+                rtol=0,
+                atol=1e-12,
+            )
+    for p in (2, 3, 4):
+        for v in (2, 3):
+            for m in (p, 2 * p):
+                run = simulate(tuned.interleaved(p, m, v))
+                expect_close(
+                    f"bubble of P={p} workers with v={v} chunks each, M={m} micro-batches, "
+                    "against the simulated interleaved 1F1B",
+                    reference.bubble_fraction(p, m, v),
+                    run.bubble_fraction,
+                    rtol=0,
+                    atol=1e-12,
+                )
