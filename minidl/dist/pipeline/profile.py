@@ -17,7 +17,7 @@ import numpy as np
 from minidl import backend
 from minidl.autograd import Tensor
 from minidl.dist.pipeline.schedules import stage_of
-from minidl.dist.pipeline.stages import Partition, _min_max_bounds
+from minidl.dist.pipeline.stages import Partition, min_max_bounds
 
 
 def _trace(model, x):
@@ -55,7 +55,7 @@ def cut_by_cost(costs, num_stages):
     stage's summed ``costs`` (one number per layer)."""
     if not 1 <= num_stages <= len(costs):
         raise ValueError(f"cannot cut {len(costs)} layers into {num_stages} stages")
-    bounds = _min_max_bounds(list(costs), num_stages)
+    bounds = min_max_bounds(list(costs), num_stages)
     return Partition(tuple(bounds), tuple(float(sum(costs[a:b])) for a, b in bounds), "time")
 
 

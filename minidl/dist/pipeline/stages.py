@@ -83,7 +83,7 @@ def _uniform_bounds(num_layers, num_stages):
     return [(stop - size, stop) for size, stop in zip(sizes, stops)]
 
 
-def _min_max_bounds(costs, num_stages):
+def min_max_bounds(costs, num_stages):
     """The contiguous cut into non-empty stages with the smallest largest-stage cost.
 
     best[k][j]: the least max-cost of cutting layers 0..j-1 into k stages;
@@ -141,7 +141,7 @@ def partition(model, num_stages, by="layers", cuts=None):
     elif by == "layers":
         bounds = _uniform_bounds(len(model), num_stages)
     else:
-        bounds = _min_max_bounds(costs, num_stages)
+        bounds = min_max_bounds(costs, num_stages)
     stage_costs = tuple(sum(costs[a:b]) for a, b in bounds)
     return Partition(tuple(bounds), stage_costs, by)
 
