@@ -1,14 +1,12 @@
 """The MPI communicator of minidl: ``comm = md.dist.init()``.
 
-A thin layer over ``mpi4py`` that speaks NumPy and CuPy arrays. Arrays go
-through mpi4py's buffer calls (``Send``, ``Recv``, ``Allreduce``...), never
-the pickle-based lower-case ones, which are ~10x slower on large arrays;
-small Python objects may use ``bcast_object`` and ``allgather_object``.
-This module is minidl's one door to MPI: the rest of ``minidl.dist``
-(data parallelism, the parameter server, model averaging) talks through a
-``Communicator`` and its ``Request`` objects. ``staging.py`` gives it the
-buffer MPI works on for a GPU array, ``collectives.py`` the allreduce
-algorithms, and ``minidl.perf.allreduce_cost`` the pick of ``"auto"``.
+A thin layer over ``mpi4py`` that speaks NumPy and CuPy arrays through
+mpi4py's buffer calls (``Send``, ``Allreduce``...), never the pickle-based
+lower-case ones, ~10x slower on large arrays (small Python objects may use
+``bcast_object`` and ``allgather_object``). The rest of ``minidl.dist`` talks
+to MPI through a ``Communicator`` and its ``Request`` objects; ``staging.py``
+gives it the buffer MPI works on for a GPU array, ``collectives.py`` the
+allreduce algorithms, and ``minidl.perf.allreduce_cost`` the pick of ``"auto"``.
 """
 
 import concurrent.futures
@@ -50,8 +48,8 @@ def world():
     return _world
 
 
-def _check_reduction(array, op):
-    """True for a mean; rejects what cannot be reduced in place."""
+def _check_reduction(array, op, size):
+    """The divisor of the reduction (None for a sum); rejects what cannot be reduced in place."""
     if op not in OPS:
         raise ValueError(f"allreduce: unknown op {op!r}; choose one of {', '.join(OPS)}")
     if not (array.flags.c_contiguous and array.dtype.kind in "fiuc"):
@@ -65,7 +63,7 @@ def _check_reduction(array, op):
             f"allreduce(op='mean') needs a float array, got {array.dtype}; "
             "use op='sum' and divide, or cast to a float dtype"
         )
-    return op == "mean"
+    return size if op == "mean" else None
 
 
 def _on_device_of(array, function, *args):
@@ -242,9 +240,8 @@ class Communicator:
         ``algorithm``: ``"auto"`` or one of ``ALLREDUCE_ALGORITHMS``. Every
         rank must call with the same length, dtype, op and algorithm.
         """
-        mean = _check_reduction(array, op)
+        divide_by = _check_reduction(array, op, self.size)
         name = self.choose_algorithm(array, algorithm)
-        divide_by = self.size if mean else None
         buffer = self._staging.outgoing(array)
         collectives.allreduce(self._collective, buffer, name, divide_by, self._scratch)
         self._staging.copy_back(array, buffer)
@@ -261,9 +258,8 @@ class Communicator:
         is already complete. A failure in the background is raised by ``wait()``.
         Do not touch ``array`` until the request completed.
         """
-        mean = _check_reduction(array, op)
+        divide_by = _check_reduction(array, op, self.size)
         name = self.choose_algorithm(array, algorithm)
-        divide_by = self.size if mean else None
         if self.size == 1 or array.size == 0:
             return Request(self.allreduce(array, op, name))
         if name == "mpi":
@@ -345,11 +341,8 @@ class Communicator:
         it was, so the message itself must say how long it is.
         """
         buffer = self._staging.incoming(array, pending=True)
-        return Request.of_mpi(
-            array,
-            self.mpi.Irecv(buffer, source, tag),
-            lambda: self._staging.copy_back(array, buffer),
-        )
+        request = self.mpi.Irecv(buffer, source, tag)
+        return Request.of_mpi(array, request, lambda: self._staging.copy_back(array, buffer))
 
     def dup(self):
         """A communicator of the same ranks whose messages never match this one's (collective).
@@ -394,11 +387,8 @@ class Communicator:
 
         Never blocks: poll it, sleeping in between, to wait without spinning.
         """
-        return [
-            index
-            for index, request in enumerate(_requests("test_some", requests))
-            if request.test()
-        ]
+        requests = _requests("test_some", requests)
+        return [index for index, request in enumerate(requests) if request.test()]
 
     @staticmethod
     def wait_all(requests):

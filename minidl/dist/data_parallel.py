@@ -1,8 +1,4 @@
-"""Synchronous data parallelism with gradient buckets averaged while backward runs.
-
-``DistributedOptimizer`` wraps any optimizer (see ``replicas.py`` for what
-every synchronous data-parallel optimizer does): its ``step()`` averages the
-gradients over all ranks, then calls the wrapped optimizer's ``step()``.
+"""Synchronous data parallelism (``replicas.py``) with gradient buckets averaged during backward.
 
 Gradients travel in buckets: consecutive parameters (in reverse order, the
 order backward produces them) fused into flat buffers of about ``bucket_mb``
@@ -52,8 +48,6 @@ class DistributedOptimizer(ReplicatedOptimizer):
     each bucket's allreduce during backward; ``allreduce`` and ``model``: see
     ``ReplicatedOptimizer``. ``stats`` also counts the seconds of averaging
     after backward (``exposed_seconds``) and during it (``overlapped_seconds``).
-    Use it like the wrapped optimizer (``step()``, ``zero_grad()``, ``lr``,
-    ``state_dict()``); its other attributes are on ``.optimizer``.
     """
 
     def __init__(self, optimizer, comm, allreduce="auto", bucket_mb=4, overlap=True, model=None):

@@ -1,10 +1,7 @@
 """Starting MPI and aborting a job.
 
 mpi4py is imported (which initialises MPI) by ``mpi_module()`` only, so
-``import minidl`` works without MPI. ``install_abort_hooks`` makes an
-uncaught exception on any rank print that rank's traceback once and end
-every rank with ``MPI_Abort``, so that no rank is left waiting forever in a
-collective.
+``import minidl`` works without MPI.
 """
 
 import os

@@ -22,7 +22,7 @@ MpiRun.__doc__ = "Exit status, stdout and stderr merged, wall seconds, whether i
 
 
 def mpiexec_path():
-    """``mpiexec`` next to this Python (a venv with the ``mpich`` wheel), else on PATH, else None."""
+    """``mpiexec`` next to this Python (a venv with the ``mpich`` wheel), else on PATH, or None."""
     return shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
 
 
