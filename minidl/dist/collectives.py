@@ -43,11 +43,8 @@ SEGMENT_BYTES = 1 << 19  # host arrays; tuned with benchmarks/bench_allreduce.py
 
 
 class Scratch:
-    """Receive buffers kept between calls, one per (array module, dtype).
-
-    A freshly allocated 100 MB buffer costs page faults worth about as much
-    as copying it, so an allreduce never allocates on its hot path.
-    """
+    """Receive buffers kept between calls, one per (array module, dtype): a fresh 100 MB
+    buffer costs page faults worth a copy, so an allreduce never allocates on its hot path."""
 
     def __init__(self):
         self._buffers = {}
@@ -286,12 +283,8 @@ _IMPLEMENTATIONS = {
 
 
 class PointToPoint:
-    """``Communicator``'s point-to-point calls on an mpi4py communicator, for arrays MPI can read.
-
-    The reference algorithms are written against ``comm.rank``, ``comm.size``,
-    ``comm.send``, ``comm.recv`` and ``comm.sendrecv``; this gives them those
-    on the duplicate communicator that ``allreduce`` works on.
-    """
+    """``Communicator``'s ``rank``, ``size``, ``send``, ``recv`` and ``sendrecv`` on an mpi4py
+    communicator: what the reference algorithms are written against."""
 
     def __init__(self, mpi_comm):
         self.mpi = mpi_comm
@@ -315,8 +308,7 @@ def register_reference(name, function):
     """Make ``algorithm=name`` run ``function(comm, x)``, a textbook allreduce.
 
     ``function`` sums the flat array ``x`` over ``comm`` (a ``PointToPoint``)
-    in place; the mean's division follows it. ``minidl.reference`` registers
-    its algorithms when it is imported.
+    in place; the mean's division follows it.
     """
     if not name.endswith("_reference"):
         raise ValueError(
@@ -330,11 +322,10 @@ def check_algorithm(algorithm, allow_auto=True):
     """Return ``algorithm`` if known, else raise an error that lists the choices."""
     choices = ALLREDUCE_ALGORITHMS + tuple(REFERENCE_ALGORITHMS) + (("auto",) if allow_auto else ())
     if algorithm not in choices:
-        unregistered = (
-            "; to run a textbook algorithm, `import minidl.reference` first (which registers them)"
-            if str(algorithm).endswith("_reference")
-            else ""
-        )
+        unregistered = ""
+        if str(algorithm).endswith("_reference"):
+            unregistered = "; to run a textbook algorithm, `import minidl.reference` first"
+            unregistered += " (which registers them)"
         raise ValueError(
             f"allreduce: unknown algorithm {algorithm!r}; "
             f"choose one of {', '.join(choices)}{unregistered}"
@@ -345,8 +336,8 @@ def check_algorithm(algorithm, allow_auto=True):
 def allreduce(comm, array, algorithm, divide_by, scratch):
     """Sum (then divide by ``divide_by`` unless None) ``array`` over ``comm`` in place.
 
-    ``comm`` is an mpi4py communicator, ``array`` a C-contiguous NumPy array
-    (or a CuPy array when the MPI library is CUDA-aware).
+    ``comm``: an mpi4py communicator; ``array``: C-contiguous, on the host or
+    (with a CUDA-aware MPI library) on a GPU.
     """
     check_algorithm(algorithm, allow_auto=False)
     flat = array.reshape(-1)

@@ -26,12 +26,10 @@ _world = None
 
 
 def init(auto="rule"):
-    """Initialise MPI once and return the world ``Communicator``.
+    """Initialise MPI once (with ``job.install_abort_hooks``); returns the world ``Communicator``.
 
-    Installs the abort hooks (``job.install_abort_hooks``). ``auto`` says how
-    ``algorithm="auto"`` picks an allreduce algorithm: ``"rule"``,
-    ``"measure"`` or ``"model"`` (see ``minidl.perf.allreduce_cost.AutoChoice``);
-    a second call only changes it.
+    ``auto``: how ``algorithm="auto"`` picks, ``"rule"``, ``"measure"`` or
+    ``"model"`` (``minidl.perf.allreduce_cost.AutoChoice``); a second call only changes it.
     """
     global _world
     if _world is None:
@@ -85,11 +83,8 @@ class Request:
     """
 
     def __init__(self, result, wait=None, test=None, finish=None, handle=None):
-        self._result = result
-        self._wait = wait
-        self._test = test
-        self._finish = finish
-        self._handle = handle
+        self._result, self._handle = result, handle
+        self._wait, self._test, self._finish = wait, test, finish
         self._done = wait is None
         self.started = time.perf_counter()
         self.finished = self.started if self._done else None  # when the data was reduced
@@ -210,8 +205,7 @@ class Communicator:
     def allgather(self, array, out=None):
         """Every rank's ``array`` stacked in rank order: ``out[r]`` is rank r's; returns ``out``.
 
-        ``out`` (made when None) has shape ``(size, *array.shape)`` and
-        ``array``'s dtype; every rank must pass the same shape and dtype.
+        ``out`` (made when None) has shape ``(size, *array.shape)`` and ``array``'s dtype.
         """
         if out is None:
             out = backend.get_array_module(array).empty((self.size,) + array.shape, array.dtype)
@@ -227,11 +221,8 @@ class Communicator:
         return out
 
     def ibarrier(self):
-        """Start a barrier: the ``Request`` completes once every rank has called ``ibarrier``.
-
-        Polled with ``test()``, sleeping in between, it waits for late ranks
-        without taking the core that MPI's blocking ``barrier`` busy-polls.
-        """
+        """Start a barrier: the ``Request`` completes once every rank has called ``ibarrier``
+        (poll it with ``test()``, sleeping in between, to wait without busy-polling a core)."""
         return Request.of_mpi(None, self._collective.Ibarrier())
 
     def allreduce(self, array, op="sum", algorithm="auto"):
@@ -296,10 +287,7 @@ class Communicator:
         return self._background
 
     def choose_algorithm(self, array, algorithm="auto"):
-        """What ``allreduce`` runs for ``array``: ``algorithm``, or the pick for ``"auto"``.
-
-        The pick is the same on every rank (see ``AutoChoice``).
-        """
+        """What ``allreduce`` runs: ``algorithm``, or the same pick on every rank for ``"auto"``."""
         collectives.check_algorithm(algorithm)
         return self._auto.choose(self, array) if algorithm == "auto" else algorithm
 
@@ -345,11 +333,7 @@ class Communicator:
         return Request.of_mpi(array, request, lambda: self._staging.copy_back(array, buffer))
 
     def dup(self):
-        """A communicator of the same ranks whose messages never match this one's (collective).
-
-        A protocol run on its own duplicate (the parameter server's) cannot
-        receive a message of other traffic that happens to use its tags.
-        """
+        """A communicator of the same ranks whose messages never match this one's (collective)."""
         return Communicator(self.mpi.Dup(), auto=self.auto)
 
     # ---- completing requests -------------------------------------------------------------
@@ -383,10 +367,7 @@ class Communicator:
 
     @staticmethod
     def test_some(requests):
-        """The indices, in ascending order, of the ``requests`` complete now (maybe none).
-
-        Never blocks: poll it, sleeping in between, to wait without spinning.
-        """
+        """The indices, in ascending order, of the ``requests`` complete now (never blocks)."""
         requests = _requests("test_some", requests)
         return [index for index, request in enumerate(requests) if request.test()]
 

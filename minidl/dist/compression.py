@@ -49,11 +49,6 @@ def code_bits(levels):
     raise ValueError(f"{levels} levels do not fit in 16 bits")
 
 
-def packed_bytes(n, bits):
-    """Bytes that ``n`` codes of ``bits`` bits occupy."""
-    return (n * bits + 7) // 8
-
-
 def pack_codes(codes, bits):
     """Unsigned codes < 2**bits -> bytes, little-endian within each byte (host uint8)."""
     codes = to_numpy(codes)
@@ -151,7 +146,7 @@ class _BucketScaled(Compressor):
 
     def wire_bytes(self, n):
         buckets = ceil_div(n, self.bucket)
-        return 4 * self.scales_per_bucket * buckets + packed_bytes(n, self.bits())
+        return 4 * self.scales_per_bucket * buckets + ceil_div(n * self.bits(), 8)  # packed codes
 
     def _payload(self, scales, codes, n):
         """Scales, then the first ``n`` codes (the rest is bucket padding)."""
@@ -303,9 +298,8 @@ class GradientEncoder:
     def __init__(self, compressor, n, error_feedback=None, seed=0, xp=np):
         if not isinstance(compressor, Compressor):
             raise TypeError(
-                f"GradientEncoder: expected a Compressor, got {compressor!r}; "
-                "build one, e.g. TopK(ratio=0.01), QSGD(levels=4) or Compressor() "
-                "for none"
+                f"GradientEncoder: expected a Compressor, got {compressor!r}; build one, "
+                "e.g. TopK(ratio=0.01), QSGD(levels=4) or Compressor() for none"
             )
         self.compressor = compressor
         self.n = int(n)

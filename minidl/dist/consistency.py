@@ -15,12 +15,11 @@ completeness of Viviani, Drocco & Aldinucci 2018):
   variable on the server(s) (Zhang et al. 2015); defaults alpha = 0.9 / n,
   tau = 4.
 
-A session object per rank hides the roles from the training loop: workers
-train with ``session.optimizer`` on ``session.train_loader(...)``; servers
-serve. ``run_epoch`` runs one epoch on this rank, and ``finish_epoch`` (a
-collective) agrees on whether anyone stopped, puts the consensus model (the
-servers' weights, the center, or the replicas' average) into every rank's
-model for evaluation, and gathers every rank's counters.
+A session per rank hides the roles from the training loop: workers train
+with ``session.optimizer`` on ``session.train_loader(...)``, servers serve
+(``run_epoch``); ``finish_epoch`` (a collective) agrees on whether anyone
+stopped, loads the consensus model (the servers' weights, the center, or
+the replicas' average) for evaluation, and gathers every rank's counters.
 """
 
 import time

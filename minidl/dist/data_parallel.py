@@ -107,11 +107,9 @@ class DistributedOptimizer(ReplicatedOptimizer):
         return [bucket.flat for bucket in self.buckets]
 
     def _record(self, bucket, backward_done):
-        request = bucket.request
-        self.stats["comm_seconds"] += request.finished - request.started
-        self.stats["overlapped_seconds"] += max(
-            0.0, min(request.finished, backward_done) - request.started
-        )
+        started, finished = bucket.request.started, bucket.request.finished
+        self.stats["comm_seconds"] += finished - started
+        self.stats["overlapped_seconds"] += max(0.0, min(finished, backward_done) - started)
         self.stats["bytes_reduced"] += bucket.flat.nbytes
 
     def overlap_fraction(self):

@@ -1,14 +1,9 @@
 """How one epoch of distributed training happens on this rank (see ``minidl.train.engine``).
 
-- ``SyncEngine``: ``sync``, every rank trains the same model with its
-  gradients averaged (``DistributedOptimizer``, or ``CompressedOptimizer``).
-- ``SessionEngine``: bsp, ssp:S, asp, avg:H and easgd, where each rank plays
-  its role in a consistency session (``consistency.py``): workers train,
-  servers serve, and the model is evaluated as the consensus (the servers'
-  weights, the EASGD center or the replicas' average).
-
-Both add the loop's callbacks of a distributed run: the hang watchdog, the
-injected straggler, and (sync) the weighting of uneven local batches.
+``SyncEngine`` runs ``sync`` (``DistributedOptimizer`` or ``CompressedOptimizer``),
+``SessionEngine`` the other modes, each rank in its role of a consistency session
+(``consistency.py``). Both add the hang watchdog and the injected straggler to the
+loop's callbacks, and (sync) the weighting of uneven local batches.
 """
 
 import sys

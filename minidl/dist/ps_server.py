@@ -1,13 +1,10 @@
 """The server side of the parameter server: one rank, one shard of the master weights.
 
 The server keeps a receive pre-posted for every worker and serves whichever
-worker's message arrives first (``Communicator.test_some``, or ``wait_any``
-with a zero poll interval). A push goes to the update rule; the reply (the
-shard's current weights) leaves as soon as the SSP gate lets that worker
-start its next step (``ssp.ClockTable``): at once under asp, after the
-slowest worker caught up to within S clocks under ssp:S. Between polls the
-server sleeps ``poll_interval`` seconds: on a machine with fewer cores than
-ranks, MPI's blocking waits busy-poll and take a core away from the workers.
+message arrives first. A push goes to the update rule; the reply (the
+shard's current weights) leaves as soon as the SSP gate (``ssp.ClockTable``)
+lets that worker start its next step. Between polls the server sleeps
+``poll_interval`` seconds (0: MPI's blocking waits, which busy-poll a core).
 
 Update rules: ``GradientRule`` here (bsp/ssp/asp) and
 ``averaging.ElasticRule`` (easgd). Both expose ``version`` (updates applied

@@ -1,16 +1,12 @@
 """The worker side of the parameter server: push a gradient, wait for the weights.
 
 ``ServerLink`` talks to every shard (one push and one reply per shard and
-step; waits poll and sleep like the server). ``ParameterServerOptimizer``
-is what the training loop sees as its optimizer: ``step()`` flattens the
-gradients, compresses each shard's slice (optionally, with error feedback),
-pushes, waits at the SSP gate for the reply and loads the new weights into
-the model. The update rule itself runs on the servers.
-
-``TicketBatches`` is asp's shared batch queue: instead of a fixed shard of
-the data, each reply from server 0 names the next unclaimed batch of the
-epoch (same global order and cuts as ``DataLoader``), so a fast worker
-processes more batches than a slow one and no batch is processed twice.
+step). ``ParameterServerOptimizer.step()`` pushes each shard's slice of the
+(optionally compressed) gradient, waits at the SSP gate for the replies and
+loads the new weights into the model; the update rule runs on the servers.
+``TicketBatches`` is asp's shared batch queue: each reply from server 0
+names the next unclaimed batch of the epoch, so a fast worker processes
+more batches than a slow one and no batch is processed twice.
 """
 
 import numpy as np
