@@ -28,7 +28,6 @@ import numpy as np
 from minidl.backend import get_array_module
 from minidl.dist.flat import FlatBuffer
 from minidl.dist.ps import TrainingAborted, wait_for_everyone
-from minidl.dist.ps_server import DEFAULT_POLL_INTERVAL
 from minidl.dist.ps_worker import ServerClient
 from minidl.dist.telemetry import RankCounters
 from minidl.dist.wrapper import OptimizerWrapper
@@ -42,10 +41,20 @@ def elastic_difference(local, center, alpha):
 class _LocalSteps(OptimizerWrapper):
     """A worker's own optimizer (a subclass extends its ``step()``); the weights as one vector."""
 
-    def __init__(self, optimizer, params):
+    def __init__(self, optimizer, period, name):
         super().__init__(optimizer)
-        self.buffer = FlatBuffer(list(params))
+        if int(period) < 1:
+            raise ValueError(f"{name} must be >= 1, got {period}")
+        self.period = int(period)
+        self.buffer = FlatBuffer(list(optimizer.params))
         self.steps = 0
+
+    def _local_step(self, counters):
+        """The wrapped optimizer's step; True when an exchange is due after it."""
+        self.optimizer.step()
+        self.steps += 1
+        counters.add("gradients", 1)
+        return self.steps % self.period == 0
 
 
 class ModelAveraging(_LocalSteps):
@@ -57,19 +66,9 @@ class ModelAveraging(_LocalSteps):
     in the allreduce itself, busy-polling a core).
     """
 
-    def __init__(
-        self,
-        optimizer,
-        comm,
-        period,
-        params=None,
-        algorithm="auto",
-        poll_interval=DEFAULT_POLL_INTERVAL,
-    ):
-        super().__init__(optimizer, optimizer.params if params is None else params)
-        if int(period) < 1:
-            raise ValueError(f"avg:H: the period H must be >= 1, got {period}")
-        self.comm, self.period, self.algorithm = comm, int(period), algorithm
+    def __init__(self, optimizer, comm, period, algorithm, poll_interval):
+        super().__init__(optimizer, period, "avg:H: the period H")
+        self.comm, self.algorithm = comm, algorithm
         self.poll_interval = float(poll_interval)
         xp = get_array_module(self.buffer.flat)
         self.message = xp.empty(self.buffer.size + 1, dtype=self.buffer.flat.dtype)
@@ -77,10 +76,7 @@ class ModelAveraging(_LocalSteps):
         self.stopped = False
 
     def step(self):
-        self.optimizer.step()
-        self.steps += 1
-        self.counters.add("gradients", 1)
-        if self.steps % self.period == 0:
+        if self._local_step(self.counters):
             self.buffer.scatter_weights(self.average())
 
     def average(self, stop=False):
@@ -134,18 +130,12 @@ class ElasticRule:
 class ElasticAveragingOptimizer(_LocalSteps, ServerClient):
     """The worker's half of EASGD: local steps, and every ``period`` steps the elastic exchange."""
 
-    def __init__(self, optimizer, link, period, params=None):
-        super().__init__(optimizer, optimizer.params if params is None else params)
-        if int(period) < 1:
-            raise ValueError(f"easgd: the period tau must be >= 1, got {period}")
-        self.period = int(period)
+    def __init__(self, optimizer, link, period):
+        super().__init__(optimizer, period, "easgd: the period tau")
         self._connect(link)
 
     def step(self):
-        self.optimizer.step()
-        self.steps += 1
-        self.link.counters.add("gradients", 1)
-        if self.steps % self.period == 0:
+        if self._local_step(self.link.counters):
             self.exchange()
 
     def exchange(self):
@@ -153,9 +143,7 @@ class ElasticAveragingOptimizer(_LocalSteps, ServerClient):
         layout = self.link.layout
         local = self.buffer.gather_weights()
         headers = self.push([local[layout.shard(k)] for k in range(layout.servers)])
-        xp = get_array_module(local)
-        for k, header in enumerate(headers):
-            self.versions[k] = header[1]
-            local[layout.shard(k)] -= xp.asarray(self.link.inbox[k].body().view(np.float32))
+        for shard, difference in self._replies(headers):
+            local[shard] -= difference
         self.buffer.scatter_weights()
         self.link.counters.add("updates", 1)

@@ -28,12 +28,7 @@ compute each element on one rank and copy it; the butterfly computes every
 element on every rank, but each step adds the same two partial sums on both
 partners and IEEE addition is commutative, so both get the same bits.
 
-Messages are *pipelined* in segments of ``SEGMENT_BYTES``: a reduced segment
-is received into a small scratch buffer that stays in cache and is added at
-once (``np.add(target, tmp, out=target)``), instead of receiving a whole block
-into a block-sized buffer and reading it back from memory; copies go in
-segments too, which MPICH's shared-memory transport moves faster than one
-huge message.
+Messages are *pipelined* in segments of ``SEGMENT_BYTES`` (see ``Exchange``).
 """
 
 import numpy as np
@@ -48,11 +43,8 @@ SEGMENT_BYTES = 1 << 19  # host arrays; tuned with benchmarks/bench_allreduce.py
 
 
 class Scratch:
-    """Receive buffers kept between calls, one per (array module, dtype).
-
-    A freshly allocated 100 MB buffer costs page faults worth about as much
-    as copying it, so an allreduce never allocates on its hot path.
-    """
+    """Receive buffers kept between calls, one per (array module, dtype): a fresh 100 MB
+    buffer costs page faults worth a copy, so an allreduce never allocates on its hot path."""
 
     def __init__(self):
         self._buffers = {}
@@ -67,34 +59,36 @@ class Scratch:
         return buffer[:count]
 
 
+def _ready(array):
+    """GPU kernels that wrote ``array`` must finish before MPI reads it."""
+    if not isinstance(array, np.ndarray):
+        backend.synchronize("cuda")
+
+
 class Exchange:
     """The point-to-point steps of one allreduce on one rank, cut into segments.
 
-    Every message is sent as segments of ``segment`` elements: a segment
-    received into scratch is still in cache when it is added, and even a
-    plain copy runs faster in segments than as one 100 MB message. Both sides
-    cut a message the same way (a function of its length only), so every
-    ``Recv`` meets its ``Send``. ``add=True`` adds what arrives into the
-    target instead of overwriting it.
+    Every message is sent as segments of ``segment`` elements: a reduced
+    segment is received into a small scratch buffer that is still in cache
+    when it is added, and even a plain copy runs faster in segments than as
+    one 100 MB message (MPICH's shared-memory transport). Both sides cut a
+    message the same way (a function of its length only), so every ``Recv``
+    meets its ``Send``. ``add=True`` adds what arrives into the target
+    instead of overwriting it.
     """
 
     def __init__(self, comm, array, scratch):
         self.comm = comm
-        self.on_device = not isinstance(array, np.ndarray)
         # On a GPU every segment would cost a stream synchronisation: send whole blocks.
-        self.segment = array.size if self.on_device else max(1, SEGMENT_BYTES // array.itemsize)
+        on_device = not isinstance(array, np.ndarray)
+        self.segment = array.size if on_device else max(1, SEGMENT_BYTES // array.itemsize)
         self.tmp = scratch.get(array, min(self.segment, array.size))
         self.nothing = array[:0]
-
-    def _ready(self):
-        """GPU kernels that wrote a buffer must finish before MPI reads it."""
-        if self.on_device:
-            backend.synchronize("cuda")
 
     def _move(self, out, dest, part, source, add):
         """One segment: send ``out`` (may be empty) while receiving ``part`` (may be empty)."""
         into = self.tmp[: part.size] if add else part
-        self._ready()
+        _ready(out)
         if out.size and part.size:
             self.comm.Sendrecv(out, dest, 0, into, source, 0)
         elif out.size:
@@ -254,18 +248,12 @@ def rabenseifner(comm, x, ex, divide_by=None):
             partner = rank ^ distance
             mid = lo + (hi - lo) // 2
             keep, give = ((mid, hi), (lo, mid)) if rank & distance else ((lo, mid), (mid, hi))
+            kept, given = x[keep[0] : keep[1]], x[give[0] : give[1]]
             halvings.append((partner, lo, hi))
             if distance > 1:
-                ex.sendrecv(x[give[0] : give[1]], partner, x[keep[0] : keep[1]], partner, add=True)
+                ex.sendrecv(given, partner, kept, partner, add=True)
             else:  # the last halving and the first doubling pair the same ranks
-                ex.reduce_then_forward(
-                    x[give[0] : give[1]],
-                    x[keep[0] : keep[1]],
-                    x[give[0] : give[1]],
-                    partner,
-                    partner,
-                    divide_by,
-                )
+                ex.reduce_then_forward(given, kept, given, partner, partner, divide_by)
             lo, hi = keep
             distance >>= 1
         _, lo, hi = halvings.pop()  # the fused step already gathered the last halving
@@ -280,7 +268,7 @@ def mpi_native(comm, x, ex, divide_by=None):
     """The MPI library's ``Allreduce`` with ``MPI_IN_PLACE`` (its own algorithm choice)."""
     from mpi4py import MPI
 
-    ex._ready()
+    _ready(x)
     comm.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM)
     divide_in_place(x, divide_by)
 
@@ -295,25 +283,15 @@ _IMPLEMENTATIONS = {
 
 
 class PointToPoint:
-    """``Communicator``'s point-to-point calls on an mpi4py communicator, for arrays MPI can read.
-
-    The reference algorithms are written against ``comm.rank``, ``comm.size``,
-    ``comm.send``, ``comm.recv`` and ``comm.sendrecv``; this gives them those
-    on the duplicate communicator that ``allreduce`` works on.
-    """
+    """``Communicator``'s ``rank``, ``size``, ``send``, ``recv`` and ``sendrecv`` on an mpi4py
+    communicator: what the reference algorithms are written against."""
 
     def __init__(self, mpi_comm):
         self.mpi = mpi_comm
         self.rank, self.size = mpi_comm.Get_rank(), mpi_comm.Get_size()
 
-    @staticmethod
-    def _ready(array):
-        """GPU kernels that wrote ``array`` must finish before MPI reads it."""
-        if not isinstance(array, np.ndarray):
-            backend.synchronize("cuda")
-
     def send(self, array, dest, tag=0):
-        self._ready(array)
+        _ready(array)
         self.mpi.Send(array, dest, tag)
 
     def recv(self, array, source, tag=0):
@@ -321,7 +299,7 @@ class PointToPoint:
         return array
 
     def sendrecv(self, send_array, dest, recv_array, source, sendtag=0, recvtag=0):
-        self._ready(send_array)
+        _ready(send_array)
         self.mpi.Sendrecv(send_array, dest, sendtag, recv_array, source, recvtag)
         return recv_array
 
@@ -330,8 +308,7 @@ def register_reference(name, function):
     """Make ``algorithm=name`` run ``function(comm, x)``, a textbook allreduce.
 
     ``function`` sums the flat array ``x`` over ``comm`` (a ``PointToPoint``)
-    in place; the mean's division follows it. ``minidl.reference`` registers
-    its algorithms when it is imported.
+    in place; the mean's division follows it.
     """
     if not name.endswith("_reference"):
         raise ValueError(
@@ -345,11 +322,10 @@ def check_algorithm(algorithm, allow_auto=True):
     """Return ``algorithm`` if known, else raise an error that lists the choices."""
     choices = ALLREDUCE_ALGORITHMS + tuple(REFERENCE_ALGORITHMS) + (("auto",) if allow_auto else ())
     if algorithm not in choices:
-        unregistered = (
-            "; to run a textbook algorithm, `import minidl.reference` first (which registers them)"
-            if str(algorithm).endswith("_reference")
-            else ""
-        )
+        unregistered = ""
+        if str(algorithm).endswith("_reference"):
+            unregistered = "; to run a textbook algorithm, `import minidl.reference` first"
+            unregistered += " (which registers them)"
         raise ValueError(
             f"allreduce: unknown algorithm {algorithm!r}; "
             f"choose one of {', '.join(choices)}{unregistered}"
@@ -360,8 +336,8 @@ def check_algorithm(algorithm, allow_auto=True):
 def allreduce(comm, array, algorithm, divide_by, scratch):
     """Sum (then divide by ``divide_by`` unless None) ``array`` over ``comm`` in place.
 
-    ``comm`` is an mpi4py communicator, ``array`` a C-contiguous NumPy array
-    (or a CuPy array when the MPI library is CUDA-aware).
+    ``comm``: an mpi4py communicator; ``array``: C-contiguous, on the host or
+    (with a CUDA-aware MPI library) on a GPU.
     """
     check_algorithm(algorithm, allow_auto=False)
     flat = array.reshape(-1)

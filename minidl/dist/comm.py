@@ -1,14 +1,12 @@
 """The MPI communicator of minidl: ``comm = md.dist.init()``.
 
-A thin layer over ``mpi4py`` that speaks NumPy and CuPy arrays. Arrays go
-through mpi4py's buffer calls (``Send``, ``Recv``, ``Allreduce``...), never
-the pickle-based lower-case ones, which are ~10x slower on large arrays;
-small Python objects may use ``bcast_object`` and ``allgather_object``.
-This module is minidl's one door to MPI: the rest of ``minidl.dist``
-(data parallelism, the parameter server, model averaging) talks through a
-``Communicator`` and its ``Request`` objects. ``staging.py`` gives it the
-buffer MPI works on for a GPU array, ``collectives.py`` the allreduce
-algorithms, and ``minidl.perf.allreduce_cost`` the pick of ``"auto"``.
+A thin layer over ``mpi4py`` that speaks NumPy and CuPy arrays through
+mpi4py's buffer calls (``Send``, ``Allreduce``...), never the pickle-based
+lower-case ones, ~10x slower on large arrays (small Python objects may use
+``bcast_object`` and ``allgather_object``). The rest of ``minidl.dist`` talks
+to MPI through a ``Communicator`` and its ``Request`` objects; ``staging.py``
+gives it the buffer MPI works on for a GPU array, ``collectives.py`` the
+allreduce algorithms, and ``minidl.perf.allreduce_cost`` the pick of ``"auto"``.
 """
 
 import concurrent.futures
@@ -28,12 +26,10 @@ _world = None
 
 
 def init(auto="rule"):
-    """Initialise MPI once and return the world ``Communicator``.
+    """Initialise MPI once (with ``job.install_abort_hooks``); returns the world ``Communicator``.
 
-    Installs the abort hooks (``job.install_abort_hooks``). ``auto`` says how
-    ``algorithm="auto"`` picks an allreduce algorithm: ``"rule"``,
-    ``"measure"`` or ``"model"`` (see ``minidl.perf.allreduce_cost.AutoChoice``);
-    a second call only changes it.
+    ``auto``: how ``algorithm="auto"`` picks, ``"rule"``, ``"measure"`` or
+    ``"model"`` (``minidl.perf.allreduce_cost.AutoChoice``); a second call only changes it.
     """
     global _world
     if _world is None:
@@ -50,8 +46,8 @@ def world():
     return _world
 
 
-def _check_reduction(array, op):
-    """True for a mean; rejects what cannot be reduced in place."""
+def _check_reduction(array, op, size):
+    """The divisor of the reduction (None for a sum); rejects what cannot be reduced in place."""
     if op not in OPS:
         raise ValueError(f"allreduce: unknown op {op!r}; choose one of {', '.join(OPS)}")
     if not (array.flags.c_contiguous and array.dtype.kind in "fiuc"):
@@ -65,7 +61,7 @@ def _check_reduction(array, op):
             f"allreduce(op='mean') needs a float array, got {array.dtype}; "
             "use op='sum' and divide, or cast to a float dtype"
         )
-    return op == "mean"
+    return size if op == "mean" else None
 
 
 def _on_device_of(array, function, *args):
@@ -87,11 +83,8 @@ class Request:
     """
 
     def __init__(self, result, wait=None, test=None, finish=None, handle=None):
-        self._result = result
-        self._wait = wait
-        self._test = test
-        self._finish = finish
-        self._handle = handle
+        self._result, self._handle = result, handle
+        self._wait, self._test, self._finish = wait, test, finish
         self._done = wait is None
         self.started = time.perf_counter()
         self.finished = self.started if self._done else None  # when the data was reduced
@@ -212,8 +205,7 @@ class Communicator:
     def allgather(self, array, out=None):
         """Every rank's ``array`` stacked in rank order: ``out[r]`` is rank r's; returns ``out``.
 
-        ``out`` (made when None) has shape ``(size, *array.shape)`` and
-        ``array``'s dtype; every rank must pass the same shape and dtype.
+        ``out`` (made when None) has shape ``(size, *array.shape)`` and ``array``'s dtype.
         """
         if out is None:
             out = backend.get_array_module(array).empty((self.size,) + array.shape, array.dtype)
@@ -229,11 +221,8 @@ class Communicator:
         return out
 
     def ibarrier(self):
-        """Start a barrier: the ``Request`` completes once every rank has called ``ibarrier``.
-
-        Polled with ``test()``, sleeping in between, it waits for late ranks
-        without taking the core that MPI's blocking ``barrier`` busy-polls.
-        """
+        """Start a barrier: the ``Request`` completes once every rank has called ``ibarrier``
+        (poll it with ``test()``, sleeping in between, to wait without busy-polling a core)."""
         return Request.of_mpi(None, self._collective.Ibarrier())
 
     def allreduce(self, array, op="sum", algorithm="auto"):
@@ -242,9 +231,8 @@ class Communicator:
         ``algorithm``: ``"auto"`` or one of ``ALLREDUCE_ALGORITHMS``. Every
         rank must call with the same length, dtype, op and algorithm.
         """
-        mean = _check_reduction(array, op)
+        divide_by = _check_reduction(array, op, self.size)
         name = self.choose_algorithm(array, algorithm)
-        divide_by = self.size if mean else None
         buffer = self._staging.outgoing(array)
         collectives.allreduce(self._collective, buffer, name, divide_by, self._scratch)
         self._staging.copy_back(array, buffer)
@@ -261,9 +249,8 @@ class Communicator:
         is already complete. A failure in the background is raised by ``wait()``.
         Do not touch ``array`` until the request completed.
         """
-        mean = _check_reduction(array, op)
+        divide_by = _check_reduction(array, op, self.size)
         name = self.choose_algorithm(array, algorithm)
-        divide_by = self.size if mean else None
         if self.size == 1 or array.size == 0:
             return Request(self.allreduce(array, op, name))
         if name == "mpi":
@@ -300,10 +287,7 @@ class Communicator:
         return self._background
 
     def choose_algorithm(self, array, algorithm="auto"):
-        """What ``allreduce`` runs for ``array``: ``algorithm``, or the pick for ``"auto"``.
-
-        The pick is the same on every rank (see ``AutoChoice``).
-        """
+        """What ``allreduce`` runs: ``algorithm``, or the same pick on every rank for ``"auto"``."""
         collectives.check_algorithm(algorithm)
         return self._auto.choose(self, array) if algorithm == "auto" else algorithm
 
@@ -345,18 +329,11 @@ class Communicator:
         it was, so the message itself must say how long it is.
         """
         buffer = self._staging.incoming(array, pending=True)
-        return Request.of_mpi(
-            array,
-            self.mpi.Irecv(buffer, source, tag),
-            lambda: self._staging.copy_back(array, buffer),
-        )
+        request = self.mpi.Irecv(buffer, source, tag)
+        return Request.of_mpi(array, request, lambda: self._staging.copy_back(array, buffer))
 
     def dup(self):
-        """A communicator of the same ranks whose messages never match this one's (collective).
-
-        A protocol run on its own duplicate (the parameter server's) cannot
-        receive a message of other traffic that happens to use its tags.
-        """
+        """A communicator of the same ranks whose messages never match this one's (collective)."""
         return Communicator(self.mpi.Dup(), auto=self.auto)
 
     # ---- completing requests -------------------------------------------------------------
@@ -390,15 +367,9 @@ class Communicator:
 
     @staticmethod
     def test_some(requests):
-        """The indices, in ascending order, of the ``requests`` complete now (maybe none).
-
-        Never blocks: poll it, sleeping in between, to wait without spinning.
-        """
-        return [
-            index
-            for index, request in enumerate(_requests("test_some", requests))
-            if request.test()
-        ]
+        """The indices, in ascending order, of the ``requests`` complete now (never blocks)."""
+        requests = _requests("test_some", requests)
+        return [index for index, request in enumerate(requests) if request.test()]
 
     @staticmethod
     def wait_all(requests):

@@ -1,9 +1,7 @@
-"""Synchronous data parallelism with compressed gradients.
+"""Synchronous data parallelism (``replicas.py``) with compressed gradients.
 
-``CompressedOptimizer`` wraps any optimizer (see ``replicas.py``): after
-backward, the whole gradient, one flat vector, is averaged over all ranks
-through ``CompressedAllreduce`` in a compressor's wire format (no buckets,
-no overlap with backward), then the wrapped optimizer's ``step()`` runs.
+After backward, the whole gradient, one flat vector, is averaged over all
+ranks in a compressor's wire format (no buckets, no overlap with backward).
 """
 
 import time
@@ -27,18 +25,10 @@ class CompressedAllreduce:
     spreads); an allgather then carries n - 1 of them into each rank.
     """
 
-    def __init__(
-        self, comm, size, compressor, error_feedback=None, seed=0, algorithm="auto", xp=np
-    ):
-        self.comm, self.algorithm = comm, algorithm
-        self.encoder = GradientEncoder(
-            compressor, size, error_feedback, seed=[seed, comm.rank], xp=xp
-        )
-        self.gathered = (
-            None
-            if self.encoder.compressor.summable
-            else np.empty((comm.size, self.encoder.wire_bytes), dtype=np.uint8)
-        )
+    def __init__(self, comm, encoder, algorithm="auto"):
+        self.comm, self.encoder, self.algorithm = comm, encoder, algorithm
+        summable = encoder.compressor.summable
+        self.gathered = None if summable else np.empty((comm.size, encoder.wire_bytes), np.uint8)
         self.steps = 0
 
     def mean(self, grad):
@@ -88,15 +78,11 @@ class CompressedOptimizer(ReplicatedOptimizer):
     ):
         super().__init__(optimizer, comm, allreduce, model)
         self.whole = FlatBuffer(optimizer.params)
-        self.compressed = CompressedAllreduce(
-            comm,
-            self.whole.size,
-            compressor,
-            error_feedback,
-            seed,
-            allreduce,
-            xp=get_array_module(self.whole.flat),
+        xp = get_array_module(self.whole.flat)
+        encoder = GradientEncoder(
+            compressor, self.whole.size, error_feedback, [seed, comm.rank], xp
         )
+        self.compressed = CompressedAllreduce(comm, encoder, allreduce)
 
     def _average_gradients(self):
         start = time.perf_counter()

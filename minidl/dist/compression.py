@@ -49,11 +49,6 @@ def code_bits(levels):
     raise ValueError(f"{levels} levels do not fit in 16 bits")
 
 
-def packed_bytes(n, bits):
-    """Bytes that ``n`` codes of ``bits`` bits occupy."""
-    return (n * bits + 7) // 8
-
-
 def pack_codes(codes, bits):
     """Unsigned codes < 2**bits -> bytes, little-endian within each byte (host uint8)."""
     codes = to_numpy(codes)
@@ -91,11 +86,6 @@ def _buckets(v, bucket):
     padded = xp.zeros(count * bucket, dtype=np.float32)
     padded[: v.size] = v
     return padded.reshape(count, bucket)
-
-
-def _uniform(rng, shape):
-    """Uniform [0, 1) float32 draws from a NumPy or CuPy generator."""
-    return rng.random(shape, dtype=np.float32)
 
 
 # ---- the schemes ----------------------------------------------------------------------------
@@ -156,16 +146,13 @@ class _BucketScaled(Compressor):
 
     def wire_bytes(self, n):
         buckets = ceil_div(n, self.bucket)
-        return 4 * self.scales_per_bucket * buckets + packed_bytes(n, self.bits())
+        return 4 * self.scales_per_bucket * buckets + ceil_div(n * self.bits(), 8)  # packed codes
 
     def _payload(self, scales, codes, n):
         """Scales, then the first ``n`` codes (the rest is bucket padding)."""
-        return np.concatenate(
-            [
-                np.ascontiguousarray(to_numpy(scales), dtype=np.float32).reshape(-1).view(np.uint8),
-                pack_codes(codes.reshape(-1)[:n], self.bits()),
-            ]
-        )
+        scales = np.ascontiguousarray(to_numpy(scales), dtype=np.float32).reshape(-1)
+        packed = pack_codes(codes.reshape(-1)[:n], self.bits())
+        return np.concatenate([scales.view(np.uint8), packed])
 
     def _split(self, payload, n):
         """(scales shaped (buckets, scales_per_bucket), codes shaped (buckets, bucket)).
@@ -203,7 +190,7 @@ class QSGD(_BucketScaled):
         safe = xp.where(norms > 0, norms, 1)[:, None]
         scaled = xp.abs(blocks) / safe * s  # in [0, s]
         lower = xp.floor(scaled)
-        level = lower + (_uniform(rng, scaled.shape) < scaled - lower)
+        level = lower + (rng.random(scaled.shape, dtype=np.float32) < scaled - lower)
         level = xp.minimum(level, s)  # float rounding at |v_i| = ||v||
         signed = xp.where(blocks < 0, -level, level)
         return self._payload(norms, (signed + s).astype(np.uint16), v.size)
@@ -227,7 +214,7 @@ class TernGrad(_BucketScaled):
         blocks = _buckets(v, self.bucket)
         scale = xp.abs(blocks).max(axis=1)
         safe = xp.where(scale > 0, scale, 1)[:, None]
-        keep = _uniform(rng, blocks.shape) < xp.abs(blocks) / safe
+        keep = rng.random(blocks.shape, dtype=np.float32) < xp.abs(blocks) / safe
         codes = xp.where(keep, xp.where(blocks < 0, 0, 2), 1)
         return self._payload(scale, codes.astype(np.uint8), v.size)
 
@@ -251,14 +238,11 @@ class Sign(_BucketScaled):
         real = (xp.arange(blocks.size) < n).reshape(blocks.shape)  # not padding
         positive = (blocks >= 0) & real
         negative = (blocks < 0) & real
-        means = xp.stack(
-            [
-                (blocks * positive).sum(axis=1) / xp.maximum(positive.sum(axis=1), 1),
-                (blocks * negative).sum(axis=1) / xp.maximum(negative.sum(axis=1), 1),
-            ],
-            axis=1,
-        )
-        return self._payload(means, positive, n)
+
+        def mean(mask):
+            return (blocks * mask).sum(axis=1) / xp.maximum(mask.sum(axis=1), 1)
+
+        return self._payload(xp.stack([mean(positive), mean(negative)], axis=1), positive, n)
 
     def decode(self, payload, n):
         means, bits = self._split(payload, n)
@@ -286,16 +270,12 @@ class TopK(Compressor):
     def encode(self, v, rng=None):
         xp = get_array_module(v)
         k = self.count(v.size)
-        index = (
-            xp.sort(xp.argpartition(xp.abs(v), v.size - k)[v.size - k :])
-            if k
-            else xp.zeros(0, dtype=np.int64)
-        )
+        index = xp.zeros(0, dtype=np.int64)
+        if k:
+            index = xp.sort(xp.argpartition(xp.abs(v), v.size - k)[v.size - k :])
+        values = np.ascontiguousarray(to_numpy(v[index]), dtype=np.float32)
         return np.concatenate(
-            [
-                to_numpy(index).astype(np.uint32).view(np.uint8),
-                np.ascontiguousarray(to_numpy(v[index]), dtype=np.float32).view(np.uint8),
-            ]
+            [to_numpy(index).astype(np.uint32).view(np.uint8), values.view(np.uint8)]
         )
 
     def decode(self, payload, n):
@@ -318,9 +298,8 @@ class GradientEncoder:
     def __init__(self, compressor, n, error_feedback=None, seed=0, xp=np):
         if not isinstance(compressor, Compressor):
             raise TypeError(
-                f"GradientEncoder: expected a Compressor, got {compressor!r}; "
-                "build one, e.g. TopK(ratio=0.01), QSGD(levels=4) or Compressor() "
-                "for none"
+                f"GradientEncoder: expected a Compressor, got {compressor!r}; build one, "
+                "e.g. TopK(ratio=0.01), QSGD(levels=4) or Compressor() for none"
             )
         self.compressor = compressor
         self.n = int(n)
@@ -335,7 +314,7 @@ class GradientEncoder:
         return self.compressor.wire_bytes(self.n)
 
     def encode(self, g):
-        """Compress ``g`` (plus the residual); returns (payload bytes, the vector they decode to)."""
+        """Compress ``g`` plus the residual; returns (payload bytes, the vector they decode to)."""
         if g.size != self.n:
             raise ValueError(f"GradientEncoder: expected {self.n} values, got {g.size}")
         v = g + self.residual if self.residual is not None else g

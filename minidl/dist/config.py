@@ -1,12 +1,6 @@
-"""How ranks cooperate in a training run: the consistency model and its options.
-
-``DistMode`` is a consistency model (Ben-Nun & Hoefler 2019, §6.1 and
-§6.4.2): ``sync`` (gradients averaged by allreduce), ``bsp`` (= ``ssp`` with
-S = 0), ``ssp`` (staleness bounded by S clocks, Ho et al. 2013), ``asp`` (no
-bound, Dean et al. 2012), ``avg`` (weights averaged every H steps) and
-``easgd`` (elastic averaging, Zhang et al. 2015; alpha defaults to 0.9 / n,
-tau to 4). ``DistConfig`` adds the options of the distributed engines; the
-``minidl train`` flags ``--dist``, ``--servers``... fill it.
+"""How ranks cooperate in a training run: the consistency model (``DistMode``, described in
+``consistency.py``) and the options of the distributed engines (``DistConfig``), which the
+``minidl train`` flags ``--dist``, ``--servers``... fill.
 """
 
 from __future__ import annotations

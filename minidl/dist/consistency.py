@@ -15,12 +15,11 @@ completeness of Viviani, Drocco & Aldinucci 2018):
   variable on the server(s) (Zhang et al. 2015); defaults alpha = 0.9 / n,
   tau = 4.
 
-A session object per rank hides the roles from the training loop: workers
-train with ``session.optimizer`` on ``session.train_loader(...)``; servers
-serve. ``run_epoch`` runs one epoch on this rank, and ``finish_epoch`` (a
-collective) agrees on whether anyone stopped, puts the consensus model (the
-servers' weights, the center, or the replicas' average) into every rank's
-model for evaluation, and gathers every rank's counters.
+A session per rank hides the roles from the training loop: workers train
+with ``session.optimizer`` on ``session.train_loader(...)``, servers serve
+(``run_epoch``); ``finish_epoch`` (a collective) agrees on whether anyone
+stopped, loads the consensus model (the servers' weights, the center, or
+the replicas' average) for evaluation, and gathers every rank's counters.
 """
 
 import time
@@ -55,7 +54,7 @@ def make_session(options, comm, model, make_optimizer, seed=0):
 
 
 class _Session:
-    """What every mode shares: the model as one vector, the epoch-end gather."""
+    """What every mode shares: the model as one vector, the epoch's training, the gather."""
 
     is_server = False
 
@@ -67,11 +66,24 @@ class _Session:
         self.local = None  # a worker's own weights while the consensus is being evaluated
 
     @staticmethod
-    def _train(train):
-        """``train()``'s stats plus the CPU seconds this process used meanwhile."""
+    def _loader(dataset, batch_size, seed, transform, rank, world_size):
+        """A worker's fixed shard of every epoch's batches."""
+        return DataLoader(
+            dataset, batch_size, True, seed, rank=rank, world_size=world_size, transform=transform
+        )
+
+    def run_epoch(self, train):
+        """Train with ``train()`` -> stats; returns (stats or None, stopped).
+
+        The stats get the CPU seconds this process used meanwhile.
+        """
         cpu = time.process_time()
-        stats = train()
-        return dict(stats, cpu_seconds=time.process_time() - cpu)
+        try:
+            stats = train()
+        except TrainingAborted:
+            self.optimizer.abandon()
+            return None, True
+        return dict(stats, cpu_seconds=time.process_time() - cpu), False
 
     def _gather(self, counters):
         return self.comm.allgather_object(dict(counters))
@@ -87,6 +99,9 @@ class _Session:
         if self.local is not None:
             self.buffer.scatter_weights(self.local)
             self.local = None
+
+    def close(self):
+        """Nothing to release (a server withdraws its pending receives)."""
 
 
 def _worker_counters(stats, counters, rank, lr):
@@ -138,6 +153,7 @@ class ParameterServerSession(_Session):
         self.is_server = layout.is_server(rank)
         self.tickets = None
         self.schedulable = None  # the optimizer an LR schedule drives on this rank
+        self.optimizer = None
         if self.is_server:
             shard = self.buffer.flat[layout.shard(rank)].copy()
             if elastic:
@@ -145,79 +161,49 @@ class ParameterServerSession(_Session):
                 rule = ElasticRule(shard, alpha)
             else:
                 self.schedulable = make_optimizer([Parameter(shard)])
-                rule = GradientRule(
-                    self.schedulable,
-                    compressor,
-                    layout.workers,
-                    per_clock=mode.staleness is not None,
-                )
+                per_clock = mode.staleness is not None
+                rule = GradientRule(self.schedulable, compressor, layout.workers, per_clock)
             self.server = ParameterServer(
-                self.protocol,
-                layout,
-                rank,
-                rule,
-                mode.staleness,
-                push_capacity[rank],
-                poll_interval,
+                self.protocol, layout, rule, mode.staleness, push_capacity[rank], poll_interval
             )
-            self.optimizer = None
+            return
+        link = ServerLink(self.protocol, layout, push_capacity, poll_interval)
+        params = list(model.parameters())
+        if elastic:
+            self.schedulable = make_optimizer(params)
+            self.optimizer = ElasticAveragingOptimizer(self.schedulable, link, mode.period)
         else:
-            link = ServerLink(self.protocol, layout, rank, push_capacity, poll_interval)
-            params = list(model.parameters())
-            if elastic:
-                self.schedulable = make_optimizer(params)
-                self.optimizer = ElasticAveragingOptimizer(self.schedulable, link, mode.period)
-            else:
-                self.optimizer = ParameterServerOptimizer(
-                    params, link, compressor, options.error_feedback, seed
-                )
+            self.optimizer = ParameterServerOptimizer(
+                params, link, compressor, options.error_feedback, seed
+            )
 
     @property
     def worker(self):
-        return self.layout.worker_index(self.comm.rank)
+        """This rank's worker index (a server takes worker 0's batches, unused)."""
+        return 0 if self.is_server else self.layout.worker_index(self.comm.rank)
 
     def train_loader(self, dataset, batch_size, seed=0, transform=None):
         """This worker's batches: its fixed shard, or (asp) the shared queue's."""
         workers = self.layout.workers
-        if self.mode.name == "asp":
-            loader = TicketBatches(
-                dataset,
-                batch_size,
-                workers,
-                self.optimizer,
-                seed=seed,
-                transform=transform,
-                worker=0 if self.is_server else self.worker,
-            )
-            self.tickets = loader.tickets
-            return loader
-        return DataLoader(
-            dataset,
-            batch_size,
-            shuffle=True,
-            seed=seed,
-            drop_last=False,
-            rank=0 if self.is_server else self.worker,
-            world_size=workers,
-            transform=transform,
+        if self.mode.name != "asp":
+            return self._loader(dataset, batch_size, seed, transform, self.worker, workers)
+        loader = TicketBatches(
+            dataset, batch_size, workers, self.optimizer, seed, transform, self.worker
         )
+        self.tickets = loader.tickets
+        return loader
 
     def run_epoch(self, train):
         """Serve, or train with ``train()`` -> stats; returns (stats or None, stopped)."""
         if self.is_server:
             tickets = self.tickets if self.comm.rank == 0 else None
             return None, not self.server.serve_epoch(tickets)
-        first = (
-            self.worker if self.tickets is not None and self.worker < self.tickets else NO_TICKET
-        )
-        self.optimizer.begin_epoch(first)
-        try:
-            stats = self._train(train)
-        except TrainingAborted:
-            self.optimizer.abandon()
-            return None, True
-        self.optimizer.end_epoch()
-        return stats, False
+        asp_first = self.tickets is not None and self.worker < self.tickets
+        self.optimizer.begin_epoch(self.worker if asp_first else NO_TICKET)
+        stats, stopped = super().run_epoch(train)
+        if not stopped:
+            self.optimizer.end_epoch()
+        return stats, stopped
 
     def finish_epoch(self, stats, stopped, lr=None):
         """Collective: None if any rank stopped, else every rank's counters (consensus loaded).
@@ -257,31 +243,11 @@ class AveragingSession(_Session):
         super().__init__(options.mode, comm, model)
         self.schedulable = make_optimizer(list(model.parameters()))
         self.optimizer = ModelAveraging(
-            self.schedulable,
-            comm,
-            options.mode.period,
-            algorithm=options.allreduce,
-            poll_interval=options.poll_interval,
+            self.schedulable, comm, options.mode.period, options.allreduce, options.poll_interval
         )
 
     def train_loader(self, dataset, batch_size, seed=0, transform=None):
-        return DataLoader(
-            dataset,
-            batch_size,
-            shuffle=True,
-            seed=seed,
-            drop_last=False,
-            rank=self.comm.rank,
-            world_size=self.comm.size,
-            transform=transform,
-        )
-
-    def run_epoch(self, train):
-        try:
-            return self._train(train), False
-        except TrainingAborted:
-            self.optimizer.abandon()
-            return None, True
+        return self._loader(dataset, batch_size, seed, transform, self.comm.rank, self.comm.size)
 
     def finish_epoch(self, stats, stopped, lr=None):
         """Collective (the replicas' average); None if any rank stopped."""
@@ -295,6 +261,3 @@ class AveragingSession(_Session):
         self.optimizer.counters.clear()
         self._hold_consensus(consensus, keep_local=True)
         return records
-
-    def close(self):
-        pass

@@ -1,8 +1,4 @@
-"""Synchronous data parallelism with gradient buckets averaged while backward runs.
-
-``DistributedOptimizer`` wraps any optimizer (see ``replicas.py`` for what
-every synchronous data-parallel optimizer does): its ``step()`` averages the
-gradients over all ranks, then calls the wrapped optimizer's ``step()``.
+"""Synchronous data parallelism (``replicas.py``) with gradient buckets averaged during backward.
 
 Gradients travel in buckets: consecutive parameters (in reverse order, the
 order backward produces them) fused into flat buffers of about ``bucket_mb``
@@ -52,8 +48,6 @@ class DistributedOptimizer(ReplicatedOptimizer):
     each bucket's allreduce during backward; ``allreduce`` and ``model``: see
     ``ReplicatedOptimizer``. ``stats`` also counts the seconds of averaging
     after backward (``exposed_seconds``) and during it (``overlapped_seconds``).
-    Use it like the wrapped optimizer (``step()``, ``zero_grad()``, ``lr``,
-    ``state_dict()``); its other attributes are on ``.optimizer``.
     """
 
     def __init__(self, optimizer, comm, allreduce="auto", bucket_mb=4, overlap=True, model=None):
@@ -113,11 +107,9 @@ class DistributedOptimizer(ReplicatedOptimizer):
         return [bucket.flat for bucket in self.buckets]
 
     def _record(self, bucket, backward_done):
-        request = bucket.request
-        self.stats["comm_seconds"] += request.finished - request.started
-        self.stats["overlapped_seconds"] += max(
-            0.0, min(request.finished, backward_done) - request.started
-        )
+        started, finished = bucket.request.started, bucket.request.finished
+        self.stats["comm_seconds"] += finished - started
+        self.stats["overlapped_seconds"] += max(0.0, min(finished, backward_done) - started)
         self.stats["bytes_reduced"] += bucket.flat.nbytes
 
     def overlap_fraction(self):

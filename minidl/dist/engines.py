@@ -1,14 +1,9 @@
 """How one epoch of distributed training happens on this rank (see ``minidl.train.engine``).
 
-- ``SyncEngine``: ``sync``, every rank trains the same model with its
-  gradients averaged (``DistributedOptimizer``, or ``CompressedOptimizer``).
-- ``SessionEngine``: bsp, ssp:S, asp, avg:H and easgd, where each rank plays
-  its role in a consistency session (``consistency.py``): workers train,
-  servers serve, and the model is evaluated as the consensus (the servers'
-  weights, the EASGD center or the replicas' average).
-
-Both add the loop's callbacks of a distributed run: the hang watchdog, the
-injected straggler, and (sync) the weighting of uneven local batches.
+``SyncEngine`` runs ``sync`` (``DistributedOptimizer`` or ``CompressedOptimizer``),
+``SessionEngine`` the other modes, each rank in its role of a consistency session
+(``consistency.py``). Both add the hang watchdog and the injected straggler to the
+loop's callbacks, and (sync) the weighting of uneven local batches.
 """
 
 import sys
@@ -53,13 +48,36 @@ def run_callbacks(options, comm, seed, servers=0):
     return callbacks
 
 
-def stop_watchdogs(callbacks):
-    for callback in callbacks:
-        if isinstance(callback, Watchdog):
-            callback.stop()
+class _DistributedEngine:
+    """What both engines share: the options' record, the console line, the watchdog's stop."""
+
+    def record(self):
+        return self.options.record()
+
+    def format_record(self, summary):
+        """One line of a ``"dist"`` record for the console."""
+        line = (
+            f"  {summary['mode']}: {summary['gradients_per_s']:.1f} gradients/s, "
+            f"{summary['updates_per_s']:.1f} updates/s, "
+            f"{summary['worker_bytes_sent'] / 2**20:.1f} MiB pushed"
+        )
+        if "staleness" in summary:
+            st = summary["staleness"]
+            line += (
+                f", staleness mean {st['mean']:.2f} max {st['max']}, gate wait "
+                + " ".join(f"{w:.1f}" for w in summary["gate_wait_s"])
+                + " s"
+            )
+        waits = " ".join(f"{w:.1f}" for w in summary["per_worker"]["wait_s"])
+        return line + ", waiting " + waits + " s"
+
+    def close(self):
+        for callback in self.callbacks:
+            if isinstance(callback, Watchdog):
+                callback.stop()
 
 
-class SyncEngine(LocalEngine):
+class SyncEngine(_DistributedEngine, LocalEngine):
     """``sync``: the whole model on every rank, one averaged update per step."""
 
     def __init__(self, config, options, comm, model, train_set):
@@ -84,17 +102,8 @@ class SyncEngine(LocalEngine):
     def epoch_records(self, epoch):
         return [self.optimizer.compression_record(epoch)] if self.options.compressed else []
 
-    def record(self):
-        return self.options.record()
 
-    def format_record(self, record):
-        return format_summary(record)
-
-    def close(self):
-        stop_watchdogs(self.callbacks)
-
-
-class SessionEngine:
+class SessionEngine(_DistributedEngine):
     """bsp / ssp:S / asp / avg:H / easgd: this rank's role in a consistency session."""
 
     def __init__(self, config, options, comm, model, train_set):
@@ -150,33 +159,9 @@ class SessionEngine:
         }
         return stats, lr, [summary]
 
-    def record(self):
-        return self.options.record()
-
-    def format_record(self, record):
-        return format_summary(record)
-
     def evaluated(self):
         self.session.restore_local()
 
     def close(self):
         self.session.close()
-        stop_watchdogs(self.callbacks)
-
-
-def format_summary(summary):
-    """One line of a ``"dist"`` record for the console."""
-    line = (
-        f"  {summary['mode']}: {summary['gradients_per_s']:.1f} gradients/s, "
-        f"{summary['updates_per_s']:.1f} updates/s, "
-        f"{summary['worker_bytes_sent'] / 2**20:.1f} MiB pushed"
-    )
-    if "staleness" in summary:
-        st = summary["staleness"]
-        line += (
-            f", staleness mean {st['mean']:.2f} max {st['max']}, gate wait "
-            + " ".join(f"{w:.1f}" for w in summary["gate_wait_s"])
-            + " s"
-        )
-    waits = " ".join(f"{w:.1f}" for w in summary["per_worker"]["wait_s"])
-    return line + ", waiting " + waits + " s"
+        super().close()

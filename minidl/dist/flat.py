@@ -1,9 +1,7 @@
 """One flat buffer for a list of parameters: what goes on the wire in one message.
 
-Distributed training moves a model's weights or gradients as a single
-contiguous vector (one message instead of one per tensor). ``FlatBuffer``
-owns that vector and a view of it shaped like each parameter, and copies
-weights or gradients between the parameters and the vector.
+Distributed training moves a model's weights or gradients as one contiguous
+vector (one message instead of one per tensor), with a view of it per parameter.
 """
 
 from minidl.autograd import no_grad

@@ -1,10 +1,7 @@
 """Starting MPI and aborting a job.
 
 mpi4py is imported (which initialises MPI) by ``mpi_module()`` only, so
-``import minidl`` works without MPI. ``install_abort_hooks`` makes an
-uncaught exception on any rank print that rank's traceback once and end
-every rank with ``MPI_Abort``, so that no rank is left waiting forever in a
-collective.
+``import minidl`` works without MPI.
 """
 
 import os
@@ -28,11 +25,8 @@ def mpi_module():
 
 
 def install_abort_hooks(mpi_comm):
-    """Make an uncaught exception (main thread or other threads) abort every rank.
-
-    Without this, the failing rank exits while the others block forever in
-    their next collective. The traceback is printed once, by the failing rank.
-    """
+    """Make an uncaught exception (any thread) print its traceback once and abort every rank,
+    instead of leaving the others blocked forever in their next collective."""
     header = (
         f"minidl.dist: uncaught exception on rank {mpi_comm.Get_rank()} "
         f"of {mpi_comm.Get_size()}, aborting all ranks\n"
@@ -49,12 +43,9 @@ def install_abort_hooks(mpi_comm):
 def abort_job(mpi_comm, code):
     """End every rank of ``mpi_comm``'s job with exit status ``code`` (``MPI_Abort``).
 
-    mpiexec forwards each rank's output asynchronously and discards what it
-    has not forwarded when the job is torn down; a rank that printed why it
-    aborts therefore flushes and gives it ``OUTPUT_GRACE_S`` first (under load
-    the message was seen to vanish without this pause). Never returns: an
-    ``MPI_Abort`` may return before the job is torn down (MPICH), and the
-    rank must not go on as if nothing happened.
+    mpiexec discards the output it has not yet forwarded when the job is torn
+    down, so the rank flushes and gives it ``OUTPUT_GRACE_S`` first. Never
+    returns, even where ``MPI_Abort`` returns before the teardown (MPICH).
     """
     sys.stderr.flush()
     sys.stdout.flush()

@@ -1,10 +1,9 @@
 """Start Python under ``mpiexec`` from Python (tests, examples, ``--workers``), with a hard timeout.
 
 A hung MPI job must fail, not block: on timeout the whole process group
-(mpiexec, its proxies and every rank) is killed. Works with MPICH's and
-Open MPI's ``mpiexec``: Open MPI refuses more ranks than cores and, as
-root, to run at all, unless told otherwise; local jobs started here ask for
-both (``--oversubscribe``, ``OMPI_ALLOW_RUN_AS_ROOT``), as MPICH allows by default.
+(mpiexec, its proxies and every rank) is killed. With Open MPI, local jobs
+ask for what MPICH allows by default: more ranks than cores
+(``--oversubscribe``) and running as root (``OMPI_ALLOW_RUN_AS_ROOT``).
 """
 
 import functools
@@ -22,7 +21,7 @@ MpiRun.__doc__ = "Exit status, stdout and stderr merged, wall seconds, whether i
 
 
 def mpiexec_path():
-    """``mpiexec`` next to this Python (a venv with the ``mpich`` wheel), else on PATH, else None."""
+    """``mpiexec`` next to this Python (a venv with the ``mpich`` wheel), else on PATH, or None."""
     return shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
 
 

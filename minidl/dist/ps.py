@@ -6,12 +6,11 @@ values, are cut into K nearly equal contiguous element ranges; server k
 holds range k of the master weights and runs the optimizer on it (every
 update rule minidl has is element-wise, so sharding does not change the
 arithmetic). A worker pushes each shard's slice of its gradient to that
-shard's server and pulls the slice back (Ben-Nun & Hoefler 2019, §6.2, Fig. 26a: "each portion
-of a model replica transmits its gradients and receives its weights from a
-different shard").
+shard's server and pulls the slice back (Ben-Nun & Hoefler 2019, §6.2, Fig. 26a).
 
 Messages are one contiguous byte string each: an int64 header, then the
-payload (a compressed gradient, weights, or nothing).
+payload (a compressed gradient, weights, or nothing), on a ``Communicator``
+of their own (``comm.dup()``), so no other traffic can match their tags.
 
 * worker -> server (``TAG_PUSH``): [kind, clock, read_version, ticket,
   payload_bytes]; kind is ``PUSH`` (payload follows), ``DONE`` (no more
@@ -21,9 +20,6 @@ payload (a compressed gradient, weights, or nothing).
   status ``OK`` (payload: the shard's weights, or the elastic difference),
   ``END`` (no batches left this epoch; no payload) or ``STOP`` (another worker
   aborted; no payload).
-
-The messages travel through a ``Communicator`` of their own (``comm.dup()``),
-so no other traffic can match their tags.
 
 Every worker ends each epoch with exactly one DONE or ABORT to every server,
 and sends nothing else without having received the reply to its previous
@@ -116,11 +112,10 @@ class Message:
 
 
 def wait_all(comm, requests, poll_interval):
-    """Complete every request (``Request`` of ``comm``); returns the seconds spent waiting.
+    """Complete every request of ``comm``; returns the seconds spent waiting.
 
-    ``poll_interval`` 0 waits inside MPI, which busy-polls a core while it
-    waits; a positive interval tests the requests and sleeps that long
-    between tests, leaving the core to the ranks that compute.
+    ``poll_interval`` 0 waits inside MPI, which busy-polls a core; a positive
+    interval tests and sleeps in between, leaving the core to the ranks that compute.
     """
     start = time.perf_counter()
     if poll_interval <= 0:
@@ -135,7 +130,6 @@ def wait_for_everyone(comm, poll_interval):
     """Return once every rank of ``comm`` called this (a barrier that sleeps while it waits).
 
     Put before a blocking collective, it moves the wait for late ranks out of
-    the collective, where MPI would busy-poll a core, into ``wait_all``'s
-    sleeps; the collective itself then starts with everyone present.
+    the collective, where MPI would busy-poll a core.
     """
     return wait_all(comm, [comm.ibarrier()], poll_interval)

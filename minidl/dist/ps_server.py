@@ -1,13 +1,10 @@
 """The server side of the parameter server: one rank, one shard of the master weights.
 
 The server keeps a receive pre-posted for every worker and serves whichever
-worker's message arrives first (``Communicator.test_some``, or ``wait_any``
-with a zero poll interval). A push goes to the update rule; the reply (the
-shard's current weights) leaves as soon as the SSP gate lets that worker
-start its next step (``ssp.ClockTable``): at once under asp, after the
-slowest worker caught up to within S clocks under ssp:S. Between polls the
-server sleeps ``poll_interval`` seconds: on a machine with fewer cores than
-ranks, MPI's blocking waits busy-poll and take a core away from the workers.
+message arrives first. A push goes to the update rule; the reply (the
+shard's current weights) leaves as soon as the SSP gate (``ssp.ClockTable``)
+lets that worker start its next step. Between polls the server sleeps
+``poll_interval`` seconds (0: MPI's blocking waits, which busy-poll a core).
 
 Update rules: ``GradientRule`` here (bsp/ssp/asp) and
 ``averaging.ElasticRule`` (easgd). Both expose ``version`` (updates applied
@@ -20,20 +17,8 @@ import time
 import numpy as np
 
 from minidl.backend import get_array_module, to_numpy
+from minidl.dist import ps
 from minidl.dist.collectives import divide_in_place
-from minidl.dist.ps import (
-    ABORT,
-    DONE,
-    END,
-    HEADER_BYTES,
-    NO_TICKET,
-    OK,
-    PUSH,
-    STOP,
-    TAG_PUSH,
-    TAG_REPLY,
-    Message,
-)
 from minidl.dist.ssp import ClockedGradients, ClockTable
 from minidl.dist.telemetry import RankCounters, StalenessHistogram
 from minidl.dist.watchdog import progress as made_progress
@@ -98,23 +83,14 @@ class GradientRule:
 class ParameterServer:
     """Serve one shard to every worker until each has said DONE (or ABORT) for the epoch."""
 
-    def __init__(
-        self,
-        comm,
-        layout,
-        rank,
-        rule,
-        staleness,
-        push_capacity,
-        poll_interval=DEFAULT_POLL_INTERVAL,
-    ):
-        self.comm, self.layout, self.rank = comm, layout, rank
+    def __init__(self, comm, layout, rule, staleness, push_capacity, poll_interval):
+        self.comm, self.layout, self.rank = comm, layout, comm.rank
         self.rule = rule
         self.poll_interval = float(poll_interval)
         workers = layout.workers
         self.clocks = ClockTable(workers, staleness)
-        self.inbox = [Message(push_capacity) for _ in range(workers)]
-        self.outbox = [Message(4 * layout.shard_size(rank)) for _ in range(workers)]
+        self.inbox = [ps.Message(push_capacity) for _ in range(workers)]
+        self.outbox = [ps.Message(4 * layout.shard_size(self.rank)) for _ in range(workers)]
         self.receives = [self._post(w) for w in range(workers)]
         self.sends = [None] * workers
         self.aborted = False
@@ -122,7 +98,7 @@ class ParameterServer:
 
     def _post(self, worker):
         return self.comm.irecv(
-            self.inbox[worker].buffer, self.layout.worker_rank(worker), tag=TAG_PUSH
+            self.inbox[worker].buffer, self.layout.worker_rank(worker), tag=ps.TAG_PUSH
         )
 
     # ---- one epoch -------------------------------------------------------------------------
@@ -182,18 +158,18 @@ class ParameterServer:
         """Process worker's message and re-post its receive; True when it ended its epoch."""
         message = self.inbox[worker]
         kind, clock, read_version, _, size = message.fields()
-        self.counters.add("bytes_received", HEADER_BYTES + size)
-        ended = kind in (DONE, ABORT)
-        if kind == ABORT:
+        self.counters.add("bytes_received", ps.HEADER_BYTES + size)
+        ended = kind in (ps.DONE, ps.ABORT)
+        if kind == ps.ABORT:
             self.aborted = True
-        elif kind == PUSH:
+        elif kind == ps.PUSH:
             if clock != self.clocks.clocks[worker]:
                 raise RuntimeError(
                     f"server {self.rank}: worker {worker} pushed clock {clock}, "
                     f"expected {self.clocks.clocks[worker]}"
                 )
             if self.aborted:
-                self._reply(worker, STOP)
+                self._reply(worker, ps.STOP)
             else:
                 reply, applied = self.rule.push(worker, clock, read_version, message.body())
                 for _, staleness in applied:
@@ -201,10 +177,10 @@ class ParameterServer:
                 self.counters.add("applied", len(applied))
                 self.clocks.tick(worker)
                 if reply is not None:
-                    self._reply(worker, OK, reply)
+                    self._reply(worker, ps.OK, reply)
                 else:
                     self.pending[worker] = time.perf_counter()
-        elif kind != DONE:
+        elif kind != ps.DONE:
             raise RuntimeError(
                 f"server {self.rank}: unknown message kind {kind} from worker {worker}"
             )
@@ -215,27 +191,28 @@ class ParameterServer:
         """Reply to every waiting worker whose gate is open (or that must stop or end)."""
         for worker in sorted(self.pending):
             if self.aborted:
-                self._reply(worker, STOP)
+                self._reply(worker, ps.STOP)
             elif self.tickets is not None:
                 if self.next_ticket < self.tickets:
-                    self._reply(worker, OK, self.rule.weights, ticket=self.next_ticket)
+                    self._reply(worker, ps.OK, self.rule.weights, ticket=self.next_ticket)
                     self.next_ticket += 1
                 else:
-                    self._reply(worker, END)
+                    self._reply(worker, ps.END)
             elif self.clocks.may_start(self.clocks.clocks[worker]):
-                self._reply(worker, OK, self.rule.weights)
+                self._reply(worker, ps.OK, self.rule.weights)
             else:
                 continue
             self.counters["gate_wait_s"][worker] += time.perf_counter() - self.pending.pop(worker)
 
-    def _reply(self, worker, status, payload=None, ticket=NO_TICKET):
+    def _reply(self, worker, status, payload=None, ticket=ps.NO_TICKET):
         if self.sends[worker] is not None:
             self.sends[worker].wait()  # the previous reply: the worker has pushed since
         data = self.outbox[worker].fill(
             [status, self.rule.version, ticket, 0],
             None if payload is None else np.ascontiguousarray(to_numpy(payload), dtype=np.float32),
         )
-        self.sends[worker] = self.comm.isend(data, self.layout.worker_rank(worker), tag=TAG_REPLY)
+        destination = self.layout.worker_rank(worker)
+        self.sends[worker] = self.comm.isend(data, destination, tag=ps.TAG_REPLY)
         self.counters.add("bytes_sent", data.nbytes)
 
     def close(self):

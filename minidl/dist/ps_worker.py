@@ -1,51 +1,38 @@
 """The worker side of the parameter server: push a gradient, wait for the weights.
 
 ``ServerLink`` talks to every shard (one push and one reply per shard and
-step; waits poll and sleep like the server). ``ParameterServerOptimizer``
-is what the training loop sees as its optimizer: ``step()`` flattens the
-gradients, compresses each shard's slice (optionally, with error feedback),
-pushes, waits at the SSP gate for the reply and loads the new weights into
-the model. The update rule itself runs on the servers.
-
-``TicketBatches`` is asp's shared batch queue: instead of a fixed shard of
-the data, each reply from server 0 names the next unclaimed batch of the
-epoch (same global order and cuts as ``DataLoader``), so a fast worker
-processes more batches than a slow one and no batch is processed twice.
+step). ``ParameterServerOptimizer.step()`` pushes each shard's slice of the
+(optionally compressed) gradient, waits at the SSP gate for the replies and
+loads the new weights into the model; the update rule runs on the servers.
+``TicketBatches`` is asp's shared batch queue: each reply from server 0
+names the next unclaimed batch of the epoch, so a fast worker processes
+more batches than a slow one and no batch is processed twice.
 """
 
 import numpy as np
 
 from minidl.backend import get_array_module
 from minidl.data import DataLoader
+from minidl.dist import ps
 from minidl.dist.compression import Compressor, GradientEncoder
 from minidl.dist.flat import FlatBuffer
-from minidl.dist.ps import (
-    ABORT,
-    DONE,
-    END,
-    HEADER_BYTES,
-    NO_TICKET,
-    PUSH,
-    STOP,
-    TAG_PUSH,
-    TAG_REPLY,
-    Message,
-    TrainingAborted,
-    wait_all,
-)
-from minidl.dist.ps_server import DEFAULT_POLL_INTERVAL
 from minidl.dist.telemetry import RankCounters
 
 
 class ServerLink:
     """One worker's messages to and from the K servers."""
 
-    def __init__(self, comm, layout, rank, push_capacity, poll_interval=DEFAULT_POLL_INTERVAL):
-        self.comm, self.layout, self.rank = comm, layout, rank
+    def __init__(self, comm, layout, push_capacity, poll_interval):
+        self.comm, self.layout, self.rank = comm, layout, comm.rank
         self.poll_interval = float(poll_interval)
-        self.outbox = [Message(push_capacity[k]) for k in range(layout.servers)]
-        self.inbox = [Message(4 * layout.shard_size(k)) for k in range(layout.servers)]
+        self.outbox = [ps.Message(push_capacity[k]) for k in range(layout.servers)]
+        self.inbox = [ps.Message(4 * layout.shard_size(k)) for k in range(layout.servers)]
         self.counters = RankCounters()
+
+    def _send(self, k, fields, payload=None):
+        data = self.outbox[k].fill(fields, payload)
+        self.counters.add("bytes_sent", data.nbytes)
+        return self.comm.isend(data, k, tag=ps.TAG_PUSH)
 
     def exchange(self, clock, versions, ticket, payloads):
         """Push ``payloads[k]`` to server k; wait for every reply; returns the reply headers.
@@ -54,26 +41,21 @@ class ServerLink:
         are in ``self.inbox[k].body()``.
         """
         requests = [
-            self.comm.irecv(self.inbox[k].buffer, k, tag=TAG_REPLY)
-            for k in range(self.layout.servers)
+            self.comm.irecv(message.buffer, k, tag=ps.TAG_REPLY)
+            for k, message in enumerate(self.inbox)
         ]
         for k, payload in enumerate(payloads):
-            data = self.outbox[k].fill([PUSH, clock, versions[k], ticket], payload)
-            requests.append(self.comm.isend(data, k, tag=TAG_PUSH))
-            self.counters.add("bytes_sent", data.nbytes)
-        self.counters.add("wait_s", wait_all(self.comm, requests, self.poll_interval))
+            requests.append(self._send(k, [ps.PUSH, clock, versions[k], ticket], payload))
+        self.counters.add("wait_s", ps.wait_all(self.comm, requests, self.poll_interval))
         headers = [message.fields() for message in self.inbox]
-        self.counters.add("bytes_received", sum(HEADER_BYTES + h[-1] for h in headers))
+        self.counters.add("bytes_received", sum(ps.HEADER_BYTES + h[-1] for h in headers))
         return headers
 
-    def finish(self, kind=DONE):
+    def finish(self, kind=ps.DONE):
         """Tell every server this worker's epoch is over (DONE) or that it stopped (ABORT)."""
-        requests = []
-        for k in range(self.layout.servers):
-            data = self.outbox[k].fill([kind, -1, -1, NO_TICKET])
-            requests.append(self.comm.isend(data, k, tag=TAG_PUSH))
-            self.counters.add("bytes_sent", data.nbytes)
-        wait_all(self.comm, requests, self.poll_interval)
+        fields = [kind, -1, -1, ps.NO_TICKET]
+        requests = [self._send(k, fields) for k in range(self.layout.servers)]
+        ps.wait_all(self.comm, requests, self.poll_interval)
 
 
 class ServerClient:
@@ -83,36 +65,39 @@ class ServerClient:
         self.link = link
         self.versions = [0] * link.layout.servers  # of the weights this worker holds, per shard
         self.clock = 0  # pushes so far
-        self.ticket = NO_TICKET
+        self.ticket = ps.NO_TICKET
         self.ended = False  # server 0 said END: no batch left this epoch
         self.finished = False  # DONE or ABORT sent for this epoch
 
-    def begin_epoch(self, ticket=NO_TICKET, versions=None):
-        """Start an epoch (with asp's first batch ``ticket``, and the servers' ``versions``)."""
+    def begin_epoch(self, ticket=ps.NO_TICKET):
+        """Start an epoch (with asp's first batch ``ticket``)."""
         self.ticket, self.ended, self.finished = ticket, False, False
-        if versions is not None:
-            self.versions = list(versions)
 
     def push(self, payloads):
         """Push one payload per shard and wait for the replies; raises if told to stop."""
         headers = self.link.exchange(self.clock, self.versions, self.ticket, payloads)
         self.clock += 1
-        if any(h[0] == STOP for h in headers):
+        if any(h[0] == ps.STOP for h in headers):
             self.abandon()
-            raise TrainingAborted("another worker stopped training (its loss was not finite)")
+            raise ps.TrainingAborted("another worker stopped training (its loss was not finite)")
         return headers
 
-    def end_epoch(self):
-        """Say DONE to every server (once)."""
+    def end_epoch(self, kind=ps.DONE):
+        """Say DONE (or ``kind``) to every server, once per epoch."""
         if not self.finished:
             self.finished = True
-            self.link.finish(DONE)
+            self.link.finish(kind)
 
     def abandon(self):
         """Say ABORT to every server (once): this worker stops, the others will be stopped."""
-        if not self.finished:
-            self.finished = True
-            self.link.finish(ABORT)
+        self.end_epoch(ps.ABORT)
+
+    def _replies(self, headers):
+        """(shard slice, float32 payload) of each reply; records the shard versions they carry."""
+        xp = get_array_module(self.buffer.flat)
+        for k, header in enumerate(headers):
+            self.versions[k] = header[1]
+            yield self.link.layout.shard(k), xp.asarray(self.link.inbox[k].body().view(np.float32))
 
 
 class ParameterServerOptimizer(ServerClient):
@@ -137,7 +122,7 @@ class ParameterServerOptimizer(ServerClient):
         xp = get_array_module(self.buffer.flat)
         self.encoders = [
             GradientEncoder(
-                compressor, layout.shard_size(k), error_feedback, seed=[seed, link.rank, k], xp=xp
+                compressor, layout.shard_size(k), error_feedback, [seed, link.rank, k], xp
             )
             for k in range(layout.servers)
         ]
@@ -155,21 +140,15 @@ class ParameterServerOptimizer(ServerClient):
         """Push this step's gradient to every shard and load the weights the servers send back."""
         grad = self.buffer.gather_grads(self._weight)
         self._weight = 1.0
-        layout = self.link.layout
-        headers = self.push(
-            [encoder.encode(grad[layout.shard(k)])[0] for k, encoder in enumerate(self.encoders)]
-        )
+        shards = [grad[self.link.layout.shard(k)] for k in range(len(self.encoders))]
+        headers = self.push([encoder.encode(g)[0] for encoder, g in zip(self.encoders, shards)])
         self.link.counters.add("gradients", 1)
-        if headers[0][0] == END:
-            self.ticket, self.ended = NO_TICKET, True
+        if headers[0][0] == ps.END:
+            self.ticket, self.ended = ps.NO_TICKET, True
             return
         self.ticket = headers[0][2]
-        xp = get_array_module(self.buffer.flat)
-        for k, header in enumerate(headers):
-            self.versions[k] = header[1]
-            self.buffer.flat[layout.shard(k)] = xp.asarray(
-                self.link.inbox[k].body().view(np.float32)
-            )
+        for shard, weights in self._replies(headers):
+            self.buffer.flat[shard] = weights
         self.buffer.scatter_weights()
 
 
@@ -181,19 +160,9 @@ class TicketBatches:
     whoever takes which batch.
     """
 
-    def __init__(
-        self,
-        dataset,
-        batch_size,
-        workers,
-        optimizer,
-        shuffle=True,
-        seed=0,
-        transform=None,
-        worker=0,
-    ):
+    def __init__(self, dataset, batch_size, workers, optimizer, seed=0, transform=None, worker=0):
         self.parts = [
-            DataLoader(dataset, batch_size, shuffle=shuffle, seed=seed, rank=r, world_size=workers)
+            DataLoader(dataset, batch_size, shuffle=True, seed=seed, rank=r, world_size=workers)
             for r in range(workers)
         ]
         self.images = np.ascontiguousarray(dataset.images, dtype=np.float32)
@@ -220,7 +189,7 @@ class TicketBatches:
         self.epoch += 1
         plans = [part.rank_indices(epoch) for part in self.parts]
         rng = np.random.default_rng([self.seed, epoch, self.worker]) if self.transform else None
-        while not self.optimizer.ended and self.optimizer.ticket != NO_TICKET:
+        while not self.optimizer.ended and self.optimizer.ticket != ps.NO_TICKET:
             step, part = divmod(self.optimizer.ticket, self.workers)
             index = plans[part][step]
             self._global_count = self.parts[0].global_batch_size(step)

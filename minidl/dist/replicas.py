@@ -5,13 +5,9 @@ shard of the minibatch; before each update the gradients are averaged, so
 every replica applies the same update and the replicas stay identical
 (Ben-Nun & Hoefler 2019, §5.1, §6.1: the consistent model, decentralised).
 With equal local batches b on n ranks this is minibatch SGD with batch n*b.
-
-``ReplicatedOptimizer`` wraps any optimizer (``wrapper.OptimizerWrapper``):
-constructing it checks that every rank built the same model and broadcasts
-parameters, buffers and optimizer state from rank 0; its ``step()`` has the
-subclass average the gradients (``DistributedOptimizer``: buckets overlapped
-with backward; ``CompressedOptimizer``: a compressed wire format), checks
-the average is finite, then calls the wrapped optimizer's ``step()``.
+The subclasses differ in how they average: ``DistributedOptimizer`` in
+buckets overlapped with backward, ``CompressedOptimizer`` in a compressed
+wire format.
 """
 
 import math
@@ -37,10 +33,12 @@ def _finite(flat):
 class ReplicatedOptimizer(OptimizerWrapper):
     """The wrapped ``optimizer`` on identical replicas; subclasses define ``_average_gradients``.
 
+    Constructing it checks that every rank built the same model and
+    broadcasts parameters, buffers and optimizer state from rank 0.
     ``allreduce``: ``"auto"`` or one of ``minidl.dist.ALLREDUCE_ALGORITHMS``;
-    ``model``: its buffers (batch-norm statistics) are broadcast from rank 0
-    too, and its parameter names appear in errors. ``stats`` counts steps,
-    seconds spent averaging and bytes sent.
+    ``model``: its buffers (batch-norm statistics) are broadcast too, and its
+    parameter names appear in errors. ``stats`` counts steps, seconds spent
+    averaging and bytes sent.
     """
 
     def __init__(self, optimizer, comm, allreduce="auto", model=None):
@@ -101,7 +99,7 @@ class ReplicatedOptimizer(OptimizerWrapper):
         self._weight = local_count * self.comm.size / max(global_count, 1)
 
     def step(self):
-        """Average the gradients over all ranks, then apply the wrapped optimizer's update."""
+        """Average the gradients over all ranks, check them finite, then apply the update."""
         averaged = self._average_gradients()
         self._weight = 1.0
         if self.comm.size > 1 and not all(_finite(flat) for flat in averaged):

@@ -72,13 +72,9 @@ class ClockedGradients:
     def pop_complete(self):
         while len(self.pending.get(self.next_clock, ())) == self.workers:
             entries = self.pending.pop(self.next_clock)
-            total = None
-            for worker in range(self.workers):
-                grad = entries[worker][1]
-                if total is None:
-                    total = grad
-                else:
-                    get_array_module(total).add(total, grad, out=total)
+            total = entries[0][1]
+            for worker in range(1, self.workers):
+                get_array_module(total).add(total, entries[worker][1], out=total)
             divide_in_place(total, self.workers)
             self.next_clock += 1
             yield total, [(w, entries[w][0]) for w in range(self.workers)]

@@ -60,11 +60,9 @@ def cuda_aware_mpi(mpi_comm):
 
 
 class Staging:
-    """The buffers MPI reads and writes for the arrays of one communicator.
+    """The buffers MPI reads (``outgoing``) and writes (``incoming``) for one communicator.
 
-    ``outgoing`` is what MPI reads (a staged copy holds the array's values),
-    ``incoming`` what MPI writes (copy it back with ``copy_back``); a
-    reduction in place is outgoing, then copied back. A call that returns
+    A reduction in place is outgoing, then copied back. A call that returns
     before MPI is done with the buffer (``isend``, ``irecv``, ``iallreduce``)
     passes ``pending=True`` and gets a host buffer of its own; otherwise one
     host buffer per direction is reused from call to call.
@@ -108,10 +106,7 @@ class Staging:
 
     @staticmethod
     def _on_host(array):
-        """True for a NumPy array; False for a CuPy array, once its stream is synchronised.
-
-        Either must be C-contiguous.
-        """
+        """True for a NumPy array; False for a CuPy array, once its stream is synchronised."""
         if not array.flags.c_contiguous:
             raise ValueError(
                 f"MPI sends and receives C-contiguous arrays, got a strided {array.dtype} array "

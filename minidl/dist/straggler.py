@@ -1,12 +1,10 @@
 """Injected slowness for experiments and tests: deterministic stragglers and seeded jitter.
 
 A straggler factor F for rank R makes R an F-times-slower worker: after
-computing each step it sleeps (F - 1) times that step's compute time.
-A jitter of S seconds adds, on every worker and every step, an exponentially
-distributed sleep of mean SECONDS drawn from a generator seeded by
-(seed, rank), so a run's delays are reproducible. Sleeping (not spinning)
-frees the core, so on a 2-core machine the ratios between consistency
-models mean what they would mean on separate machines.
+computing each step it sleeps (F - 1) times that step's compute time. A
+jitter of S seconds adds, on every worker and step, an exponential sleep of
+mean S seeded by (seed, rank), so a run's delays are reproducible. Sleeping
+(not spinning) frees the core, as separate machines would.
 """
 
 import time

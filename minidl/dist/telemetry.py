@@ -4,8 +4,8 @@ Every rank keeps a plain dict of counters per epoch (``RankCounters``); at
 the end of the epoch rank 0 gathers them and ``summarize_epoch`` turns them
 into one JSON record (``"kind": "dist"``) of the run's metrics. Staleness of
 an applied update is the server's version when it applies the update minus
-the version of the weights the worker computed it from (Ben-Nun & Hoefler 2019, §6.1: "t - tau
-is called the staleness").
+the version of the weights the worker computed it from (Ben-Nun & Hoefler
+2019, §6.1: "t - tau is called the staleness").
 """
 
 from collections import Counter
@@ -67,6 +67,10 @@ def summarize_epoch(mode, records, images):
     servers = sorted((r for r in records if r["role"] == "server"), key=lambda r: r["rank"])
     seconds = max((w.get("seconds", 0.0) for w in workers), default=0.0)
     gradients = sum(w.get("gradients", 0) for w in workers)
+
+    def per_second(count):
+        return count / seconds if seconds else 0.0
+
     summary = {
         "kind": "dist",
         "mode": mode,
@@ -74,9 +78,9 @@ def summarize_epoch(mode, records, images):
         "servers": len(servers),
         "seconds": seconds,
         "images": images,
-        "images_per_s": images / seconds if seconds else 0.0,
+        "images_per_s": per_second(images),
         "gradients": gradients,
-        "gradients_per_s": gradients / seconds if seconds else 0.0,
+        "gradients_per_s": per_second(gradients),
         "bytes_sent": sum(r.get("bytes_sent", 0) for r in records),
         "worker_bytes_sent": sum(w.get("bytes_sent", 0) for w in workers),
         "per_worker": {
@@ -86,26 +90,23 @@ def summarize_epoch(mode, records, images):
     }
     summary["bytes_per_gradient"] = summary["worker_bytes_sent"] / gradients if gradients else 0.0
     if servers:
-        histogram = StalenessHistogram(servers[0]["staleness"])
+        histograms = [StalenessHistogram(s["staleness"]) for s in servers]
         updates = servers[0].get("updates", 0)
         summary.update(
-            {
-                "staleness": histogram.to_dict()
-                | {"max": max(StalenessHistogram(s["staleness"]).max for s in servers)},
-                "updates": updates,
-                "updates_per_s": updates / seconds if seconds else 0.0,
-                "applied_gradients": servers[0].get("applied", 0),
-                "version": servers[0].get("version", 0),
-                "server_cpu_s": [s.get("cpu_s", 0.0) for s in servers],
-                "gate_wait_s": [
-                    sum(s.get("gate_wait_s", [0.0] * len(workers))[i] for s in servers)
-                    for i in range(len(workers))
-                ],
-            }
+            staleness=histograms[0].to_dict() | {"max": max(h.max for h in histograms)},
+            updates=updates,
+            updates_per_s=per_second(updates),
+            applied_gradients=servers[0].get("applied", 0),
+            version=servers[0].get("version", 0),
+            server_cpu_s=[s.get("cpu_s", 0.0) for s in servers],
+            gate_wait_s=[
+                sum(s.get("gate_wait_s", [0.0] * len(workers))[i] for s in servers)
+                for i in range(len(workers))
+            ],
         )
     else:
         updates = max((w.get("updates", 0) for w in workers), default=0)
-        summary.update({"updates": updates, "updates_per_s": updates / seconds if seconds else 0.0})
+        summary.update(updates=updates, updates_per_s=per_second(updates))
     return summary
 
 

@@ -1,15 +1,12 @@
 """A hang watchdog for MPI jobs: a rank that makes no progress for too long aborts the job.
 
 MPI calls have no timeout: a rank that is stopped (SIGSTOP), deadlocked, or
-waiting for a message from such a rank blocks, and every other rank then
-blocks in its next collective, for ever. Each rank of a training run runs a
-``Watchdog`` thread; the training code calls ``progress(where)`` whenever it
-gets something done (a step, an evaluated batch, a served message). When
-``timeout`` seconds pass without a call, the watchdog prints which rank
-stalled and what it did last, then aborts the job (``MPI_Abort``), so that
-mpiexec ends every rank, the stopped one included. The thread can run while
-the main thread waits inside MPI, because mpi4py releases Python's
-interpreter lock during blocking calls.
+waiting for such a rank blocks, and then every other rank blocks in its next
+collective, for ever. The training code calls ``progress(where)`` whenever it
+gets something done (a step, an evaluated batch, a served message); each
+rank's ``Watchdog`` thread (which runs while the main thread waits inside
+MPI: mpi4py releases the interpreter lock) aborts the job when ``timeout``
+seconds pass without a call, saying which rank stalled and where.
 """
 
 import os
@@ -31,12 +28,8 @@ def progress(where=None):
 
 
 class Watchdog(Callback):
-    """Abort the job through ``abort(code)`` when ``progress`` was not called for ``timeout`` s.
-
-    As a loop callback, every step and evaluated batch counts as progress.
-
-    ``abort`` is ``Communicator.abort``, which flushes the message and ends every rank.
-    """
+    """Abort the job through ``abort(code)`` (``Communicator.abort``) when ``progress`` was not
+    called for ``timeout`` s. As a loop callback, every step and evaluated batch is progress."""
 
     def __init__(self, timeout, rank, abort, exit_code=124):
         if not timeout > 0:

@@ -2,17 +2,14 @@
 
 The run is started again under ``mpiexec -n N`` as ``sync`` data
 parallelism, each process taking ``batch_size / N`` samples of every step
-on one BLAS thread: the same updates as one process with the whole batch
-(the invariant of synchronous data parallelism), computed on N cores without
-the interpreter lock that keeps threads of one Python process from running
-in parallel. ``fit(config, workers=N)`` hands the ranks its configuration in
-a file; the ``minidl train --workers N`` command starts itself again instead.
+on one BLAS thread: the same updates as one process with the whole batch,
+computed on N cores without the interpreter lock. ``fit(config, workers=N)``
+hands the ranks its configuration in a file; ``minidl train --workers N``
+starts itself again instead.
 
-The job runs in its own process group, which this process owns: SIGTERM,
-SIGINT or SIGHUP to it end the whole job (mpiexec and every rank), first
-politely, then, after ``GRACE_S`` seconds, with SIGKILL; and if this process
-is killed outright, the kernel sends mpiexec SIGTERM (Linux), so no rank is
-left behind.
+The job runs in its own process group: SIGTERM, SIGINT or SIGHUP to this
+process end the whole job, politely, then after ``GRACE_S`` seconds with
+SIGKILL; if this process is killed outright, Linux sends mpiexec SIGTERM.
 """
 
 import ctypes
