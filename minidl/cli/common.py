@@ -20,6 +20,15 @@ def flag(field):
     return FLAGS.get(field, "--" + field.replace("_", "-"))
 
 
+def option_adder(parser, helps):
+    """``parser.add_argument`` that takes each option's help from ``helps`` (by its first name)."""
+
+    def add(*names, **kwargs):
+        return parser.add_argument(*names, help=helps.get(names[0]), **kwargs)
+
+    return add
+
+
 def positive_int(text):
     """An argparse type: a positive integer, or a usage error that says so."""
     if not text.isdigit() or int(text) < 1:
