@@ -59,26 +59,29 @@ def number(minimum=0.0, positive=False):
     return check
 
 
-def _shape_argument(text):
-    try:
-        return parse_shape(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def argument_type(parse, keep_text=False):
+    """An argparse type: ``parse(text)`` (or, with ``keep_text``, the text ``parse`` accepts);
+    its ValueError becomes a usage error."""
+
+    def check(text):
+        try:
+            value = parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text if keep_text else value
+
+    return check
 
 
-def add_model_arguments(p, default="lenet5"):
+MODEL_HELP = {
+    "--input": "input shape without the batch (default: the model's own)",
+    "--threads": "BLAS threads (default: all cores; 1 is steadier on a busy machine)",
+}
+
+
+def add_model_arguments(p):
     """--model, --input and --threads, shared by the perf commands."""
-    p.add_argument("--model", default=default, choices=MODEL_NAMES)
-    p.add_argument(
-        "--input",
-        default=None,
-        metavar="CxHxW",
-        type=_shape_argument,
-        help="input shape without the batch (default: the model's own)",
-    )
-    p.add_argument(
-        "--threads",
-        type=positive_int,
-        default=None,
-        help="BLAS threads (default: all cores; 1 is steadier on a busy machine)",
-    )
+    add = option_adder(p, MODEL_HELP)
+    add("--model", default="lenet5", choices=MODEL_NAMES)
+    add("--input", metavar="CxHxW", type=argument_type(parse_shape))
+    add("--threads", type=positive_int)

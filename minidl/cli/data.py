@@ -12,21 +12,14 @@ def add_data_arguments(parser):
         "download", help="download a dataset (SHA-256 checked) into the cache or --dir"
     )
     get.add_argument("name", choices=sorted(DATASETS))
+    target = "target folder (default: ~/.cache/minidl/NAME)"
+    get.add_argument("--dir", "--data-dir", dest="dir", help=target)
     get.add_argument(
-        "--dir",
-        "--data-dir",
-        dest="dir",
-        default=None,
-        help="target folder (default: ~/.cache/minidl/NAME)",
-    )
-    get.add_argument(
-        "--url",
-        default=None,
-        help=f"base URL of a mirror (default: ${URL_ENV} or the official one)",
+        "--url", help=f"base URL of a mirror (default: ${URL_ENV} or the official one)"
     )
     where = actions.add_parser("where", help="print the folder a dataset is loaded from")
     where.add_argument("name", choices=sorted(DATASETS))
-    where.add_argument("--data-dir", default=None, help="the only folder looked in when given")
+    where.add_argument("--data-dir", help="the only folder looked in when given")
 
 
 def run_data(args):

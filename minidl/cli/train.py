@@ -23,7 +23,7 @@ from ..train.checkpoint import load_checkpoint
 from ..train.config import SCHEDULES
 from ..train.loop import evaluate
 from ..train.setup import DATASETS, build_model
-from .common import nonnegative_int, number, option_adder, positive_int
+from .common import argument_type, nonnegative_int, number, option_adder, positive_int
 from .resume import reconcile
 from .specs import SPEC_HELP, parse_compression
 
@@ -80,22 +80,9 @@ def parse_straggler(text):
     return rank, factor
 
 
-def argument_type(parse):
-    """An argparse type that keeps the text and turns ``parse``'s ValueError into a usage error."""
-
-    def check(text):
-        try:
-            parse(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-        return text
-
-    return check
-
-
-dist_mode = argument_type(parse_dist_mode)
-compression = argument_type(parse_compression)
-straggler = argument_type(parse_straggler)
+dist_mode = argument_type(parse_dist_mode, keep_text=True)
+compression = argument_type(parse_compression, keep_text=True)
+straggler = argument_type(parse_straggler, keep_text=True)
 
 
 TRAIN_HELP = {
