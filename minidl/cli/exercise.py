@@ -1,4 +1,4 @@
-"""``minidl exercise list | check ID... | check --all [--json] [--timeout S] | student DIR [--only IDS]``.
+"""``minidl exercise list | check ID... | check --all [--json] [--timeout S] | student DIR``.
 
 The checks test the ``minidl`` package this command imported: in a student
 tree, run ``python -m minidl exercise ...`` from the tree's folder (or
@@ -13,58 +13,50 @@ import sys
 import traceback
 
 from ..exercises import catalogue, get, repository_root
-from .common import number
+from .common import number, option_adder
+
+EXERCISE_HELP = {
+    "--status": "add whether each exercise's regions are still stubs",
+    "--markdown": "Markdown tables by chapter: what each file implements, its source",
+    "--update": "with --markdown: rewrite the generated exercise list inside FILE",
+    "ids": "exercise ids, e.g. 3.1",
+    "--all": "every exercise",
+    "--json": "one JSON document on stdout",
+    "--timeout": "seconds each check may take before it is reported as a hang (default: the "
+    "exercise's own, 60 s for most)",
+    "dir": "the new folder",
+    "--only": "stub only these exercises (space or comma separated)",
+    "--trace": "keep the solutions and record which regions each check runs (for testing the "
+    "checks)",
+}
 
 
 def add_exercise_arguments(parser):
     """The ``list``, ``check`` and ``student`` actions of ``minidl exercise``."""
     actions = parser.add_subparsers(dest="exercise_action", metavar="ACTION", required=True)
     listing = actions.add_parser("list", help="the exercises: id, title, file")
-    listing.add_argument(
-        "--status", action="store_true", help="add whether each exercise's regions are still stubs"
-    )
-    listing.add_argument(
-        "--markdown",
-        action="store_true",
-        help="Markdown tables by chapter: what each file implements, its source",
-    )
-    listing.add_argument(
-        "--update",
-        metavar="FILE",
-        help="with --markdown: rewrite the generated exercise list inside FILE",
-    )
+    add = option_adder(listing, EXERCISE_HELP)
+    add("--status", action="store_true")
+    add("--markdown", action="store_true")
+    add("--update", metavar="FILE")
     check = actions.add_parser("check", help="run exercise checks: expected vs got, and a hint")
-    check.add_argument("ids", nargs="*", metavar="ID", help="exercise ids, e.g. 3.1")
-    check.add_argument("--all", action="store_true", help="every exercise")
-    check.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    check.add_argument(
-        "--timeout",
-        type=number(positive=True),
-        metavar="SECONDS",
-        help="seconds each check may take before it is reported as a hang "
-        "(default: the exercise's own, 60 s for most)",
-    )
+    add = option_adder(check, EXERCISE_HELP)
+    add("ids", nargs="*", metavar="ID")
+    add("--all", action="store_true")
+    add("--json", action="store_true")
+    add("--timeout", type=number(positive=True), metavar="SECONDS")
     student = actions.add_parser("student", help="write a student tree: exercise regions stubbed")
-    student.add_argument("dir", help="the new folder")
-    student.add_argument(
-        "--only",
-        nargs="+",
-        metavar="IDS",
-        help="stub only these exercises (space or comma separated)",
-    )
-    student.add_argument(
-        "--trace",
-        action="store_true",
-        help="keep the solutions and record which regions each check runs (for testing the checks)",
-    )
+    add = option_adder(student, EXERCISE_HELP)
+    add("dir")
+    add("--only", nargs="+", metavar="IDS")
+    add("--trace", action="store_true")
 
 
 def _warn_other_tree():
     """Say so when the current folder holds a minidl package other than the one being checked."""
     here = os.path.realpath(os.path.join(os.getcwd(), "minidl", "__init__.py"))
-    if os.path.exists(here) and os.path.dirname(os.path.dirname(here)) != os.path.realpath(
-        repository_root()
-    ):
+    checked = os.path.realpath(repository_root())
+    if os.path.exists(here) and os.path.dirname(os.path.dirname(here)) != checked:
         print(
             f"note: checking the minidl in {repository_root()}, not the one in this folder; "
             "run 'python -m minidl exercise ...' here to check this folder's code",
@@ -141,10 +133,8 @@ def _check(args):
         results = grader.grade(exercises)
         print(json.dumps(grader.report_json(results), indent=2))
     else:
-        print(
-            f"checking {len(exercises)} exercise(s) of the minidl in {repository_root()}",
-            flush=True,
-        )
+        count = f"{len(exercises)} exercise(s)"
+        print(f"checking {count} of the minidl in {repository_root()}", flush=True)
         results = grader.grade(
             exercises, on_result=lambda r: print(grader.format_result(r), flush=True)
         )
