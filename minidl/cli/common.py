@@ -21,10 +21,12 @@ def flag(field):
 
 
 def option_adder(parser, helps):
-    """``parser.add_argument`` that takes each option's help from ``helps`` (by its first name)."""
+    """``parser.add_argument`` that takes an option's help, unless given, from ``helps`` (by its
+    first name): long help texts live in a table, so that every option takes one line."""
 
     def add(*names, **kwargs):
-        return parser.add_argument(*names, help=helps.get(names[0]), **kwargs)
+        kwargs.setdefault("help", helps.get(names[0]))
+        return parser.add_argument(*names, **kwargs)
 
     return add
 
@@ -73,7 +75,7 @@ def argument_type(parse, keep_text=False):
     return check
 
 
-MODEL_HELP = {
+MODEL_HELP = {  # the help texts too long to share a line with their option
     "--input": "input shape without the batch (default: the model's own)",
     "--threads": "BLAS threads (default: all cores; 1 is steadier on a busy machine)",
 }

@@ -15,16 +15,11 @@ import traceback
 from ..exercises import catalogue, get, repository_root
 from .common import number, option_adder
 
-EXERCISE_HELP = {
-    "--status": "add whether each exercise's regions are still stubs",
+EXERCISE_HELP = {  # the help texts too long to share a line with their option
     "--markdown": "Markdown tables by chapter: what each file implements, its source",
     "--update": "with --markdown: rewrite the generated exercise list inside FILE",
-    "ids": "exercise ids, e.g. 3.1",
-    "--all": "every exercise",
-    "--json": "one JSON document on stdout",
     "--timeout": "seconds each check may take before it is reported as a hang (default: the "
     "exercise's own, 60 s for most)",
-    "dir": "the new folder",
     "--only": "stub only these exercises (space or comma separated)",
     "--trace": "keep the solutions and record which regions each check runs (for testing the "
     "checks)",
@@ -36,18 +31,18 @@ def add_exercise_arguments(parser):
     actions = parser.add_subparsers(dest="exercise_action", metavar="ACTION", required=True)
     listing = actions.add_parser("list", help="the exercises: id, title, file")
     add = option_adder(listing, EXERCISE_HELP)
-    add("--status", action="store_true")
+    add("--status", action="store_true", help="add whether each exercise's regions are still stubs")
     add("--markdown", action="store_true")
     add("--update", metavar="FILE")
     check = actions.add_parser("check", help="run exercise checks: expected vs got, and a hint")
     add = option_adder(check, EXERCISE_HELP)
-    add("ids", nargs="*", metavar="ID")
-    add("--all", action="store_true")
-    add("--json", action="store_true")
+    add("ids", nargs="*", metavar="ID", help="exercise ids, e.g. 3.1")
+    add("--all", action="store_true", help="every exercise")
+    add("--json", action="store_true", help="one JSON document on stdout")
     add("--timeout", type=number(positive=True), metavar="SECONDS")
     student = actions.add_parser("student", help="write a student tree: exercise regions stubbed")
     add = option_adder(student, EXERCISE_HELP)
-    add("dir")
+    add("dir", help="the new folder")
     add("--only", nargs="+", metavar="IDS")
     add("--trace", action="store_true")
 
@@ -81,8 +76,7 @@ def _catalogue():
         frame = traceback.extract_tb(exc.__traceback__)[-1]
         raise CannotLoad(
             f"cannot load the exercises: {type(exc).__name__}: {exc} "
-            f"({frame.filename}, line {frame.lineno}); fix it and run the command "
-            "again"
+            f"({frame.filename}, line {frame.lineno}); fix it and run the command again"
         ) from exc
 
 
@@ -147,16 +141,13 @@ def _student(args):
 
     only = None if args.only is None else [i for item in args.only for i in item.split(",") if i]
     exercises = _catalogue()
-    regions = write_student_tree(
-        args.dir, only=only, mode="trace" if args.trace else "stub", exercises=exercises
-    )
+    mode = "trace" if args.trace else "stub"
+    regions = write_student_tree(args.dir, only=only, mode=mode, exercises=exercises)
     written = {r.exercise_id for r in regions}
     done = [e.id for e in exercises if e.id in written]
     what = "instrumented" if args.trace else "stubbed"
-    print(
-        f"wrote {args.dir}: {len(regions)} region(s) of {len(done)} exercise(s) {what}"
-        + (f" ({', '.join(done)})" if done else "")
-    )
+    ids = f" ({', '.join(done)})" if done else ""
+    print(f"wrote {args.dir}: {len(regions)} region(s) of {len(done)} exercise(s) {what}{ids}")
     print(f"students run: cd {args.dir} && python -m minidl exercise list")
     return 0
 

@@ -32,16 +32,11 @@ def default_nodes(global_batch):
     return [2**k for k in range(int(math.log2(global_batch)) + 2)]
 
 
-PREDICT_HELP = {
-    "--batch": "global batch B",
+PREDICT_HELP = {  # the help texts too long to share a line with their option
     "--nodes": "node counts, e.g. 1,2,4,8 (default powers of 2 up to 2B)",
-    "--latency-us": "overrides the network's latency",
     "--bandwidth-gbs": "overrides the network's bandwidth (GB/s; 'inf' for free communication)",
-    "--compression": "gradient compression ratio r",
-    "--serial-fraction": "non-scaling fraction s",
     "--overlap": "fraction of the communication that may hide behind the backward pass",
     "--compute": "measure per-layer times here at each local batch, or a roofline model",
-    "--machine": "roofline device: here, k80, haswell-2x12",
     "--time-per-iteration": "calibrate the roofline so one node takes this long at the global "
     "batch",
     "--max-measured-batch": "measure local batches up to this size, extrapolate beyond",
@@ -52,17 +47,17 @@ PREDICT_HELP = {
 def add_predict_arguments(p):
     add_model_arguments(p)
     add = option_adder(p, PREDICT_HELP)
-    add("--batch", type=positive_int, default=256)
+    add("--batch", type=positive_int, default=256, help="global batch B")
     add("--nodes", type=parse_nodes)
     add("--scheme", default="tree", choices=SCHEMES)
     add("--network", default="fdr-infiniband", choices=list(NETWORKS))
-    add("--latency-us", type=float)
+    add("--latency-us", type=float, help="overrides the network's latency")
     add("--bandwidth-gbs", type=float)
-    add("--compression", type=float, default=1.0)
-    add("--serial-fraction", type=float, default=0.0)
+    add("--compression", type=float, default=1.0, help="gradient compression ratio r")
+    add("--serial-fraction", type=float, default=0.0, help="non-scaling fraction s")
     add("--overlap", type=float, default=0.0)
     add("--compute", default="measure", choices=("measure", "roofline"))
-    add("--machine", default="here")
+    add("--machine", default="here", help="roofline device: here, k80, haswell-2x12")
     add("--time-per-iteration", type=float, metavar="SECONDS")
     add("--max-measured-batch", type=positive_int, default=64)
     add("--steps", type=positive_int, default=3)

@@ -85,13 +85,8 @@ compression = argument_type(parse_compression, keep_text=True)
 straggler = argument_type(parse_straggler, keep_text=True)
 
 
-TRAIN_HELP = {
-    "--batch-size": "samples per step per process",
-    "--momentum": "for momentum and nesterov",
+TRAIN_HELP = {  # the help texts too long to share a line with their option
     "--lr-schedule": "step: x0.1 every third of the epochs; cosine: down to 0 at the end",
-    "--augment": "random crop (pad 2) and flips",
-    "--subset": "train on the first N training images only",
-    "--data-dir": "the folder with the IDX files (the only one looked in when given)",
     "--no-verify-data": "skip the SHA-256 check that the files are the dataset's published "
     "ones (for files prepared on purpose)",
     "--dtype": "of the weights and the arithmetic (float64: exact comparisons)",
@@ -105,8 +100,6 @@ TRAIN_HELP = {
     "trained with unless given anew",
     "--workers": "data-parallel processes on this machine (needs the mpi extra); --batch-size "
     "stays the samples per step",
-    "--threads": "BLAS/FFT threads (default: all cores)",
-    "--no-progress": "no progress bar",
     "--dist": f"{MODES_HELP} (start under mpiexec). sync: gradients averaged by allreduce; "
     "bsp/ssp:S/asp: parameter server on ranks 0..K-1, workers on the rest; avg:H: weights "
     "averaged every H steps; easgd: elastic averaging with a center on the server. The batch "
@@ -130,7 +123,7 @@ TRAIN_HELP = {
 
 def add_data_arguments(add):
     """--data-dir and --no-verify-data, shared by train and eval."""
-    add("--data-dir")
+    add("--data-dir", help="the folder with the IDX files (the only one looked in when given)")
     add("--no-verify-data", dest="verify_data", action="store_false")
 
 
@@ -140,19 +133,19 @@ def add_train_arguments(p):
     add("--activation", default="relu", choices=list(models.ACTIVATIONS))
     add("--dataset", default="fashion-mnist", choices=list(DATASETS))
     add("--epochs", type=positive_int, default=3)
-    add("--batch-size", type=positive_int, default=64)
+    add("--batch-size", type=positive_int, default=64, help="samples per step per process")
     add("--test-batch-size", type=positive_int, default=1000)
     add("--optimizer", default="momentum", choices=list(optim.OPTIMIZERS))
     add("--lr", type=number(positive=True), default=0.01)
-    add("--momentum", type=number(), default=0.9)
+    add("--momentum", type=number(), default=0.9, help="for momentum and nesterov")
     add("--weight-decay", type=number(), default=0.0)
     add("--clip-grad-norm", type=number(positive=True))
     add("--lr-schedule", default="constant", choices=SCHEDULES)
     add("--warmup-epochs", type=nonnegative_int, default=0)
     add("--conv-algo", default="auto", choices=("auto",) + tuple(CONV_ALGORITHMS))
     add("--device", default="cpu", choices=("cpu", "cuda"))
-    add("--augment", action="store_true")
-    add("--subset", type=positive_int)
+    add("--augment", action="store_true", help="random crop (pad 2) and flips")
+    add("--subset", type=positive_int, help="train on the first N training images only")
     add_data_arguments(add)
     add("--dtype", default="float32", choices=("float32", "float64"))
     add("--deterministic", default=True, action=argparse.BooleanOptionalAction)
@@ -161,8 +154,8 @@ def add_train_arguments(p):
     add("--resume", metavar="CKPT")
     add("--seed", type=int, default=0)
     add("--workers", type=positive_int, default=1)
-    add("--threads", type=positive_int)
-    add("--no-progress", action="store_true")
+    add("--threads", type=positive_int, help="BLAS/FFT threads (default: all cores)")
+    add("--no-progress", action="store_true", help="no progress bar")
     add("--dist", type=dist_mode, metavar="MODE")
     add("--servers", type=positive_int, default=1)
     add("--poll-interval", type=number(), default=DEFAULT_POLL_INTERVAL, metavar="SECONDS")
@@ -283,9 +276,8 @@ def run_eval(args):
     test_set = DATASETS[config["dataset"]](root=args.data_dir, train=False, verify=args.verify_data)
     model = build_model(TrainConfig.from_record(config).replace(device=args.device), test_set)
     model.load_state_dict(ckpt.model_state)
-    result = evaluate(
-        model, DataLoader(test_set, args.batch_size), len(test_set.classes), args.device
-    )
+    loader = DataLoader(test_set, args.batch_size)
+    result = evaluate(model, loader, len(test_set.classes), args.device)
     print(
         f"{config['model']} on {config['dataset']} (epoch {ckpt.meta['epoch']}): "
         f"test accuracy {100 * result['acc']:.2f}% over {result['images']} images"
