@@ -24,7 +24,7 @@ from .common import flag
 USER_ERRORS = (ValueError, OSError, LookupError, ArithmeticError)
 ERROR_EXIT = 1
 
-COMMANDS = {  # name: (module, help); the module defines add_NAME_arguments and run_NAME
+COMMANDS = {  # name: (module, help)
     "train": ("minidl.cli.train", "train a model (add --dist under mpiexec)"),
     "eval": ("minidl.cli.train", "accuracy and confusion matrix of a checkpoint"),
     "data": ("minidl.cli.data", "get and locate datasets"),

@@ -78,7 +78,7 @@ def add_compression_arguments(p):
 
 
 def train(nprocs, options, out, timeout):
-    """One ``mpiexec -n nprocs minidl train`` run into ``out``; returns its run row."""
+    """One ``mpiexec -n nprocs minidl train`` run into ``out``; returns ``load_run(out)``."""
     args = ["-m", "minidl", "train", "--model", "lenet5", "--conv-algo", "im2col", "--no-progress"]
     args += ["--out", out, *options]
     result = run_mpi(nprocs, args, timeout=timeout, env={"OPENBLAS_NUM_THREADS": "1"})

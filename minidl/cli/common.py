@@ -75,15 +75,10 @@ def argument_type(parse, keep_text=False):
     return check
 
 
-MODEL_HELP = {  # the help texts too long to share a line with their option
-    "--input": "input shape without the batch (default: the model's own)",
-    "--threads": "BLAS threads (default: all cores; 1 is steadier on a busy machine)",
-}
-
-
 def add_model_arguments(p):
     """--model, --input and --threads, shared by the perf commands."""
-    add = option_adder(p, MODEL_HELP)
-    add("--model", default="lenet5", choices=MODEL_NAMES)
-    add("--input", metavar="CxHxW", type=argument_type(parse_shape))
-    add("--threads", type=positive_int)
+    p.add_argument("--model", default="lenet5", choices=MODEL_NAMES)
+    shape = "input shape without the batch (default: the model's own)"
+    p.add_argument("--input", metavar="CxHxW", type=argument_type(parse_shape), help=shape)
+    threads = "BLAS threads (default: all cores; 1 is steadier on a busy machine)"
+    p.add_argument("--threads", type=positive_int, help=threads)
