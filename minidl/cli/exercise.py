@@ -1,4 +1,4 @@
-"""``minidl exercise list | check ID... | check --all [--json] [--timeout S] | student DIR``.
+"""``minidl exercise``: ``list``, ``check ID...`` or ``check --all``, ``student DIR [--only IDS]``.
 
 The checks test the ``minidl`` package this command imported: in a student
 tree, run ``python -m minidl exercise ...`` from the tree's folder (or

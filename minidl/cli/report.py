@@ -177,7 +177,7 @@ def run_report(args):
         print(f"{run['label']}  ({run['path']})")
         print(format_table(epoch_rows(run), EPOCH_COLUMNS))
         record = next(iter(run["compression"].values()), None)
-        if record:
+        if record is not None:
             print(
                 f"  compression {record['scheme']}: {record['payload_bytes_per_step']} bytes "
                 f"per step, {100 * record['ratio']:.2f}% of float32"
