@@ -195,8 +195,8 @@ def run_compression(args):
         rows.append(dict(_median_row(runs), scheme=scheme, bytes_per_step=nbytes, float32=full))
     float32 = next((r for r in rows if r["scheme"] == "none"), None)
     full = next((r["float32"] for r in rows if r["float32"]), None)
-    for row in rows:
-        if float32 is not None:
+    if float32 is not None:
+        for row in rows:
             row["acc_gap"] = row["final_acc_pct"] - float32["final_acc_pct"]
             row["bytes_per_step"] = row["bytes_per_step"] or full
             row["bytes_pct"] = 100 * row["bytes_per_step"] / full if full else None
