@@ -9,6 +9,7 @@ candidates of a layer are timed in interleaved rounds in one process and
 the median is reported (the machine is shared; see benchmarks/RESULTS.md).
 """
 
+import contextlib
 import functools
 import time
 from dataclasses import dataclass
@@ -152,7 +153,10 @@ def bench_layer(
             row.workspace_mb = md.conv.workspace_bytes(algo, geom, "forward") / 2**20
         conv2d = functools.partial(md.conv.conv2d, algo=algo, **kwargs)
         runners.append((row, *_runners(md, conv2d, x, w, b, dy, first)))
-    torch = _import_torch() if use_torch else None
+    torch = None
+    if use_torch:
+        with contextlib.suppress(ImportError):
+            import torch
     if torch is not None:
         row = Row(name, "torch")
         rows.append(row)
@@ -174,14 +178,6 @@ def bench_layer(
             chosen = (f"{p}={choices[key].algorithm}" for p, key in keys.items() if key in choices)
             row.note = "chose " + ", ".join(chosen)
     return rows
-
-
-def _import_torch():
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch
 
 
 def format_rows(rows):
