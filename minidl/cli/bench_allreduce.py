@@ -48,13 +48,10 @@ def sweep(comm, sizes, algorithms, dtype="float32", repeats=None):
     results = {}
     for nbytes in sizes:
         array = np.zeros(nbytes // itemsize, dtype=dtype)
-        slowest = max(
-            predict(name, array.nbytes, comm.size, params) for name in MODELLED_ALGORITHMS
-        )
+        slowest = max(predict(n, array.nbytes, comm.size, params) for n in MODELLED_ALGORITHMS)
         count = repeats or auto_repeats(slowest)
-        results[nbytes] = {
-            name: float(np.median(time_allreduce(comm, array, name, count))) for name in algorithms
-        }
+        times = {name: time_allreduce(comm, array, name, count) for name in algorithms}
+        results[nbytes] = {name: float(np.median(t)) for name, t in times.items()}
     return results
 
 
@@ -74,57 +71,37 @@ def describe_params(params):
 def format_table(results, size, params, algorithms):
     """The sweep as text: measured and modelled ms per algorithm, the fastest, the model's pick."""
     modelled = [name for name in algorithms if name in MODELLED_ALGORITHMS]
-    lines = [
-        "size       "
-        + "".join(f"{name:>22s}" for name in algorithms)
-        + "   fastest       model picks",
-        "           " + "".join(f"{'measured (model) ms':>22s}" for _ in algorithms),
-    ]
+    names = "".join(f"{name:>22s}" for name in algorithms)
+    lines = [f"size       {names}   fastest       model picks"]
+    lines.append("           " + "".join(f"{'measured (model) ms':>22s}" for _ in algorithms))
     for nbytes, times in results.items():
-        cells = []
+        cells = ""
         for name in algorithms:
-            model = (
-                f"({predict(name, nbytes, size, params) * 1e3:.3f})" if name in modelled else "(-)"
-            )
-            cells.append(f"{times[name] * 1e3:>12.3f} {model:>9s}")
+            ms = predict(name, nbytes, size, params) * 1e3 if name in modelled else None
+            model = "(-)" if ms is None else f"({ms:.3f})"
+            cells += f"{times[name] * 1e3:>12.3f} {model:>9s}"  # 22 wide, as the header
         fastest = min(times, key=times.get)
         pick = choose(nbytes, size, params, modelled) if modelled else "-"
-        lines.append(
-            f"{format_size(nbytes):<11s}"
-            + "".join(f"{c:>22s}" for c in cells)
-            + f"   {fastest:<13s} {pick}"
-        )
+        lines.append(f"{format_size(nbytes):<11s}{cells}   {fastest:<13s} {pick}")
     return "\n".join(lines)
 
 
 def add_allreduce_arguments(parser):
-    parser.add_argument(
-        "--sizes",
-        default=DEFAULT_SIZES,
-        help=f"comma-separated message sizes in bytes (default {DEFAULT_SIZES})",
-    )
-    parser.add_argument(
-        "--algorithms",
-        default=",".join(collectives.ALLREDUCE_ALGORITHMS),
-        help="comma-separated algorithms (default: all)",
-    )
-    parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=None,
-        help="repetitions per point (default: from the model, 5 to 100)",
-    )
+    add = parser.add_argument
+    sizes = f"comma-separated message sizes in bytes (default {DEFAULT_SIZES})"
+    add("--sizes", default=DEFAULT_SIZES, help=sizes)
+    every = ",".join(collectives.ALLREDUCE_ALGORITHMS)
+    add("--algorithms", default=every, help="comma-separated algorithms (default: all)")
+    add("--dtype", default="float32", choices=("float32", "float64"))
+    add("--repeats", type=int, help="repetitions per point (default: from the model, 5 to 100)")
 
 
 def run_allreduce(args):
     from minidl.dist import init
 
     comm = init()
-    algorithms = [
-        collectives.check_algorithm(name.strip(), allow_auto=False)
-        for name in args.algorithms.split(",")
-    ]
+    names = args.algorithms.split(",")
+    algorithms = [collectives.check_algorithm(n.strip(), allow_auto=False) for n in names]
     sizes = [parse_size(text) for text in args.sizes.split(",")]
     params = comm.cost_params()
     results = sweep(comm, sizes, algorithms, args.dtype, args.repeats)

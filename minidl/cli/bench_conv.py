@@ -9,6 +9,8 @@ candidates of a layer are timed in interleaved rounds in one process and
 the median is reported (the machine is shared; see benchmarks/RESULTS.md).
 """
 
+import contextlib
+import functools
 import time
 from dataclasses import dataclass
 
@@ -44,12 +46,8 @@ class Row:
     note: str = ""
 
 
-def layer_batch(name, batch_size):
-    return LENET_BATCH if name.startswith("lenet") else batch_size
-
-
 def busy_fraction(interval=0.1):
-    """Fraction of the machine's CPU time spent by any process over ``interval`` s (Linux; else 0)."""
+    """Fraction of the machine's CPU time any process spent over ``interval`` s (Linux; else 0)."""
 
     def sample():
         with open("/proc/stat") as stat:
@@ -108,35 +106,19 @@ def interleaved_medians(fns, repeats, max_busy=None, patience=10.0, pause_before
     return [float(np.median(t)) for t in times]
 
 
-def _minidl_runners(md, x, w, b, dy, kwargs, algo, first):
-    """(forward, forward+backward) closures for one algorithm."""
-    tx = md.tensor(x, requires_grad=not first)
-    tw, tb = md.tensor(w, requires_grad=True), md.tensor(b, requires_grad=True)
-    grad = md.tensor(dy)
+def _runners(lib, conv2d, x, w, b, dy, first):
+    """(forward, forward+backward) closures of ``conv2d`` on one layer; ``lib``: minidl or torch."""
+    tx = lib.tensor(x, requires_grad=not first)
+    tw, tb = lib.tensor(w, requires_grad=True), lib.tensor(b, requires_grad=True)
+    grad = lib.tensor(dy)
 
     def forward():
-        with md.no_grad():
-            return md.conv.conv2d(tx, tw, tb, algo=algo, **kwargs)
+        with lib.no_grad():
+            return conv2d(tx, tw, tb)
 
     def train():
         tx.grad = tw.grad = tb.grad = None
-        md.conv.conv2d(tx, tw, tb, algo=algo, **kwargs).backward(grad)
-
-    return forward, train
-
-
-def _torch_runners(torch, x, w, b, dy, kwargs, first):
-    tx = torch.tensor(x, requires_grad=not first)
-    tw, tb = torch.tensor(w, requires_grad=True), torch.tensor(b, requires_grad=True)
-    grad = torch.tensor(dy)
-
-    def forward():
-        with torch.no_grad():
-            return torch.nn.functional.conv2d(tx, tw, tb, **kwargs)
-
-    def train():
-        tx.grad = tw.grad = tb.grad = None
-        torch.nn.functional.conv2d(tx, tw, tb, **kwargs).backward(grad)
+        conv2d(tx, tw, tb).backward(grad)
 
     return forward, train
 
@@ -149,69 +131,53 @@ def bench_layer(
     from minidl.conv.registry import implementation
 
     _, x_shape, w_shape, kwargs, first = next(layer for layer in LAYERS if layer[0] == name)
-    n = layer_batch(name, batch_size)
+    n = LENET_BATCH if name.startswith("lenet") else batch_size
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n,) + x_shape).astype(np.float32)
     w = (rng.standard_normal(w_shape) / np.sqrt(np.prod(w_shape[1:]))).astype(np.float32)
     b = rng.standard_normal(w_shape[0]).astype(np.float32)
     geom = md.conv.make_geometry(x.shape, w.shape, **kwargs)
     dy = rng.standard_normal(geom.output_shape).astype(np.float32)
+    x64, w64, b64 = (md.tensor(a, dtype="float64") for a in (x, w, b))
     with md.no_grad():
-        y64 = md.conv.conv2d(
-            md.tensor(x, dtype="float64"),
-            md.tensor(w, dtype="float64"),
-            md.tensor(b, dtype="float64"),
-            algo="im2col",
-            **kwargs,
-        ).numpy()
-    flops = 2 * geom.direct_multiplies()
+        y64 = md.conv.conv2d(x64, w64, b64, algo="im2col", **kwargs).numpy()
     md.conv.configure(enabled=True)  # the "auto" row measures the timing autotuner
     rows, runners = [], []
     for algo in algos:
         row = Row(name, algo)
+        rows.append(row)
         if algo != "auto":
-            reason = implementation(algo).unsupported(geom.per_group())
-            if reason:
-                row.note = reason
-                rows.append(row)
+            row.note = implementation(algo).unsupported(geom.per_group()) or ""
+            if row.note:
                 continue
             row.workspace_mb = md.conv.workspace_bytes(algo, geom, "forward") / 2**20
-        fwd, train = _minidl_runners(md, x, w, b, dy, kwargs, algo, first)
-        y = fwd().numpy()
-        row.error = float(np.abs(y - y64).max() / np.abs(y64).max())
-        rows.append(row)
-        runners.append((row, fwd, train))
-    torch = _import_torch() if use_torch else None
+        conv2d = functools.partial(md.conv.conv2d, algo=algo, **kwargs)
+        runners.append((row, *_runners(md, conv2d, x, w, b, dy, first)))
+    torch = None
+    if use_torch:
+        with contextlib.suppress(ImportError):
+            import torch
     if torch is not None:
         row = Row(name, "torch")
-        fwd, train = _torch_runners(torch, x, w, b, dy, kwargs, first)
-        row.error = float(np.abs(fwd().numpy() - y64).max() / np.abs(y64).max())
         rows.append(row)
-        runners.append((row, fwd, train))
-    fns = [f for _, fwd, train in runners for f in (fwd, train)]
+        conv2d = functools.partial(torch.nn.functional.conv2d, **kwargs)
+        runners.append((row, *_runners(torch, conv2d, x, w, b, dy, first)))
+    for row, forward, _ in runners:
+        row.error = float(np.abs(forward().numpy() - y64).max() / np.abs(y64).max())
+    fns = [f for _, forward, train in runners for f in (forward, train)]
     switches = {0, len(fns) - 2} if torch is not None else set()  # into minidl, into torch
     seconds = interleaved_medians(fns, repeats, max_busy, pause_before=switches)
+    flops = 2 * geom.direct_multiplies()
     for i, (row, _, _) in enumerate(runners):
         row.forward_ms, row.train_ms = 1e3 * seconds[2 * i], 1e3 * seconds[2 * i + 1]
         row.gflops = flops / seconds[2 * i] / 1e9
+    choices = md.conv.choices()
+    keys = {p: (geom, np.dtype("float32"), "cpu", p) for p in md.conv.PASSES}
     for row in rows:
         if row.algo == "auto":
-            keys = {p: (geom, np.dtype("float32"), "cpu", p) for p in md.conv.PASSES}
-            chosen = {
-                p: md.conv.choices()[key].algorithm
-                for p, key in keys.items()
-                if key in md.conv.choices()
-            }
-            row.note = "chose " + ", ".join(f"{p}={a}" for p, a in chosen.items())
+            chosen = (f"{p}={choices[key].algorithm}" for p, key in keys.items() if key in choices)
+            row.note = "chose " + ", ".join(chosen)
     return rows
-
-
-def _import_torch():
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch
 
 
 def format_rows(rows):
@@ -235,33 +201,17 @@ def format_rows(rows):
 
 
 def add_conv_arguments(parser):
-    parser.add_argument(
-        "--batch-size",
-        type=int,
-        default=16,
-        help="batch of the AlexNet and 3x3 layers (LeNet layers use 64)",
-    )
-    parser.add_argument(
-        "--layers",
-        nargs="*",
-        default=None,
-        help=f"layer names or prefixes (default: all of {[n for n, *_ in LAYERS]})",
-    )
-    parser.add_argument(
-        "--algos",
-        nargs="*",
-        default=list(CANDIDATES),
-        help=f"algorithms to time (default: {' '.join(CANDIDATES)})",
-    )
-    parser.add_argument("--repeats", type=int, default=5, help="timed rounds per layer (median)")
-    parser.add_argument("--no-torch", action="store_true", help="do not time PyTorch")
-    parser.add_argument(
-        "--max-busy",
-        type=float,
-        default=None,
-        help="before each timed run, wait (up to 10 s) until other processes "
-        "use less than this fraction of the CPUs, e.g. 0.1 on a shared machine",
-    )
+    add = parser.add_argument
+    batch = "batch of the AlexNet and 3x3 layers (LeNet layers use 64)"
+    add("--batch-size", type=int, default=16, help=batch)
+    layers = f"layer names or prefixes (default: all of {[n for n, *_ in LAYERS]})"
+    add("--layers", nargs="*", help=layers)
+    algos = f"algorithms to time (default: {' '.join(CANDIDATES)})"
+    add("--algos", nargs="*", default=list(CANDIDATES), help=algos)
+    add("--repeats", type=int, default=5, help="timed rounds per layer (median)")
+    add("--no-torch", action="store_true", help="do not time PyTorch")
+    busy = "before each timed run, wait (up to 10 s) until other processes use less than this "
+    add("--max-busy", type=float, help=busy + "fraction of the CPUs, e.g. 0.1 on a shared machine")
 
 
 def selected_layers(patterns):
@@ -275,18 +225,9 @@ def selected_layers(patterns):
 
 
 def run_conv(args):
-    all_rows = []
-    for name in selected_layers(args.layers):
-        rows = bench_layer(
-            name,
-            args.batch_size,
-            tuple(args.algos),
-            args.repeats,
-            use_torch=not args.no_torch,
-            max_busy=args.max_busy,
-        )
-        print(
-            format_rows(rows) if not all_rows else format_rows(rows).split("\n", 2)[2], flush=True
-        )
-        all_rows += rows
+    options = dict(use_torch=not args.no_torch, max_busy=args.max_busy)
+    for i, name in enumerate(selected_layers(args.layers)):
+        rows = bench_layer(name, args.batch_size, tuple(args.algos), args.repeats, **options)
+        table = format_rows(rows)
+        print(table if i == 0 else table.split("\n", 2)[2], flush=True)  # one header
     return 0

@@ -20,6 +20,17 @@ def flag(field):
     return FLAGS.get(field, "--" + field.replace("_", "-"))
 
 
+def option_adder(parser, helps):
+    """``parser.add_argument`` that takes an option's help, unless given, from ``helps`` (by its
+    first name): long help texts live in a table, so that every option takes one line."""
+
+    def add(*names, **kwargs):
+        kwargs.setdefault("help", helps.get(names[0]))
+        return parser.add_argument(*names, **kwargs)
+
+    return add
+
+
 def positive_int(text):
     """An argparse type: a positive integer, or a usage error that says so."""
     if not text.isdigit() or int(text) < 1:
@@ -50,26 +61,24 @@ def number(minimum=0.0, positive=False):
     return check
 
 
-def _shape_argument(text):
-    try:
-        return parse_shape(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def argument_type(parse, keep_text=False):
+    """An argparse type: ``parse(text)`` (or, with ``keep_text``, the text ``parse`` accepts);
+    its ValueError becomes a usage error."""
+
+    def check(text):
+        try:
+            value = parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text if keep_text else value
+
+    return check
 
 
-def add_model_arguments(p, default="lenet5"):
+def add_model_arguments(p):
     """--model, --input and --threads, shared by the perf commands."""
-    p.add_argument("--model", default=default, choices=MODEL_NAMES)
-    p.add_argument(
-        "--input",
-        default=None,
-        metavar="CxHxW",
-        type=_shape_argument,
-        help="input shape without the batch (default: the model's own)",
-    )
-    p.add_argument(
-        "--threads",
-        type=positive_int,
-        default=None,
-        help="BLAS threads (default: all cores; 1 is steadier on a busy machine)",
-    )
+    p.add_argument("--model", default="lenet5", choices=MODEL_NAMES)
+    shape = "input shape without the batch (default: the model's own)"
+    p.add_argument("--input", metavar="CxHxW", type=argument_type(parse_shape), help=shape)
+    threads = "BLAS threads (default: all cores; 1 is steadier on a busy machine)"
+    p.add_argument("--threads", type=positive_int, help=threads)

@@ -8,25 +8,16 @@ from ..data.locate import locate
 def add_data_arguments(parser):
     """The ``download`` and ``where`` actions of ``minidl data``."""
     actions = parser.add_subparsers(dest="data_action", metavar="ACTION", required=True)
-    get = actions.add_parser(
-        "download", help="download a dataset (SHA-256 checked) into the cache or --dir"
-    )
+    text = "download a dataset (SHA-256 checked) into the cache or --dir"
+    get = actions.add_parser("download", help=text)
     get.add_argument("name", choices=sorted(DATASETS))
-    get.add_argument(
-        "--dir",
-        "--data-dir",
-        dest="dir",
-        default=None,
-        help="target folder (default: ~/.cache/minidl/NAME)",
-    )
-    get.add_argument(
-        "--url",
-        default=None,
-        help=f"base URL of a mirror (default: ${URL_ENV} or the official one)",
-    )
+    target = "target folder (default: ~/.cache/minidl/NAME)"
+    get.add_argument("--dir", "--data-dir", dest="dir", help=target)
+    mirror = f"base URL of a mirror (default: ${URL_ENV} or the official one)"
+    get.add_argument("--url", help=mirror)
     where = actions.add_parser("where", help="print the folder a dataset is loaded from")
     where.add_argument("name", choices=sorted(DATASETS))
-    where.add_argument("--data-dir", default=None, help="the only folder looked in when given")
+    where.add_argument("--data-dir", help="the only folder looked in when given")
 
 
 def run_data(args):

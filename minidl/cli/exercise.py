@@ -1,4 +1,4 @@
-"""``minidl exercise list | check ID... | check --all [--json] [--timeout S] | student DIR [--only IDS]``.
+"""``minidl exercise``: ``list``, ``check ID...`` or ``check --all``, ``student DIR [--only IDS]``.
 
 The checks test the ``minidl`` package this command imported: in a student
 tree, run ``python -m minidl exercise ...`` from the tree's folder (or
@@ -13,58 +13,45 @@ import sys
 import traceback
 
 from ..exercises import catalogue, get, repository_root
-from .common import number
+from .common import number, option_adder
+
+EXERCISE_HELP = {  # the help texts too long to share a line with their option
+    "--markdown": "Markdown tables by chapter: what each file implements, its source",
+    "--update": "with --markdown: rewrite the generated exercise list inside FILE",
+    "--timeout": "seconds each check may take before it is reported as a hang (default: the "
+    "exercise's own, 60 s for most)",
+    "--only": "stub only these exercises (space or comma separated)",
+    "--trace": "keep the solutions and record which regions each check runs (for testing the "
+    "checks)",
+}
 
 
 def add_exercise_arguments(parser):
     """The ``list``, ``check`` and ``student`` actions of ``minidl exercise``."""
     actions = parser.add_subparsers(dest="exercise_action", metavar="ACTION", required=True)
     listing = actions.add_parser("list", help="the exercises: id, title, file")
-    listing.add_argument(
-        "--status", action="store_true", help="add whether each exercise's regions are still stubs"
-    )
-    listing.add_argument(
-        "--markdown",
-        action="store_true",
-        help="Markdown tables by chapter: what each file implements, its source",
-    )
-    listing.add_argument(
-        "--update",
-        metavar="FILE",
-        help="with --markdown: rewrite the generated exercise list inside FILE",
-    )
+    add = option_adder(listing, EXERCISE_HELP)
+    add("--status", action="store_true", help="add whether each exercise's regions are still stubs")
+    add("--markdown", action="store_true")
+    add("--update", metavar="FILE")
     check = actions.add_parser("check", help="run exercise checks: expected vs got, and a hint")
-    check.add_argument("ids", nargs="*", metavar="ID", help="exercise ids, e.g. 3.1")
-    check.add_argument("--all", action="store_true", help="every exercise")
-    check.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    check.add_argument(
-        "--timeout",
-        type=number(positive=True),
-        metavar="SECONDS",
-        help="seconds each check may take before it is reported as a hang "
-        "(default: the exercise's own, 60 s for most)",
-    )
+    add = option_adder(check, EXERCISE_HELP)
+    add("ids", nargs="*", metavar="ID", help="exercise ids, e.g. 3.1")
+    add("--all", action="store_true", help="every exercise")
+    add("--json", action="store_true", help="one JSON document on stdout")
+    add("--timeout", type=number(positive=True), metavar="SECONDS")
     student = actions.add_parser("student", help="write a student tree: exercise regions stubbed")
-    student.add_argument("dir", help="the new folder")
-    student.add_argument(
-        "--only",
-        nargs="+",
-        metavar="IDS",
-        help="stub only these exercises (space or comma separated)",
-    )
-    student.add_argument(
-        "--trace",
-        action="store_true",
-        help="keep the solutions and record which regions each check runs (for testing the checks)",
-    )
+    add = option_adder(student, EXERCISE_HELP)
+    add("dir", help="the new folder")
+    add("--only", nargs="+", metavar="IDS")
+    add("--trace", action="store_true")
 
 
 def _warn_other_tree():
     """Say so when the current folder holds a minidl package other than the one being checked."""
     here = os.path.realpath(os.path.join(os.getcwd(), "minidl", "__init__.py"))
-    if os.path.exists(here) and os.path.dirname(os.path.dirname(here)) != os.path.realpath(
-        repository_root()
-    ):
+    checked = os.path.realpath(repository_root())
+    if os.path.exists(here) and os.path.dirname(os.path.dirname(here)) != checked:
         print(
             f"note: checking the minidl in {repository_root()}, not the one in this folder; "
             "run 'python -m minidl exercise ...' here to check this folder's code",
@@ -89,8 +76,7 @@ def _catalogue():
         frame = traceback.extract_tb(exc.__traceback__)[-1]
         raise CannotLoad(
             f"cannot load the exercises: {type(exc).__name__}: {exc} "
-            f"({frame.filename}, line {frame.lineno}); fix it and run the command "
-            "again"
+            f"({frame.filename}, line {frame.lineno}); fix it and run the command again"
         ) from exc
 
 
@@ -141,10 +127,8 @@ def _check(args):
         results = grader.grade(exercises)
         print(json.dumps(grader.report_json(results), indent=2))
     else:
-        print(
-            f"checking {len(exercises)} exercise(s) of the minidl in {repository_root()}",
-            flush=True,
-        )
+        count = f"{len(exercises)} exercise(s)"
+        print(f"checking {count} of the minidl in {repository_root()}", flush=True)
         results = grader.grade(
             exercises, on_result=lambda r: print(grader.format_result(r), flush=True)
         )
@@ -157,16 +141,13 @@ def _student(args):
 
     only = None if args.only is None else [i for item in args.only for i in item.split(",") if i]
     exercises = _catalogue()
-    regions = write_student_tree(
-        args.dir, only=only, mode="trace" if args.trace else "stub", exercises=exercises
-    )
+    mode = "trace" if args.trace else "stub"
+    regions = write_student_tree(args.dir, only=only, mode=mode, exercises=exercises)
     written = {r.exercise_id for r in regions}
     done = [e.id for e in exercises if e.id in written]
     what = "instrumented" if args.trace else "stubbed"
-    print(
-        f"wrote {args.dir}: {len(regions)} region(s) of {len(done)} exercise(s) {what}"
-        + (f" ({', '.join(done)})" if done else "")
-    )
+    ids = f" ({', '.join(done)})" if done else ""
+    print(f"wrote {args.dir}: {len(regions)} region(s) of {len(done)} exercise(s) {what}{ids}")
     print(f"students run: cd {args.dir} && python -m minidl exercise list")
     return 0
 

@@ -11,7 +11,7 @@ from ..perf.network import NETWORKS, SCHEMES, Network
 from ..perf.predict import explain, format_prediction, predict_scaling
 from ..perf.summary import human_bytes
 from ..perf.zoo import build_named
-from .common import add_model_arguments, positive_int
+from .common import add_model_arguments, option_adder, positive_int
 
 
 def parse_nodes(text):
@@ -32,55 +32,35 @@ def default_nodes(global_batch):
     return [2**k for k in range(int(math.log2(global_batch)) + 2)]
 
 
+PREDICT_HELP = {  # the help texts too long to share a line with their option
+    "--nodes": "node counts, e.g. 1,2,4,8 (default powers of 2 up to 2B)",
+    "--bandwidth-gbs": "overrides the network's bandwidth (GB/s; 'inf' for free communication)",
+    "--overlap": "fraction of the communication that may hide behind the backward pass",
+    "--compute": "measure per-layer times here at each local batch, or a roofline model",
+    "--time-per-iteration": "calibrate the roofline so one node takes this long at the global "
+    "batch",
+    "--max-measured-batch": "measure local batches up to this size, extrapolate beyond",
+    "--steps": "profiled steps per measured batch size",
+}
+
+
 def add_predict_arguments(p):
     add_model_arguments(p)
-    p.add_argument("--batch", type=positive_int, default=256, help="global batch B")
-    p.add_argument(
-        "--nodes",
-        type=parse_nodes,
-        default=None,
-        help="node counts, e.g. 1,2,4,8 (default powers of 2 up to 2B)",
-    )
-    p.add_argument("--scheme", default="tree", choices=SCHEMES)
-    p.add_argument("--network", default="fdr-infiniband", choices=list(NETWORKS))
-    p.add_argument("--latency-us", type=float, default=None, help="overrides the network's latency")
-    p.add_argument(
-        "--bandwidth-gbs",
-        type=float,
-        default=None,
-        help="overrides the network's bandwidth (GB/s; 'inf' for free communication)",
-    )
-    p.add_argument("--compression", type=float, default=1.0, help="gradient compression ratio r")
-    p.add_argument("--serial-fraction", type=float, default=0.0, help="non-scaling fraction s")
-    p.add_argument(
-        "--overlap",
-        type=float,
-        default=0.0,
-        help="fraction of the communication that may hide behind the backward pass",
-    )
-    p.add_argument(
-        "--compute",
-        default="measure",
-        choices=("measure", "roofline"),
-        help="measure per-layer times here at each local batch, or a roofline model",
-    )
-    p.add_argument("--machine", default="here", help="roofline device: here, k80, haswell-2x12")
-    p.add_argument(
-        "--time-per-iteration",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="calibrate the roofline so one node takes this long at the global batch",
-    )
-    p.add_argument(
-        "--max-measured-batch",
-        type=positive_int,
-        default=64,
-        help="measure local batches up to this size, extrapolate beyond",
-    )
-    p.add_argument(
-        "--steps", type=positive_int, default=3, help="profiled steps per measured batch size"
-    )
+    add = option_adder(p, PREDICT_HELP)
+    add("--batch", type=positive_int, default=256, help="global batch B")
+    add("--nodes", type=parse_nodes)
+    add("--scheme", default="tree", choices=SCHEMES)
+    add("--network", default="fdr-infiniband", choices=list(NETWORKS))
+    add("--latency-us", type=float, help="overrides the network's latency")
+    add("--bandwidth-gbs", type=float)
+    add("--compression", type=float, default=1.0, help="gradient compression ratio r")
+    add("--serial-fraction", type=float, default=0.0, help="non-scaling fraction s")
+    add("--overlap", type=float, default=0.0)
+    add("--compute", default="measure", choices=("measure", "roofline"))
+    add("--machine", default="here", help="roofline device: here, k80, haswell-2x12")
+    add("--time-per-iteration", type=float, metavar="SECONDS")
+    add("--max-measured-batch", type=positive_int, default=64)
+    add("--steps", type=positive_int, default=3)
 
 
 def network_from_args(args):
@@ -92,27 +72,21 @@ def network_from_args(args):
 
 def compute_from_args(args, model, shape, nodes):
     """The compute model the flags ask for, and a line saying what it is."""
-    if args.compute == "roofline" or args.time_per_iteration is not None:
+    seconds = args.time_per_iteration
+    if args.compute == "roofline" or seconds is not None:
         machine = machine_named(args.machine)
         roof = RooflineCompute(count_model(model, shape, 1), machine)
-        if args.time_per_iteration is None:
-            return (
-                roof,
-                f"roofline on {machine.name} ({machine.peak_flops / 1e9:.0f} GFLOP/s, "
-                f"{machine.bandwidth / 1e9:.0f} GB/s)",
-            )
-        return (
-            roof.calibrated(args.batch, args.time_per_iteration),
-            f"roofline shape of {machine.name}, scaled to {args.time_per_iteration} s at B={args.batch}",
-        )
+        if seconds is not None:
+            text = f"roofline shape of {machine.name}, scaled to {seconds} s at B={args.batch}"
+            return roof.calibrated(args.batch, seconds), text
+        rates = f"{machine.peak_flops / 1e9:.0f} GFLOP/s, {machine.bandwidth / 1e9:.0f} GB/s"
+        return roof, f"roofline on {machine.name} ({rates})"
     local = sorted({math.ceil(args.batch / n) for n in nodes if n <= args.batch})
     measured = [b for b in local if b <= args.max_measured_batch] or local[:1]
     if len(measured) < len(local) and len(measured) == 1:
         measured.append(max(1, measured[0] // 2))
-    return (
-        measure_compute(model, shape, measured, steps=args.steps),
-        f"measured here at b = {', '.join(map(str, sorted(set(measured))))}",
-    )
+    text = f"measured here at b = {', '.join(map(str, sorted(set(measured))))}"
+    return measure_compute(model, shape, measured, steps=args.steps), text
 
 
 def run_predict(args):

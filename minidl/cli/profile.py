@@ -8,15 +8,14 @@ from .common import add_model_arguments, positive_int
 
 def add_profile_arguments(p):
     add_model_arguments(p)
-    p.add_argument("--batch", type=positive_int, default=64)
-    p.add_argument(
-        "--steps", type=positive_int, default=5, help="profiled steps (medians are reported)"
-    )
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    p.add_argument("--conv-algo", default="auto")
-    p.add_argument("--no-memory", action="store_true", help="skip the tracemalloc pass")
-    p.add_argument("--by-type", action="store_true", help="one row per layer type")
+    add = p.add_argument
+    add("--batch", type=positive_int, default=64)
+    add("--steps", type=positive_int, default=5, help="profiled steps (medians are reported)")
+    add("--warmup", type=int, default=2)
+    add("--device", default="cpu", choices=("cpu", "cuda"))
+    add("--conv-algo", default="auto")
+    add("--no-memory", action="store_true", help="skip the tracemalloc pass")
+    add("--by-type", action="store_true", help="one row per layer type")
 
 
 def run_profile(args):

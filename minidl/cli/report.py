@@ -7,6 +7,7 @@ first run directory, or ``--out``): test accuracy against training wall time
 and against gradients computed, and the staleness histogram of each run.
 """
 
+import itertools
 import json
 import os
 
@@ -48,9 +49,9 @@ def load_run(path):
             "folder of a 'minidl train' run"
         )
     records = read_metrics(metrics)
-    config = {}
-    if os.path.exists(os.path.join(path, "config.json")):
-        with open(os.path.join(path, "config.json")) as f:
+    config, config_path = {}, os.path.join(path, "config.json")
+    if os.path.exists(config_path):
+        with open(config_path) as f:
             config = json.load(f)
     label = config.get("dist") or "single process"
     if config.get("compress", "none") != "none":
@@ -97,11 +98,10 @@ def run_row(run):
     rows = epoch_rows(run)
     if not rows:
         raise ValueError(f"minidl report: {run['path']!r} has no finished epoch yet")
-    mean = lambda key: (
-        sum(r[key] for r in rows) / len(rows)  # noqa: E731
-        if rows[0][key] is not None
-        else None
-    )
+
+    def mean(key):
+        return sum(r[key] for r in rows) / len(rows) if rows[0][key] is not None else None
+
     histogram = staleness_histogram(run)
     return {
         "label": run["label"],
@@ -140,33 +140,21 @@ def plot_runs(runs, path):
     for i, run in enumerate(runs):
         rows = epoch_rows(run)
         accuracy = [r["test_acc_pct"] for r in rows]
-        wall, gradients = [], []
-        for r in rows:
-            wall.append((wall[-1] if wall else 0.0) + r["seconds"])
-            gradients.append((gradients[-1] if gradients else 0) + (r["gradients"] or 0))
+        wall = list(itertools.accumulate(r["seconds"] for r in rows))
+        gradients = list(itertools.accumulate(r["gradients"] or 0 for r in rows))
         by_time.plot(wall, accuracy, marker="o", label=run["label"])
         if any(gradients):
             by_updates.plot(gradients, accuracy, marker="o", label=run["label"])
         histogram = staleness_histogram(run)
         if histogram.count:
             keys = sorted(histogram.counts)
-            stale.bar(
-                [k + i * width for k in keys],
-                [histogram.counts[k] / histogram.count for k in keys],
-                width=width,
-                label=run["label"],
-            )
-    by_time.set(
-        xlabel="training wall time (s)", ylabel="test accuracy (%)", title="accuracy vs wall time"
-    )
-    by_updates.set(
-        xlabel="gradients computed", ylabel="test accuracy (%)", title="accuracy vs updates"
-    )
-    stale.set(
-        xlabel="staleness (server updates between read and apply)",
-        ylabel="fraction",
-        title="staleness histogram",
-    )
+            fractions = [histogram.counts[k] / histogram.count for k in keys]
+            stale.bar([k + i * width for k in keys], fractions, width=width, label=run["label"])
+    acc = "test accuracy (%)"
+    by_time.set(xlabel="training wall time (s)", ylabel=acc, title="accuracy vs wall time")
+    by_updates.set(xlabel="gradients computed", ylabel=acc, title="accuracy vs updates")
+    stale.set(xlabel="staleness (server updates between read and apply)", ylabel="fraction")
+    stale.set(title="staleness histogram")
     for ax in (by_time, by_updates, stale):
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
@@ -179,11 +167,8 @@ def plot_runs(runs, path):
 
 def add_report_arguments(p):
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories of minidl train")
-    p.add_argument(
-        "--out",
-        default=None,
-        help="where to write the plot (default RUN_DIR/report.png of the first run)",
-    )
+    plot = "where to write the plot (default RUN_DIR/report.png of the first run)"
+    p.add_argument("--out", help=plot)
 
 
 def run_report(args):
@@ -191,12 +176,12 @@ def run_report(args):
     for run in runs:
         print(f"{run['label']}  ({run['path']})")
         print(format_table(epoch_rows(run), EPOCH_COLUMNS))
-        for record in run["compression"].values():
+        record = next(iter(run["compression"].values()), None)
+        if record is not None:
             print(
                 f"  compression {record['scheme']}: {record['payload_bytes_per_step']} bytes "
                 f"per step, {100 * record['ratio']:.2f}% of float32"
             )
-            break
         print()
     if len(runs) > 1:
         print(format_table([run_row(run) for run in runs], RUN_COLUMNS))

@@ -8,12 +8,8 @@ from .common import add_model_arguments, positive_int
 def add_summary_arguments(p):
     add_model_arguments(p)
     p.add_argument("--batch", type=positive_int, default=1, help="batch size the counts are for")
-    p.add_argument(
-        "--convention",
-        default="corrected",
-        choices=CONVENTIONS,
-        help="'paper' reproduces Ben-Nun & Hoefler's LeNet example (W=665,832, D=41)",
-    )
+    paper = "'paper' reproduces Ben-Nun & Hoefler's LeNet example (W=665,832, D=41)"
+    p.add_argument("--convention", default="corrected", choices=CONVENTIONS, help=paper)
 
 
 def run_summary(args):

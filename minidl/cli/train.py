@@ -23,7 +23,7 @@ from ..train.checkpoint import load_checkpoint
 from ..train.config import SCHEDULES
 from ..train.loop import evaluate
 from ..train.setup import DATASETS, build_model
-from .common import nonnegative_int, number, positive_int
+from .common import argument_type, nonnegative_int, number, option_adder, positive_int
 from .resume import reconcile
 from .specs import SPEC_HELP, parse_compression
 
@@ -80,194 +80,94 @@ def parse_straggler(text):
     return rank, factor
 
 
-def argument_type(parse):
-    """An argparse type that keeps the text and turns ``parse``'s ValueError into a usage error."""
-
-    def check(text):
-        try:
-            parse(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-        return text
-
-    return check
+dist_mode = argument_type(parse_dist_mode, keep_text=True)
+compression = argument_type(parse_compression, keep_text=True)
+straggler = argument_type(parse_straggler, keep_text=True)
 
 
-dist_mode = argument_type(parse_dist_mode)
-compression = argument_type(parse_compression)
-straggler = argument_type(parse_straggler)
+TRAIN_HELP = {  # the help texts too long to share a line with their option
+    "--lr-schedule": "step: x0.1 every third of the epochs; cosine: down to 0 at the end",
+    "--no-verify-data": "skip the SHA-256 check that the files are the dataset's published "
+    "ones (for files prepared on purpose)",
+    "--dtype": "of the weights and the arithmetic (float64: exact comparisons)",
+    "--deterministic": "the same seed gives the same bits: convolution and allreduce 'auto' "
+    "pick by a fixed rule (--no-deterministic: by timing, which is faster on some machines and "
+    "may differ between runs)",
+    "--out": "run directory (default runs/MODEL-DATASET-TIME); a folder holding a run is "
+    "refused unless --overwrite",
+    "--overwrite": "replace the run in --out (its files are deleted first)",
+    "--resume": "continue from a checkpoint.npz up to --epochs, with the options it was "
+    "trained with unless given anew",
+    "--workers": "data-parallel processes on this machine (needs the mpi extra); --batch-size "
+    "stays the samples per step",
+    "--dist": f"{MODES_HELP} (start under mpiexec). sync: gradients averaged by allreduce; "
+    "bsp/ssp:S/asp: parameter server on ranks 0..K-1, workers on the rest; avg:H: weights "
+    "averaged every H steps; easgd: elastic averaging with a center on the server. The batch "
+    "size is per worker",
+    "--servers": "parameter-server ranks (bsp, ssp, asp, easgd); the weights are sharded over them",
+    "--poll-interval": "how long servers and waiting workers (and avg:H ranks that reach an "
+    "average early) sleep between polls; 0: blocking MPI waits, which busy-poll a core",
+    "--compress": f"gradient compression for sync, bsp, ssp and asp: {SPEC_HELP}",
+    "--error-feedback": "carry what compression dropped into the next step (auto: on for topk "
+    "and sign)",
+    "--straggler": "make RANK sleep (FACTOR-1) x its compute time after each step (repeatable)",
+    "--jitter": "every worker sleeps an exponential delay of this mean after each step (seeded "
+    "by --seed and the rank)",
+    "--bucket-mb": "size of the fused gradient buffers (--dist sync)",
+    "--no-overlap": "average gradients after backward instead of during it (--dist sync)",
+    "--hang-timeout": "under MPI, abort the job when a rank makes no progress for this long (a "
+    "stopped or deadlocked rank); 0: never",
+    "--trace": "write a Chrome-trace timeline (trace.json) of the run to the run directory",
+}
 
 
-def add_data_arguments(p):
+def add_data_arguments(add):
     """--data-dir and --no-verify-data, shared by train and eval."""
-    p.add_argument(
-        "--data-dir",
-        default=None,
-        help="the folder with the IDX files (the only one looked in when given)",
-    )
-    p.add_argument(
-        "--no-verify-data",
-        dest="verify_data",
-        action="store_false",
-        help="skip the SHA-256 check that the files are the dataset's published ones "
-        "(for files prepared on purpose)",
-    )
+    add("--data-dir", help="the folder with the IDX files (the only one looked in when given)")
+    add("--no-verify-data", dest="verify_data", action="store_false")
 
 
 def add_train_arguments(p):
-    p.add_argument("--model", default="lenet5", choices=list(models.MODELS))
-    p.add_argument("--activation", default="relu", choices=list(models.ACTIVATIONS))
-    p.add_argument("--dataset", default="fashion-mnist", choices=list(DATASETS))
-    p.add_argument("--epochs", type=positive_int, default=3)
-    p.add_argument(
-        "--batch-size", type=positive_int, default=64, help="samples per step per process"
-    )
-    p.add_argument("--test-batch-size", type=positive_int, default=1000)
-    p.add_argument("--optimizer", default="momentum", choices=list(optim.OPTIMIZERS))
-    p.add_argument("--lr", type=number(positive=True), default=0.01)
-    p.add_argument("--momentum", type=number(), default=0.9, help="for momentum and nesterov")
-    p.add_argument("--weight-decay", type=number(), default=0.0)
-    p.add_argument("--clip-grad-norm", type=number(positive=True), default=None)
-    p.add_argument(
-        "--lr-schedule",
-        default="constant",
-        choices=SCHEDULES,
-        help="step: x0.1 every third of the epochs; cosine: down to 0 at the end",
-    )
-    p.add_argument("--warmup-epochs", type=nonnegative_int, default=0)
-    p.add_argument("--conv-algo", default="auto", choices=("auto",) + tuple(CONV_ALGORITHMS))
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    p.add_argument("--augment", action="store_true", help="random crop (pad 2) and flips")
-    p.add_argument(
-        "--subset",
-        type=positive_int,
-        default=None,
-        help="train on the first N training images only",
-    )
-    add_data_arguments(p)
-    p.add_argument(
-        "--dtype",
-        default="float32",
-        choices=("float32", "float64"),
-        help="of the weights and the arithmetic (float64: exact comparisons)",
-    )
-    p.add_argument(
-        "--deterministic",
-        default=True,
-        action=argparse.BooleanOptionalAction,
-        help="the same seed gives the same bits: convolution and allreduce 'auto' "
-        "pick by a fixed rule (--no-deterministic: by timing, which is faster "
-        "on some machines and may differ between runs)",
-    )
-    p.add_argument(
-        "--out",
-        default=None,
-        help="run directory (default runs/MODEL-DATASET-TIME); "
-        "a folder holding a run is refused unless --overwrite",
-    )
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace the run in --out (its files are deleted first)",
-    )
-    p.add_argument(
-        "--resume",
-        default=None,
-        metavar="CKPT",
-        help="continue from a checkpoint.npz up to --epochs, with the options it was "
-        "trained with unless given anew",
-    )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--workers",
-        type=positive_int,
-        default=1,
-        help="data-parallel processes on this machine (needs the mpi extra); "
-        "--batch-size stays the samples per step",
-    )
-    p.add_argument(
-        "--threads", type=positive_int, default=None, help="BLAS/FFT threads (default: all cores)"
-    )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument(
-        "--dist",
-        default=None,
-        type=dist_mode,
-        metavar="MODE",
-        help=f"{MODES_HELP} (start under mpiexec). sync: gradients averaged by "
-        "allreduce; bsp/ssp:S/asp: parameter server on ranks 0..K-1, workers "
-        "on the rest; avg:H: weights averaged every H steps; easgd: elastic "
-        "averaging with a center on the server. The batch size is per worker",
-    )
-    p.add_argument(
-        "--servers",
-        type=positive_int,
-        default=1,
-        help="parameter-server ranks (bsp, ssp, asp, easgd); the weights are sharded over them",
-    )
-    p.add_argument(
-        "--poll-interval",
-        type=number(),
-        default=DEFAULT_POLL_INTERVAL,
-        metavar="SECONDS",
-        help="how long servers and waiting workers (and avg:H "
-        "ranks that reach an average early) sleep between polls; 0: blocking MPI "
-        "waits, which busy-poll a core",
-    )
-    p.add_argument(
-        "--compress",
-        default="none",
-        type=compression,
-        metavar="SPEC",
-        help=f"gradient compression for sync, bsp, ssp and asp: {SPEC_HELP}",
-    )
-    p.add_argument(
-        "--error-feedback",
-        default="auto",
-        choices=("auto", "on", "off"),
-        help="carry what compression dropped into the next step (auto: on for topk and sign)",
-    )
-    p.add_argument(
-        "--straggler",
-        action="append",
-        default=[],
-        type=straggler,
-        metavar="RANK:FACTOR",
-        help="make RANK sleep (FACTOR-1) x its compute time after each step (repeatable)",
-    )
-    p.add_argument(
-        "--jitter",
-        type=number(),
-        default=0.0,
-        metavar="SECONDS",
-        help="every worker sleeps an exponential delay of this mean after each "
-        "step (seeded by --seed and the rank)",
-    )
-    p.add_argument("--allreduce", default="auto", choices=("auto",) + ALLREDUCE_ALGORITHMS)
-    p.add_argument(
-        "--bucket-mb",
-        type=number(positive=True),
-        default=4.0,
-        help="size of the fused gradient buffers (--dist sync)",
-    )
-    p.add_argument(
-        "--no-overlap",
-        action="store_true",
-        help="average gradients after backward instead of during it (--dist sync)",
-    )
-    p.add_argument(
-        "--hang-timeout",
-        type=number(),
-        default=300.0,
-        metavar="SECONDS",
-        help="under MPI, abort the job when a rank makes no progress for this long "
-        "(a stopped or deadlocked rank); 0: never",
-    )
-    p.add_argument(
-        "--trace",
-        action="store_true",  # perf: timeline
-        help="write a Chrome-trace timeline (trace.json) of the run to the run directory",
-    )
+    add = option_adder(p, TRAIN_HELP)
+    add("--model", default="lenet5", choices=list(models.MODELS))
+    add("--activation", default="relu", choices=list(models.ACTIVATIONS))
+    add("--dataset", default="fashion-mnist", choices=list(DATASETS))
+    add("--epochs", type=positive_int, default=3)
+    add("--batch-size", type=positive_int, default=64, help="samples per step per process")
+    add("--test-batch-size", type=positive_int, default=1000)
+    add("--optimizer", default="momentum", choices=list(optim.OPTIMIZERS))
+    add("--lr", type=number(positive=True), default=0.01)
+    add("--momentum", type=number(), default=0.9, help="for momentum and nesterov")
+    add("--weight-decay", type=number(), default=0.0)
+    add("--clip-grad-norm", type=number(positive=True))
+    add("--lr-schedule", default="constant", choices=SCHEDULES)
+    add("--warmup-epochs", type=nonnegative_int, default=0)
+    add("--conv-algo", default="auto", choices=("auto",) + tuple(CONV_ALGORITHMS))
+    add("--device", default="cpu", choices=("cpu", "cuda"))
+    add("--augment", action="store_true", help="random crop (pad 2) and flips")
+    add("--subset", type=positive_int, help="train on the first N training images only")
+    add_data_arguments(add)
+    add("--dtype", default="float32", choices=("float32", "float64"))
+    add("--deterministic", default=True, action=argparse.BooleanOptionalAction)
+    add("--out")
+    add("--overwrite", action="store_true")
+    add("--resume", metavar="CKPT")
+    add("--seed", type=int, default=0)
+    add("--workers", type=positive_int, default=1)
+    add("--threads", type=positive_int, help="BLAS/FFT threads (default: all cores)")
+    add("--no-progress", action="store_true", help="no progress bar")
+    add("--dist", type=dist_mode, metavar="MODE")
+    add("--servers", type=positive_int, default=1)
+    add("--poll-interval", type=number(), default=DEFAULT_POLL_INTERVAL, metavar="SECONDS")
+    add("--compress", default="none", type=compression, metavar="SPEC")
+    add("--error-feedback", default="auto", choices=("auto", "on", "off"))
+    add("--straggler", action="append", default=[], type=straggler, metavar="RANK:FACTOR")
+    add("--jitter", type=number(), default=0.0, metavar="SECONDS")
+    add("--allreduce", default="auto", choices=("auto",) + ALLREDUCE_ALGORITHMS)
+    add("--bucket-mb", type=number(positive=True), default=4.0)
+    add("--no-overlap", action="store_true")
+    add("--hang-timeout", type=number(), default=300.0, metavar="SECONDS")
+    add("--trace", action="store_true")  # perf: timeline
 
 
 class _Unset(list):
@@ -364,7 +264,7 @@ def _without(argv, flag):
 
 def add_eval_arguments(p):
     p.add_argument("--checkpoint", required=True, help="a checkpoint.npz from minidl train")
-    add_data_arguments(p)
+    add_data_arguments(option_adder(p, TRAIN_HELP))
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--batch-size", type=positive_int, default=1000)
 
@@ -376,9 +276,8 @@ def run_eval(args):
     test_set = DATASETS[config["dataset"]](root=args.data_dir, train=False, verify=args.verify_data)
     model = build_model(TrainConfig.from_record(config).replace(device=args.device), test_set)
     model.load_state_dict(ckpt.model_state)
-    result = evaluate(
-        model, DataLoader(test_set, args.batch_size), len(test_set.classes), args.device
-    )
+    loader = DataLoader(test_set, args.batch_size)
+    result = evaluate(model, loader, len(test_set.classes), args.device)
     print(
         f"{config['model']} on {config['dataset']} (epoch {ckpt.meta['epoch']}): "
         f"test accuracy {100 * result['acc']:.2f}% over {result['images']} images"
