@@ -1,0 +1,93 @@
+"""One writer per run folder: a lock that a run holds from its first write to its end.
+
+``FolderLock(folder).acquire()`` takes ``fcntl.flock`` on ``folder/.minidl.lock``
+without waiting: a second process (or a second lock in the same process)
+that asks for the folder while it is held gets ``RunFolderBusy`` at once,
+naming the holder's PID and host, which the holder writes into the file.
+The kernel drops the lock when the holder's file is closed, however the
+process ends (a crash, ``kill -9``), so a dead run never blocks a folder.
+
+The lock file stays in the folder after the run (removing it would let a
+process that opened it just before lock a file that no longer has a name,
+beside a newcomer locking a new one). ``flock`` locks are advisory and local
+to one machine's kernel: on a network file system shared by several
+machines they may not exclude each other.
+"""
+
+import fcntl
+import os
+import socket
+import time
+
+from .config import option
+
+LOCK_NAME = ".minidl.lock"
+HOLDER_WAIT_S = 0.5  # how long a refused process waits for a new holder to write its name
+
+
+class RunFolderBusy(OSError):
+    """The run folder is being written by another run (its lock is held)."""
+
+
+class FolderLock:
+    """The lock of one run folder; ``held`` while this object holds it."""
+
+    def __init__(self, folder):
+        self.folder = os.fspath(folder)
+        self.path = os.path.join(self.folder, LOCK_NAME)
+        self._fd = None
+
+    @property
+    def held(self):
+        return self._fd is not None
+
+    def acquire(self):
+        """Take the lock now or raise ``RunFolderBusy``; returns self. The folder must exist."""
+        if self._fd is not None:
+            return self
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise RunFolderBusy(
+                f"{self.folder} is being written by another run ({holder}); a run folder has "
+                f"one writer at a time: wait until that run ends (or stop it), or choose "
+                f"another {option('out')}"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        text = f"{os.getpid()} {socket.gethostname()}\n".encode()
+        os.pwrite(fd, text, 0)  # one write: a reader sees the old name or this one, whole
+        os.ftruncate(fd, len(text))
+        self._fd = fd
+        return self
+
+    def release(self):
+        """Give the lock up (nothing happens when it is not held)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.ftruncate(fd, 0)
+            finally:
+                os.close(fd)  # closing the file drops the flock
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def _holder(fd):
+    """``PID 123 on host h`` from the lock file, waiting briefly for a holder just starting."""
+    deadline = time.monotonic() + HOLDER_WAIT_S
+    while True:
+        first = os.pread(fd, 256, 0).decode(errors="replace").partition("\n")[0].split()
+        if len(first) == 2:
+            return f"PID {first[0]} on host {first[1]}"
+        if time.monotonic() > deadline:
+            return "PID and host not known yet: it is starting"
+        time.sleep(0.01)
