@@ -80,7 +80,7 @@ class TrainingRun:
     def __init__(self, config: TrainConfig, make_engine=LocalEngine, comm=None, resume=None):
         self.config, self.comm = config.check(), comm
         self.rank, self.size = (comm.rank, comm.size) if comm is not None else (0, 1)
-        self.run_dir = self._lock_run_directory(resume)
+        self.run_dir = self._run_directory(resume)
         try:
             self._prepare(make_engine, resume)
         except BaseException:
@@ -131,24 +131,23 @@ class TrainingRun:
         md_random.set_state(checkpoint.meta["rng"])
         return int(checkpoint.meta["epoch"])
 
-    def _lock_run_directory(self, resume):
-        """Every rank learns the run's folder; rank 0, which writes it, takes its lock first
-        (refused at once when another run holds it: under MPI the error ends the job)."""
+    def _run_directory(self, resume):
+        """Every rank learns the run's folder (rank 0 writes it: ``_start_run_directory``)."""
         resumed_dir = os.path.dirname(os.path.abspath(resume)) if resume else None
         out = self.config.out or resumed_dir or default_run_dir(self.config)
         if self.comm is not None:
             out = self.comm.bcast_object(out)
         self.out = out
-        run_dir = RunDirectory(out)
-        if self.rank == 0:
-            run_dir.open()
-        return run_dir
+        return RunDirectory(out)
 
     def _start_run_directory(self, resume, checkpoint):
-        """Rank 0 prepares the folder: the checkpoint's own run continued, or a new run."""
+        """Rank 0 takes the folder's lock (refused at once when another run holds it: under
+        MPI the error ends the job), then prepares it: the checkpoint's own run continued, or
+        a new run."""
         self.run_id = None
         if self.rank != 0:
             return
+        self.run_dir.open()
         saved_id = checkpoint.meta.get("run_id") if checkpoint is not None else None
         in_place = resume and os.path.abspath(self.out) == os.path.dirname(os.path.abspath(resume))
         if in_place and not (self.config.overwrite and self.run_dir.run_id() != saved_id):

@@ -7,11 +7,13 @@ naming the holder's PID and host, which the holder writes into the file.
 The kernel drops the lock when the holder's file is closed, however the
 process ends (a crash, ``kill -9``), so a dead run never blocks a folder.
 
-The lock file stays in the folder after the run (removing it would let a
-process that opened it just before lock a file that no longer has a name,
-beside a newcomer locking a new one). ``flock`` locks are advisory and local
-to one machine's kernel: on a network file system shared by several
-machines they may not exclude each other.
+The holder removes the lock file when it gives the lock up (a crashed
+holder leaves it behind, unlocked, and harmless). A process that opened the
+file just before it was removed would lock a file without a name, beside a
+newcomer locking a new one: so a lock counts only when the locked file is
+still the one at ``.minidl.lock``, and otherwise is taken again. ``flock``
+locks are advisory and local to one machine's kernel: on a network file
+system shared by several machines they may not exclude each other.
 """
 
 import fcntl
@@ -45,32 +47,38 @@ class FolderLock:
         """Take the lock now or raise ``RunFolderBusy``; returns self. The folder must exist."""
         if self._fd is not None:
             return self
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _holder(fd)
-            os.close(fd)
-            raise RunFolderBusy(
-                f"{self.folder} is being written by another run ({holder}); a run folder has "
-                f"one writer at a time: wait until that run ends (or stop it), or choose "
-                f"another {option('out')}"
-            ) from None
-        except BaseException:
-            os.close(fd)
-            raise
+        while self._fd is None:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _holder(fd)
+                os.close(fd)
+                raise RunFolderBusy(
+                    f"{self.folder} is being written by another run ({holder}); a run folder "
+                    f"has one writer at a time: wait until that run ends (or stop it), or "
+                    f"choose another {option('out')}"
+                ) from None
+            except BaseException:
+                os.close(fd)
+                raise
+            if _same_file(fd, self.path):
+                self._fd = fd
+            else:  # the holder before us removed the file we locked: lock the new one
+                os.close(fd)
         text = f"{os.getpid()} {socket.gethostname()}\n".encode()
-        os.pwrite(fd, text, 0)  # one write: a reader sees the old name or this one, whole
-        os.ftruncate(fd, len(text))
-        self._fd = fd
+        os.pwrite(self._fd, text, 0)  # one write: a reader sees the old name or this one, whole
+        os.ftruncate(self._fd, len(text))
         return self
 
     def release(self):
-        """Give the lock up (nothing happens when it is not held)."""
+        """Remove the lock file and give the lock up (nothing happens when it is not held)."""
         fd, self._fd = self._fd, None
         if fd is not None:
             try:
-                os.ftruncate(fd, 0)
+                os.unlink(self.path)  # while still locked: see the module's docstring
+            except FileNotFoundError:
+                pass
             finally:
                 os.close(fd)  # closing the file drops the flock
 
@@ -79,6 +87,16 @@ class FolderLock:
 
     def __exit__(self, *exc):
         self.release()
+
+
+def _same_file(fd, path):
+    """Whether the open file ``fd`` is the file at ``path`` now."""
+    try:
+        now = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (mine.st_dev, mine.st_ino) == (now.st_dev, now.st_ino)
 
 
 def _holder(fd):
