@@ -175,7 +175,7 @@ def add_train_arguments(p):
         default=None,
         metavar="CKPT",
         help="continue from a checkpoint.npz up to --epochs, with the options it was "
-        "trained with unless given anew",
+        "trained with unless given anew, in its run's folder (a copied checkpoint: --out)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
