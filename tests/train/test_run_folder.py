@@ -302,6 +302,32 @@ def test_a_running_command_keeps_its_folder_until_it_is_killed(tmp_path, capsys)
     assert one_consistent_run(run)[-1] == epoch + 1  # epoch may lack its record: killed
 
 
+def test_workers_refuse_a_locked_folder_and_the_whole_job_ends(tmp_path):
+    """Only rank 0 takes the lock (the launcher does not): its refusal ends every rank."""
+    from minidl.dist.launch import mpi_unavailable_reason
+
+    if mpi_unavailable_reason():
+        pytest.skip(mpi_unavailable_reason())
+    run = tmp_path / "run"
+    run.mkdir()
+    command = [sys.executable, "-m", "minidl", "train", *SMALL, "--workers", "2", "--out"]
+    lock = FolderLock(run).acquire()
+    job = subprocess.Popen(
+        [*command, str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=SOURCE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        _, err = job.communicate(timeout=300)
+        assert os.listdir(run) == [LOCK_NAME]
+    finally:
+        lock.release()
+        if job.poll() is None:  # mpiexec and its ranks: the whole process group
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    assert job.returncode == 1, err
+    assert f"{run} is being written by another run ({held_by_me()})" in err
+
+
 # ---- resume only into the checkpoint's own run ------------------------------------------------
 
 
