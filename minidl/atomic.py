@@ -1,19 +1,25 @@
 """Atomic file writes: readers see the old file or the complete new one, never half.
 
-The data goes to a temporary file ``.<name>.<random>.part`` in the target's
-own folder (so the final ``os.replace`` is a rename within one file system,
-which POSIX makes atomic); on any error the temporary file is removed and the
-target is left untouched, and the error names the file (a full disk says
-which file it could not write). A process killed mid-write leaves its
-temporary file behind: ``remove_stale_parts`` clears them.
+The data goes to a temporary file ``.<name>.minidl-<pid>-<random>.part`` in
+the target's own folder (so the final ``os.replace`` is a rename within one
+file system, which POSIX makes atomic); it is created exclusively
+(``O_EXCL``) under a name no other process picks and no user file has
+by accident. On any error the temporary file is removed and the target is
+left untouched, and the error names the file (a full disk says which file it
+could not write). A process killed mid-write leaves its temporary file
+behind: ``remove_stale_parts`` clears them, and nothing else.
 """
 
 import contextlib
 import glob
 import os
+import re
 import tempfile
 
 PART_SUFFIX = ".part"
+PART_MARKER = ".minidl-"
+# .<name>.minidl-<pid>-<random>.part, as atomic_write names them (mkstemp's random part)
+_OWN_PART = re.compile(r"\..+\.minidl-\d+-\w+\.part")
 
 
 @contextlib.contextmanager
@@ -25,7 +31,8 @@ def atomic_write(path):
     """
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=PART_SUFFIX, dir=folder)
+    prefix = f".{os.path.basename(path)}{PART_MARKER}{os.getpid()}-"
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=PART_SUFFIX, dir=folder)
     try:
         os.chmod(tmp, 0o644)  # mkstemp makes it private; data files are meant to be shared
         with os.fdopen(fd, "wb") as handle:
@@ -56,9 +63,18 @@ def naming_error(exc, path, consequence):
 
 
 def remove_stale_parts(folder):
-    """Delete the temporary files that interrupted ``atomic_write`` calls left in ``folder``."""
+    """Delete the temporary files of ``atomic_write`` in ``folder``; returns their paths.
+
+    Only files named as ``atomic_write`` names them go (a user's
+    ``.movie.mkv.part`` stays). A temporary file of a write still under way
+    goes too: call it only while no other process writes into ``folder``
+    (a run folder: while holding its lock, ``minidl.train.runlock``).
+    """
     removed = []
-    for tmp in glob.glob(os.path.join(glob.escape(os.fspath(folder)), f".*{PART_SUFFIX}")):
+    pattern = os.path.join(glob.escape(os.fspath(folder)), f".*{PART_MARKER}*{PART_SUFFIX}")
+    for tmp in glob.glob(pattern):
+        if not _OWN_PART.fullmatch(os.path.basename(tmp)):
+            continue
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
             removed.append(tmp)

@@ -97,7 +97,7 @@ TRAIN_HELP = {  # the help texts too long to share a line with their option
     "refused unless --overwrite",
     "--overwrite": "replace the run in --out (its files are deleted first)",
     "--resume": "continue from a checkpoint.npz up to --epochs, with the options it was "
-    "trained with unless given anew",
+    "trained with unless given anew, in its run's folder (a copied checkpoint: --out)",
     "--workers": "data-parallel processes on this machine (needs the mpi extra); --batch-size "
     "stays the samples per step",
     "--dist": f"{MODES_HELP} (start under mpiexec). sync: gradients averaged by allreduce; "

@@ -80,6 +80,15 @@ class TrainingRun:
     def __init__(self, config: TrainConfig, make_engine=LocalEngine, comm=None, resume=None):
         self.config, self.comm = config.check(), comm
         self.rank, self.size = (comm.rank, comm.size) if comm is not None else (0, 1)
+        self.run_dir = self._run_directory(resume)
+        try:
+            self._prepare(make_engine, resume)
+        except BaseException:
+            self.run_dir.close()
+            raise
+
+    def _prepare(self, make_engine, resume):
+        config = self.config
         self._threads = limit_threads(self._thread_count())  # kept alive for the run
         conv.configure(enabled=not config.deterministic)
         checkpoint = load_checkpoint(resume) if resume else None
@@ -103,7 +112,7 @@ class TrainingRun:
         self.test_loader = DataLoader(
             self.test_set, config.test_batch_size, rank=self.rank, world_size=self.size
         )
-        self.out = self._run_directory(resume)
+        self._start_run_directory(resume, checkpoint)
 
     def record(self):
         """The options worth keeping with the run (``config.json`` and the checkpoint)."""
@@ -123,25 +132,43 @@ class TrainingRun:
         return int(checkpoint.meta["epoch"])
 
     def _run_directory(self, resume):
-        """Rank 0 prepares the folder (a new run, or a resumed one); every rank learns its path."""
+        """Every rank learns the run's folder (rank 0 writes it: ``_start_run_directory``)."""
         resumed_dir = os.path.dirname(os.path.abspath(resume)) if resume else None
         out = self.config.out or resumed_dir or default_run_dir(self.config)
         if self.comm is not None:
             out = self.comm.bcast_object(out)
-        self.run_dir = RunDirectory(out)
-        if self.rank == 0:
-            if resume and os.path.abspath(out) == resumed_dir:
-                self.run_dir.resume(self.start_epoch, self.record())
-            else:
-                self.run_dir.start(self.record(), overwrite=self.config.overwrite)
-        return out
+        self.out = out
+        return RunDirectory(out)
+
+    def _start_run_directory(self, resume, checkpoint):
+        """Rank 0 takes the folder's lock (refused at once when another run holds it: under
+        MPI the error ends the job), then prepares it: the checkpoint's own run continued, or
+        a new run."""
+        self.run_id = None
+        if self.rank != 0:
+            return
+        self.run_dir.open()
+        saved_id = checkpoint.meta.get("run_id") if checkpoint is not None else None
+        in_place = resume and os.path.abspath(self.out) == os.path.dirname(os.path.abspath(resume))
+        if in_place and not (self.config.overwrite and self.run_dir.run_id() != saved_id):
+            self.run_dir.resume(resume, self.start_epoch, self.record(), saved_id)
+            self.run_id = saved_id
+        else:
+            self.run_id = self.run_dir.start(self.record(), overwrite=self.config.overwrite)
 
     def run(self):
         """Train up to ``config.epochs``; returns the last evaluation (None: nothing to do).
 
         Raises ``Diverged`` (its message says which checkpoint is kept) when
-        a loss, the test loss or a weight stopped being finite.
+        a loss, the test loss or a weight stopped being finite. The run
+        folder's lock is given up at the end, however the run ends.
         """
+        try:
+            return self._run()
+        finally:
+            self.run_dir.close()
+
+    def _run(self):
         tracing = None
         if self.config.trace:  # perf: timeline of per-layer compute and the step, every rank
             from ..perf.training_trace import TrainingTrace
@@ -214,7 +241,7 @@ class TrainingRun:
         def save(path):
             save_checkpoint(
                 path, self.model, self.engine.checkpoint_optimizer, epoch=epoch,
-                rng=md_random.get_state(), config=self.record(),
+                rng=md_random.get_state(), config=self.record(), run_id=self.run_id,
                 scheduler=self.scheduler.state_dict() if self.scheduler else None,
             )  # fmt: skip
 

@@ -135,7 +135,7 @@ def test_resume_after_a_crash_records_each_epoch_once_and_clears_temporary_files
     # and (as if the second epoch's checkpoint had been lost) the first epoch's checkpoint
     with open(run / "metrics.jsonl", "a") as f:
         f.write('{"kind": "epoch", "epoch": 3, "train_lo')
-    (run / ".checkpoint.npz.x1y2z3.part").write_bytes(b"half a checkpoint")
+    (run / ".checkpoint.npz.minidl-4242-x1y2z3.part").write_bytes(b"half a checkpoint")
     shutil.copy(tmp_path / "epoch1.npz", run / "checkpoint.npz")
     code, _, err = train(
         capsys, "--epochs", "2", "--no-progress", "--resume", str(run / "checkpoint.npz")
