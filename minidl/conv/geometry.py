@@ -7,6 +7,7 @@ autotuner's cache key.
 """
 
 import functools
+import math
 from dataclasses import dataclass, replace
 
 from ..autograd import ShapeError
@@ -104,14 +105,21 @@ class ConvGeometry:
 
     def direct_multiplies(self):
         """Multiplies of the definition, N*K*(C/g)*KH*KW*OH*OW (Ben-Nun & Hoefler 2019, Table 6)."""
-        return (
-            self.batch
-            * self.out_channels
-            * (self.in_channels // self.groups)
-            * self.kernel_h
-            * self.kernel_w
-            * self.out_h
-            * self.out_w
+        return self.batch * math.prod(self.weight_shape) * self.out_h * self.out_w
+
+    def transposed(self):
+        """The stride-1 correlation that gives dx: dy (N, K, OH, OW) with ``flipped_kernel(w)``.
+
+        Its padding d*(KH-1) - p may be negative (the padded input is then cropped).
+        """
+        (dh, dw), (ph, pw) = self.dilation, self.padding
+        return replace(
+            self,
+            in_channels=self.out_channels,
+            out_channels=self.in_channels,
+            height=self.out_h,
+            width=self.out_w,
+            padding=(dh * (self.kernel_h - 1) - ph, dw * (self.kernel_w - 1) - pw),
         )
 
     def describe(self):
