@@ -1,29 +1,23 @@
-"""FFT convolution: pointwise products in the Fourier domain (Mathieu et al. 2014; Vasilache et al. 2015).
+"""FFT convolution, pointwise in the Fourier domain (Mathieu et al. 2014; Vasilache et al. 2015).
 
 Ben-Nun & Hoefler 2019, §4.3 / App. B.3: y[n, k] = IFFT( sum_c FFT(x[n, c]) o conj(FFT(w[k, c])) ).
-The conjugate makes it a cross-correlation (Eq. 2 has no kernel flip). With
-the padded input of size Hp x Wp and FFT size L >= Hp (a fast length), the
-circular correlation equals the linear one on the Hp - KH + 1 valid outputs,
-so no wrap-around reaches them; the rest is cropped.
-At every frequency the channel sum is a complex matrix product, so all of
-them run as one batched GEMM: (N x C) @ (C x K) for each of the
-Lh*(Lw/2+1) frequencies of the real FFT.
+The conjugate makes it a cross-correlation (Eq. 2 has no kernel flip). With the padded input
+of size Hp x Wp and an FFT size L >= Hp, the circular correlation equals the linear one on
+the Hp - KH + 1 valid outputs; the rest is cropped. At every frequency the channel sum is
+a complex matrix product: one batched GEMM, (N x C) @ (C x K) per frequency.
 
-* stride s: the stride-1 output is computed, then subsampled ``[::s, ::s]``
-  (the work does not shrink with the stride); the input gradient
-  zero-inserts dy back to the stride-1 grid first.
-* dilation d: the kernel is dilated (zeros inserted between taps) before its
-  FFT; the weight gradient is read back at the taps.
+* stride s: the stride-1 output, subsampled ``[::s, ::s]`` (the work does not shrink); the
+  input gradient zero-inserts dy back to the stride-1 grid first.
+* dilation d: the kernel is dilated before its FFT; the weight gradient is read at the taps.
 * input gradient: a full convolution, dX = IFFT( sum_k FFT(dy[n, k]) o FFT(w[k, c]) ).
-* weight gradient: a correlation of x with dy, dW = IFFT( sum_n conj(FFT(dy[n, k])) o FFT(x[n, c]) ).
+* weight gradient: a correlation of x with dy,
+  dW = IFFT( sum_n conj(FFT(dy[n, k])) o FFT(x[n, c]) ).
 
-The FFTs are pruned (Zlateski et al. 2016): the first 1-D pass transforms
-only the rows that hold data, the inverse only the rows that are kept. The
-arrays are transformed with their spatial axes first, (H, W, N, C), so the
-spectra come out frequency-major for the batched GEMM with no transpose (a
-transpose of the kernel spectra cost 77 ms of 144 on AlexNet conv2).
-Uses scipy.fft (all cores) on CPU, cupyx.scipy.fft on GPU. Best for large
-kernels: the work does not grow with KH*KW.
+The FFTs are pruned (Zlateski et al. 2016): the first 1-D pass transforms only the rows that
+hold data, the inverse only the rows that are kept. The arrays are transformed spatial axes
+first, (H, W, N, C), so the spectra come out frequency-major for the GEMM (a transpose of
+the kernel spectra cost 77 ms of 144 on AlexNet conv2). scipy.fft (all cores) on CPU,
+cupyx.scipy.fft on GPU. Best for large kernels: the work does not grow with KH*KW.
 """
 
 import numpy as np
@@ -58,10 +52,7 @@ def spatial_first(a, pads=(0, 0, 0, 0)):
 
 
 def rfft2_padded(a, size):
-    """2-D real FFT over the first two axes, zero-padded to ``size``: (Lh*(Lw/2+1), A, B).
-
-    Pruned (Zlateski et al. 2016): the first pass transforms only the rows that hold data.
-    """
+    """2-D real FFT over the first two axes, zero-padded to ``size``: (Lh*(Lw/2+1), A, B)."""
     fft, kw = _fft_module(get_array_module(a))
     rows = fft.rfft(a, n=size[1], axis=1, **kw)
     spectra = fft.fft(rows, n=size[0], axis=0, overwrite_x=True, **kw)
@@ -69,10 +60,7 @@ def rfft2_padded(a, size):
 
 
 def irfft2_cropped(spectra, size, rows, cols):
-    """Inverse of ``rfft2_padded``, keeping only ``[rows, cols]``: (A, B, rows, cols) real.
-
-    Pruned: the second pass inverts only the kept rows.
-    """
+    """Inverse of ``rfft2_padded``, keeping only ``[rows, cols]``: (A, B, rows, cols) real."""
     fft, kw = _fft_module(get_array_module(spectra))
     grid = spectra.reshape((size[0], size[1] // 2 + 1) + spectra.shape[1:])
     kept = fft.ifft(grid, axis=0, **kw)[rows]
@@ -185,10 +173,9 @@ class FFT(ConvAlgorithm):
         # output and the frequency-major copy), plus the padded input
         return 2 * 2 * freqs * (n * c + k * c + n * k) + n * c * hp * wp
 
-    def saved_elements(self, geom):
-        return (
-            2 * frequencies(fft_size(geom)) * geom.in_channels * (geom.batch + geom.out_channels)
-        )  # x and w spectra
+    def saved_elements(self, geom):  # the spectra of x and w
+        freqs, n, k = frequencies(fft_size(geom)), geom.batch, geom.out_channels
+        return 2 * freqs * geom.in_channels * (n + k)
 
 
 FFT_ALGORITHM = FFT()

@@ -1,26 +1,22 @@
 """im2col: unroll the receptive fields into a matrix, then one GEMM (Chellapilla et al. 2006).
 
 Ben-Nun & Hoefler 2019, App. B.2: the column matrix A is (C*KH*KW) x (N*OH*OW), the kernel
-matrix F = w reshaped to K x (C*KH*KW), and the output B = F A. The rows of
-A are ordered (u, v, c); its columns are the output positions, in one of two
-memory layouts (``batch_innermost`` picks per pass):
+matrix F = w reshaped to K x (C*KH*KW), and the output B = F A. The rows of A are ordered
+(u, v, c); its columns are the output positions, in one of two memory layouts:
 
-* channel-innermost (NHWC), columns (n, i, j): each window row is KW*C
-  contiguous values (6x faster than the channel-outermost order on this
-  machine, notes: machine-baselines §8); A is stored transposed, (N*OH*OW, R),
-  and the output comes out channels-last, with no transpose.
-* batch-innermost (CHWN), columns (i, j, n): runs of OW*N values, which wins
-  when the NHWC runs are short (LeNet: 5 values for conv1's gather, 6 for
-  conv2's col2im, against 640 or more); A is stored (R, OH*OW*N).
+* channel-innermost (NHWC), columns (n, i, j): each window row is KW*C contiguous values
+  (6x faster than the channel-outermost order, notes: machine-baselines §8); A is stored
+  transposed, (N*OH*OW, R), and the output comes out channels-last, with no transpose.
+* batch-innermost (CHWN), columns (i, j, n): runs of OW*N values, for when the NHWC runs
+  are short (``batch_innermost``); A is stored (R, OH*OW*N).
 
 Passes, each computed in the order A is stored:
 
 * forward:         B = F A       (B^T = A^T F^T for NHWC)
 * weight gradient: dF = dB A^T   (dB: dy arranged like A's columns)
-* input gradient:  dA = F^T dB, then col2im: every column of dA is added back
-  onto the pixels it came from, one strided add per kernel offset (u, v).
-  At stride 1, when it is not larger, a forward pass of dy with the flipped
-  kernel instead (``backward_input``): one gather instead of KH*KW adds.
+* input gradient:  dA = F^T dB, then col2im: every column of dA is added back onto the
+  pixels it came from, one strided add per kernel offset (u, v); at stride 1, when it is
+  not larger, a forward pass of dy with the flipped kernel instead (one gather).
 
 The batch runs in chunks (``minidl/chunks.py``) so that a chunk's columns are still
 in cache for its GEMM; ``keep=True`` keeps every chunk's columns for the
@@ -39,24 +35,17 @@ def weight_matrix(w):
 
 
 def batch_innermost(geom, n, scatter=False):
-    """True when the CHWN layout is the better one for a chunk of n images.
-
-    The NHWC copies move runs of KW*C values (the gather; C for col2im's
-    adds); when those are short (< 16 values, 64 bytes) and the CHWN runs of
-    OW*n values are longer, CHWN wins: LeNet conv1's gather (5 against 1792)
-    and conv2's col2im (6 against 640), measured 2-4x faster. Otherwise NHWC
-    wins, as its GEMMs write the output channels-last with no transpose.
-    """
+    """True when CHWN is the better layout for a chunk of n images: when the NHWC runs of KW*C
+    values (C for col2im) are short (< 16) and the CHWN runs of OW*n longer (2-4x faster on
+    LeNet's conv1 gather, 5 against 1792, and conv2's col2im, 6 against 640)."""
     nhwc_run = geom.in_channels * (1 if scatter or geom.dilation[1] != 1 else geom.kernel_w)
     chwn_run = n * (geom.out_w if geom.stride[1] == 1 else 1)
     return nhwc_run < 16 and chwn_run > nhwc_run
 
 
 def columns(x, geom, buffer, last):
-    """The column matrix A (KH*KW*C, n*OH*OW) of x (n, C, H, W), stored in ``buffer`` (1-D).
-
-    Its columns are ordered (i, j, n) when ``last`` (batch innermost), else (n, i, j).
-    """
+    """The column matrix A (KH*KW*C, n*OH*OW) of x (n, C, H, W), stored in ``buffer`` (1-D);
+    columns ordered (i, j, n) when ``last`` (batch innermost), else (n, i, j)."""
     view = windows(x, geom, batch_last=last)
     if last:
         view = view.transpose(3, 4, 0, 1, 2, 5)  # (u, v, c, i, j, n)
@@ -66,21 +55,15 @@ def columns(x, geom, buffer, last):
 
 
 def output_rows(dy):
-    """dy (n, K, OH, OW) as dB (K, n*OH*OW) with columns (i, j, n), for batch-innermost A.
-
-    A view when dy is batch-innermost in memory (as this algorithm's outputs
-    are, and what the layers between two of them keep), else a copy.
-    """
+    """dy (n, K, OH, OW) as dB (K, n*OH*OW) with columns (i, j, n), for batch-innermost A: a
+    view when dy is batch-innermost in memory (as this algorithm's outputs are), else a copy."""
     n, k = dy.shape[:2]
     return contiguous(dy.reshape(n, k, -1).transpose(1, 2, 0)).reshape(k, -1)
 
 
 def column_blocks(count, k, r, block=4096):
-    """Column slices for a long, thin product (K x R by R x count).
-
-    When ``count`` dwarfs K*R (LeNet conv1: 6 x 25 by 25 x 50176), BLAS runs
-    such a product ~3x faster in blocks whose columns stay in the L2 cache.
-    """
+    """Column slices for a long, thin product (K x R by R x count): when ``count`` dwarfs K*R
+    (LeNet conv1: 6 x 25 by 25 x 50176), blocks that stay in the L2 cache run ~3x faster."""
     step = block if count > 8 * k * r else count
     return [slice(start, start + step) for start in range(0, count, step)]
 
@@ -159,10 +142,8 @@ class Im2col(ConvAlgorithm):
     def backward_input(self, dy, w, geom, saved=None):
         """dx in the memory layout of the columns: NHWC (an NCHW view) or NCHW.
 
-        At stride 1, dx is the correlation of dy, padded by d*(KH-1) - p,
-        with the kernel flipped in space and transposed in channels: a
-        forward pass (one gather, no scatter-adds); used when its column
-        matrix (H*W*K per image) is not larger than col2im's (OH*OW*C).
+        At stride 1, when its column matrix (H*W*K per image) is not larger than col2im's
+        (OH*OW*C), a forward pass of dy with the flipped kernel (``ConvGeometry.transposed``).
         """
         (n, c, h, wd), (k, p) = geom.input_shape, (geom.out_channels, geom.out_h * geom.out_w)
         if geom.stride == (1, 1) and h * wd * k <= p * c:
@@ -206,12 +187,10 @@ class Im2col(ConvAlgorithm):
 
 
 def col2im(blocks, geom, out=None):
-    """Add the columns back onto the (padded) input: blocks (KH, KW, A, OH, OW, B) -> (A, H', W', B).
+    """Add the columns back onto the padded input: blocks (KH, KW, A, OH, OW, B) -> (A, H', W', B).
 
-    ``blocks[u, v]`` holds kernel offset (u, v)'s columns; (A, B) is (n, C)
-    for NHWC columns or (C, n) for batch-innermost ones; one strided add per
-    offset, each with runs of B (or OW*B) contiguous values. Returns the
-    accumulator ``out`` (zeroed here), still padded.
+    ``blocks[u, v]`` holds kernel offset (u, v)'s columns; (A, B) is (n, C) for NHWC columns
+    or (C, n) for batch-innermost ones. Returns the accumulator ``out`` (zeroed here).
     """
     if out is None:
         shape = (blocks.shape[2], *geom.padded_size, blocks.shape[5])

@@ -1,38 +1,33 @@
-"""Winograd minimal filtering F(m x m, 3 x 3) (Lavin & Gray 2016; Ben-Nun & Hoefler 2019, App. B.4).
+"""Winograd minimal filtering F(m x m, 3 x 3) (Lavin & Gray 2016; Ben-Nun & Hoefler 2019, B.4).
 
-Each m x m output tile is computed from an alpha x alpha input tile
-(alpha = m + r - 1 = m + 2; neighbouring tiles overlap by 2):
+Each m x m output tile comes from an alpha x alpha input tile (alpha = m + r - 1 = m + 2;
+neighbouring tiles overlap by 2):
 
     Y = A^T [ sum_c (G w_kc G^T) o (B^T d_c B) ] A
 
-Both transforms are applied to all tiles at once as one GEMM with a Kronecker
-matrix (``(B^T kron B^T) vec(d)``), so the elementwise stage is alpha^2
-independent (K x C) @ (C x P) products over the P = N*ceil(OH/m)*ceil(OW/m)
-tiles: alpha^2*K*C*P multiplies instead of the direct 9*m^2*K*C*P, i.e.
-2.25x fewer for F(2x2,3x3) (alpha=4) and 4x fewer for F(4x4,3x3) (alpha=6).
-(Ben-Nun & Hoefler 2019, Table 6's Winograd work formula counts each transform once and leaves
-out these per-channel/per-tile multiplicities; ``multiplies`` counts them.)
+Both transforms are applied to all tiles at once as one GEMM with a Kronecker matrix
+(``(B^T kron B^T) vec(d)``), so the elementwise stage is alpha^2 independent (K x C) @ (C x P)
+products over the P = N*ceil(OH/m)*ceil(OW/m) tiles: alpha^2*K*C*P multiplies instead of the
+direct 9*m^2*K*C*P, 2.25x fewer for F(2x2,3x3) (alpha=4) and 4x fewer for F(4x4,3x3)
+(alpha=6). (Ben-Nun & Hoefler 2019, Table 6's Winograd work formula counts each transform
+once and leaves out these per-channel/per-tile multiplicities; ``multiplies`` counts them.)
 
 Gradients, with Z = U o V the elementwise products of one tile:
 
-* input:  dx is the stride-1 correlation of dy, padded by 2 - p, with the
-  kernel flipped in space and transposed in channels, w'[c, k] = rot180(w[k, c]);
-  it runs through the same forward machinery (negative padding crops).
-* weight: the adjoint of the forward in the transformed domain,
-  dZ = A dY A^T (per m x m output-gradient tile), dU = sum_tiles dZ o V,
-  dW = G^T dU G. This is Winograd F(3x3, m x m) with the roles of filter and
-  output exchanged: the output-gradient tile is the "filter", the same alpha x
-  alpha input tiles are the data, and the products are again alpha^2 (K x P) @ (P x C)
-  GEMMs. The forward's V can be kept and reused.
+* input: dx is the stride-1 correlation of dy, padded by 2 - p, with the kernel flipped in
+  space and transposed in channels (``ConvGeometry.transposed``), through the forward.
+* weight: the adjoint of the forward in the transformed domain, dZ = A dY A^T (per m x m
+  output-gradient tile), dU = sum_tiles dZ o V, dW = G^T dU G: Winograd F(3x3, m x m) with
+  the output-gradient tile as the "filter", the same input tiles V (kept by the forward) as
+  the data, and again alpha^2 (K x P) @ (P x C) GEMMs.
 
-Transform matrices: ``_MATRICES`` (checked numerically against direct correlation in the
-tests); F(4,3)'s larger entries (8, 1/24) cost accuracy (Ben-Nun & Hoefler 2019, §4.3):
-F(4x4) errors are measurably larger than F(2x2) errors in float32.
+Transform matrices: ``_MATRICES`` (checked against direct correlation in the tests);
+F(4,3)'s larger entries (8, 1/24) cost accuracy (Ben-Nun & Hoefler 2019, §4.3): F(4x4)
+errors are measurably larger than F(2x2) errors in float32.
 
-Supported: 3x3 kernels at stride 1, and strided kernels whose polyphase
-components have 3x3 taps (ceil(K/s) = 3, e.g. AlexNet's 11x11 at stride 4),
-which ``space_to_depth`` turns into a stride-1 3x3 convolution over s*s*C
-channels; dilation 1 only.
+Supported: 3x3 kernels at stride 1, and strided kernels with 3 taps per polyphase component
+(ceil(K/s) = 3, e.g. AlexNet's 11x11 at stride 4), which ``space_to_depth`` turns into a
+stride-1 3x3 convolution over s*s*C channels; dilation 1 only.
 """
 
 import math
@@ -50,7 +45,6 @@ from .space_to_depth import (
     kernel_from_depth,
     kernel_to_depth,
     phase_geometry,
-    phase_taps,
     space_to_depth,
 )
 
@@ -94,11 +88,8 @@ def tile_counts(out_h, out_w, m):
 
 
 def tile_elements(side, tiles, channels):
-    """Elements per image of a tile array: side x side values per tile and channel.
-
-    The kernels chunk the batch by these counts (``batch_chunks``), and
-    ``Winograd.workspace_elements`` by the same ones.
-    """
+    """Elements per image of a tile array, side x side values per tile and channel: the kernels
+    and ``Winograd.workspace_elements`` chunk the batch by these counts."""
     return side * side * tiles * channels
 
 
@@ -110,11 +101,8 @@ def full_tile_pads(geom, m):
 
 
 def _transform_input_chunk(x, pads, tiles, m, out):
-    """``out`` (alpha^2, n*T*C) = (B^T kron B^T) d for the tiles d of the images x (n, C, H, W).
-
-    Pad to NHWC, gather the overlapping tiles, one GEMM; the two temporaries
-    are freed on return, before the next chunk's are made.
-    """
+    """``out`` (alpha^2, n*T*C) = (B^T kron B^T) d for the tiles d of the images x (n, C, H, W):
+    pad to NHWC, gather the overlapping tiles, one GEMM (the temporaries die on return)."""
     xp = get_array_module(x)
     alpha, (th, tw), c = m + 2, tiles, x.shape[1]
     xpad = padded(x, pads, NHWC)  # (n, m*th + 2, m*tw + 2, C)
@@ -156,12 +144,10 @@ def _output_chunk(z, tiles, m, out):
 
 
 def winograd_correlation(x, w, geom, m, keep=False):
-    """Stride-1 3x3 correlation of x (N, C, H, W); ``(y, V)`` with the transformed input V when
-    ``keep``.
+    """Stride-1 3x3 correlation of x (N, C, H, W): ``(y, V if keep else None)``.
 
-    y is NCHW-indexed but NHWC in memory: the output tiles come out of the
-    GEMMs channel-innermost, and writing them NCHW would cost a transposing
-    copy (measured: 9 of 31 ms on 16x64x56x56).
+    y is NCHW-indexed but NHWC in memory, as the GEMMs give the tiles; writing them NCHW
+    would cost a transposing copy (measured: 9 of 31 ms on 16x64x56x56).
     """
     xp = get_array_module(x)
     n, k, oh, ow = geom.output_shape
@@ -177,10 +163,8 @@ def winograd_correlation(x, w, geom, m, keep=False):
 
 
 def _output_gradient_chunk(dy, tiles, m, out):
-    """``out`` (alpha^2, n*T*K) = A dY A^T for every m x m tile of dy (n, K, OH, OW).
-
-    The partial tiles at the bottom and right get a zero output gradient.
-    """
+    """``out`` (alpha^2, n*T*K) = A dY A^T for every m x m tile of dy (n, K, OH, OW), with a
+    zero output gradient in the partial tiles at the bottom and right."""
     xp = get_array_module(dy)
     (th, tw), (n, k, oh, ow) = tiles, dy.shape
     if (oh, ow) == (m * th, m * tw):
@@ -206,7 +190,8 @@ class Winograd(ConvAlgorithm):
         kh, kw = geom.kernel_h, geom.kernel_w
         if geom.dilation != (1, 1):
             return f"dilation {geom.dilation} is not supported (dilation 1 only)"
-        if (phase_taps(kh, geom.stride[0]), phase_taps(kw, geom.stride[1])) == (3, 3):
+        inner = phase_geometry(geom)
+        if (inner.kernel_h, inner.kernel_w) == (3, 3):
             return None
         if geom.stride == (1, 1):
             return f"a {kh}x{kw} kernel is not supported (3x3 only at stride 1)"
@@ -320,16 +305,15 @@ class Winograd(ConvAlgorithm):
         """Workspace of a strided pass: the stride-1 pass on the phases, plus the phases of x
         (or dx) and of w, each made through one padded copy (``space_to_depth``)."""
         inner = phase_geometry(geom)
-        phases = inner.batch * inner.in_channels * inner.height * inner.width
-        kernel = inner.out_channels * inner.in_channels * 9
+        phases, kernel = math.prod(inner.input_shape), math.prod(inner.weight_shape)
         inner_workspace = self.workspace_elements(inner, pass_, chunk)
         if pass_ == "forward":  # the phases' output is the output
-            y = geom.batch * geom.out_channels * geom.out_h * geom.out_w
+            y = math.prod(geom.output_shape)
             return max(2 * phases - y, phases + 2 * kernel - y, phases + kernel + inner_workspace)
         if pass_ == "backward_input":  # the phases of dx, then dx through a padded copy
-            dx = geom.batch * geom.in_channels * geom.height * geom.width
+            dx = math.prod(geom.input_shape)
             return max(2 * kernel - dx, kernel + inner_workspace + phases - dx, 2 * phases + dx)
-        dw = geom.out_channels * geom.in_channels * geom.kernel_h * geom.kernel_w
+        dw = math.prod(geom.weight_shape)
         return max(2 * phases - dw, phases + inner_workspace + kernel - dw, phases + 2 * kernel)
 
     def saved_elements(self, geom):
