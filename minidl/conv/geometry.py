@@ -14,7 +14,7 @@ from ..autograd import ShapeError
 
 
 def pair(value, name, op="conv2d"):
-    """``3 -> (3, 3)``; ``(3, 5) -> (3, 5)``; anything else is an error naming ``op`` and ``name``."""
+    """``3 -> (3, 3)``; ``(3, 5) -> (3, 5)``; anything else is an error naming op and name."""
     if isinstance(value, int):
         return (value, value)
     try:
@@ -27,7 +27,7 @@ def pair(value, name, op="conv2d"):
 
 
 def output_size(size, kernel, stride=1, padding=0, dilation=1):
-    """Outputs of a window sliding along one axis: floor((size + 2p - d(kernel - 1) - 1) / s) + 1."""
+    """Outputs of a window sliding along one axis: floor((size + 2p - d(kernel-1) - 1) / s) + 1."""
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
 
 
@@ -124,14 +124,12 @@ class ConvGeometry:
 
     def describe(self):
         """A short human-readable form, e.g. ``16x64x56x56 * 64x64x3x3 s1 p1``."""
-        n, c, h, w = self.input_shape
-        k, cg, kh, kw = self.weight_shape
-        text = f"{n}x{c}x{h}x{w} * {k}x{cg}x{kh}x{kw}"
-        for label, value in (("s", self.stride), ("p", self.padding), ("d", self.dilation)):
-            if label == "d" and value == (1, 1):
-                continue
-            same = value[0] == value[1]
-            text += f" {label}{value[0]}" if same else f" {label}{value[0]},{value[1]}"
+        text = " * ".join(
+            "x".join(map(str, shape)) for shape in (self.input_shape, self.weight_shape)
+        )
+        for label, (a, b) in (("s", self.stride), ("p", self.padding), ("d", self.dilation)):
+            if label != "d" or (a, b) != (1, 1):
+                text += f" {label}{a}" if a == b else f" {label}{a},{b}"
         if self.groups != 1:
             text += f" g{self.groups}"
         return text
