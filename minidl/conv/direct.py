@@ -63,13 +63,11 @@ class Direct(ConvAlgorithm):
         n, c, h, wd = geom.input_shape
         ph, pw = geom.padding
         dxpad = xp.zeros((c, n) + geom.padded_size, dtype=dy.dtype)
-        dy_rows = gradient_rows(dy)
+        dy_rows, tap_shape = gradient_rows(dy), (c, n, geom.out_h, geom.out_w)
         for u in range(geom.kernel_h):
             for v in range(geom.kernel_w):
                 rows, cols = geom.window(u, v)
-                dxpad[:, :, rows, cols] += (w[:, :, u, v].T @ dy_rows).reshape(
-                    c, n, geom.out_h, geom.out_w
-                )
+                dxpad[:, :, rows, cols] += (w[:, :, u, v].T @ dy_rows).reshape(tap_shape)
         return batch_first(dxpad[:, :, ph : ph + h, pw : pw + wd], h, wd)
 
     def backward_weight(self, dy, x, geom, saved=None):
