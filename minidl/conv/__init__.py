@@ -68,11 +68,8 @@ def configure(enabled=None, workspace_limit=..., repeats=None):
 
 
 def report(model=None):
-    """Which algorithm each tuned key (layer shape and pass) chose, and the timings behind it.
-
-    With a ``model``, only its convolution layers' keys, named by their paths
-    in the model (``"features.3"``), in the model's order.
-    """
+    """Which algorithm each tuned key (layer shape and pass) chose, and the timings behind it;
+    with a ``model``, only its layers' keys, named by their paths (``"features.3"``)."""
     if model is None:
         return TUNER.report()
     names = {}

@@ -1,11 +1,7 @@
-"""The conv2d autograd Function: each pass runs the algorithm chosen for it.
+"""The conv2d autograd Function: each pass runs the algorithm chosen for it (``algo``, or
+the autotuner's choice per pass). Two things are the same for every algorithm, done here:
 
-The forward, the input gradient and the weight gradient are dispatched
-separately (an explicit ``algo`` for all three, or the autotuner's choice per
-pass). Two things are the same for every algorithm and live here once:
-
-* groups: group g convolves input channels [g*C/G, (g+1)*C/G) with its
-  K/G filters, an independent ordinary convolution;
+* groups: group g convolves input channels [g*C/G, (g+1)*C/G) with its K/G filters;
 * bias: ``y += b`` per output channel, and ``db = sum over (n, i, j) of dy``.
 """
 

@@ -78,10 +78,8 @@ class ConvGeometry:
     @property
     def dilated_kernel(self):
         """(d*(KH - 1) + 1, d*(KW - 1) + 1): the rows and columns the dilated kernel spans."""
-        return (
-            self.dilation[0] * (self.kernel_h - 1) + 1,
-            self.dilation[1] * (self.kernel_w - 1) + 1,
-        )
+        dh, dw = self.dilation
+        return (dh * (self.kernel_h - 1) + 1, dw * (self.kernel_w - 1) + 1)
 
     @property
     def input_shape(self):
@@ -177,9 +175,5 @@ def make_geometry(x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1):
 
 @functools.lru_cache(maxsize=1024)
 def _per_group(geom):
-    return replace(
-        geom,
-        in_channels=geom.in_channels // geom.groups,
-        out_channels=geom.out_channels // geom.groups,
-        groups=1,
-    )
+    c, k, g = geom.in_channels, geom.out_channels, geom.groups
+    return replace(geom, in_channels=c // g, out_channels=k // g, groups=1)

@@ -55,11 +55,8 @@ def implementation(name):
 
 def applicable(geom):
     """The implementations ``auto`` may choose that can compute ``geom`` (per-group geometry)."""
-    return [
-        IMPLEMENTATIONS[name]
-        for name in AUTO_CANDIDATES
-        if IMPLEMENTATIONS[name].unsupported(geom) is None
-    ]
+    candidates = (IMPLEMENTATIONS[name] for name in AUTO_CANDIDATES)
+    return [impl for impl in candidates if impl.unsupported(geom) is None]
 
 
 def require(name, geom):

@@ -30,6 +30,7 @@ Supported: 3x3 kernels at stride 1, and strided kernels with 3 taps per polyphas
 stride-1 3x3 convolution over s*s*C channels; dilation 1 only.
 """
 
+import functools
 import math
 from fractions import Fraction
 
@@ -70,16 +71,10 @@ def winograd_matrices(m):
     )
 
 
-_kron_cache = {}
-
-
+@functools.cache
 def _kron_matrices(m, dtype, xp):
     """Kronecker forms (B^T kron B^T, G kron G, A^T kron A^T) in ``dtype`` on xp's device."""
-    key = (m, np.dtype(dtype).str, xp.__name__)
-    if key not in _kron_cache:
-        bt, g, at = winograd_matrices(m)
-        _kron_cache[key] = tuple(xp.asarray(np.kron(a, a), dtype=dtype) for a in (bt, g, at))
-    return _kron_cache[key]
+    return tuple(xp.asarray(np.kron(a, a), dtype=dtype) for a in winograd_matrices(m))
 
 
 def tile_counts(out_h, out_w, m):
