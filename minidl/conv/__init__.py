@@ -2,23 +2,16 @@
 
 ``conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1, algo="auto")``
 computes the cross-correlation of Ben-Nun & Hoefler 2019, Eq. 2 (§4.3) on NCHW
-tensors with weights (out, in/groups, kh, kw). ``algo`` is one of
-``ALGORITHMS``, a Winograd tile (``"winograd_f2x2_3x3"``,
-``"winograd_f4x4_3x3"``), ``"auto"``, which picks among these per (shape,
-dtype, device, pass) (see ``autotune``; ``print(report())``), or a name that
-``registry.register`` added: ``import minidl.reference`` adds the textbook
-versions (``"im2col_reference"``...; ``minidl/reference/conv/``), which
-``auto`` never picks. Each algorithm also reports its multiply count and
-workspace: ``multiplies(name, geometry)``,
+tensors with weights (out, in/groups, kh, kw). ``algo`` is one of ``NAMES``:
+``ALGORITHMS``, a Winograd tile, ``"auto"`` (``autotune``; ``print(report())``),
+or a name that ``registry.register`` added (``import minidl.reference`` adds the
+textbook versions, which ``auto`` never picks). Costs: ``multiplies(name, geometry)``,
 ``workspace_bytes(name, geometry, pass_, dtype="float32", device="cpu")``.
 
-Memory format: results are NCHW-indexed arrays, but im2col (for most
-shapes) and Winograd return them channels-last in memory (an NHWC array
-seen through ``transpose(0, 3, 1, 2)``, like PyTorch's channels_last),
-because their GEMMs produce channel-innermost rows and an NCHW copy would
-cost up to a third of the forward pass. Every NumPy/CuPy operation treats
-them as NCHW; a following convolution reads them without a transpose, and
-``reshape``/``flatten`` copy when they must.
+Memory format: im2col (for most shapes) and Winograd return NCHW-indexed arrays that are
+channels-last in memory (an NHWC array seen through ``transpose(0, 3, 1, 2)``), as their
+GEMMs produce channel-innermost rows and an NCHW copy would cost up to a third of the
+forward pass; a following convolution reads them without a transpose.
 """
 
 from ..autograd import Tensor
@@ -75,11 +68,8 @@ def configure(enabled=None, workspace_limit=..., repeats=None):
 
 
 def report(model=None):
-    """Which algorithm each tuned key (layer shape and pass) chose, and the timings behind it.
-
-    With a ``model``, only its convolution layers' keys, named by their paths
-    in the model (``"features.3"``), in the model's order.
-    """
+    """Which algorithm each tuned key (layer shape and pass) chose, and the timings behind it;
+    with a ``model``, only its layers' keys, named by their paths (``"features.3"``)."""
     if model is None:
         return TUNER.report()
     names = {}

@@ -1,29 +1,20 @@
 """``algo="auto"``: pick an algorithm per shape and pass, by a fixed rule or by timing.
 
-By default the pick is a fixed rule (``rule_choice``): the same layer gets
-the same algorithm on every run and every machine, so a seeded run is
-reproducible (the algorithms round differently, so a timing-based pick that
-flips between runs would change the results). The rule is what timing
-found on the benchmark layers (benchmarks/RESULTS.md): Winograd F(4x4, 3x3)
-where it applies and the layer has at least ``RULE_MIN_CHANNELS`` input and
-output channels per group, im2col elsewhere.
+By default the pick is a fixed rule (``rule_choice``), so a seeded run is reproducible on
+every machine (the algorithms round differently): what timing found on the benchmark layers
+(benchmarks/RESULTS.md), Winograd F(4x4, 3x3) where it applies and the layer has at least
+``RULE_MIN_CHANNELS`` input and output channels per group, im2col elsewhere.
 
-Timing (``configure(enabled=True)``, ``MINIDL_CONV_AUTOTUNE=1``, or
-``minidl train --no-deterministic``): the applicable algorithms are timed once per
-(geometry, dtype, device, pass) and the fastest is kept, as cuDNN's
-algorithm search does (Chetlur et al. 2014). Each candidate runs once to warm
-up and then ``repeats`` times; the best time wins. A candidate whose first
-timed run is already ``give_up`` times slower than the best so far is not
-repeated (it was measured, and cannot win).
+Timing (``configure(enabled=True)``, ``MINIDL_CONV_AUTOTUNE=1``, or ``minidl train
+--no-deterministic``) times the applicable algorithms once per (geometry, dtype, device,
+pass) and keeps the fastest, as cuDNN's algorithm search does (Chetlur et al. 2014): a
+warm-up, then the best of ``repeats`` runs; a candidate whose first timed run is already
+``give_up`` times slower than the best so far is not repeated.
 
-Either way, algorithms whose workspace exceeds ``workspace_limit`` bytes are
-not candidates (``MINIDL_CONV_WORKSPACE_MB``, default 1024 MB, so that
-tuning never tries, say, the FFT's 4.5 GB for AlexNet conv1 at batch 128;
-``none`` removes it). The same limit decides whether a forward pass may keep
-state (im2col's columns, Winograd's transformed tiles) for backward.
-``report()`` prints each key's choice, the layers that used it and the
-timings behind it. The candidates are the library's own algorithms
-(``registry.AUTO_CANDIDATES``); the textbook ones are never timed or picked.
+Either way, algorithms whose workspace exceeds ``workspace_limit`` bytes are not candidates
+(``MINIDL_CONV_WORKSPACE_MB``, default 1024 MB, so that tuning never tries, say, the FFT's
+4.5 GB for AlexNet conv1 at batch 128; ``none`` removes it), and a forward pass keeps state
+for backward only within it. The candidates are ``registry.AUTO_CANDIDATES``.
 """
 
 import os
@@ -84,12 +75,11 @@ class Autotuner:
         return None if choice is None else IMPLEMENTATIONS[choice.algorithm]
 
     def choose(self, geom, dtype, device, pass_, run, label=None):
-        """The implementation for this key; on the first call, time ``run(impl)`` for each candidate."""
+        """The implementation for this key; the first call times ``run(impl)`` per candidate."""
         key = (geom, np.dtype(dtype), device, pass_)
-        choice = self.choices.get(key)
-        if choice is None:
-            choice = self._tune(geom, dtype, device, pass_, run)
-            self.choices[key] = choice
+        if key not in self.choices:
+            self.choices[key] = self._tune(geom, dtype, device, pass_, run)
+        choice = self.choices[key]
         if label is not None:
             choice.layers.add(label)
         return IMPLEMENTATIONS[choice.algorithm]
@@ -118,9 +108,8 @@ class Autotuner:
             return Choice(rule_choice(geom.per_group(), candidates), {}, excluded)
         seconds = {}
         for impl in candidates:
-            seconds[impl.name] = self._measure(
-                impl, run, device, min(seconds.values(), default=None)
-            )
+            best = min(seconds.values(), default=None)
+            seconds[impl.name] = self._measure(impl, run, device, best)
         return Choice(min(seconds, key=seconds.get), seconds, excluded)
 
     def _measure(self, impl, run, device, best):
@@ -137,11 +126,8 @@ class Autotuner:
         return min(times)
 
     def report(self, layer_names=None):
-        """A table: per key, the layers, the chosen algorithm and every candidate's time.
-
-        ``layer_names`` ({key: [name, ...]}) replaces the layer labels and
-        limits the table to those keys, in that order.
-        """
+        """A table: per key, the layers, the chosen algorithm and every candidate's time;
+        ``layer_names`` ({key: [name, ...]}) replaces the labels and picks and orders the keys."""
         if not self.choices:
             return "conv autotuner: no convolution has run with algo='auto' yet"
         lines = [
@@ -149,9 +135,7 @@ class Autotuner:
             f"workspace limit {self._limit_text()})"
         ]
         keys = (
-            list(self.choices)
-            if layer_names is None
-            else [k for k in layer_names if k in self.choices]
+            self.choices if layer_names is None else [k for k in layer_names if k in self.choices]
         )
         for key in keys:
             geom, dtype, device, pass_ = key

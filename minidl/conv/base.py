@@ -46,11 +46,8 @@ class ConvAlgorithm:
         raise NotImplementedError
 
     def workspace_bytes(self, geom, pass_, dtype="float32", device="cpu"):
-        """Temporary memory of one pass beyond its inputs and output, in bytes.
-
-        The arrays' ``dtype`` gives the item size, and with the ``device`` how many
-        images a chunk of the batch holds (``minidl/chunks.py``), as the kernels chunk.
-        """
+        """Temporary memory of one pass beyond its inputs and output, in bytes; ``dtype`` and
+        ``device`` give the item size and the images per chunk (``minidl/chunks.py``)."""
         itemsize = np.dtype(dtype).itemsize
 
         def chunk(batch, elements_per_image):
@@ -59,11 +56,8 @@ class ConvAlgorithm:
         return itemsize * self.workspace_elements(geom, pass_, chunk)
 
     def workspace_elements(self, geom, pass_, chunk):
-        """The peak of one pass's temporary arrays, in elements (a complex number counts two).
-
-        ``chunk(batch, elements_per_image)`` is the number of images the kernel's
-        ``batch_chunks`` takes at once for that many elements of temporaries per image.
-        """
+        """The peak of one pass's temporary arrays, in elements (a complex number counts two);
+        ``chunk(batch, elements_per_image)``: the images per chunk, as ``batch_chunks`` splits."""
         raise NotImplementedError
 
     def saved_bytes(self, geom, dtype="float32"):

@@ -19,20 +19,17 @@ Multiplies: N*K*C*KH*KW*OH*OW (Table 6); no workspace beyond the padded input.
 
 from ..backend import get_array_module
 from .base import ConvAlgorithm
-from .layout import padded_nchw, symmetric_pads
-
-
-def channels_first(a):
-    """(N, C, H, W) -> a (C, N, H, W) copy, so one kernel tap is one (C, N*H*W) matrix."""
-    xp = get_array_module(a)
-    out = xp.empty((a.shape[1], a.shape[0]) + a.shape[2:], dtype=a.dtype)
-    out[...] = a.transpose(1, 0, 2, 3)
-    return out
+from .layout import CNHW, padded, symmetric_pads
 
 
 def padded_channels_first(x, geom):
     """The zero-padded input, channels first: (C, N, H + 2*ph, W + 2*pw)."""
-    return channels_first(padded_nchw(x, symmetric_pads(geom)))
+    return padded(x, symmetric_pads(geom), CNHW)
+
+
+def gradient_rows(dy):
+    """dy (N, K, OH, OW) as the (K, N*OH*OW) matrix whose rows are its channels (a copy)."""
+    return padded(dy, (0, 0, 0, 0), CNHW).reshape(dy.shape[1], -1)
 
 
 def shifted(xpad, geom, u, v):
@@ -66,19 +63,17 @@ class Direct(ConvAlgorithm):
         n, c, h, wd = geom.input_shape
         ph, pw = geom.padding
         dxpad = xp.zeros((c, n) + geom.padded_size, dtype=dy.dtype)
-        dy_rows = channels_first(dy).reshape(geom.out_channels, -1)
+        dy_rows, tap_shape = gradient_rows(dy), (c, n, geom.out_h, geom.out_w)
         for u in range(geom.kernel_h):
             for v in range(geom.kernel_w):
                 rows, cols = geom.window(u, v)
-                dxpad[:, :, rows, cols] += (w[:, :, u, v].T @ dy_rows).reshape(
-                    c, n, geom.out_h, geom.out_w
-                )
+                dxpad[:, :, rows, cols] += (w[:, :, u, v].T @ dy_rows).reshape(tap_shape)
         return batch_first(dxpad[:, :, ph : ph + h, pw : pw + wd], h, wd)
 
     def backward_weight(self, dy, x, geom, saved=None):
         xp = get_array_module(dy)
         xpad = padded_channels_first(x, geom)
-        dy_rows = channels_first(dy).reshape(geom.out_channels, -1)
+        dy_rows = gradient_rows(dy)
         dw = xp.empty(geom.weight_shape, dtype=dy.dtype)
         for u in range(geom.kernel_h):
             for v in range(geom.kernel_w):
@@ -93,10 +88,10 @@ class Direct(ConvAlgorithm):
         padded = n * c * geom.padded_size[0] * geom.padded_size[1]
         outputs = n * geom.out_channels * geom.out_h * geom.out_w
         inputs = n * c * geom.out_h * geom.out_w
-        return {  # padded input (and its channels-first copy), one tap's operands, results
-            "forward": 2 * padded + inputs + 2 * outputs,
+        return {  # padded input (or its gradient), one tap's operands, results
+            "forward": padded + inputs + 2 * outputs,
             "backward_input": padded + inputs + outputs + n * c * h * w,
-            "backward_weight": 2 * padded + inputs + outputs,
+            "backward_weight": padded + inputs + outputs,
         }[pass_]
 
 

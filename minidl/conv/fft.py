@@ -1,36 +1,30 @@
-"""FFT convolution: pointwise products in the Fourier domain (Mathieu et al. 2014; Vasilache et al. 2015).
+"""FFT convolution, pointwise in the Fourier domain (Mathieu et al. 2014; Vasilache et al. 2015).
 
 Ben-Nun & Hoefler 2019, §4.3 / App. B.3: y[n, k] = IFFT( sum_c FFT(x[n, c]) o conj(FFT(w[k, c])) ).
-The conjugate makes it a cross-correlation (Eq. 2 has no kernel flip). With
-the padded input of size Hp x Wp and FFT size L >= Hp (a fast length), the
-circular correlation equals the linear one on the Hp - KH + 1 valid outputs,
-so no wrap-around reaches them; the rest is cropped.
-At every frequency the channel sum is a complex matrix product, so all of
-them run as one batched GEMM: (N x C) @ (C x K) for each of the
-Lh*(Lw/2+1) frequencies of the real FFT.
+The conjugate makes it a cross-correlation (Eq. 2 has no kernel flip). With the padded input
+of size Hp x Wp and an FFT size L >= Hp, the circular correlation equals the linear one on
+the Hp - KH + 1 valid outputs; the rest is cropped. At every frequency the channel sum is
+a complex matrix product: one batched GEMM, (N x C) @ (C x K) per frequency.
 
-* stride s: the stride-1 output is computed, then subsampled ``[::s, ::s]``
-  (the work does not shrink with the stride); the input gradient
-  zero-inserts dy back to the stride-1 grid first.
-* dilation d: the kernel is dilated (zeros inserted between taps) before its
-  FFT; the weight gradient is read back at the taps.
+* stride s: the stride-1 output, subsampled ``[::s, ::s]`` (the work does not shrink); the
+  input gradient zero-inserts dy back to the stride-1 grid first.
+* dilation d: the kernel is dilated before its FFT; the weight gradient is read at the taps.
 * input gradient: a full convolution, dX = IFFT( sum_k FFT(dy[n, k]) o FFT(w[k, c]) ).
-* weight gradient: a correlation of x with dy, dW = IFFT( sum_n conj(FFT(dy[n, k])) o FFT(x[n, c]) ).
+* weight gradient: a correlation of x with dy,
+  dW = IFFT( sum_n conj(FFT(dy[n, k])) o FFT(x[n, c]) ).
 
-The FFTs are pruned (Zlateski et al. 2016): the first 1-D pass transforms
-only the rows that hold data, the inverse only the rows that are kept. The
-arrays are transformed with their spatial axes first, (H, W, N, C), so the
-spectra come out frequency-major for the batched GEMM with no transpose (a
-transpose of the kernel spectra cost 77 ms of 144 on AlexNet conv2).
-Uses scipy.fft (all cores) on CPU, cupyx.scipy.fft on GPU. Best for large
-kernels: the work does not grow with KH*KW.
+The FFTs are pruned (Zlateski et al. 2016): the first 1-D pass transforms only the rows that
+hold data, the inverse only the rows that are kept. The arrays are transformed spatial axes
+first, (H, W, N, C), so the spectra come out frequency-major for the GEMM (a transpose of
+the kernel spectra cost 77 ms of 144 on AlexNet conv2). scipy.fft (all cores) on CPU,
+cupyx.scipy.fft on GPU. Best for large kernels: the work does not grow with KH*KW.
 """
 
 import numpy as np
 
 from ..backend import get_array_module
 from .base import ConvAlgorithm
-from .layout import crop_and_pads, symmetric_pads
+from .layout import HWNC, padded, symmetric_pads
 
 
 def _fft_module(xp):
@@ -52,24 +46,13 @@ def fast_length(n):
 
 
 def spatial_first(a, pads=(0, 0, 0, 0)):
-    """(A, B, H, W) -> (t+H+b, l+W+r, A, B), zero-padded; negative pads crop.
-
-    With the two spatial axes first, the 2-D FFT's output is already
-    frequency-major, (F, A, B), one matrix per frequency, with no transpose.
-    """
-    xp = get_array_module(a)
-    view, (t, b, l, r) = crop_and_pads(a, pads)
-    h, w = view.shape[2:]
-    out = xp.zeros((t + h + b, l + w + r) + view.shape[:2], dtype=a.dtype)
-    out[t : t + h, l : l + w] = view.transpose(2, 3, 0, 1)
-    return out
+    """(A, B, H, W) -> (t+H+b, l+W+r, A, B), zero-padded (negative pads crop): the 2-D FFT's
+    output is then frequency-major, (F, A, B), one matrix per frequency, with no transpose."""
+    return padded(a, pads, HWNC)
 
 
 def rfft2_padded(a, size):
-    """2-D real FFT over the first two axes, zero-padded to ``size``: (Lh*(Lw/2+1), A, B).
-
-    Pruned (Zlateski et al. 2016): the first pass transforms only the rows that hold data.
-    """
+    """2-D real FFT over the first two axes, zero-padded to ``size``: (Lh*(Lw/2+1), A, B)."""
     fft, kw = _fft_module(get_array_module(a))
     rows = fft.rfft(a, n=size[1], axis=1, **kw)
     spectra = fft.fft(rows, n=size[0], axis=0, overwrite_x=True, **kw)
@@ -77,10 +60,7 @@ def rfft2_padded(a, size):
 
 
 def irfft2_cropped(spectra, size, rows, cols):
-    """Inverse of ``rfft2_padded``, keeping only ``[rows, cols]``: (A, B, rows, cols) real.
-
-    Pruned: the second pass inverts only the kept rows.
-    """
+    """Inverse of ``rfft2_padded``, keeping only ``[rows, cols]``: (A, B, rows, cols) real."""
     fft, kw = _fft_module(get_array_module(spectra))
     grid = spectra.reshape((size[0], size[1] // 2 + 1) + spectra.shape[1:])
     kept = fft.ifft(grid, axis=0, **kw)[rows]
@@ -115,15 +95,21 @@ def dilate_kernel(w, dilation):
     return out
 
 
+def fft_size(geom):
+    """The FFT size: a fast length >= the padded input, per axis."""
+    return tuple(fast_length(p) for p in geom.padded_size)
+
+
+def frequencies(size):
+    """Frequencies of a real 2-D FFT of ``size``: Lh*(Lw/2+1)."""
+    return size[0] * (size[1] // 2 + 1)
+
+
 class FFT(ConvAlgorithm):
     """Fourier-domain convolution; any kernel size, stride (by subsampling) and dilation."""
 
     name = "fft"
     reuses = frozenset({"backward_input", "backward_weight"})  # kernel and input spectra
-
-    def _fft_size(self, geom):
-        """The FFT size: a fast length >= the padded input, per axis."""
-        return tuple(fast_length(p) for p in geom.padded_size)
 
     def _input_spectra(self, x, geom, size):
         """Spectra of the padded input: (F, N, C)."""
@@ -137,7 +123,7 @@ class FFT(ConvAlgorithm):
 
     def forward(self, x, w, geom, keep=False):
         xp = get_array_module(x)
-        size, out1 = self._fft_size(geom), stride_one_size(geom)
+        size, out1 = fft_size(geom), stride_one_size(geom)
         (sh, sw) = geom.stride
         x_f = self._input_spectra(x, geom, size)
         w_c = self._conjugate_weight_spectra(w, geom, size)
@@ -151,7 +137,7 @@ class FFT(ConvAlgorithm):
 
     def backward_input(self, dy, w, geom, saved=None):
         xp = get_array_module(dy)
-        size = self._fft_size(geom)
+        size = fft_size(geom)
         w_c = self._conjugate_weight_spectra(w, geom, size) if saved is None else saved[1]
         dy_f = self._gradient_spectra(dy, geom, size)
         # dX = dY o FFT(w) = conj(conj(dY) o conj(FFT(w))): conjugates of batch-sized arrays only
@@ -164,7 +150,7 @@ class FFT(ConvAlgorithm):
 
     def backward_weight(self, dy, x, geom, saved=None):
         xp = get_array_module(dy)
-        kernel, size = geom.dilated_kernel, self._fft_size(geom)
+        kernel, size = geom.dilated_kernel, fft_size(geom)
         x_f = self._input_spectra(x, geom, size) if saved is None else saved[0]
         dy_f = self._gradient_spectra(dy, geom, size)
         dw_f = xp.matmul(xp.conj(dy_f, out=dy_f).transpose(0, 2, 1), x_f)  # (F, K, C)
@@ -173,27 +159,23 @@ class FFT(ConvAlgorithm):
         return xp.ascontiguousarray(grad, dtype=dy.dtype)
 
     def multiplies(self, geom):
-        size = self._fft_size(geom)
-        n, k, c = geom.batch, geom.out_channels, geom.in_channels
-        freqs = size[0] * (size[1] // 2 + 1)
-        points = size[0] * size[1]
+        size, n, k, c = fft_size(geom), geom.batch, geom.out_channels, geom.in_channels
+        freqs, points = frequencies(size), size[0] * size[1]
         # estimate: L*log2(L) real multiplies per real 2-D FFT of L points (half a radix-2
         # complex FFT); transforms of x (N*C), w (K*C) and the inverse of y (N*K).
         transforms = int(points * np.log2(points)) * (n * c + k * c + n * k)
         return {"pointwise": 4 * freqs * n * k * c, "transforms": transforms}
 
     def workspace_elements(self, geom, pass_, chunk):
-        size, (hp, wp) = self._fft_size(geom), geom.padded_size
+        freqs, (hp, wp) = frequencies(fft_size(geom)), geom.padded_size
         n, k, c = geom.batch, geom.out_channels, geom.in_channels
-        freqs = size[0] * (size[1] // 2 + 1)
         # every pass transforms x (or dx), w and y (or dy): complex spectra, twice (library
         # output and the frequency-major copy), plus the padded input
         return 2 * 2 * freqs * (n * c + k * c + n * k) + n * c * hp * wp
 
-    def saved_elements(self, geom):
-        size = self._fft_size(geom)
-        freqs = size[0] * (size[1] // 2 + 1)
-        return 2 * freqs * geom.in_channels * (geom.batch + geom.out_channels)  # x and w spectra
+    def saved_elements(self, geom):  # the spectra of x and w
+        freqs, n, k = frequencies(fft_size(geom)), geom.batch, geom.out_channels
+        return 2 * freqs * geom.in_channels * (n + k)
 
 
 FFT_ALGORITHM = FFT()

@@ -7,13 +7,14 @@ autotuner's cache key.
 """
 
 import functools
+import math
 from dataclasses import dataclass, replace
 
 from ..autograd import ShapeError
 
 
 def pair(value, name, op="conv2d"):
-    """``3 -> (3, 3)``; ``(3, 5) -> (3, 5)``; anything else is an error naming ``op`` and ``name``."""
+    """``3 -> (3, 3)``; ``(3, 5) -> (3, 5)``; anything else is an error naming op and name."""
     if isinstance(value, int):
         return (value, value)
     try:
@@ -26,7 +27,7 @@ def pair(value, name, op="conv2d"):
 
 
 def output_size(size, kernel, stride=1, padding=0, dilation=1):
-    """Outputs of a window sliding along one axis: floor((size + 2p - d(kernel - 1) - 1) / s) + 1."""
+    """Outputs of a window sliding along one axis: floor((size + 2p - d(kernel-1) - 1) / s) + 1."""
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
 
 
@@ -77,10 +78,8 @@ class ConvGeometry:
     @property
     def dilated_kernel(self):
         """(d*(KH - 1) + 1, d*(KW - 1) + 1): the rows and columns the dilated kernel spans."""
-        return (
-            self.dilation[0] * (self.kernel_h - 1) + 1,
-            self.dilation[1] * (self.kernel_w - 1) + 1,
-        )
+        dh, dw = self.dilation
+        return (dh * (self.kernel_h - 1) + 1, dw * (self.kernel_w - 1) + 1)
 
     @property
     def input_shape(self):
@@ -104,26 +103,31 @@ class ConvGeometry:
 
     def direct_multiplies(self):
         """Multiplies of the definition, N*K*(C/g)*KH*KW*OH*OW (Ben-Nun & Hoefler 2019, Table 6)."""
-        return (
-            self.batch
-            * self.out_channels
-            * (self.in_channels // self.groups)
-            * self.kernel_h
-            * self.kernel_w
-            * self.out_h
-            * self.out_w
+        return self.batch * math.prod(self.weight_shape) * self.out_h * self.out_w
+
+    def transposed(self):
+        """The stride-1 correlation that gives dx: dy (N, K, OH, OW) with ``flipped_kernel(w)``.
+
+        Its padding d*(KH-1) - p may be negative (the padded input is then cropped).
+        """
+        (dh, dw), (ph, pw) = self.dilation, self.padding
+        return replace(
+            self,
+            in_channels=self.out_channels,
+            out_channels=self.in_channels,
+            height=self.out_h,
+            width=self.out_w,
+            padding=(dh * (self.kernel_h - 1) - ph, dw * (self.kernel_w - 1) - pw),
         )
 
     def describe(self):
         """A short human-readable form, e.g. ``16x64x56x56 * 64x64x3x3 s1 p1``."""
-        n, c, h, w = self.input_shape
-        k, cg, kh, kw = self.weight_shape
-        text = f"{n}x{c}x{h}x{w} * {k}x{cg}x{kh}x{kw}"
-        for label, value in (("s", self.stride), ("p", self.padding), ("d", self.dilation)):
-            if label == "d" and value == (1, 1):
-                continue
-            same = value[0] == value[1]
-            text += f" {label}{value[0]}" if same else f" {label}{value[0]},{value[1]}"
+        text = " * ".join(
+            "x".join(map(str, shape)) for shape in (self.input_shape, self.weight_shape)
+        )
+        for label, (a, b) in (("s", self.stride), ("p", self.padding), ("d", self.dilation)):
+            if label != "d" or (a, b) != (1, 1):
+                text += f" {label}{a}" if a == b else f" {label}{a},{b}"
         if self.groups != 1:
             text += f" g{self.groups}"
         return text
@@ -171,9 +175,5 @@ def make_geometry(x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1):
 
 @functools.lru_cache(maxsize=1024)
 def _per_group(geom):
-    return replace(
-        geom,
-        in_channels=geom.in_channels // geom.groups,
-        out_channels=geom.out_channels // geom.groups,
-        groups=1,
-    )
+    c, k, g = geom.in_channels, geom.out_channels, geom.groups
+    return replace(geom, in_channels=c // g, out_channels=k // g, groups=1)

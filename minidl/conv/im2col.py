@@ -1,111 +1,81 @@
 """im2col: unroll the receptive fields into a matrix, then one GEMM (Chellapilla et al. 2006).
 
 Ben-Nun & Hoefler 2019, App. B.2: the column matrix A is (C*KH*KW) x (N*OH*OW), the kernel
-matrix F = w reshaped to K x (C*KH*KW), and the output B = F A. The rows of
-A are ordered (u, v, c); its columns are the output positions, in one of two
-memory layouts (``batch_innermost`` picks per pass):
+matrix F = w reshaped to K x (C*KH*KW), and the output B = F A. The rows of A are ordered
+(u, v, c); its columns are the output positions, in one of two memory layouts:
 
-* channel-innermost (NHWC), columns (n, i, j): each window row is KW*C
-  contiguous values (6x faster than the channel-outermost order on this
-  machine, notes: machine-baselines §8); A is stored transposed, (N*OH*OW, R),
-  and the output comes out channels-last, with no transpose.
-* batch-innermost (CHWN), columns (i, j, n): runs of OW*N values, which wins
-  when the NHWC runs are short (LeNet: 5 values for conv1's gather, 6 for
-  conv2's col2im, against 640 or more); A is stored (R, OH*OW*N).
+* channel-innermost (NHWC), columns (n, i, j): each window row is KW*C contiguous values
+  (6x faster than the channel-outermost order, notes: machine-baselines §8); A is stored
+  transposed, (N*OH*OW, R), and the output comes out channels-last, with no transpose.
+* batch-innermost (CHWN), columns (i, j, n): runs of OW*N values, for when the NHWC runs
+  are short (``batch_innermost``); A is stored (R, OH*OW*N).
 
 Passes, each computed in the order A is stored:
 
 * forward:         B = F A       (B^T = A^T F^T for NHWC)
 * weight gradient: dF = dB A^T   (dB: dy arranged like A's columns)
-* input gradient:  dA = F^T dB, then col2im: every column of dA is added back
-  onto the pixels it came from, one strided add per kernel offset (u, v).
-  At stride 1, when it is not larger, a forward pass of dy with the flipped
-  kernel instead (``backward_input``): one gather instead of KH*KW adds.
+* input gradient:  dA = F^T dB, then col2im: every column of dA is added back onto the
+  pixels it came from, one strided add per kernel offset (u, v); at stride 1, when it is
+  not larger, a forward pass of dy with the flipped kernel instead (one gather).
 
 The batch runs in chunks (``minidl/chunks.py``) so that a chunk's columns are still
 in cache for its GEMM; ``keep=True`` keeps every chunk's columns for the
 weight gradient. Multiplies: N*K*C*KH*KW*OH*OW, as direct (Table 6).
 """
 
-from dataclasses import replace
-
 from ..backend import get_array_module
 from ..chunks import batch_chunks
 from .base import ConvAlgorithm
-from .layout import nhwc_rows, nhwc_windows, padded_nhwc, symmetric_pads
+from .layout import contiguous, flipped_kernel, nhwc_rows, windows
 
 
 def weight_matrix(w):
     """F (K, KH*KW*C) with columns in the (u, v, c) order of A's rows."""
-    k = w.shape[0]
-    xp = get_array_module(w)
-    return xp.ascontiguousarray(w.transpose(0, 2, 3, 1)).reshape(k, -1)
+    return contiguous(w.transpose(0, 2, 3, 1)).reshape(w.shape[0], -1)
 
 
 def batch_innermost(geom, n, scatter=False):
-    """True when the CHWN layout is the better one for a chunk of n images.
-
-    The NHWC copies move runs of KW*C values (the gather; C for col2im's
-    adds); when those are short (< 16 values, 64 bytes) and the CHWN runs of
-    OW*n values are longer, CHWN wins: LeNet conv1's gather (5 against 1792)
-    and conv2's col2im (6 against 640), measured 2-4x faster. Otherwise NHWC
-    wins, as its GEMMs write the output channels-last with no transpose.
-    """
+    """True when CHWN is the better layout for a chunk of n images: when the NHWC runs of KW*C
+    values (C for col2im) are short (< 16) and the CHWN runs of OW*n longer (2-4x faster on
+    LeNet's conv1 gather, 5 against 1792, and conv2's col2im, 6 against 640)."""
     nhwc_run = geom.in_channels * (1 if scatter or geom.dilation[1] != 1 else geom.kernel_w)
     chwn_run = n * (geom.out_w if geom.stride[1] == 1 else 1)
     return nhwc_run < 16 and chwn_run > nhwc_run
 
 
 def columns(x, geom, buffer, last):
-    """The column matrix A (KH*KW*C, n*OH*OW) of x (n, C, H, W), stored in ``buffer`` (1-D).
-
-    Its columns are ordered (i, j, n) when ``last`` (batch innermost), else (n, i, j).
-    """
-    n = x.shape[0]
-    xpad = padded_nhwc(x, symmetric_pads(geom), batch_last=last)
-    view = nhwc_windows(
-        xpad, (geom.kernel_h, geom.kernel_w), (geom.out_h, geom.out_w), geom.stride, geom.dilation
-    )
-    size = n * geom.out_h * geom.out_w * _row_length(geom)
+    """The column matrix A (KH*KW*C, n*OH*OW) of x (n, C, H, W), stored in ``buffer`` (1-D);
+    columns ordered (i, j, n) when ``last`` (batch innermost), else (n, i, j)."""
+    view = windows(x, geom, batch_last=last)
     if last:
         view = view.transpose(3, 4, 0, 1, 2, 5)  # (u, v, c, i, j, n)
-    out = buffer[:size].reshape(view.shape)
+    out = buffer[: view.size].reshape(view.shape)
     out[...] = view
-    return out.reshape(_row_length(geom), -1) if last else out.reshape(-1, _row_length(geom)).T
+    return out.reshape(row_length(geom), -1) if last else out.reshape(-1, row_length(geom)).T
 
 
 def output_rows(dy):
-    """dy (n, K, OH, OW) as dB (K, n*OH*OW) with columns (i, j, n), for batch-innermost A.
-
-    A view when dy is batch-innermost in memory (as this algorithm's outputs
-    are, and what the layers between two of them keep), else a copy.
-    """
-    xp = get_array_module(dy)
+    """dy (n, K, OH, OW) as dB (K, n*OH*OW) with columns (i, j, n), for batch-innermost A: a
+    view when dy is batch-innermost in memory (as this algorithm's outputs are), else a copy."""
     n, k = dy.shape[:2]
-    rows = dy.reshape(n, k, -1).transpose(1, 2, 0)
-    if not rows.flags.c_contiguous:
-        rows = xp.ascontiguousarray(rows)
-    return rows.reshape(k, -1)
+    return contiguous(dy.reshape(n, k, -1).transpose(1, 2, 0)).reshape(k, -1)
 
 
 def column_blocks(count, k, r, block=4096):
-    """Column slices for a long, thin product (K x R by R x count).
-
-    When ``count`` dwarfs K*R (LeNet conv1: 6 x 25 by 25 x 50176), BLAS runs
-    such a product ~3x faster in blocks whose columns stay in the L2 cache.
-    """
+    """Column slices for a long, thin product (K x R by R x count): when ``count`` dwarfs K*R
+    (LeNet conv1: 6 x 25 by 25 x 50176), blocks that stay in the L2 cache run ~3x faster."""
     step = block if count > 8 * k * r else count
     return [slice(start, start + step) for start in range(0, count, step)]
 
 
-def _row_length(geom):
+def row_length(geom):
+    """R = KH*KW*C, the rows of A."""
     return geom.kernel_h * geom.kernel_w * geom.in_channels
 
 
 def _chunks(geom, like):
-    return batch_chunks(
-        geom.batch, geom.out_h * geom.out_w * _row_length(geom) * like.itemsize, like
-    )
+    per_image = geom.out_h * geom.out_w * row_length(geom)
+    return batch_chunks(geom.batch, per_image * like.itemsize, like)
 
 
 class Im2col(ConvAlgorithm):
@@ -117,19 +87,18 @@ class Im2col(ConvAlgorithm):
     def forward(self, x, w, geom, keep=False):
         """y in NHWC memory (an NCHW view) for channel-innermost A, NCHW for batch-innermost."""
         xp = get_array_module(x)
-        n, k, p = geom.batch, geom.out_channels, geom.out_h * geom.out_w
+        n, k, p, r = geom.batch, geom.out_channels, geom.out_h * geom.out_w, row_length(geom)
         f = weight_matrix(w)
         parts = _chunks(geom, x)
         last = batch_innermost(geom, parts[0].stop)  # one layout for every chunk
-        per_image = p * _row_length(geom)
-        buffer = xp.empty((n if keep else parts[0].stop) * per_image, dtype=x.dtype)
+        buffer = xp.empty((n if keep else parts[0].stop) * p * r, dtype=x.dtype)
         saved = []  # (part, A) pairs
         if last:  # B = F A, columns (i, j, n): y is batch-innermost in memory, an NCHW view
             y = xp.empty((k, p, n), dtype=x.dtype)
             for part in parts:
-                a = columns(x[part], geom, buffer[part.start * per_image if keep else 0 :], last)
+                a = columns(x[part], geom, buffer[part.start * p * r if keep else 0 :], last)
                 b = y.reshape(k, -1) if len(parts) == 1 else xp.empty((k, a.shape[1]), x.dtype)
-                for cols in column_blocks(a.shape[1], k, _row_length(geom)):
+                for cols in column_blocks(a.shape[1], k, r):
                     xp.matmul(f, a[:, cols], out=b[:, cols])
                 if len(parts) > 1:
                     y[:, :, part] = b.reshape(k, p, -1)
@@ -139,7 +108,7 @@ class Im2col(ConvAlgorithm):
         f_t = f.T.copy()
         y = xp.empty((n * p, k), dtype=x.dtype)  # B^T = A^T F^T, rows (n, i, j): NHWC
         for part in parts:
-            a = columns(x[part], geom, buffer[part.start * per_image if keep else 0 :], last)
+            a = columns(x[part], geom, buffer[part.start * p * r if keep else 0 :], last)
             xp.matmul(a.T, f_t, out=y[part.start * p : part.stop * p])
         if keep:  # the chunks' NHWC columns are consecutive: one matrix, one GEMM later
             saved = [(slice(0, n), buffer.reshape(n * p, -1).T)]
@@ -148,7 +117,7 @@ class Im2col(ConvAlgorithm):
 
     def backward_weight(self, dy, x, geom, saved=None):
         xp = get_array_module(dy)
-        k, r, p = geom.out_channels, _row_length(geom), geom.out_h * geom.out_w
+        k, r, p = geom.out_channels, row_length(geom), geom.out_h * geom.out_w
         parts = _chunks(geom, dy)
         last = batch_innermost(geom, parts[0].stop)  # the forward's layout
         scratch = None
@@ -159,7 +128,7 @@ class Im2col(ConvAlgorithm):
         for part, a in saved or [(part, None) for part in parts]:
             if a is None:
                 if scratch is None:
-                    scratch = xp.empty(_columns_size(geom, part), dtype=dy.dtype)
+                    scratch = xp.empty((part.stop - part.start) * p * r, dtype=dy.dtype)
                 a = columns(x[part], geom, scratch, last)
             if last:
                 db = output_rows(dy[part])
@@ -167,51 +136,33 @@ class Im2col(ConvAlgorithm):
                     dw_t += a[:, cols] @ db[:, cols].T
             else:  # dB^T = dy in NHWC rows
                 dw_t += a @ dy_rows[part.start * p : part.stop * p]
-        shape = (geom.kernel_h, geom.kernel_w, geom.in_channels)
-        return xp.ascontiguousarray(dw_t.reshape(shape + (k,)).transpose(3, 2, 0, 1))
+        shape = (geom.kernel_h, geom.kernel_w, geom.in_channels, k)
+        return xp.ascontiguousarray(dw_t.reshape(shape).transpose(3, 2, 0, 1))
 
     def backward_input(self, dy, w, geom, saved=None):
         """dx in the memory layout of the columns: NHWC (an NCHW view) or NCHW.
 
-        At stride 1, dx is the correlation of dy, padded by d*(KH-1) - p,
-        with the kernel flipped in space and transposed in channels: a
-        forward pass (one gather, no scatter-adds); used when its column
-        matrix (H*W*K per image) is not larger than col2im's (OH*OW*C).
+        At stride 1, when its column matrix (H*W*K per image) is not larger than col2im's
+        (OH*OW*C), a forward pass of dy with the flipped kernel (``ConvGeometry.transposed``).
         """
-        if geom.stride == (1, 1) and (
-            geom.height * geom.width * geom.out_channels
-            <= geom.out_h * geom.out_w * geom.in_channels
-        ):
-            return self.forward(
-                dy, w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3), transposed_geometry(geom)
-            )[0]
+        (n, c, h, wd), (k, p) = geom.input_shape, (geom.out_channels, geom.out_h * geom.out_w)
+        if geom.stride == (1, 1) and h * wd * k <= p * c:
+            return self.forward(dy, flipped_kernel(w), geom.transposed())[0]
         xp = get_array_module(dy)
         f = weight_matrix(w)
-        p = geom.out_h * geom.out_w
         parts = _chunks(geom, dy)
+        kernel, out = (geom.kernel_h, geom.kernel_w), (geom.out_h, geom.out_w)
         if batch_innermost(geom, parts[0].stop, scatter=True):  # dx batch-innermost in memory
-            dx = xp.empty(geom.input_shape[1:] + (geom.batch,), dtype=dy.dtype)
+            dx = xp.empty((c, h, wd, n), dtype=dy.dtype)
             for part in parts:
-                acc = col2im(
-                    (f.T @ output_rows(dy[part])).reshape(
-                        geom.kernel_h, geom.kernel_w, geom.in_channels, geom.out_h, geom.out_w, -1
-                    ),
-                    geom,
-                    batch_last=True,
-                )
-                dx[..., part] = crop_padding(acc, geom)
+                blocks = (f.T @ output_rows(dy[part])).reshape(*kernel, c, *out, -1)
+                dx[..., part] = crop_padding(col2im(blocks, geom), geom)
             return dx.transpose(3, 0, 1, 2)
         dy_rows = nhwc_rows(dy)
-        acc = xp.empty((geom.batch,) + geom.padded_size + (geom.in_channels,), dtype=dy.dtype)
+        acc = xp.empty((n, *geom.padded_size, c), dtype=dy.dtype)
         for part in parts:  # dA^T = dB^T F, rows (n, i, j)
-            da_t = dy_rows[part.start * p : part.stop * p] @ f
-            col2im(
-                da_t.reshape(
-                    -1, geom.out_h, geom.out_w, geom.kernel_h, geom.kernel_w, geom.in_channels
-                ).transpose(3, 4, 0, 1, 2, 5),
-                geom,
-                out=acc[part],
-            )
+            da_t = (dy_rows[part.start * p : part.stop * p] @ f).reshape(-1, *out, *kernel, c)
+            col2im(da_t.transpose(3, 4, 0, 1, 2, 5), geom, out=acc[part])
         return crop_padding(acc, geom).transpose(0, 3, 1, 2)
 
     def multiplies(self, geom):
@@ -219,56 +170,31 @@ class Im2col(ConvAlgorithm):
 
     def workspace_elements(self, geom, pass_, chunk):
         n, c, h, w = geom.input_shape
-        p = geom.out_h * geom.out_w
-        images = chunk(n, p * _row_length(geom))  # as ``_chunks`` splits the batch
+        p, r = geom.out_h * geom.out_w, row_length(geom)
+        images = chunk(n, p * r)  # as ``_chunks`` splits the batch
         padded = images * c * geom.padded_size[0] * geom.padded_size[1]
-        cols = images * p * _row_length(geom)  # one chunk of columns
+        cols = images * p * r  # one chunk of columns
         outputs = 2 * images * geom.out_channels * p  # GEMM result before its NCHW copy
         extra = {
             "forward": outputs,
-            "backward_weight": outputs + geom.out_channels * _row_length(geom),
-            "backward_input": outputs + cols + images * c * h * w,
-        }[pass_]  # dA + col2im
-        return padded + cols + extra + geom.out_channels * _row_length(geom)
+            "backward_weight": outputs + geom.out_channels * r,
+            "backward_input": outputs + cols + images * c * h * w,  # dA + col2im
+        }[pass_]
+        return padded + cols + extra + geom.out_channels * r
 
     def saved_elements(self, geom):
-        return geom.batch * geom.out_h * geom.out_w * _row_length(geom)
+        return geom.batch * geom.out_h * geom.out_w * row_length(geom)
 
 
-def transposed_geometry(geom):
-    """The stride-1 correlation that gives dx: dy (N, K, OH, OW) with the flipped, transposed kernel.
+def col2im(blocks, geom, out=None):
+    """Add the columns back onto the padded input: blocks (KH, KW, A, OH, OW, B) -> (A, H', W', B).
 
-    Its padding d*(KH-1) - p may be negative (the padded input is then cropped).
+    ``blocks[u, v]`` holds kernel offset (u, v)'s columns; (A, B) is (n, C) for NHWC columns
+    or (C, n) for batch-innermost ones. Returns the accumulator ``out`` (zeroed here).
     """
-    (dh, dw), (ph, pw) = geom.dilation, geom.padding
-    return replace(
-        geom,
-        in_channels=geom.out_channels,
-        out_channels=geom.in_channels,
-        height=geom.out_h,
-        width=geom.out_w,
-        padding=(dh * (geom.kernel_h - 1) - ph, dw * (geom.kernel_w - 1) - pw),
-    )
-
-
-def _columns_size(geom, part):
-    """Elements of the column matrix of a chunk of the batch."""
-    return (part.stop - part.start) * geom.out_h * geom.out_w * _row_length(geom)
-
-
-def col2im(blocks, geom, batch_last=False, out=None):
-    """Add the columns back onto the (padded) input: blocks (KH, KW, A, OH, OW, B) -> (A, H', W', B).
-
-    ``blocks[u, v]`` holds kernel offset (u, v)'s columns; (A, B) is (n, C)
-    for NHWC columns or (C, n) for batch-innermost ones; one strided add per
-    offset, each with runs of B (or OW*B) contiguous values. Returns the
-    accumulator ``out`` (zeroed here), still padded.
-    """
-    xp = get_array_module(blocks)
     if out is None:
-        out = xp.empty(
-            (blocks.shape[2],) + geom.padded_size + (blocks.shape[5],), dtype=blocks.dtype
-        )
+        shape = (blocks.shape[2], *geom.padded_size, blocks.shape[5])
+        out = get_array_module(blocks).empty(shape, dtype=blocks.dtype)
     out[...] = 0
     for u in range(geom.kernel_h):
         for v in range(geom.kernel_w):

@@ -1,4 +1,4 @@
-"""Data-layout helpers shared by the algorithms: padding, NCHW<->NHWC/CHWN, sliding windows.
+"""Data-layout helpers shared by the algorithms: padding with a transpose, sliding windows.
 
 The GEMM-based algorithms gather with the channel innermost (NHWC): each
 gathered element then belongs to a contiguous run of C values, which made
@@ -8,6 +8,8 @@ images, the batch innermost (CHWN) gives longer runs still.
 """
 
 from ..backend import get_array_module
+
+NHWC, CHWN, CNHW, HWNC = (0, 2, 3, 1), (1, 2, 3, 0), (1, 0, 2, 3), (2, 3, 0, 1)
 
 
 def as_strided(a, shape, strides):
@@ -24,65 +26,63 @@ def crop_and_pads(x, pads):
     return view, tuple(max(p, 0) for p in pads)
 
 
-def _zero_borders(out, t, b, l, r):
-    """Zero the padding frame of an NHWC array whose interior is about to be written."""
-    h, w = out.shape[1], out.shape[2]
-    out[:, :t] = 0
-    out[:, h - b :] = 0
-    out[:, t : h - b, :l] = 0
-    out[:, t : h - b, w - r :] = 0
-
-
-def padded_nhwc(x, pads, batch_last=False):
-    """x (N, C, H, W) -> (N, t+H+b, l+W+r, C) with zero borders; (C, H', W', N) if ``batch_last``.
-
-    ``pads = (top, bottom, left, right)``; a negative pad crops that side.
-    """
+def padded(x, pads, order):
+    """x (N, C, H, W) zero-padded by ``pads`` = (top, bottom, left, right), as a new array
+    ``x.transpose(order)`` in memory (``NHWC``...); a negative pad crops that side."""
     xp = get_array_module(x)
     view, (t, b, l, r) = crop_and_pads(x, pads)
     n, c, h, w = view.shape
-    outer, inner = (c, n) if batch_last else (n, c)
-    out = xp.empty((outer, t + h + b, l + w + r, inner), dtype=x.dtype)
-    _zero_borders(out, t, b, l, r)
-    out[:, t : t + h, l : l + w] = view.transpose((1, 2, 3, 0) if batch_last else (0, 2, 3, 1))
+    shape = (n, c, t + h + b, l + w + r)
+    out = xp.empty(tuple(shape[axis] for axis in order), dtype=x.dtype)
+    nchw = out.transpose(tuple(order.index(axis) for axis in range(4)))
+    nchw[:, :, :t] = 0  # only the frame: the interior is written next
+    nchw[:, :, t + h :] = 0
+    nchw[:, :, t : t + h, :l] = 0
+    nchw[:, :, t : t + h, l + w :] = 0
+    nchw[:, :, t : t + h, l : l + w] = view
     return out
 
 
 def padded_nchw(x, pads):
     """x (N, C, H, W) -> (N, C, t+H+b, l+W+r) with zero borders (negative pads crop)."""
-    xp = get_array_module(x)
-    view, (t, b, l, r) = crop_and_pads(x, pads)
-    if not (t or b or l or r):
-        return view
-    return xp.pad(view, ((0, 0), (0, 0), (t, b), (l, r)))
+    view, nonnegative = crop_and_pads(x, pads)
+    return padded(view, nonnegative, (0, 1, 2, 3)) if any(nonnegative) else view
 
 
-def nhwc_windows(xpad, kernel, out_size, stride, dilation):
-    """View (N, OH, OW, KH, KW, C) of the receptive fields of an NHWC array (no copy).
+def windows(x, geom, batch_last=False):
+    """The receptive fields of x (N, C, H, W) padded: a view (N, OH, OW, KH, KW, C) of an NHWC
+    copy, or (C, OH, OW, KH, KW, N) of a CHWN copy when ``batch_last``.
 
-    Element ``[n, i, j, u, v, c] = xpad[n, i*sh + u*dh, j*sw + v*dw, c]``; the
-    same for a (C, H, W, N) array, with the roles of N and C exchanged.
+    Element ``[n, i, j, u, v, c] = xpad[n, c, i*sh + u*dh, j*sw + v*dw]``.
     """
-    sn, sh, sw, sc = xpad.strides
-    n, c = xpad.shape[0], xpad.shape[3]
+    xpad = padded(x, symmetric_pads(geom), CHWN if batch_last else NHWC)
+    (sn, sh, sw, sc), (n, *_, c) = xpad.strides, xpad.shape
+    (s0, s1), (d0, d1) = geom.stride, geom.dilation
     return as_strided(
         xpad,
-        (n, out_size[0], out_size[1], kernel[0], kernel[1], c),
-        (sn, stride[0] * sh, stride[1] * sw, dilation[0] * sh, dilation[1] * sw, sc),
+        (n, geom.out_h, geom.out_w, geom.kernel_h, geom.kernel_w, c),
+        (sn, s0 * sh, s1 * sw, d0 * sh, d1 * sw, sc),
     )
+
+
+def contiguous(a):
+    """``a`` itself when C-contiguous, else a C-contiguous copy."""
+    return a if a.flags.c_contiguous else get_array_module(a).ascontiguousarray(a)
 
 
 def nhwc_rows(a):
     """a (N, C, H, W) as the (N*H*W, C) matrix of its NHWC rows: a view when ``a`` is
     channels-last in memory (as im2col and Winograd outputs are), else a copy."""
-    xp = get_array_module(a)
-    rows = a.transpose(0, 2, 3, 1)
-    if not rows.flags.c_contiguous:
-        rows = xp.ascontiguousarray(rows)
-    return rows.reshape(-1, a.shape[1])
+    return contiguous(a.transpose(NHWC)).reshape(-1, a.shape[1])
 
 
 def symmetric_pads(geom):
     """(top, bottom, left, right) for the geometry's symmetric padding."""
     ph, pw = geom.padding
     return (ph, ph, pw, pw)
+
+
+def flipped_kernel(w):
+    """w (K, C, KH, KW) -> (C, K, KH, KW) rotated by 180 degrees: dx of a stride-1 correlation
+    is the correlation of dy with it (``ConvGeometry.transposed``)."""
+    return w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)

@@ -1,19 +1,15 @@
 """The algorithm names users pass as ``algo=``, and which of them can compute a shape.
 
-``ALGORITHMS`` are the four families. ``"winograd"`` means the default tile,
-F(4x4, 3x3): it does 4x fewer multiplies than direct in its GEMM stage
-(F(2x2, 3x3): 2.25x) and was the faster tile on 3x3 layers with 28 px or
-more (``minidl bench conv``). Its float32 error, ~1e-5 of the largest output
-against ~5e-7 for F(2x2) and im2col (measured on the benchmark layers), is far
-below what SGD notices (tests/conv/test_conv_training.py). Ask for
-``"winograd_f2x2_3x3"`` for the more accurate tile, which also wastes less on
-small images (a 13x13 output needs 4x4 tiles of 4 = 16x16, or 7x7 tiles of 2 = 14x14).
+``"winograd"`` means the default tile, F(4x4, 3x3): 4x fewer multiplies than direct in its
+GEMM stage (F(2x2, 3x3): 2.25x), the faster tile on 3x3 layers with 28 px or more
+(``minidl bench conv``). Its float32 error, ~1e-5 of the largest output against ~5e-7 for
+F(2x2) and im2col, is far below what SGD notices (tests/conv/test_conv_training.py);
+``"winograd_f2x2_3x3"`` is more accurate and wastes less on small images (a 13x13 output
+needs 4x4 tiles of 4 = 16x16, or 7x7 tiles of 2 = 14x14).
 
-``auto`` picks among ``AUTO_CANDIDATES``, the library's own algorithms. Other
-implementations join by ``register``, under their own names, and are chosen
-only by name: the textbook versions of ``minidl/reference/conv/``
-(``"im2col_reference"``...) register themselves when ``minidl.reference`` is
-imported, so a student's exercise never runs in ``auto``.
+``auto`` picks among ``AUTO_CANDIDATES``, the library's own algorithms; others join by
+``register`` and are chosen only by name (the textbook versions of ``minidl/reference/conv/``
+register themselves when ``minidl.reference`` is imported).
 """
 
 from .base import Unsupported
@@ -59,15 +55,12 @@ def implementation(name):
 
 def applicable(geom):
     """The implementations ``auto`` may choose that can compute ``geom`` (per-group geometry)."""
-    return [
-        IMPLEMENTATIONS[name]
-        for name in AUTO_CANDIDATES
-        if IMPLEMENTATIONS[name].unsupported(geom) is None
-    ]
+    candidates = (IMPLEMENTATIONS[name] for name in AUTO_CANDIDATES)
+    return [impl for impl in candidates if impl.unsupported(geom) is None]
 
 
 def require(name, geom):
-    """The implementation for an explicit request; raises ``Unsupported`` naming the alternatives."""
+    """The implementation for an explicit request; ``Unsupported`` names the alternatives."""
     impl = implementation(name)
     reason = impl.unsupported(geom.per_group())
     if reason is not None:
@@ -80,8 +73,7 @@ def require(name, geom):
 
 
 def multiplies(name, geom):
-    """Forward-pass multiplies of algorithm ``name`` for ``geom``, all groups, by stage and
-    their ``"total"``."""
+    """Forward-pass multiplies of ``name`` for ``geom``, all groups, by stage and ``"total"``."""
     counts = {
         stage: count * geom.groups
         for stage, count in implementation(name).multiplies(geom.per_group()).items()

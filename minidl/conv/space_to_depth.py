@@ -17,15 +17,11 @@ from ..intmath import ceil_div
 from .layout import padded_nchw
 
 
-def phase_taps(kernel, stride):
-    """Taps per phase along one axis: ceil(kernel / stride)."""
-    return ceil_div(kernel, stride)
-
-
 def phase_geometry(geom):
-    """The stride-1 problem on the phases: s*s*C channels of (OH + q - 1) x (OW + q - 1)."""
+    """The stride-1 problem on the phases: s*s*C channels of (OH + q - 1) x (OW + q - 1) with
+    q = ceil(KH / s) taps per phase."""
     (sh, sw), kh, kw = geom.stride, geom.kernel_h, geom.kernel_w
-    qh, qw = phase_taps(kh, sh), phase_taps(kw, sw)
+    qh, qw = ceil_div(kh, sh), ceil_div(kw, sw)
     return replace(
         geom,
         in_channels=geom.in_channels * sh * sw,

@@ -1,42 +1,37 @@
-"""Winograd minimal filtering F(m x m, 3 x 3) (Lavin & Gray 2016; Ben-Nun & Hoefler 2019, §4.3, App. B.4).
+"""Winograd minimal filtering F(m x m, 3 x 3) (Lavin & Gray 2016; Ben-Nun & Hoefler 2019, B.4).
 
-Each m x m output tile is computed from an alpha x alpha input tile
-(alpha = m + r - 1 = m + 2; neighbouring tiles overlap by 2):
+Each m x m output tile comes from an alpha x alpha input tile (alpha = m + r - 1 = m + 2;
+neighbouring tiles overlap by 2):
 
     Y = A^T [ sum_c (G w_kc G^T) o (B^T d_c B) ] A
 
-Both transforms are applied to all tiles at once as one GEMM with a Kronecker
-matrix (``(B^T kron B^T) vec(d)``), so the elementwise stage is alpha^2
-independent (K x C) @ (C x P) products over the P = N*ceil(OH/m)*ceil(OW/m)
-tiles: alpha^2*K*C*P multiplies instead of the direct 9*m^2*K*C*P, i.e.
-2.25x fewer for F(2x2,3x3) (alpha=4) and 4x fewer for F(4x4,3x3) (alpha=6).
-(Ben-Nun & Hoefler 2019, Table 6's Winograd work formula counts each transform once and leaves
-out these per-channel/per-tile multiplicities; ``multiplies`` counts them.)
+Both transforms are applied to all tiles at once as one GEMM with a Kronecker matrix
+(``(B^T kron B^T) vec(d)``), so the elementwise stage is alpha^2 independent (K x C) @ (C x P)
+products over the P = N*ceil(OH/m)*ceil(OW/m) tiles: alpha^2*K*C*P multiplies instead of the
+direct 9*m^2*K*C*P, 2.25x fewer for F(2x2,3x3) (alpha=4) and 4x fewer for F(4x4,3x3)
+(alpha=6). (Ben-Nun & Hoefler 2019, Table 6's Winograd work formula counts each transform
+once and leaves out these per-channel/per-tile multiplicities; ``multiplies`` counts them.)
 
 Gradients, with Z = U o V the elementwise products of one tile:
 
-* input:  dx is the stride-1 correlation of dy, padded by 2 - p, with the
-  kernel flipped in space and transposed in channels, w'[c, k] = rot180(w[k, c]);
-  it runs through the same forward machinery (negative padding crops).
-* weight: the adjoint of the forward in the transformed domain,
-  dZ = A dY A^T (per m x m output-gradient tile), dU = sum_tiles dZ o V,
-  dW = G^T dU G. This is Winograd F(3x3, m x m) with the roles of filter and
-  output exchanged: the output-gradient tile is the "filter", the same alpha x
-  alpha input tiles are the data, and the products are again alpha^2 (K x P) @ (P x C)
-  GEMMs. The forward's V can be kept and reused.
+* input: dx is the stride-1 correlation of dy, padded by 2 - p, with the kernel flipped in
+  space and transposed in channels (``ConvGeometry.transposed``), through the forward.
+* weight: the adjoint of the forward in the transformed domain, dZ = A dY A^T (per m x m
+  output-gradient tile), dU = sum_tiles dZ o V, dW = G^T dU G: Winograd F(3x3, m x m) with
+  the output-gradient tile as the "filter", the same input tiles V (kept by the forward) as
+  the data, and again alpha^2 (K x P) @ (P x C) GEMMs.
 
-Transform matrices (checked numerically against direct correlation in the tests):
-F(2,3): B^T = [[1,0,-1,0],[0,1,1,0],[0,-1,1,0],[0,1,0,-1]],
-        G = [[1,0,0],[1/2,1/2,1/2],[1/2,-1/2,1/2],[0,0,1]], A^T = [[1,1,1,0],[0,1,-1,-1]].
-F(4,3): see ``_MATRICES``; larger entries (8, 1/24) cost accuracy (Ben-Nun & Hoefler 2019, §4.3):
-F(4x4) errors are measurably larger than F(2x2) errors in float32.
+Transform matrices: ``_MATRICES`` (checked against direct correlation in the tests);
+F(4,3)'s larger entries (8, 1/24) cost accuracy (Ben-Nun & Hoefler 2019, §4.3): F(4x4)
+errors are measurably larger than F(2x2) errors in float32.
 
-Supported: 3x3 kernels at stride 1, and strided kernels whose polyphase
-components have 3x3 taps (ceil(K/s) = 3, e.g. AlexNet's 11x11 at stride 4),
-which ``space_to_depth`` turns into a stride-1 3x3 convolution over s*s*C
-channels; dilation 1 only.
+Supported: 3x3 kernels at stride 1, and strided kernels with 3 taps per polyphase component
+(ceil(K/s) = 3, e.g. AlexNet's 11x11 at stride 4), which ``space_to_depth`` turns into a
+stride-1 3x3 convolution over s*s*C channels; dilation 1 only.
 """
 
+import functools
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -45,61 +40,41 @@ from ..backend import get_array_module
 from ..chunks import batch_chunks
 from ..intmath import ceil_div
 from .base import ConvAlgorithm
-from .layout import as_strided, padded_nhwc
+from .layout import NHWC, as_strided, flipped_kernel, padded
 from .space_to_depth import (
     depth_to_space,
     kernel_from_depth,
     kernel_to_depth,
     phase_geometry,
-    phase_taps,
     space_to_depth,
 )
 
-_F = Fraction
-_MATRICES = {  # m: (B^T, G, A^T), exact
+_MATRICES = {  # m: (B^T, G, A^T), exact, rows separated by ";"
     2: (
-        [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
-        [[1, 0, 0], [_F(1, 2), _F(1, 2), _F(1, 2)], [_F(1, 2), _F(-1, 2), _F(1, 2)], [0, 0, 1]],
-        [[1, 1, 1, 0], [0, 1, -1, -1]],
+        "1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1",
+        "1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1",
+        "1 1 1 0; 0 1 -1 -1",
     ),
     4: (
-        [
-            [4, 0, -5, 0, 1, 0],
-            [0, -4, -4, 1, 1, 0],
-            [0, 4, -4, -1, 1, 0],
-            [0, -2, -1, 2, 1, 0],
-            [0, 2, -1, -2, 1, 0],
-            [0, 4, 0, -5, 0, 1],
-        ],
-        [
-            [_F(1, 4), 0, 0],
-            [_F(-1, 6), _F(-1, 6), _F(-1, 6)],
-            [_F(-1, 6), _F(1, 6), _F(-1, 6)],
-            [_F(1, 24), _F(1, 12), _F(1, 6)],
-            [_F(1, 24), _F(-1, 12), _F(1, 6)],
-            [0, 0, 1],
-        ],
-        [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
+        "4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0; 0 2 -1 -2 1 0; 0 4 0 -5 0 1",
+        "1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1",
+        "1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1",
     ),
 }
 
 
 def winograd_matrices(m):
     """(B^T, G, A^T) of F(m, 3) as float64 NumPy arrays."""
-    bt, g, at = _MATRICES[m]
-    return tuple(np.array([[float(v) for v in row] for row in mat]) for mat in (bt, g, at))
+    return tuple(
+        np.array([[float(Fraction(v)) for v in row.split()] for row in matrix.split(";")])
+        for matrix in _MATRICES[m]
+    )
 
 
-_kron_cache = {}
-
-
+@functools.cache
 def _kron_matrices(m, dtype, xp):
     """Kronecker forms (B^T kron B^T, G kron G, A^T kron A^T) in ``dtype`` on xp's device."""
-    key = (m, np.dtype(dtype).str, xp.__name__)
-    if key not in _kron_cache:
-        bt, g, at = winograd_matrices(m)
-        _kron_cache[key] = tuple(xp.asarray(np.kron(a, a), dtype=dtype) for a in (bt, g, at))
-    return _kron_cache[key]
+    return tuple(xp.asarray(np.kron(a, a), dtype=dtype) for a in winograd_matrices(m))
 
 
 def tile_counts(out_h, out_w, m):
@@ -108,23 +83,24 @@ def tile_counts(out_h, out_w, m):
 
 
 def tile_elements(side, tiles, channels):
-    """Elements per image of a tile array: side x side values per tile and channel.
-
-    The kernels chunk the batch by these counts (``batch_chunks``), and
-    ``Winograd.workspace_elements`` by the same ones.
-    """
+    """Elements per image of a tile array, side x side values per tile and channel: the kernels
+    and ``Winograd.workspace_elements`` chunk the batch by these counts."""
     return side * side * tiles * channels
 
 
-def _transform_input_chunk(x, pads, tiles, m, out):
-    """``out`` (alpha^2, n*T*C) = (B^T kron B^T) d for the tiles d of the images x (n, C, H, W).
+def full_tile_pads(geom, m):
+    """Pads (top, bottom, left, right) that make the input exactly m*th + 2 by m*tw + 2
+    (bottom/right may crop)."""
+    (th, tw), (ph, pw) = tile_counts(geom.out_h, geom.out_w, m), geom.padding
+    return (ph, m * th + 2 - geom.height - ph, pw, m * tw + 2 - geom.width - pw)
 
-    Pad to NHWC, gather the overlapping tiles, one GEMM; the two temporaries
-    are freed on return, before the next chunk's are made.
-    """
+
+def _transform_input_chunk(x, pads, tiles, m, out):
+    """``out`` (alpha^2, n*T*C) = (B^T kron B^T) d for the tiles d of the images x (n, C, H, W):
+    pad to NHWC, gather the overlapping tiles, one GEMM (the temporaries die on return)."""
     xp = get_array_module(x)
     alpha, (th, tw), c = m + 2, tiles, x.shape[1]
-    xpad = padded_nhwc(x, pads)  # (n, m*th + 2, m*tw + 2, C)
+    xpad = padded(x, pads, NHWC)  # (n, m*th + 2, m*tw + 2, C)
     sn, sh, sw, sc = xpad.strides
     view = as_strided(
         xpad, (alpha, alpha, xpad.shape[0], th, tw, c), (sh, sw, sn, m * sh, m * sw, sc)
@@ -134,15 +110,12 @@ def _transform_input_chunk(x, pads, tiles, m, out):
     xp.matmul(_kron_matrices(m, x.dtype, xp)[0], d.reshape(alpha * alpha, -1), out=out)
 
 
-def transform_input(x, pads, tiles, m):
-    """V (alpha^2, N, T, C): (B^T kron B^T) applied to every alpha x alpha input tile.
-
-    ``pads`` = (top, bottom, left, right) make the input exactly m*th + 2 by
-    m*tw + 2; T = th*tw tiles per image; chunk by chunk.
-    """
+def transform_input(x, geom, m):
+    """V (alpha^2, N, T, C): (B^T kron B^T) applied to every alpha x alpha input tile of x padded
+    to whole tiles; T = th*tw tiles per image; chunk by chunk."""
     xp = get_array_module(x)
-    a2, t = (m + 2) ** 2, tiles[0] * tiles[1]
-    n, c = x.shape[0], x.shape[1]
+    tiles, pads = tile_counts(geom.out_h, geom.out_w, m), full_tile_pads(geom, m)
+    a2, t, (n, c) = (m + 2) ** 2, tiles[0] * tiles[1], x.shape[:2]
     v = xp.empty((a2, n, t, c), dtype=x.dtype)
     for part in batch_chunks(n, tile_elements(m + 2, t, c) * x.itemsize, x):
         _transform_input_chunk(x[part], pads, tiles, m, v[:, part].reshape(a2, -1))
@@ -157,12 +130,6 @@ def transform_weight(w, m):
     return (kron_g @ w.transpose(2, 3, 0, 1).reshape(9, k * c)).reshape(-1, k, c)
 
 
-def _full_tile_pads(pads, in_hw, tiles, m):
-    """Pads that make the input exactly m*th + 2 by m*tw + 2 (bottom/right may crop)."""
-    top, _, left, _ = pads
-    return (top, m * tiles[0] + 2 - in_hw[0] - top, left, m * tiles[1] + 2 - in_hw[1] - left)
-
-
 def _output_chunk(z, tiles, m, out):
     """``out`` (n, m*th, m*tw, K) = A^T Z A for the tiles of z (alpha^2, n, T, K), NHWC."""
     xp = get_array_module(z)
@@ -171,19 +138,16 @@ def _output_chunk(z, tiles, m, out):
     out.reshape(-1, th, m, tw, m, k)[...] = y_tiles.transpose(2, 3, 0, 4, 1, 5)
 
 
-def winograd_correlation(x, w, pads, out_hw, m, keep=False):
-    """Stride-1 3x3 correlation of x (N, C, H, W) padded by ``pads`` = (t, b, l, r).
+def winograd_correlation(x, w, geom, m, keep=False):
+    """Stride-1 3x3 correlation of x (N, C, H, W): ``(y, V if keep else None)``.
 
-    Returns ``(y, V)`` with y (N, K, *out_hw) and the transformed input V when ``keep``.
-    y is NCHW-indexed but NHWC in memory: the output tiles come out of the
-    GEMMs channel-innermost, and writing them NCHW would cost a transposing
-    copy (measured: 9 of 31 ms on 16x64x56x56).
+    y is NCHW-indexed but NHWC in memory, as the GEMMs give the tiles; writing them NCHW
+    would cost a transposing copy (measured: 9 of 31 ms on 16x64x56x56).
     """
     xp = get_array_module(x)
-    n, k = x.shape[0], w.shape[0]
-    oh, ow = out_hw
+    n, k, oh, ow = geom.output_shape
     th, tw = tile_counts(oh, ow, m)
-    v = transform_input(x, _full_tile_pads(pads, x.shape[2:], (th, tw), m), (th, tw), m)
+    v = transform_input(x, geom, m)
     a2 = v.shape[0]
     z = xp.matmul(v.reshape(a2, n * th * tw, -1), transform_weight(w, m).transpose(0, 2, 1))
     z = z.reshape(a2, n, th * tw, k)  # (alpha^2, N, T, K)
@@ -194,23 +158,21 @@ def winograd_correlation(x, w, pads, out_hw, m, keep=False):
 
 
 def _output_gradient_chunk(dy, tiles, m, out):
-    """``out`` (alpha^2, n*T*K) = A dY A^T for every m x m tile of dy (n, K, OH, OW).
-
-    The partial tiles at the bottom and right get a zero output gradient.
-    """
+    """``out`` (alpha^2, n*T*K) = A dY A^T for every m x m tile of dy (n, K, OH, OW), with a
+    zero output gradient in the partial tiles at the bottom and right."""
     xp = get_array_module(dy)
     (th, tw), (n, k, oh, ow) = tiles, dy.shape
     if (oh, ow) == (m * th, m * tw):
-        block = dy.transpose(0, 2, 3, 1)  # NHWC view, no copy
+        block = dy.transpose(NHWC)  # a view, no copy
     else:
-        block = padded_nhwc(dy, (0, m * th - oh, 0, m * tw - ow))
+        block = padded(dy, (0, m * th - oh, 0, m * tw - ow), NHWC)
     gathered = xp.empty((m, m, n, th, tw, k), dtype=dy.dtype)
     gathered[...] = block.reshape(n, th, m, tw, m, k).transpose(2, 4, 0, 1, 3, 5)
     xp.matmul(_kron_matrices(m, dy.dtype, xp)[2].T, gathered.reshape(m * m, -1), out=out)
 
 
 class Winograd(ConvAlgorithm):
-    """Winograd F(m x m, 3 x 3): 3x3 kernels at stride 1 (or 3 taps per stride phase), any padding."""
+    """F(m x m, 3 x 3): 3x3 kernels at stride 1 (or 3 taps per stride phase), any padding."""
 
     reuses = frozenset({"backward_weight"})  # the transformed input tiles V
 
@@ -223,7 +185,8 @@ class Winograd(ConvAlgorithm):
         kh, kw = geom.kernel_h, geom.kernel_w
         if geom.dilation != (1, 1):
             return f"dilation {geom.dilation} is not supported (dilation 1 only)"
-        if (phase_taps(kh, geom.stride[0]), phase_taps(kw, geom.stride[1])) == (3, 3):
+        inner = phase_geometry(geom)
+        if (inner.kernel_h, inner.kernel_w) == (3, 3):
             return None
         if geom.stride == (1, 1):
             return f"a {kh}x{kw} kernel is not supported (3x3 only at stride 1)"
@@ -232,25 +195,18 @@ class Winograd(ConvAlgorithm):
             "or a strided kernel with 3 taps per phase, ceil(K/s) = 3, e.g. 11x11 at stride 4)"
         )
 
-    def _pads(self, geom):
-        ph, pw = geom.padding
-        return (ph, ph, pw, pw)
-
     def forward(self, x, w, geom, keep=False):
         if geom.stride != (1, 1):
             return self.forward(
                 space_to_depth(x, geom), kernel_to_depth(w, geom), phase_geometry(geom), keep
             )
-        return winograd_correlation(x, w, self._pads(geom), (geom.out_h, geom.out_w), self.m, keep)
+        return winograd_correlation(x, w, geom, self.m, keep)
 
     def backward_input(self, dy, w, geom, saved=None):
         if geom.stride != (1, 1):
             phases = self.backward_input(dy, kernel_to_depth(w, geom), phase_geometry(geom))
             return depth_to_space(phases, geom)
-        w_flipped = w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)
-        ph, pw = geom.padding
-        pads = (2 - ph, 2 - ph, 2 - pw, 2 - pw)
-        return winograd_correlation(dy, w_flipped, pads, (geom.height, geom.width), self.m)[0]
+        return winograd_correlation(dy, flipped_kernel(w), geom.transposed(), self.m)[0]
 
     def backward_weight(self, dy, x, geom, saved=None):
         if geom.stride != (1, 1):
@@ -262,15 +218,12 @@ class Winograd(ConvAlgorithm):
         m, a2 = self.m, self.alpha**2
         n, k, oh, ow = dy.shape
         th, tw = tile_counts(oh, ow, m)
-        if saved is None:
-            pads = _full_tile_pads(self._pads(geom), (geom.height, geom.width), (th, tw), m)
-            saved = transform_input(x, pads, (th, tw), m)
+        v = transform_input(x, geom, m) if saved is None else saved
         dz = xp.empty((a2, n, th * tw, k), dtype=dy.dtype)  # A dY A^T per output tile
         for part in batch_chunks(n, tile_elements(self.alpha, th * tw, k) * dy.itemsize, dy):
             _output_gradient_chunk(dy[part], (th, tw), m, dz[:, part].reshape(a2, -1))
-        du = xp.matmul(
-            dz.reshape(a2, n * th * tw, k).transpose(0, 2, 1), saved.reshape(a2, n * th * tw, -1)
-        )  # (alpha^2, K, C)
+        dz = dz.reshape(a2, n * th * tw, k).transpose(0, 2, 1)
+        du = xp.matmul(dz, v.reshape(a2, n * th * tw, -1))  # (alpha^2, K, C)
         kron_g = _kron_matrices(m, dy.dtype, xp)[1]
         dw = (kron_g.T @ du.reshape(a2, -1)).reshape(3, 3, k, -1)
         return xp.ascontiguousarray(dw.transpose(2, 3, 0, 1))
@@ -293,35 +246,34 @@ class Winograd(ConvAlgorithm):
         """The peak of the kernel's arrays minus the pass's result (see ``_correlation_peak``)."""
         if geom.stride != (1, 1):
             return self._phases_workspace(geom, pass_, chunk)
-        n, c, k = geom.batch, geom.in_channels, geom.out_channels
         if pass_ == "forward":
-            out_hw, result = (geom.out_h, geom.out_w), n * k * geom.out_h * geom.out_w
-            return self._correlation_peak(n, c, k, out_hw, chunk) - result
+            return self._correlation_peak(geom, chunk) - math.prod(geom.output_shape)
         if pass_ == "backward_input":  # a correlation of dy (K channels) giving H x W
-            result = n * c * geom.height * geom.width
-            return self._correlation_peak(n, k, c, (geom.height, geom.width), chunk) - result
-        return self._weight_gradient_peak(geom, chunk) - 9 * k * c
+            return self._correlation_peak(geom.transposed(), chunk) - math.prod(geom.input_shape)
+        return self._weight_gradient_peak(geom, chunk) - 9 * geom.out_channels * geom.in_channels
 
-    def _input_transform_peak(self, n, c, tiles, chunk):
+    def _input_transform_peak(self, geom, chunk):
         """V, plus one chunk's padded input and gathered tiles (``transform_input``)."""
-        m, (th, tw) = self.m, tiles
+        m, (th, tw), n, c = self.m, self._tiles(geom), geom.batch, geom.in_channels
         per_image = tile_elements(self.alpha, th * tw, c)
         padded = (m * th + 2) * (m * tw + 2) * c
         return n * per_image + chunk(n, per_image) * (padded + per_image)
 
-    def _correlation_peak(self, n, c, k, out_hw, chunk):
+    def _tiles(self, geom):
+        return tile_counts(geom.out_h, geom.out_w, self.m)
+
+    def _correlation_peak(self, geom, chunk):
         """Peak elements of ``winograd_correlation``, C -> K channels, its result included.
 
         In turn: V and one input chunk; V, U and the kernels' copy (9KC), then
         V, U and Z; V, Z, the whole-tile output Y and one chunk of output tiles.
         """
-        m, alpha = self.m, self.alpha
-        tiles = tile_counts(*out_hw, m)
-        t = tiles[0] * tiles[1]
+        n, c, k, alpha = geom.batch, geom.in_channels, geom.out_channels, self.alpha
+        t = math.prod(self._tiles(geom))
         v, z = n * tile_elements(alpha, t, c), n * tile_elements(alpha, t, k)
-        per_image = tile_elements(m, t, k)
+        per_image = tile_elements(self.m, t, k)
         return max(
-            self._input_transform_peak(n, c, tiles, chunk),
+            self._input_transform_peak(geom, chunk),
             v + alpha**2 * k * c + max(9 * k * c, z),
             v + z + (n + chunk(n, per_image)) * per_image,
         )
@@ -333,13 +285,13 @@ class Winograd(ConvAlgorithm):
         tiles (twice when partial tiles need a padded copy); V, dZ, dU, G^T dU G, dW.
         """
         n, c, k, m, alpha = geom.batch, geom.in_channels, geom.out_channels, self.m, self.alpha
-        tiles = tile_counts(geom.out_h, geom.out_w, m)
+        tiles = self._tiles(geom)
         t = tiles[0] * tiles[1]
         v, dz = n * tile_elements(alpha, t, c), n * tile_elements(alpha, t, k)
         copies = 1 if (geom.out_h, geom.out_w) == (m * tiles[0], m * tiles[1]) else 2
         gathered = copies * tile_elements(m, t, k) * chunk(n, tile_elements(alpha, t, k))
         return max(
-            self._input_transform_peak(n, c, tiles, chunk),
+            self._input_transform_peak(geom, chunk),
             v + dz + gathered,
             v + dz + alpha**2 * k * c + 2 * 9 * k * c,
         )
@@ -348,23 +300,22 @@ class Winograd(ConvAlgorithm):
         """Workspace of a strided pass: the stride-1 pass on the phases, plus the phases of x
         (or dx) and of w, each made through one padded copy (``space_to_depth``)."""
         inner = phase_geometry(geom)
-        phases = inner.batch * inner.in_channels * inner.height * inner.width
-        kernel = inner.out_channels * inner.in_channels * 9
+        phases, kernel = math.prod(inner.input_shape), math.prod(inner.weight_shape)
         inner_workspace = self.workspace_elements(inner, pass_, chunk)
         if pass_ == "forward":  # the phases' output is the output
-            y = geom.batch * geom.out_channels * geom.out_h * geom.out_w
+            y = math.prod(geom.output_shape)
             return max(2 * phases - y, phases + 2 * kernel - y, phases + kernel + inner_workspace)
         if pass_ == "backward_input":  # the phases of dx, then dx through a padded copy
-            dx = geom.batch * geom.in_channels * geom.height * geom.width
+            dx = math.prod(geom.input_shape)
             return max(2 * kernel - dx, kernel + inner_workspace + phases - dx, 2 * phases + dx)
-        dw = geom.out_channels * geom.in_channels * geom.kernel_h * geom.kernel_w
+        dw = math.prod(geom.weight_shape)
         return max(2 * phases - dw, phases + inner_workspace + kernel - dw, phases + 2 * kernel)
 
     def saved_elements(self, geom):
         if geom.stride != (1, 1):
             return self.saved_elements(phase_geometry(geom))
-        t = tile_counts(geom.out_h, geom.out_w, self.m)
-        return geom.batch * tile_elements(self.alpha, t[0] * t[1], geom.in_channels)
+        t = math.prod(self._tiles(geom))
+        return geom.batch * tile_elements(self.alpha, t, geom.in_channels)
 
 
 WINOGRAD_F2X2_3X3 = Winograd(2)
