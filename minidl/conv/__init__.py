@@ -48,7 +48,16 @@ __all__ = [
 ]
 
 
-def conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1, algo="auto"):
+def conv2d(
+    x: Tensor,
+    w: Tensor,
+    b: Tensor | None = None,
+    stride: int | tuple[int, int] = 1,
+    padding: int | tuple[int, int] = 0,
+    dilation: int | tuple[int, int] = 1,
+    groups: int = 1,
+    algo: str = "auto",
+) -> Tensor:
     """Convolve x (N, C, H, W) with w (K, C/groups, KH, KW); differentiable in x, w and b."""
     geometry = make_geometry(x.shape, w.shape, stride, padding, dilation, groups)
     return apply_conv2d(x, w, b, geometry, algo)
