@@ -25,7 +25,7 @@ OPS = ("sum", "mean")
 _world = None
 
 
-def init(auto="rule"):
+def init(auto: str = "rule") -> "Communicator":
     """Initialise MPI once (with ``job.install_abort_hooks``); returns the world ``Communicator``.
 
     ``auto``: how ``algorithm="auto"`` picks, ``"rule"``, ``"measure"`` or
@@ -183,11 +183,11 @@ class Communicator:
         """End every rank of the job with exit status ``code`` (see ``abort_job``)."""
         abort_job(self.mpi, code)
 
-    def barrier(self):
+    def barrier(self) -> None:
         """Wait until every rank got here."""
         self._collective.Barrier()
 
-    def bcast(self, array, root=0):
+    def bcast(self, array, root: int = 0):
         """Copy ``root``'s array into every rank's ``array`` (in place); returns it."""
         buffer = (self._staging.outgoing if self.rank == root else self._staging.incoming)(array)
         self._collective.Bcast(buffer, root=root)
@@ -225,7 +225,7 @@ class Communicator:
         (poll it with ``test()``, sleeping in between, to wait without busy-polling a core)."""
         return Request.of_mpi(None, self._collective.Ibarrier())
 
-    def allreduce(self, array, op="sum", algorithm="auto"):
+    def allreduce(self, array, op: str = "sum", algorithm: str = "auto"):
         """Sum (or average) ``array`` over all ranks, in place; returns it.
 
         ``algorithm``: ``"auto"`` or one of ``ALLREDUCE_ALGORITHMS``. Every

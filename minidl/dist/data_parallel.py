@@ -50,7 +50,15 @@ class DistributedOptimizer(ReplicatedOptimizer):
     after backward (``exposed_seconds``) and during it (``overlapped_seconds``).
     """
 
-    def __init__(self, optimizer, comm, allreduce="auto", bucket_mb=4, overlap=True, model=None):
+    def __init__(
+        self,
+        optimizer,
+        comm,
+        allreduce: str = "auto",
+        bucket_mb: float = 4,
+        overlap: bool = True,
+        model=None,
+    ):
         if bucket_mb <= 0:
             raise ValueError(f"DistributedOptimizer: bucket_mb={bucket_mb} must be positive")
         super().__init__(optimizer, comm, allreduce, model)

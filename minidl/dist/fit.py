@@ -8,7 +8,12 @@ from .engines import SessionEngine, SyncEngine
 from .workers import fit_on_workers
 
 
-def fit(config: TrainConfig, options: DistConfig | None = None, resume=None, workers=1):
+def fit(
+    config: TrainConfig,
+    options: DistConfig | None = None,
+    resume: str | None = None,
+    workers: int = 1,
+) -> dict | int | None:
     """Train as ``config`` and ``options`` say on every rank; returns the last evaluation.
 
     Call it on every rank of an ``mpiexec`` job; or, with ``workers=N`` in a

@@ -252,7 +252,7 @@ class TrainingRun:
                 print(self.engine.format_record(record), flush=True)
 
 
-def fit(config: TrainConfig, resume: str | None = None):
+def fit(config: TrainConfig, resume: str | None = None) -> dict | None:
     """Train in this process as ``config`` says; returns the last evaluation.
 
     The evaluation is a dict: ``loss``, ``acc``, ``images``, ``confusion``
