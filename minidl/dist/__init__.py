@@ -17,6 +17,7 @@ from minidl.dist.config import DistConfig, DistMode
 from minidl.dist.consistency import make_session
 from minidl.dist.data_parallel import DistributedOptimizer
 from minidl.dist.fit import fit
+from minidl.dist.grid import Grid, GridError, GridShape
 from minidl.dist.pipeline import PipelineTrainer
 from minidl.dist.replicas import NonFiniteGradientError
 
@@ -28,7 +29,11 @@ __all__ = [
     "DistMode",
     "DistributedOptimizer",
     "GradientEncoder",
+    "Grid",
+    "GridError",
+    "GridShape",
     "NonFiniteGradientError",
+    "PipelineTrainer",
     "Request",
     "fit",
     "init",

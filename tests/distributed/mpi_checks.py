@@ -250,6 +250,35 @@ def check_raise_on_one_rank(comm, xp=np):
     comm.barrier()
 
 
+def check_grid(comm, xp=np):
+    """Every grid of the job's rank count: each group holds exactly the ranks the formula names."""
+    from minidl.dist.grid import AXES, Grid, GridError, GridShape
+
+    size = comm.size
+    for dp in range(1, size + 1):
+        for tp in range(1, size // dp + 1):
+            if size % (dp * tp):
+                continue
+            grid = Grid(comm, dp=dp, tp=tp, pp=size // (dp * tp))
+            assert grid.coords == grid.shape.coords(comm.rank), (grid, grid.shape.coords(comm.rank))
+            for axis in AXES:
+                group = grid.group(axis)
+                members = sorted(group.allgather_object(comm.rank))
+                expected = sorted(
+                    grid.shape.rank_of(**{**grid.coords, axis: i})
+                    for i in range(getattr(grid.shape, axis))
+                )
+                assert members == expected, (grid, axis, members, expected)
+                assert group.rank == grid.coords[axis], (grid, axis, group.rank)
+    try:
+        Grid(comm, dp=size + 1)
+    except GridError as error:
+        assert f"mpiexec -n {size + 1}" in str(error), error
+    else:
+        raise AssertionError("a grid larger than the job was accepted")
+    assert str(GridShape.parse("tp=2, dp=3")) == "dp=3,tp=2"
+
+
 def check_gpu(comm):
     """The checks above on CuPy arrays (staged or CUDA-aware, whichever this MPI is)."""
     cupy = backend.cupy_module()

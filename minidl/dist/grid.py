@@ -1,0 +1,143 @@
+"""The process grid: ``--grid dp=D,pp=P,spatial=S,tp=T`` on D*P*S*T ranks.
+
+Hybrid parallelism (Ben-Nun & Hoefler 2019, section 5.4) arranges the ranks
+of a job as a 4-D grid, one axis per kind of parallelism: data (``dp``,
+replicas of the model on different samples), pipeline (``pp``, consecutive
+groups of layers), spatial (``spatial``, parts of each image) and tensor
+(``tp``, parts of each layer's weights). A rank's coordinates are
+
+    rank = ((dp_i * P + pp_i) * S + spatial_i) * T + tp_i
+
+(row-major over ``AXES``, ``tp`` fastest): the ranks of a tensor-parallel
+group, which talk at every layer, are neighbours, and so on one node when
+ranks are placed by blocks; data-parallel replicas, which talk once a step,
+are farthest apart. ``Grid.group(axis)`` is the ``Communicator`` of the ranks
+that differ from this one only along ``axis`` (``Create_cart`` then ``Sub``).
+"""
+
+import dataclasses
+import math
+
+from minidl.dist.comm import Communicator
+
+AXES = ("dp", "pp", "spatial", "tp")
+
+
+class GridError(ValueError):
+    """A grid that cannot run: a bad ``--grid`` string, or a size that does not fit the job."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GridShape:
+    """The extent of each axis; omitted axes are 1."""
+
+    dp: int = 1
+    pp: int = 1
+    spatial: int = 1
+    tp: int = 1
+
+    def __post_init__(self):
+        for axis in AXES:
+            extent = getattr(self, axis)
+            if isinstance(extent, bool) or not isinstance(extent, int) or extent < 1:
+                raise GridError(f"grid {axis}={extent!r}: each axis needs a whole number >= 1")
+
+    @classmethod
+    def parse(cls, text: str) -> "GridShape":
+        """``"dp=2,tp=2"`` -> ``GridShape(dp=2, tp=2)``; every mistake is named with the fix."""
+        extents = {}
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            axis, sep, value = item.partition("=")
+            axis = axis.strip()
+            if not sep or axis not in AXES:
+                raise GridError(
+                    f"--grid {text!r}: {item!r} is not AXIS=N with AXIS one of {', '.join(AXES)}"
+                    " (e.g. --grid dp=2,tp=2)"
+                )
+            if axis in extents:
+                raise GridError(f"--grid {text!r}: {axis} is given twice; give each axis once")
+            try:
+                extents[axis] = int(value)
+            except ValueError:
+                raise GridError(
+                    f"--grid {text!r}: {axis}={value.strip()!r} is not a whole number"
+                ) from None
+        if not extents:
+            raise GridError(f"--grid {text!r} names no axis; e.g. --grid dp=2,tp=2")
+        return cls(**extents)
+
+    @property
+    def size(self) -> int:
+        """The number of ranks the grid needs: the product of its extents."""
+        return math.prod(self.extents)
+
+    @property
+    def extents(self) -> tuple:
+        """The extents in ``AXES`` order."""
+        return tuple(getattr(self, axis) for axis in AXES)
+
+    def check_fits(self, ranks: int) -> None:
+        """Refuse a grid whose product is not the job's rank count, saying what would fit."""
+        if self.size != ranks:
+            raise GridError(
+                f"--grid {self} needs {self.size} ranks but the job has {ranks}: run it with "
+                f"mpiexec -n {self.size}, or give a grid whose product is {ranks} "
+                f"(e.g. --grid dp={ranks})"
+            )
+
+    def coords(self, rank: int) -> dict:
+        """The coordinates of ``rank`` on each axis (the inverse of ``rank_of``)."""
+        coords = {}
+        for axis, extent in reversed(tuple(zip(AXES, self.extents))):
+            rank, coords[axis] = divmod(rank, extent)
+        return {axis: coords[axis] for axis in AXES}
+
+    def rank_of(self, **coords) -> int:
+        """The rank at the given coordinates (omitted ones are 0)."""
+        rank = 0
+        for axis, extent in zip(AXES, self.extents):
+            index = coords.get(axis, 0)
+            if not 0 <= index < extent:
+                raise GridError(f"grid coordinate {axis}={index} is outside 0..{extent - 1}")
+            rank = rank * extent + index
+        return rank
+
+    def __str__(self):
+        named = [f"{axis}={extent}" for axis, extent in zip(AXES, self.extents) if extent > 1]
+        return ",".join(named) or "dp=1"
+
+
+class Grid:
+    """A job's ranks as a grid; ``md.dist.Grid(comm, dp=2, tp=2)`` (collective over ``comm``).
+
+    ``shape`` holds the extents, ``coords`` this rank's coordinates, and
+    ``group(axis)`` the ``Communicator`` along an axis, whose ``rank`` is this
+    rank's coordinate on that axis.
+    """
+
+    def __init__(self, comm: Communicator, dp: int = 1, pp: int = 1, spatial: int = 1, tp: int = 1):
+        self.shape = GridShape(dp=dp, pp=pp, spatial=spatial, tp=tp)
+        self.shape.check_fits(comm.size)
+        self.world = comm
+        cart = comm.mpi.Create_cart(list(self.shape.extents), periods=[False] * len(AXES))
+        self.coords = dict(zip(AXES, cart.Get_coords(cart.Get_rank())))
+        self._groups = {
+            axis: Communicator(cart.Sub([other == axis for other in AXES]), auto=comm.auto)
+            for axis in AXES
+        }
+        cart.Free()
+
+    @classmethod
+    def parse(cls, comm: Communicator, text: str) -> "Grid":
+        """The grid of a ``--grid`` string, e.g. ``Grid.parse(comm, "dp=2,pp=2")``."""
+        shape = GridShape.parse(text)
+        return cls(comm, **dict(zip(AXES, shape.extents)))
+
+    def group(self, axis: str) -> Communicator:
+        """The ranks that differ from this one only along ``axis``."""
+        if axis not in self._groups:
+            raise GridError(f"unknown grid axis {axis!r}; choose one of {', '.join(AXES)}")
+        return self._groups[axis]
+
+    def __repr__(self):
+        return f"Grid({self.shape}, rank {self.world.rank} at {self.coords})"
