@@ -12,7 +12,7 @@ are the library's (``minidl.train.resume``).
 NOT_RESTORED = (
     "out", "resume", "overwrite", "verbose", "no_progress", "progress", "threads", "workers",
     "device", "trace", "hang_timeout", "argv", "dist", "world_size", "data_dir", "verify_data",
-    "straggler", "jitter",
+    "straggler", "jitter", "grid",
 )  # fmt: skip
 # options of a --dist run: restored only when the resumed run has --dist too
 DIST_ONLY = ("compress", "error_feedback", "servers")

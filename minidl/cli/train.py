@@ -15,6 +15,7 @@ from ..conv import ALGORITHMS as CONV_ALGORITHMS
 from ..data import DataLoader
 from ..dist import ALLREDUCE_ALGORITHMS
 from ..dist.config import DistConfig, DistMode
+from ..dist.grid import GridShape
 from ..dist.launch import mpiexec_rank, mpiexec_ranks
 from ..dist.ps_server import DEFAULT_POLL_INTERVAL
 from ..dist.workers import run_workers, share_batch, worker_command
@@ -83,6 +84,7 @@ def parse_straggler(text):
 dist_mode = argument_type(parse_dist_mode, keep_text=True)
 compression = argument_type(parse_compression, keep_text=True)
 straggler = argument_type(parse_straggler, keep_text=True)
+grid_shape = argument_type(GridShape.parse, keep_text=True)
 
 
 TRAIN_HELP = {  # the help texts too long to share a line with their option
@@ -117,6 +119,10 @@ TRAIN_HELP = {  # the help texts too long to share a line with their option
     "--no-overlap": "average gradients after backward instead of during it (--dist sync)",
     "--hang-timeout": "under MPI, abort the job when a rank makes no progress for this long (a "
     "stopped or deadlocked rank); 0: never",
+    "--grid": "under mpiexec, arrange the ranks as a grid dp=D,pp=P,spatial=S,tp=T (omitted "
+    "axes are 1; the product is the rank count): data, pipeline, spatial and tensor "
+    "parallelism. --grid dp=N is --dist sync on N ranks; --batch-size is per data-parallel "
+    "replica",
     "--trace": "write a Chrome-trace timeline (trace.json) of the run to the run directory",
 }
 
@@ -167,6 +173,7 @@ def add_train_arguments(p):
     add("--bucket-mb", type=number(positive=True), default=4.0)
     add("--no-overlap", action="store_true")
     add("--hang-timeout", type=number(), default=300.0, metavar="SECONDS")
+    add("--grid", type=grid_shape, metavar="AXIS=N,...")
     add("--trace", action="store_true")  # perf: timeline
 
 
@@ -203,6 +210,7 @@ def dist_config(args):
         stragglers=dict(parse_straggler(text) for text in args.straggler),
         jitter=args.jitter,
         hang_timeout=args.hang_timeout,
+        grid=GridShape.parse(args.grid) if args.grid else None,
     )
 
 
@@ -216,7 +224,14 @@ def run_train(args):
         reconcile(saved, args, given_options(args.argv), world)
     if args.workers > 1 and (args.dist or ranks > 1):
         raise ValueError("--workers starts its own processes; under mpiexec use --dist instead")
-    if not args.dist and ranks > 1:
+    if args.grid and args.dist and args.dist != "sync":
+        raise ValueError(
+            f"--grid arranges ranks for synchronous training; it cannot run with --dist "
+            f"{args.dist} (drop one of them)"
+        )
+    if args.grid and args.workers > 1:
+        raise ValueError("--grid arranges the ranks of an mpiexec job; use it without --workers")
+    if not args.dist and not args.grid and ranks > 1:
         raise ValueError(
             f"started by mpiexec with {ranks} ranks but without --dist; add --dist sync to train "
             "one model together"
@@ -228,7 +243,7 @@ def run_train(args):
     try:
         if args.workers > 1:
             return relaunch(args.argv, share_batch(config, args.workers), args.workers)
-        if args.dist:
+        if args.dist or args.grid:
             dist.fit(config, options, args.resume)
         else:
             train.fit(config, args.resume)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ..train.config import ConfigError, TrainConfig, check_choice, check_number, option
 from .collectives import ALLREDUCE_ALGORITHMS
+from .grid import GridShape
 from .ps_server import DEFAULT_POLL_INTERVAL
 
 MODES = ("sync", "bsp", "ssp", "asp", "avg", "easgd")
@@ -68,6 +69,7 @@ class DistConfig:
     stragglers: dict = field(default_factory=dict)  # rank -> factor: sleeps (factor-1) x compute
     jitter: float = 0.0  # mean of an exponential sleep after every step, seconds
     hang_timeout: float = 300.0  # abort when a rank makes no progress this long; 0: never
+    grid: GridShape | None = None  # the process grid (None: data parallel over every rank)
 
     def check(self, config: TrainConfig, resume=None) -> DistConfig:
         """Refuse options that do not fit the mode or ``config``; returns self."""
@@ -81,6 +83,10 @@ class DistConfig:
             check_number("straggler", rank, integer=True)
             check_number("straggler", factor, minimum=1.0)
         what = f"{option('dist')} {mode.text}"
+        if self.grid is not None and mode.name != "sync":
+            raise ConfigError(
+                f"{option('grid')} arranges ranks for synchronous training, not for {what}"
+            )
         if self.servers != 1 and not mode.uses_server:
             raise ConfigError(
                 f"{option('servers')} applies to {option('dist')} bsp, ssp:S, asp and easgd, "
@@ -128,4 +134,5 @@ class DistConfig:
             "straggler": [f"{rank}:{factor}" for rank, factor in self.stragglers.items()],
             "jitter": self.jitter,
             "hang_timeout": self.hang_timeout,
+            "grid": None if self.grid is None else str(self.grid),
         }

@@ -1,6 +1,6 @@
 """``fit``: a training run over MPI ranks, as ``minidl train --dist`` and ``--workers`` do."""
 
-from ..train.config import TrainConfig
+from ..train.config import ConfigError, TrainConfig, option
 from ..train.run import TrainingRun
 from .comm import init
 from .config import DistConfig
@@ -30,6 +30,13 @@ def fit(
             )
         return fit_on_workers(config, options, resume, workers)
     comm = init()
+    if options.grid is not None:
+        options.grid.check_fits(comm.size)
+        if options.grid.size != options.grid.dp:
+            raise ConfigError(
+                f"{option('grid')} {options.grid}: only data parallelism (dp) trains through "
+                "fit so far; the tensor, spatial and pipeline layers are used from Python"
+            )
     comm.auto = "rule" if config.deterministic else "measure"
     engine = SyncEngine if options.mode.name == "sync" else SessionEngine
 

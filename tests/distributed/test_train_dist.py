@@ -97,15 +97,26 @@ def test_two_ranks_equal_one_process_with_twice_the_batch_across_a_resume(mpi_ru
     assert [r["epoch"] for r in records] == [1, 2]
 
 
-def test_two_ranks_with_the_same_seed_give_identical_weights(mpi_run, tmp_path):
-    """The default flags are reproducible under MPI too: no timing decides an algorithm."""
+def test_grid_dp_2_is_dist_sync_on_two_ranks_bit_for_bit(mpi_run, tmp_path):
+    """The default flags are reproducible under MPI (no timing decides an algorithm), and
+    ``--grid dp=N`` is ``--dist sync`` on N ranks."""
     runs = []
-    for name in ("a", "b"):
+    for name, layout in (("sync", ["--dist", "sync"]), ("grid", ["--grid", "dp=2"])):
         out = str(tmp_path / name)
-        train_mpi(mpi_run, 2, "--dist", "sync", "--batch-size", "32", "--epochs", "1", "--out", out)
+        train_mpi(mpi_run, 2, *layout, "--batch-size", "32", "--epochs", "1", "--out", out)
         runs.append(weights(out))
     for k in runs[0]:
         assert runs[0][k].tobytes() == runs[1][k].tobytes(), k
+
+
+def test_a_grid_that_does_not_fit_the_job_is_refused_before_any_work(mpi_run, tmp_path):
+    result = mpi_run(
+        2, "-m", "minidl", "train", *COMMON, "--grid", "dp=3", "--out", str(tmp_path / "g"),
+        timeout=60,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "needs 3 ranks but the job has 2" in result.output, result.output
+    assert not (tmp_path / "g" / "metrics.jsonl").exists()
 
 
 def test_three_ranks_count_every_test_image_once(mpi_run, tmp_path):
