@@ -1,0 +1,47 @@
+"""Tensor (model) parallelism: layers whose weights are split over the ranks of a group.
+
+``functions.py`` holds the differentiable collectives (each backward is its
+forward's adjoint), ``layers.py`` the column/row-parallel ``Linear`` and the
+filter/input-channel-parallel ``Conv2d``, ``loss.py`` the class-parallel
+cross-entropy, ``partition.py`` how a dimension is split (uneven sizes allowed).
+"""
+
+from .functions import (
+    TRAFFIC,
+    all_gather,
+    copy_to_group,
+    gather_from_group,
+    recv,
+    reduce_from_group,
+    reduce_scatter,
+    send,
+    split_to_group,
+)
+from .layers import (
+    ColumnParallelLinear,
+    FilterParallelConv2d,
+    InputChannelParallelConv2d,
+    RowParallelLinear,
+    ShardedModule,
+)
+from .loss import class_parallel_cross_entropy
+from .partition import Partition
+
+__all__ = [
+    "TRAFFIC",
+    "ColumnParallelLinear",
+    "FilterParallelConv2d",
+    "InputChannelParallelConv2d",
+    "Partition",
+    "RowParallelLinear",
+    "ShardedModule",
+    "all_gather",
+    "class_parallel_cross_entropy",
+    "copy_to_group",
+    "gather_from_group",
+    "recv",
+    "reduce_from_group",
+    "reduce_scatter",
+    "send",
+    "split_to_group",
+]

@@ -1,0 +1,185 @@
+"""Tensor-parallel layers: one layer's weights split over the ranks of a group.
+
+Each is built from the serial layer it replaces and holds this rank's block of
+its weights (``Partition`` of the split dimension; uneven sizes allowed), under
+the serial layer's parameter names. ``split`` names the axis each parameter is
+split along (None: replicated, every rank the whole of it); ``load_from`` and
+``gather_into`` move the weights between the serial layer and the blocks.
+
+Megatron-LM's pairing (Shoeybi et al. 2019, section 3): a column-parallel
+``Linear`` (outputs split, Y_r = X W_r^T) followed by a row-parallel one
+(inputs split, Y = sum_r X_r W_r^T) needs one allreduce forward and one
+backward per pair. The filter-parallel and input-channel-parallel ``Conv2d``
+are the same pair for convolutions, with channels in place of features
+(Ben-Nun & Hoefler 2019, section 5.2: model parallelism).
+"""
+
+from ... import functional as F
+from ...layers import Module, Parameter
+from .functions import copy_to_group, gather_from_group, reduce_from_group, split_to_group
+from .partition import Partition, gather_blocks, take_block
+
+
+def _check_width(layer, what, width, comm):
+    if width < comm.size:
+        raise ValueError(
+            f"{layer}: {width} {what} cannot be split over {comm.size} ranks (each needs at "
+            f"least one); use a tensor-parallel group of at most {width} ranks"
+        )
+
+
+class ShardedModule(Module):
+    """A layer whose parameters are blocks of a serial layer's (``split``: name -> axis)."""
+
+    split: dict = {}
+
+    def _shard(self, serial, comm):
+        self.comm = comm
+        for name, axis in self.split.items():
+            full = getattr(serial, name)
+            if full is None:
+                setattr(self, name, None)
+            else:
+                data = full.data.copy() if axis is None else self.block(full.data, axis)
+                setattr(self, name, Parameter(data))
+
+    def block(self, array, axis):
+        """This rank's block of a whole (serial-shaped) ``array`` along ``axis``."""
+        return take_block(array, axis, self.comm.rank, self.comm.size)
+
+    def whole(self, array, axis, n):
+        """The serial-shaped array of every rank's block ``array`` (collective)."""
+        return gather_blocks(self.comm, array, axis, n)
+
+    def load_from(self, serial):
+        """Copy this rank's blocks of ``serial``'s parameters into this layer's."""
+        for name, axis in self.split.items():
+            mine, full = getattr(self, name), getattr(serial, name)
+            if mine is not None:
+                mine.data[...] = full.data if axis is None else self.block(full.data, axis)
+
+    def gather_into(self, serial):
+        """Write the whole of each parameter into ``serial``'s (collective over the group)."""
+        for name, axis in self.split.items():
+            mine, full = getattr(self, name), getattr(serial, name)
+            if mine is not None:
+                n = full.shape[axis] if axis is not None else None
+                full.data[...] = mine.data if axis is None else self.whole(mine.data, axis, n)
+
+
+class ColumnParallelLinear(ShardedModule):
+    """``Linear`` with its outputs split: rank r computes y[:, block r] = x W_r^T + b_r.
+
+    ``gather_output``: all-gather the blocks into the replicated y (else each
+    rank keeps its block, for a ``RowParallelLinear`` to take as input).
+    """
+
+    split = {"weight": 0, "bias": 0}
+
+    def __init__(self, linear, comm, gather_output=False):
+        super().__init__()
+        _check_width(f"ColumnParallelLinear({linear.extra_repr()})", "outputs",
+                     linear.out_features, comm)  # fmt: skip
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.gather_output = gather_output
+        self._shard(linear, comm)
+
+    def forward(self, x):
+        y = F.linear(copy_to_group(x, self.comm), self.weight, self.bias)
+        if self.gather_output:
+            y = gather_from_group(y, self.comm, -1, self.out_features)
+        return y
+
+    def extra_repr(self):
+        part = Partition(self.out_features, self.comm.size).sizes[self.comm.rank]
+        return f"{self.in_features}, {self.out_features} ({part} here), gather={self.gather_output}"
+
+
+class RowParallelLinear(ShardedModule):
+    """``Linear`` with its inputs split: y = sum_r x[:, block r] W_r^T + b (one allreduce).
+
+    ``input_is_parallel``: x is already this rank's block of features (the
+    output of a ``ColumnParallelLinear``); else the replicated x is split here.
+    """
+
+    split = {"weight": 1, "bias": None}
+
+    def __init__(self, linear, comm, input_is_parallel=True):
+        super().__init__()
+        _check_width(f"RowParallelLinear({linear.extra_repr()})", "inputs",
+                     linear.in_features, comm)  # fmt: skip
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.input_is_parallel = input_is_parallel
+        self._shard(linear, comm)
+
+    def forward(self, x):
+        if not self.input_is_parallel:
+            x = split_to_group(x, self.comm, -1)
+        y = reduce_from_group(F.linear(x, self.weight), self.comm)
+        return y if self.bias is None else y + self.bias
+
+    def extra_repr(self):
+        part = Partition(self.in_features, self.comm.size).sizes[self.comm.rank]
+        return f"{self.in_features} ({part} here), {self.out_features}"
+
+
+class _ParallelConv2d(ShardedModule):
+    def __init__(self, conv, comm, what, width):
+        super().__init__()
+        name = f"{type(self).__name__}({conv.extra_repr()})"
+        if conv.groups != 1:
+            raise ValueError(
+                f"{name}: grouped convolutions are not split over ranks here; give each group "
+                "its own rank by hand, or leave the layer replicated"
+            )
+        _check_width(name, what, width, comm)
+        self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
+        self.stride, self.padding, self.dilation, self.algo = (
+            conv.stride, conv.padding, conv.dilation, conv.algo,
+        )  # fmt: skip
+        self._shard(conv, comm)
+
+    def conv(self, x, bias):
+        return F.conv2d(
+            x, self.weight, bias, stride=self.stride, padding=self.padding,
+            dilation=self.dilation, algo=self.algo,
+        )  # fmt: skip
+
+
+class FilterParallelConv2d(_ParallelConv2d):
+    """``Conv2d`` with its filters (output channels) split; the input is replicated.
+
+    ``gather_output``: all-gather the channel blocks into the replicated output.
+    """
+
+    split = {"weight": 0, "bias": 0}
+
+    def __init__(self, conv, comm, gather_output=False):
+        super().__init__(conv, comm, "filters", conv.out_channels)
+        self.gather_output = gather_output
+
+    def forward(self, x):
+        y = self.conv(copy_to_group(x, self.comm), self.bias)
+        if self.gather_output:
+            y = gather_from_group(y, self.comm, 1, self.out_channels)
+        return y
+
+
+class InputChannelParallelConv2d(_ParallelConv2d):
+    """``Conv2d`` with its input channels split: y = sum_r conv(x[:, block r], W[:, block r]) + b.
+
+    ``input_is_parallel``: x is already this rank's block of channels (the
+    output of a ``FilterParallelConv2d``); else the replicated x is split here.
+    """
+
+    split = {"weight": 1, "bias": None}
+
+    def __init__(self, conv, comm, input_is_parallel=True):
+        super().__init__(conv, comm, "input channels", conv.in_channels)
+        self.input_is_parallel = input_is_parallel
+
+    def forward(self, x):
+        if not self.input_is_parallel:
+            x = split_to_group(x, self.comm, 1)
+        y = reduce_from_group(self.conv(x, None), self.comm)
+        return y if self.bias is None else y + self.bias.reshape(1, -1, 1, 1)

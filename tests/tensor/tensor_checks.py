@@ -1,0 +1,206 @@
+"""Tensor-parallel checks, run under ``mpiexec -n P python tensor_checks.py CHECK...``.
+
+Oracles: the adjoint identity <F x, y> = <x, F* y> in float64 for every
+differentiable collective (a replicated tensor counted once, per-rank tensors
+summed over the ranks), and the serial layer computed by every rank itself for
+every tensor-parallel layer. A failed assertion ends the job through minidl's
+exception hook; a passing rank prints ``CHECK <name> OK rank <r>``.
+"""
+
+import sys
+
+import numpy as np
+
+import minidl as md
+from minidl import dist
+from minidl import functional as F
+from minidl import layers as L
+from minidl.dist import tensor as tp
+from minidl.dist.tensor.partition import Partition
+
+ADJOINT_TOL = 1e-12
+
+
+def replicated(shape, seed):
+    """The same float64 values on every rank."""
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+def per_rank(shape, seed, comm):
+    """Different float64 values on each rank."""
+    return np.random.default_rng([seed, comm.rank]).standard_normal(shape)
+
+
+def dot(a, b, comm, is_replicated):
+    """The inner product of the global tensors: counted once if replicated, else summed."""
+    local = np.array([float(np.vdot(a, b))])
+    if not is_replicated:
+        comm.allreduce(local, op="sum")
+    return local[0]
+
+
+def adjoint(comm, fn, x, x_replicated, y, y_replicated):
+    """Check <fn(x), y> = <x, fn*(y)> with fn* from backward."""
+    xt = md.Tensor(x.copy(), requires_grad=True)
+    out = fn(xt)
+    assert out.shape == y.shape, (out.shape, y.shape)
+    out.backward(y)
+    left = dot(out.data, y, comm, y_replicated)
+    right = dot(x, xt.grad, comm, x_replicated)
+    scale = max(abs(left), 1.0)
+    assert abs(left - right) <= ADJOINT_TOL * scale, (fn, left, right)
+
+
+def check_adjoints(comm):
+    n_rows, cols = 3, 7  # 7 columns: uneven blocks on 2, 3 and 4 ranks
+    part = Partition(cols, comm.size)
+    mine = part.sizes[comm.rank]
+    full, block = (n_rows, cols), (n_rows, mine)
+    cases = [
+        (lambda t: tp.copy_to_group(t, comm), full, True, full, False),
+        (lambda t: tp.reduce_from_group(t, comm), full, False, full, True),
+        (lambda t: tp.all_gather(t, comm, -1, cols), block, False, full, False),
+        (lambda t: tp.reduce_scatter(t, comm, -1), full, False, block, False),
+        (lambda t: tp.gather_from_group(t, comm, 1, cols), block, False, full, True),
+        (lambda t: tp.split_to_group(t, comm, 1), full, True, block, False),
+    ]
+    for seed, (fn, x_shape, x_rep, y_shape, y_rep) in enumerate(cases):
+        x = replicated(x_shape, seed) if x_rep else per_rank(x_shape, seed, comm)
+        y = replicated(y_shape, 100 + seed) if y_rep else per_rank(y_shape, 100 + seed, comm)
+        adjoint(comm, fn, x, x_rep, y, y_rep)
+
+
+def check_send_recv(comm):
+    """Rank 0 sends x to the last rank: <y, g> on the receiver equals <x, grad x> on rank 0."""
+    last = comm.size - 1
+    x = replicated((4, 5), 1)
+    g = replicated((4, 5), 2)
+    if comm.rank == 0:
+        xt = md.Tensor(x.copy(), requires_grad=True)
+        tp.send(xt, comm, last, tag=3).backward()
+        local = float(np.vdot(x, xt.grad))
+    elif comm.rank == last:
+        y = tp.recv(x.shape, x.dtype, comm, 0, tag=3)
+        assert np.array_equal(y.data, x)
+        y.backward(g)
+        local = float(np.vdot(y.data, g))
+    else:
+        local = 0.0
+    both = comm.allgather_object(local)
+    assert abs(both[0] - both[last]) <= ADJOINT_TOL * max(abs(both[0]), 1.0), both
+
+
+def check_traffic_counts_the_payload(comm):
+    """all-gather hands the padded block, allreduce the whole array, to the collective."""
+    tp.TRAFFIC.clear()
+    cols = 7
+    x = md.Tensor(per_rank((2, Partition(cols, comm.size).sizes[comm.rank]), 0, comm))
+    tp.gather_from_group(x, comm, 1, cols)
+    tp.reduce_from_group(md.Tensor(np.ones((2, 3))), comm)
+    alone = comm.size == 1  # nothing travels
+    assert tp.TRAFFIC["allgather"] == (0 if alone else 2 * Partition(cols, comm.size).largest * 8)
+    assert tp.TRAFFIC["allreduce"] == (0 if alone else 2 * 3 * 8)
+
+
+# ---- layers equal the serial layer -----------------------------------------------------
+TOL = 1e-12
+
+
+def compare(layer_name, serial_layer, parallel_layer, x, comm, out_split_axis=None, pairs=None):
+    """Forward and backward through both; outputs, input gradients and the weight gradients of
+    each (serial, parallel) layer of ``pairs`` (default: the two given) equal."""
+    serial_layer.zero_grad()
+    xs = md.Tensor(x.copy(), requires_grad=True)
+    ys = serial_layer(xs)
+    g = replicated(ys.shape, 77)
+    ys.backward(g)
+    xp_ = md.Tensor(x.copy(), requires_grad=True)
+    yp = parallel_layer(xp_)
+    if out_split_axis is None:
+        np.testing.assert_allclose(yp.data, ys.data, rtol=0, atol=TOL, err_msg=layer_name)
+        yp.backward(g)
+    else:
+        block = Partition(ys.shape[out_split_axis], comm.size).slice(comm.rank)
+        index = (slice(None),) * out_split_axis + (block,)
+        np.testing.assert_allclose(yp.data, ys.data[index], rtol=0, atol=TOL, err_msg=layer_name)
+        yp.backward(np.ascontiguousarray(g[index]))
+    np.testing.assert_allclose(xp_.grad, xs.grad, rtol=0, atol=TOL, err_msg=layer_name + " dx")
+    for serial, parallel in pairs or [(serial_layer, parallel_layer)]:
+        for name, axis in parallel.split.items():
+            mine, full = getattr(parallel, name), getattr(serial, name)
+            if mine is None:
+                continue
+            want = full.grad if axis is None else parallel.block(full.grad, axis)
+            np.testing.assert_allclose(mine.grad, want, rtol=0, atol=TOL, err_msg=f"{name}")
+
+
+def check_layers(comm):
+    md.manual_seed(5)
+    for n_in, n_out in ((7, 5), (4, 9), (8, 4)):
+        linear = L.Linear(n_in, n_out).to("float64")
+        x = replicated((3, n_in), n_in)
+        for gather in (False, True):
+            layer = tp.ColumnParallelLinear(linear, comm, gather_output=gather)
+            compare("column", linear, layer, x, comm, None if gather else 1)
+        layer = tp.RowParallelLinear(linear, comm, input_is_parallel=False)
+        compare("row", linear, layer, x, comm)
+    for c_in, c_out, k, stride, pad in ((5, 5, 3, 1, 1), (5, 6, 5, 2, 2), (4, 7, 11, 4, 0)):
+        conv = L.Conv2d(c_in, c_out, k, stride=stride, padding=pad, algo="im2col").to("float64")
+        x = replicated((2, c_in, 15, 13), c_in)
+        for gather in (False, True):
+            layer = tp.FilterParallelConv2d(conv, comm, gather_output=gather)
+            compare("filter", conv, layer, x, comm, None if gather else 1)
+        layer = tp.InputChannelParallelConv2d(conv, comm, input_is_parallel=False)
+        compare("input-channel", conv, layer, x, comm)
+
+
+def check_pairs(comm):
+    """Column then row (one allreduce) and filter then input-channel equal the serial pair."""
+    md.manual_seed(6)
+    for widths in ((6, 7, 5), (5, 6, 3)):
+        first, second = (L.Linear(a, b).to("float64") for a, b in zip(widths, widths[1:]))
+        serial = L.Sequential(first, L.Tanh(), second)
+        pair = L.Sequential(
+            tp.ColumnParallelLinear(first, comm), L.Tanh(), tp.RowParallelLinear(second, comm)
+        )
+        tp.TRAFFIC.clear()
+        x = replicated((4, widths[0]), 9)
+        compare("column-row", serial, pair, x, comm, pairs=[(first, pair[0]), (second, pair[2])])
+        if comm.size > 1:  # one allreduce forward (4 x 5 outputs) and one backward (4 x 6 inputs)
+            assert tp.TRAFFIC["allreduce"] == 4 * (widths[0] + widths[2]) * 8, tp.TRAFFIC
+    first = L.Conv2d(3, 5, 3, padding=1, algo="im2col").to("float64")
+    second = L.Conv2d(5, 4, 3, algo="im2col").to("float64")
+    serial = L.Sequential(first, L.ReLU(), L.MaxPool2d(2), second)
+    pair = L.Sequential(
+        tp.FilterParallelConv2d(first, comm), L.ReLU(), L.MaxPool2d(2),
+        tp.InputChannelParallelConv2d(second, comm),
+    )  # fmt: skip
+    x = replicated((2, 3, 10, 10), 3)
+    compare("filter-input", serial, pair, x, comm, pairs=[(first, pair[0]), (second, pair[3])])
+
+
+def check_class_parallel_cross_entropy(comm):
+    classes, n = 7, 6
+    z = replicated((n, classes), 4)
+    labels = np.random.default_rng(5).integers(0, classes, n)
+    zs = md.Tensor(z.copy(), requires_grad=True)
+    serial = F.cross_entropy(zs, labels)
+    serial.backward()
+    block = Partition(classes, comm.size).slice(comm.rank)
+    zp = md.Tensor(z[:, block].copy(), requires_grad=True)
+    loss = tp.class_parallel_cross_entropy(zp, labels, comm, classes)
+    loss.backward()
+    assert abs(loss.item() - serial.item()) <= TOL
+    np.testing.assert_allclose(zp.grad, zs.grad[:, block], rtol=0, atol=TOL)
+
+
+def main(argv):
+    checks = {n[len("check_") :]: f for n, f in globals().items() if n.startswith("check_")}
+    comm = dist.init()
+    for name in argv:
+        checks[name](comm)
+        print(f"CHECK {name} OK rank {comm.rank}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
