@@ -1,10 +1,11 @@
 """``fit``: a training run over MPI ranks, as ``minidl train --dist`` and ``--workers`` do."""
 
-from ..train.config import ConfigError, TrainConfig, option
+from ..train.config import TrainConfig
 from ..train.run import TrainingRun
 from .comm import init
 from .config import DistConfig
 from .engines import SessionEngine, SyncEngine
+from .hybrid import GridEngine
 from .workers import fit_on_workers
 
 
@@ -30,15 +31,12 @@ def fit(
             )
         return fit_on_workers(config, options, resume, workers)
     comm = init()
+    engine = SyncEngine if options.mode.name == "sync" else SessionEngine
     if options.grid is not None:
         options.grid.check_fits(comm.size)
         if options.grid.size != options.grid.dp:
-            raise ConfigError(
-                f"{option('grid')} {options.grid}: only data parallelism (dp) trains through "
-                "fit so far; the tensor, spatial and pipeline layers are used from Python"
-            )
+            engine = GridEngine
     comm.auto = "rule" if config.deterministic else "measure"
-    engine = SyncEngine if options.mode.name == "sync" else SessionEngine
 
     def make_engine(config, model, train_set):
         return engine(config, options, comm, model, train_set)

@@ -3,7 +3,8 @@
 ``functions.py`` holds the differentiable collectives (each backward is its
 forward's adjoint), ``layers.py`` the column/row-parallel ``Linear`` and the
 filter/input-channel-parallel ``Conv2d``, ``loss.py`` the class-parallel
-cross-entropy, ``partition.py`` how a dimension is split (uneven sizes allowed).
+cross-entropy, ``partition.py`` how a dimension is split (uneven sizes allowed),
+``placement.py`` the rule that places a model's layers (``TensorParallel``).
 """
 
 from .functions import (
@@ -26,6 +27,7 @@ from .layers import (
 )
 from .loss import class_parallel_cross_entropy
 from .partition import Partition
+from .placement import PlacementError, TensorParallel, plan
 
 __all__ = [
     "TRAFFIC",
@@ -33,12 +35,15 @@ __all__ = [
     "FilterParallelConv2d",
     "InputChannelParallelConv2d",
     "Partition",
+    "PlacementError",
     "RowParallelLinear",
     "ShardedModule",
+    "TensorParallel",
     "all_gather",
     "class_parallel_cross_entropy",
     "copy_to_group",
     "gather_from_group",
+    "plan",
     "recv",
     "reduce_from_group",
     "reduce_scatter",

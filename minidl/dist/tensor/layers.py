@@ -3,8 +3,8 @@
 Each is built from the serial layer it replaces and holds this rank's block of
 its weights (``Partition`` of the split dimension; uneven sizes allowed), under
 the serial layer's parameter names. ``split`` names the axis each parameter is
-split along (None: replicated, every rank the whole of it); ``load_from`` and
-``gather_into`` move the weights between the serial layer and the blocks.
+split along (None: replicated, every rank the whole of it); ``block`` and
+``whole`` turn a serial-shaped array into this rank's block and back.
 
 Megatron-LM's pairing (Shoeybi et al. 2019, section 3): a column-parallel
 ``Linear`` (outputs split, Y_r = X W_r^T) followed by a row-parallel one
@@ -50,21 +50,6 @@ class ShardedModule(Module):
     def whole(self, array, axis, n):
         """The serial-shaped array of every rank's block ``array`` (collective)."""
         return gather_blocks(self.comm, array, axis, n)
-
-    def load_from(self, serial):
-        """Copy this rank's blocks of ``serial``'s parameters into this layer's."""
-        for name, axis in self.split.items():
-            mine, full = getattr(self, name), getattr(serial, name)
-            if mine is not None:
-                mine.data[...] = full.data if axis is None else self.block(full.data, axis)
-
-    def gather_into(self, serial):
-        """Write the whole of each parameter into ``serial``'s (collective over the group)."""
-        for name, axis in self.split.items():
-            mine, full = getattr(self, name), getattr(serial, name)
-            if mine is not None:
-                n = full.shape[axis] if axis is not None else None
-                full.data[...] = mine.data if axis is None else self.whole(mine.data, axis, n)
 
 
 class ColumnParallelLinear(ShardedModule):

@@ -1,0 +1,94 @@
+"""Data x tensor parallelism on a process grid (``--grid dp=D,tp=T``): the engine of ``fit``.
+
+The ranks form a ``Grid``; each tensor-parallel group (T neighbouring ranks)
+holds one replica of the model, its layers split by ``TensorParallel``'s rule
+(or the ``plan`` given), and the D replicas train on different shards of the
+data: ``--batch-size`` is per replica, so a step sees D * batch-size samples,
+and the gradients of each block are averaged over the data-parallel group (the
+ranks holding the same block), as ``--dist sync`` does over all ranks. With
+equal shards this is minibatch SGD on the serial model with batch D * b.
+
+The serial model stays on every rank: after each epoch the blocks are gathered
+into it (weights and optimizer state), so evaluation, the checkpoint, ``minidl
+eval`` and ``--resume`` on any grid see the model of a serial run, with the
+same names and shapes; a resume takes each rank's blocks from it.
+"""
+
+from ..train.config import ConfigError, option
+from ..train.engine import LocalEngine
+from ..train.setup import make_optimizer
+from .data_parallel import DistributedOptimizer
+from .engines import BatchWeighting, _DistributedEngine, run_callbacks
+from .grid import Grid
+from .tensor import TRAFFIC, PlacementError, TensorParallel
+
+
+class GridEngine(_DistributedEngine, LocalEngine):
+    """One rank of a dp x tp grid: its blocks of one replica, averaged over its dp group."""
+
+    def __init__(self, config, options, comm, model, train_set, plan=None):
+        shape = options.grid
+        if shape.pp > 1 or shape.spatial > 1:
+            raise ConfigError(
+                f"{option('grid')} {shape}: fit trains dp and tp grids; pipeline and spatial "
+                "axes run from Python (minidl.dist.pipeline, minidl.dist.spatial)"
+            )
+        self.grid = Grid(comm, dp=shape.dp, tp=shape.tp)
+        try:
+            self.parallel = TensorParallel(model, self.grid.group("tp"), plan)
+        except PlacementError as exc:
+            raise ConfigError(f"{option('grid')} {shape}: {exc}") from None
+        dp = self.grid.group("dp")
+        super().__init__(
+            config, self.parallel.module, train_set, dp, run_callbacks(options, comm, config.seed)
+        )
+        self.options, self.world = options, comm
+        self.plain = self.optimizer
+        # the serial model's optimizer: the schedule drives it, the checkpoint keeps it
+        self.schedulable = self.checkpoint_optimizer = make_optimizer(config, model.parameters())
+        self._dp_bytes = 0
+
+    def distribute(self):
+        """Take this rank's blocks of the (maybe resumed) serial model and optimizer state,
+        then average over the data-parallel group from here on."""
+        self.parallel.scatter()
+        if any(self.checkpoint_optimizer.state):
+            state = self.parallel.scatter_state(self.checkpoint_optimizer.state_dict())
+            self.plain.load_state_dict(state)
+        if self.comm.size > 1:
+            options = self.options
+            self.optimizer = DistributedOptimizer(
+                self.plain, self.comm, allreduce=options.allreduce, bucket_mb=options.bucket_mb,
+                overlap=options.overlap, model=self.model,
+            )  # fmt: skip
+            self.callbacks.insert(0, BatchWeighting(self.optimizer, self.loader))
+
+    def train(self, epoch, progress):
+        """One epoch on the blocks; then the serial model and state are made whole again."""
+        self.plain.lr = self.checkpoint_optimizer.lr
+        before = dict(TRAFFIC)
+        stats, lr, records = super().train(epoch, progress)
+        steps = len(self.loader)
+        self.parallel.gather()
+        self.checkpoint_optimizer.load_state_dict(
+            self.parallel.gather_state(self.plain.state_dict())
+        )
+        sent = {k: v - before.get(k, 0) for k, v in TRAFFIC.items()}
+        reduced = self.optimizer.stats["bytes_reduced"] if self.comm.size > 1 else 0
+        dp_bytes, self._dp_bytes = reduced - self._dp_bytes, reduced
+        counts = self.world.allgather_object({"tp": sent, "dp": dp_bytes})
+        records = records + [
+            {
+                "kind": "grid",
+                "epoch": epoch,
+                "grid": str(self.options.grid),
+                "plan": self.parallel.plan,
+                "steps": steps,
+                "tp_bytes": [c["tp"] for c in counts],
+                "dp_bytes": [c["dp"] for c in counts],
+            }
+        ]
+        return stats, lr, records
+
+    def record(self):
+        return self.options.record() | {"plan": self.parallel.plan}

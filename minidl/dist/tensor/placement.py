@@ -1,0 +1,224 @@
+"""Where each layer of a model goes on a tensor-parallel group: the rule, and the parallel model.
+
+The rule (``plan``) walks the layers in order, tracking whether the activation
+between layers is replicated (every rank the whole of it) or split (each rank a
+block of its features or channels):
+
+- a ``Linear`` on a replicated input is column-parallel (its output is split),
+  on a split input row-parallel (its output is replicated): Megatron's pair,
+  one allreduce forward and one backward per pair;
+- a ``Conv2d`` likewise: filter-parallel on a replicated input, input-channel-
+  parallel on a split one;
+- elementwise activations and pooling work on each channel alone, so they run
+  on a split activation as they are;
+- any other layer (``Flatten``, ``Dropout``, ``LocalResponseNorm``, batch norm)
+  needs the whole activation: the layer before it gathers its output ("+gather"),
+  and so does the last parallel layer of the model, whose output is replicated.
+
+Every rank computes the layers that are not split itself (replicated work).
+A plan is a list of one word per layer, in the order of ``model.modules()``'s
+leaves: ``"column"``, ``"row"``, ``"filter"``, ``"input"`` (each may end in
+``"+gather"``) or ``""`` (the layer as it is); pass your own to ``place`` to
+override the rule.
+"""
+
+from ...layers import AvgPool2d, Conv2d, Linear, MaxPool2d, ReLU, Sequential, Sigmoid, Tanh
+from .layers import (
+    ColumnParallelLinear,
+    FilterParallelConv2d,
+    InputChannelParallelConv2d,
+    RowParallelLinear,
+    ShardedModule,
+)
+
+PER_CHANNEL = (ReLU, Tanh, Sigmoid, MaxPool2d, AvgPool2d)  # run on a block of channels as they are
+SPLITTING = {"column": ColumnParallelLinear, "filter": FilterParallelConv2d}  # out: split
+JOINING = {"row": RowParallelLinear, "input": InputChannelParallelConv2d}  # in: split, out: whole
+KINDS = {"column": Linear, "row": Linear, "filter": Conv2d, "input": Conv2d}
+
+
+class PlacementError(ValueError):
+    """A plan that cannot run: a layer of the wrong kind, an input split where it must be whole."""
+
+
+def leaves(model):
+    """The (path, layer) pairs a plan speaks of: the layers below ``model`` that hold no others."""
+    return [(path, m) for path, m in model.named_modules() if not m._modules]
+
+
+def _splits(layer):
+    """Whether ``plan`` splits this layer: a ``Linear``, or a ``Conv2d`` without groups."""
+    return isinstance(layer, Linear) or (isinstance(layer, Conv2d) and layer.groups == 1)
+
+
+def plan(model) -> list:
+    """The rule of the module doc applied to ``model``: one word per leaf layer."""
+    words, split, last = [], False, None
+    for index, (_, layer) in enumerate(leaves(model)):
+        word = ""
+        if _splits(layer):
+            linear = isinstance(layer, Linear)
+            word = ("row" if linear else "input") if split else ("column" if linear else "filter")
+            split, last = not split, index
+        elif split and not isinstance(layer, PER_CHANNEL):
+            words[last] += "+gather"
+            split = False
+        words.append(word)
+    if split:
+        words[last] += "+gather"
+    return words
+
+
+def _width(layer, kind):
+    """How many features or channels ``kind`` splits ``layer``'s along."""
+    if kind in ("column", "filter"):
+        return layer.out_features if kind == "column" else layer.out_channels
+    return layer.in_features if kind == "row" else layer.in_channels
+
+
+class TensorParallel:
+    """``model`` (a ``Sequential``, nested ones allowed) with its layers split over ``comm``.
+
+    ``module`` is the parallel model (same parameter names, this rank's
+    blocks), built by ``plan`` (default: the rule of the module doc) from the
+    serial ``model``, which stays as it is: ``gather()`` writes the whole
+    weights into it, ``scatter()`` takes this rank's blocks from it, and
+    ``gather_state``/``scatter_state`` do the same for an optimizer's state dict.
+    Layers that are not split are shared by both models. Collective over ``comm``.
+    """
+
+    def __init__(self, model, comm, plan_words=None):
+        if not isinstance(model, Sequential):
+            raise PlacementError(
+                f"tensor parallelism splits a Sequential's layers, not a {type(model).__name__}"
+            )
+        self.serial, self.comm = model, comm
+        layers = leaves(model)
+        self.plan = list(plan(model) if plan_words is None else plan_words)
+        if len(self.plan) != len(layers):
+            raise PlacementError(
+                f"the plan has {len(self.plan)} words but the model has {len(layers)} layers "
+                f"({', '.join(type(m).__name__ for _, m in layers)}); give one word per layer"
+            )
+        self._check_widths(layers)
+        words = {path: word for (path, _), word in zip(layers, self.plan)}
+        self._split = False
+        self.module = self._build(model, "", words)
+        if self._split:
+            raise PlacementError(
+                "the model's output is split over the ranks; end the last split layer's word "
+                "with '+gather'"
+            )
+        self._pairs = self._parameter_pairs()
+
+    def _check_widths(self, layers):
+        narrow = [
+            (_width(layer, word.split("+")[0]), path, layer)
+            for (path, layer), word in zip(layers, self.plan)
+            if word and isinstance(layer, KINDS.get(word.split("+")[0], ()))
+        ]
+        if narrow and min(narrow, key=lambda t: t[0])[0] < self.comm.size:
+            width, path, layer = min(narrow, key=lambda t: t[0])
+            raise PlacementError(
+                f"tp={self.comm.size} is wider than layer {path} ({type(layer).__name__}"
+                f"({layer.extra_repr()})), which has {width} to split; tp <= {width} fits"
+            )
+
+    def _build(self, sequential, prefix, words):
+        children = []
+        for name, child in sequential._modules.items():
+            path = f"{prefix}.{name}" if prefix else name
+            if child._modules:
+                children.append(self._build(child, path, words))
+            else:
+                children.append(self._place(path, child, words[path]))
+        return Sequential(*children)
+
+    def _place(self, path, layer, word):
+        kind, _, gather = word.partition("+")
+        where = f"layer {path} ({type(layer).__name__})"
+        if not kind:
+            if self._split and not isinstance(layer, PER_CHANNEL):
+                raise PlacementError(
+                    f"{where} needs its whole input but it arrives split; end the word of the "
+                    "split layer before it with '+gather'"
+                )
+            return layer
+        if kind not in KINDS or gather not in ("", "gather"):
+            raise PlacementError(
+                f"{where}: unknown plan word {word!r}; use column, row, filter, input "
+                "(optionally +gather) or ''"
+            )
+        if not isinstance(layer, KINDS[kind]) or not _splits(layer):
+            raise PlacementError(
+                f"{where} cannot be {kind}-parallel: {kind} splits a "
+                f"{KINDS[kind].__name__} without groups"
+            )
+        if kind in SPLITTING:
+            if self._split:
+                raise PlacementError(
+                    f"{where} is {kind}-parallel but its input arrives split; make it "
+                    f"{'row' if kind == 'column' else 'input'}, or gather before it"
+                )
+            self._split = not gather
+            return SPLITTING[kind](layer, self.comm, gather_output=bool(gather))
+        if gather:
+            raise PlacementError(f"{where}: a {kind}-parallel layer's output is already whole")
+        parallel = JOINING[kind](layer, self.comm, input_is_parallel=self._split)
+        self._split = False
+        return parallel
+
+    def _parameter_pairs(self):
+        """(serial parameter, parallel parameter, its layer or None, axis) in parameter order."""
+        owners = {}
+        for _, m in self.module.named_modules():
+            if isinstance(m, ShardedModule):
+                for name, axis in m.split.items():
+                    if getattr(m, name) is not None:
+                        owners[id(getattr(m, name))] = (m, axis)
+        serial, parallel = self.serial.named_parameters(), self.module.named_parameters()
+        pairs = []
+        for (name, s), (pname, p) in zip(serial, parallel, strict=True):
+            assert name == pname, (name, pname)
+            pairs.append((s, p, *owners.get(id(p), (None, None))))
+        return pairs
+
+    def gather(self):
+        """Write every split parameter's whole value into the serial model (collective)."""
+        for s, p, layer, axis in self._pairs:
+            if layer is not None:
+                s.data[...] = p.data if axis is None else layer.whole(p.data, axis, s.shape[axis])
+
+    def scatter(self):
+        """Take this rank's block of every split parameter from the serial model."""
+        for s, p, layer, axis in self._pairs:
+            if layer is not None:
+                p.data[...] = s.data if axis is None else layer.block(s.data, axis)
+
+    def _map_state(self, state_dict, shape_of, convert):
+        states = []
+        for state, (s, p, layer, axis) in zip(state_dict["state"], self._pairs, strict=True):
+            split = layer is not None and axis is not None
+            states.append(
+                {
+                    key: convert(layer, value, axis, s)
+                    if split and getattr(value, "shape", None) == shape_of(s, p)
+                    else value
+                    for key, value in state.items()
+                }
+            )
+        return {**state_dict, "state": states}
+
+    def gather_state(self, state_dict):
+        """An optimizer state dict of the parallel model's parameters, made whole (collective)."""
+        return self._map_state(
+            state_dict,
+            lambda s, p: p.shape,
+            lambda layer, v, axis, s: layer.whole(v, axis, s.shape[axis]),
+        )
+
+    def scatter_state(self, state_dict):
+        """This rank's blocks of an optimizer state dict of the serial model's parameters."""
+        return self._map_state(
+            state_dict, lambda s, p: s.shape, lambda layer, v, axis, s: layer.block(v, axis)
+        )
