@@ -12,7 +12,7 @@ import sys
 import numpy as np
 
 import minidl as md
-from minidl import dist
+from minidl import dist, optim
 from minidl import functional as F
 from minidl import layers as L
 from minidl.dist import tensor as tp
@@ -192,6 +192,73 @@ def check_class_parallel_cross_entropy(comm):
     loss.backward()
     assert abs(loss.item() - serial.item()) <= TOL
     np.testing.assert_allclose(zp.grad, zs.grad[:, block], rtol=0, atol=TOL)
+
+
+# ---- whole training runs on a dp x tp grid equal one process ---------------------------
+STEPS, LR = 20, 0.05
+
+
+def grid_shapes(size):
+    """Every dp x tp grid with tp > 1 on ``size`` ranks."""
+    return [(size // t, t) for t in range(2, size + 1) if size % t == 0]
+
+
+def train_serial(make_model, data):
+    model = make_model()
+    opt = optim.Momentum(model.parameters(), lr=LR, momentum=0.9)
+    for x, y in data:
+        opt.zero_grad()
+        F.cross_entropy(model(md.Tensor(x)), y).backward()
+        opt.step()
+    return model
+
+
+def train_grid(make_model, data, comm, dp, tp_size):
+    """Each dp replica takes its contiguous share of every global batch."""
+    grid = dist.Grid(comm, dp=dp, tp=tp_size)
+    serial = make_model()
+    parallel = tp.TensorParallel(serial, grid.group("tp"))
+    plain = optim.Momentum(parallel.module.parameters(), lr=LR, momentum=0.9)
+    opt = dist.DistributedOptimizer(plain, grid.group("dp"), model=parallel.module)
+    replica = grid.coords["dp"]
+    for x, y in data:
+        share = Partition(len(x), dp).slice(replica)
+        opt.zero_grad()
+        F.cross_entropy(parallel.module(md.Tensor(x[share])), y[share]).backward()
+        opt.step()
+    parallel.gather()
+    return serial
+
+
+def compare_training(make_model, shape, comm):
+    data = [
+        (replicated((12, *shape), 10 + s), np.random.default_rng(s).integers(0, 10, 12))
+        for s in range(STEPS)
+    ]
+    want = dict(train_serial(make_model, data).named_parameters())
+    for dp, tp_size in grid_shapes(comm.size):
+        got = train_grid(make_model, data, comm, dp, tp_size).named_parameters()
+        for name, p in got:
+            err = np.abs(p.data - want[name].data).max()
+            assert err <= 1e-10, f"dp={dp},tp={tp_size} {name}: {err:.2e}"
+
+
+def mlp():
+    md.manual_seed(7)
+    return md.models.mlp(in_features=36, hidden=(13, 11)).to("float64")
+
+
+def lenet():
+    md.manual_seed(8)
+    return md.models.lenet5(conv_algo="im2col").to("float64")
+
+
+def check_mlp_training(comm):
+    compare_training(mlp, (1, 6, 6), comm)
+
+
+def check_lenet_training(comm):
+    compare_training(lenet, (1, 28, 28), comm)
 
 
 def main(argv):

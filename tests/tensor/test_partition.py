@@ -38,3 +38,40 @@ def test_a_layer_narrower_than_the_group_is_refused_with_what_would_fit(make, wo
     with pytest.raises(ValueError) as error:
         make(fake_group(4))
     assert words in str(error.value)
+
+
+def test_the_rule_pairs_lenet5s_layers_and_gathers_before_flatten_and_at_the_end():
+    from minidl import models
+
+    assert tp.plan(models.lenet5()) == [
+        "filter", "", "", "input", "", "", "", "column", "", "row", "", "column+gather",
+    ]  # fmt: skip
+    assert tp.plan(models.mlp(hidden=(8, 8, 8))) == [
+        "", "column", "", "row", "", "column", "", "row",
+    ]  # fmt: skip
+
+
+def test_a_grid_wider_than_a_layer_is_refused_naming_the_layer_and_what_fits():
+    from minidl import models
+
+    with pytest.raises(tp.PlacementError) as error:
+        tp.TensorParallel(models.lenet5(), fake_group(8))
+    assert "tp=8 is wider than layer 0" in str(error.value) and "tp <= 6 fits" in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "words, problem",
+    [
+        (["column", "column+gather"], "make it row"),
+        (["column", "row+gather"], "already whole"),
+        (["column", ""], "needs its whole input"),
+        (["row", "filter"], "cannot be filter-parallel"),
+        (["column", "rows"], "unknown plan word"),
+        (["column"], "give one word per layer"),
+    ],
+)
+def test_a_plan_that_cannot_run_is_refused_with_the_fix(words, problem):
+    model = L.Sequential(L.Linear(4, 6), L.Linear(6, 3))
+    with pytest.raises(tp.PlacementError) as error:
+        tp.TensorParallel(model, fake_group(2), words)
+    assert problem in str(error.value)

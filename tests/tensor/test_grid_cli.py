@@ -1,0 +1,56 @@
+"""``mpiexec -n 4 minidl train --grid dp=2,tp=2``: the checkpoint of one process with twice the
+batch, and a checkpoint that resumes on another grid."""
+
+import os
+
+import numpy as np
+import pytest
+
+from minidl.cli import main
+from minidl.data import DatasetNotFoundError, FashionMNIST
+from minidl.train.checkpoint import load_checkpoint
+
+pytestmark = pytest.mark.mpi
+
+try:
+    FashionMNIST(train=False)
+except DatasetNotFoundError:
+    pytest.skip("Fashion-MNIST not found (make data)", allow_module_level=True)
+
+COMMON = ["--model", "lenet5", "--subset", "640", "--no-progress", "--dtype", "float64"]
+
+
+def train_mpi(launch, nprocs, *args):
+    result = launch(nprocs, "-m", "minidl", "train", *COMMON, *args, timeout=180)
+    assert result.returncode == 0, result.output
+    return result
+
+
+def checkpoint(run_dir):
+    return load_checkpoint(os.path.join(run_dir, "checkpoint.npz"))
+
+
+@pytest.mark.timeout(400)
+def test_dp2_tp2_equals_one_process_with_twice_the_batch_and_resumes_on_tp2(launch, tmp_path):
+    """Epoch 1 on dp=2,tp=2 (32 per replica), epoch 2 resumed on tp=2 (64), against 2 epochs of
+    one process with batch 64: the same weights and momentum under the serial names."""
+    grid, straight = str(tmp_path / "grid"), str(tmp_path / "straight")
+    train_mpi(launch, 4, "--grid", "dp=2,tp=2", "--batch-size", "32", "--epochs", "1",
+              "--out", grid)  # fmt: skip
+    serial = str(tmp_path / "serial")
+    assert main(["train", *COMMON, "--batch-size", "64", "--epochs", "1", "--out", serial]) == 0
+    a, b = checkpoint(grid), checkpoint(serial)
+    assert {k: v.shape for k, v in a.model_state.items()} == {
+        k: v.shape for k, v in b.model_state.items()
+    }
+    for k in b.model_state:
+        assert np.abs(a.model_state[k] - b.model_state[k]).max() <= 1e-10, k
+    train_mpi(launch, 2, "--grid", "tp=2", "--batch-size", "64", "--epochs", "2",
+              "--resume", os.path.join(grid, "checkpoint.npz"))  # fmt: skip
+    assert main(["train", *COMMON, "--batch-size", "64", "--epochs", "2", "--out", straight]) == 0
+    a, b = checkpoint(grid), checkpoint(straight)
+    for k in b.model_state:
+        assert np.abs(a.model_state[k] - b.model_state[k]).max() <= 1e-10, k
+    for mine, theirs in zip(a.optimizer_state["state"], b.optimizer_state["state"]):
+        buf = "momentum_buffer"
+        assert np.abs(mine[buf] - theirs[buf]).max() <= 1e-10
