@@ -14,6 +14,8 @@ eval`` and ``--resume`` on any grid see the model of a serial run, with the
 same names and shapes; a resume takes each rank's blocks from it.
 """
 
+from ..perf.tensor_volume import gradient_bytes, tensor_volume
+from ..train.callbacks import Callback
 from ..train.config import ConfigError, option
 from ..train.engine import LocalEngine
 from ..train.setup import make_optimizer
@@ -21,6 +23,17 @@ from .data_parallel import DistributedOptimizer
 from .engines import BatchWeighting, _DistributedEngine, run_callbacks
 from .grid import Grid
 from .tensor import TRAFFIC, PlacementError, TensorParallel
+
+
+class SampleCount(Callback):
+    """The samples of this rank's local batches, and the steps, since the last ``reset``."""
+
+    def __init__(self):
+        self.samples = self.steps = 0
+
+    def before_step(self, step, batch_size):
+        self.samples += batch_size
+        self.steps += 1
 
 
 class GridEngine(_DistributedEngine, LocalEngine):
@@ -44,6 +57,9 @@ class GridEngine(_DistributedEngine, LocalEngine):
         )
         self.options, self.world = options, comm
         self.plain = self.optimizer
+        self.counted = SampleCount()
+        self.callbacks.append(self.counted)
+        self.sample_shape = train_set[0][0].shape
         # the serial model's optimizer: the schedule drives it, the checkpoint keeps it
         self.schedulable = self.checkpoint_optimizer = make_optimizer(config, model.parameters())
         self._dp_bytes = 0
@@ -67,8 +83,8 @@ class GridEngine(_DistributedEngine, LocalEngine):
         """One epoch on the blocks; then the serial model and state are made whole again."""
         self.plain.lr = self.checkpoint_optimizer.lr
         before = dict(TRAFFIC)
+        self.counted.__init__()
         stats, lr, records = super().train(epoch, progress)
-        steps = len(self.loader)
         self.parallel.gather()
         self.checkpoint_optimizer.load_state_dict(
             self.parallel.gather_state(self.plain.state_dict())
@@ -76,19 +92,25 @@ class GridEngine(_DistributedEngine, LocalEngine):
         sent = {k: v - before.get(k, 0) for k, v in TRAFFIC.items()}
         reduced = self.optimizer.stats["bytes_reduced"] if self.comm.size > 1 else 0
         dp_bytes, self._dp_bytes = reduced - self._dp_bytes, reduced
-        counts = self.world.allgather_object({"tp": sent, "dp": dp_bytes})
-        records = records + [
-            {
-                "kind": "grid",
-                "epoch": epoch,
-                "grid": str(self.options.grid),
-                "plan": self.parallel.plan,
-                "steps": steps,
-                "tp_bytes": [c["tp"] for c in counts],
-                "dp_bytes": [c["dp"] for c in counts],
-            }
-        ]
-        return stats, lr, records
+        counts = self.world.allgather_object(
+            {"tp": sum(sent.values()), "dp": dp_bytes} | self._predicted()
+        )
+        record = {"kind": "grid", "epoch": epoch, "grid": str(self.options.grid),
+                  "plan": self.parallel.plan, "steps": self.counted.steps}  # fmt: skip
+        for key in counts[0]:
+            record[f"{key}_bytes"] = [c[key] for c in counts]
+        return stats, lr, records + [record]
+
+    def _predicted(self):
+        """What ``minidl.perf.tensor_volume`` predicts for the epoch this rank just trained."""
+        serial, plan, tp = self.parallel.serial, self.parallel.plan, self.grid.shape.tp
+        itemsize = next(iter(serial.parameters())).dtype.itemsize
+        per_sample = tensor_volume(serial, plan, self.sample_shape, 1, tp, itemsize)
+        grads = gradient_bytes(serial, plan, tp, self.grid.coords["tp"], itemsize)
+        return {
+            "tp_predicted": sum(per_sample.values()) * self.counted.samples,
+            "dp_predicted": grads * self.counted.steps if self.comm.size > 1 else 0,
+        }
 
     def record(self):
         return self.options.record() | {"plan": self.parallel.plan}

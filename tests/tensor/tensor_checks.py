@@ -17,6 +17,7 @@ from minidl import functional as F
 from minidl import layers as L
 from minidl.dist import tensor as tp
 from minidl.dist.tensor.partition import Partition
+from minidl.perf.tensor_volume import gradient_bytes, tensor_volume
 
 ADJOINT_TOL = 1e-12
 
@@ -221,13 +222,27 @@ def train_grid(make_model, data, comm, dp, tp_size):
     plain = optim.Momentum(parallel.module.parameters(), lr=LR, momentum=0.9)
     opt = dist.DistributedOptimizer(plain, grid.group("dp"), model=parallel.module)
     replica = grid.coords["dp"]
+    tp.TRAFFIC.clear()
     for x, y in data:
         share = Partition(len(x), dp).slice(replica)
         opt.zero_grad()
         F.cross_entropy(parallel.module(md.Tensor(x[share])), y[share]).backward()
         opt.step()
+    check_counted_volume(parallel, opt, data, grid, dp, tp_size)
     parallel.gather()
     return serial
+
+
+def check_counted_volume(parallel, opt, data, grid, dp, tp_size):
+    """The bytes counted during training equal the formula of minidl.perf.tensor_volume."""
+    x = data[0][0]
+    local = len(x) // dp
+    per_step = tensor_volume(parallel.serial, parallel.plan, x.shape[1:], local, tp_size, 8)
+    for kind, value in per_step.items():
+        assert tp.TRAFFIC[kind] == value * len(data), (kind, tp.TRAFFIC[kind], value)
+    rank = grid.coords["tp"]
+    grads = gradient_bytes(parallel.serial, parallel.plan, tp_size, rank, 8)
+    assert opt.stats["bytes_reduced"] == (grads * len(data) if dp > 1 else 0)
 
 
 def compare_training(make_model, shape, comm):

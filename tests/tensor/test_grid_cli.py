@@ -1,6 +1,7 @@
 """``mpiexec -n 4 minidl train --grid dp=2,tp=2``: the checkpoint of one process with twice the
 batch, and a checkpoint that resumes on another grid."""
 
+import json
 import os
 
 import numpy as np
@@ -45,6 +46,10 @@ def test_dp2_tp2_equals_one_process_with_twice_the_batch_and_resumes_on_tp2(laun
     }
     for k in b.model_state:
         assert np.abs(a.model_state[k] - b.model_state[k]).max() <= 1e-10, k
+    with open(os.path.join(grid, "metrics.jsonl")) as f:
+        (counted,) = [r for r in map(json.loads, f) if r["kind"] == "grid"]
+    assert counted["tp_bytes"] == counted["tp_predicted_bytes"] and min(counted["tp_bytes"]) > 0
+    assert counted["dp_bytes"] == counted["dp_predicted_bytes"] and min(counted["dp_bytes"]) > 0
     train_mpi(launch, 2, "--grid", "tp=2", "--batch-size", "64", "--epochs", "2",
               "--resume", os.path.join(grid, "checkpoint.npz"))  # fmt: skip
     assert main(["train", *COMMON, "--batch-size", "64", "--epochs", "2", "--out", straight]) == 0

@@ -9,6 +9,7 @@ in rank order, so concatenating them in rank order gives the whole dimension bac
 import dataclasses
 
 from ...backend import get_array_module
+from ...perf.tensor_volume import block_sizes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,8 +21,7 @@ class Partition:
 
     @property
     def sizes(self) -> tuple:
-        base, extra = divmod(self.n, self.parts)
-        return tuple(base + (r < extra) for r in range(self.parts))
+        return block_sizes(self.n, self.parts)
 
     @property
     def offsets(self) -> tuple:
@@ -30,7 +30,7 @@ class Partition:
 
     @property
     def largest(self) -> int:
-        return -(-self.n // self.parts)
+        return self.sizes[0]
 
     def slice(self, rank: int) -> slice:
         start = self.offsets[rank]

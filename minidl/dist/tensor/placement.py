@@ -23,6 +23,7 @@ override the rule.
 """
 
 from ...layers import AvgPool2d, Conv2d, Linear, MaxPool2d, ReLU, Sequential, Sigmoid, Tanh
+from ...perf.tensor_volume import leaves
 from .layers import (
     ColumnParallelLinear,
     FilterParallelConv2d,
@@ -39,11 +40,6 @@ KINDS = {"column": Linear, "row": Linear, "filter": Conv2d, "input": Conv2d}
 
 class PlacementError(ValueError):
     """A plan that cannot run: a layer of the wrong kind, an input split where it must be whole."""
-
-
-def leaves(model):
-    """The (path, layer) pairs a plan speaks of: the layers below ``model`` that hold no others."""
-    return [(path, m) for path, m in model.named_modules() if not m._modules]
 
 
 def _splits(layer):

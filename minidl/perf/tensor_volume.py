@@ -1,0 +1,108 @@
+"""Bytes a tensor-parallel layout moves per step (what ``minidl.dist.tensor`` counts is checked
+against it).
+
+For a layer split over T ranks, on a local batch of m samples (b bytes a number):
+
+============================  ==========================  ===============================
+layer (plan word)             forward                     backward
+============================  ==========================  ===============================
+column ``Linear`` (C_in)      --                          allreduce m C_in b   (dx)
+row ``Linear`` (C_out)        allreduce m C_out b         --
+filter ``Conv2d``             --                          allreduce m C_in H W b   (dx)
+input-channel ``Conv2d``      allreduce m C_out H' W' b   --
+``+gather`` (output split)    all-gather m ceil(n/T) b    --
+row/input on a whole input    --                          all-gather m ceil(n/T) b
+============================  ==========================  ===============================
+
+where n is the size of the split output (or input) of one sample and ceil(n/T)
+its largest block (the padded block every rank sends). The backward allreduce
+of dx is absent when no layer before the split one has parameters (nothing
+upstream wants the gradient). A column/row pair of fully connected layers thus
+moves m (C_in + C_out) numbers per step, against the C_in C_out of its weight
+gradient under data parallelism: Project Adam's trade-off (Chilimbi et al.
+2014, as Ben-Nun & Hoefler 2019, section 5.2, tell it: m N (C_in + C_out)
+against m C_in C_out over N layers). The data-parallel allreduce carries each
+rank's blocks of the weights: ``gradient_bytes``.
+"""
+
+import math
+
+import numpy as np
+
+from ..autograd import Tensor, no_grad
+
+
+def block_sizes(n, parts):
+    """``n`` elements over ``parts`` ranks: n // parts each, one more on the first n % parts."""
+    base, extra = divmod(n, parts)
+    return tuple(base + (r < extra) for r in range(parts))
+
+
+def leaves(model):
+    """(path, layer) of the layers below ``model`` that hold no others, in order (for a
+    ``Sequential``, the order they run in): the layers a plan has one word for."""
+    return [(path, m) for path, m in model.named_modules() if not m._modules]
+
+
+def layer_shapes(model, input_shape):
+    """(input shape, output shape) of one sample for each leaf layer, in order."""
+    dtype = next((p.dtype for p in model.parameters()), np.float32)
+    x = Tensor(np.zeros((1, *input_shape), dtype=dtype))
+    shapes = []
+    with no_grad():
+        for _, layer in leaves(model):
+            y = layer(x)
+            shapes.append((x.shape[1:], y.shape[1:]))
+            x = y
+    return shapes
+
+
+def _block(n_per_sample, split_size, tp):
+    """Numbers per sample in the largest block of a split dimension of ``split_size``."""
+    return n_per_sample // split_size * block_sizes(split_size, tp)[0]
+
+
+def tensor_volume(model, plan, input_shape, batch, tp, itemsize=4) -> dict:
+    """{"allreduce": bytes, "allgather": bytes} one rank hands to collectives in one step."""
+    volume = {"allreduce": 0, "allgather": 0}
+    if tp == 1:
+        return volume
+    upstream_params, split = False, False
+    for (_, layer), word, (x_shape, y_shape) in zip(
+        leaves(model), plan, layer_shapes(model, input_shape), strict=True
+    ):
+        kind, _, gather = word.partition("+")
+        x_n, y_n = math.prod(x_shape), math.prod(y_shape)
+        if kind in ("column", "filter"):
+            if upstream_params:
+                volume["allreduce"] += batch * x_n * itemsize
+            if gather:
+                volume["allgather"] += (
+                    batch * _block(y_n, y_shape[-1 if kind == "column" else 0], tp) * itemsize
+                )
+            split = not gather
+        elif kind in ("row", "input"):
+            volume["allreduce"] += batch * y_n * itemsize
+            if not split:
+                volume["allgather"] += (
+                    batch * _block(x_n, x_shape[-1 if kind == "row" else 0], tp) * itemsize
+                )
+            split = False
+        upstream_params = upstream_params or any(True for _ in layer.parameters())
+    return volume
+
+
+def gradient_bytes(model, plan, tp, rank, itemsize=4) -> int:
+    """Bytes of the gradient rank ``rank`` of a tp group holds: its blocks, and the rest whole."""
+    split_axis = {"column": 0, "filter": 0, "row": 1, "input": 1}
+    total = 0
+    for (_, layer), word in zip(leaves(model), plan, strict=True):
+        kind = word.partition("+")[0]
+        for name, p in layer.named_parameters():
+            n = p.size
+            if kind and not (name == "bias" and kind in ("row", "input")):
+                axis = 0 if name == "bias" else split_axis[kind]
+                width = p.shape[axis]
+                n = n // width * block_sizes(width, tp)[rank]
+            total += n * itemsize
+    return total

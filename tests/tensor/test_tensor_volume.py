@@ -1,0 +1,38 @@
+"""The communication formula of minidl.perf.tensor_volume on layers worked out by hand."""
+
+from minidl import layers as L
+from minidl.dist import tensor as tp
+from minidl.perf.tensor_volume import gradient_bytes, tensor_volume
+
+
+def test_an_mlp_moves_its_activations_as_the_table_says():
+    # Flatten, column 36->13 (no dx: nothing upstream), row 13->11 (allreduce 11),
+    # column+gather 11->10 (dx allreduce 11, all-gather the largest block ceil(10/3) = 4)
+    model = L.Sequential(L.Flatten(), L.Linear(36, 13), L.Linear(13, 11), L.Linear(11, 10))
+    plan = tp.plan(model)
+    assert plan == ["", "column", "row", "column+gather"]
+    assert tensor_volume(model, plan, (1, 6, 6), batch=5, tp=3, itemsize=8) == {
+        "allreduce": 5 * (11 + 11) * 8,
+        "allgather": 5 * 4 * 8,
+    }
+    assert tensor_volume(model, plan, (1, 6, 6), batch=5, tp=1) == {"allreduce": 0, "allgather": 0}
+
+
+def test_a_conv_pair_moves_the_output_maps_and_a_whole_input_is_gathered_backward():
+    # filter 3->5 on 8x8 (first: no dx), input 5->4 on 8x8 -> 6x6: allreduce 4*6*6;
+    # then row 144->7 on a whole input: allreduce 7 forward, all-gather ceil(144/2) backward
+    model = L.Sequential(L.Conv2d(3, 5, 3, padding=1), L.Conv2d(5, 4, 3), L.Flatten())
+    model = L.Sequential(*model, L.Linear(144, 7))
+    plan = ["filter", "input", "", "row"]
+    assert tensor_volume(model, plan, (3, 8, 8), batch=2, tp=2) == {
+        "allreduce": 2 * (4 * 6 * 6 + 7) * 4,
+        "allgather": 2 * 72 * 4,
+    }
+
+
+def test_each_rank_reduces_its_own_blocks_and_the_whole_replicated_biases():
+    model = L.Sequential(L.Linear(4, 7), L.Linear(7, 3))
+    plan = ["column", "row"]
+    # rank 0: 3 of 7 rows of W1 (3*4) and of b1 (3), 3 of 7 columns of W2 (3*3), all of b2 (3)
+    assert gradient_bytes(model, plan, tp=3, rank=0) == (12 + 3 + 9 + 3) * 4
+    assert gradient_bytes(model, plan, tp=3, rank=2) == (8 + 2 + 6 + 3) * 4
