@@ -5,6 +5,7 @@ import math
 
 from ..backend import limit_threads
 from ..perf.compute_model import RooflineCompute, measure_compute
+from ..perf.grid_predict import format_grids, rank_grids
 from ..perf.machine import machine_named
 from ..perf.model_costs import count_model
 from ..perf.network import NETWORKS, SCHEMES, Network
@@ -41,6 +42,8 @@ PREDICT_HELP = {  # the help texts too long to share a line with their option
     "batch",
     "--max-measured-batch": "measure local batches up to this size, extrapolate beyond",
     "--steps": "profiled steps per measured batch size",
+    "--grids": "rank the dp x tp grids of this many ranks (layers placed by the tensor-parallel "
+    "rule) instead of scaling data parallelism",
 }
 
 
@@ -61,6 +64,7 @@ def add_predict_arguments(p):
     add("--time-per-iteration", type=float, metavar="SECONDS")
     add("--max-measured-batch", type=positive_int, default=64)
     add("--steps", type=positive_int, default=3)
+    add("--grids", type=positive_int, metavar="RANKS")
 
 
 def network_from_args(args):
@@ -92,6 +96,8 @@ def compute_from_args(args, model, shape, nodes):
 def run_predict(args):
     threads = limit_threads(args.threads)  # noqa: F841  (kept alive while measuring)
     model, shape = build_named(args.model, args.input)
+    if args.grids:
+        return run_grid_ranking(args, model, shape)
     nodes = args.nodes or default_nodes(args.batch)
     compute, source = compute_from_args(args, model, shape, nodes)
     nbytes = model.num_parameters() * next(model.parameters()).dtype.itemsize / args.compression
@@ -107,4 +113,20 @@ def run_predict(args):
     print(format_prediction(points))
     for line in explain(points, compute, args.batch, nbytes, args.scheme, args.serial_fraction):
         print("- " + line)
+    return 0
+
+
+def run_grid_ranking(args, model, shape):
+    """``--grids N``: every dp x tp grid of N ranks, fastest predicted step first."""
+    from ..dist.tensor import plan
+
+    dps = [args.grids // t for t in range(1, args.grids + 1) if args.grids % t == 0]
+    compute, source = compute_from_args(args, model, shape, dps)
+    network = network_from_args(args)
+    points = rank_grids(model, shape, plan, args.grids, args.batch, compute, network, args.scheme)
+    print(
+        f"{args.model}, B={args.batch} on {args.grids} ranks, {args.scheme} over "
+        f"{network.bandwidth / 1e9:g} GB/s, {network.latency_s * 1e6:g} us; compute: {source}"
+    )
+    print(format_grids(points))
     return 0

@@ -92,6 +92,22 @@ def tensor_volume(model, plan, input_shape, batch, tp, itemsize=4) -> dict:
     return volume
 
 
+def split_widths(model, plan):
+    """(width, path, layer) of each layer ``plan`` splits: the features or channels it splits."""
+    widths = []
+    for (path, layer), word in zip(leaves(model), plan, strict=True):
+        kind = word.partition("+")[0]
+        if kind in ("column", "row"):
+            widths.append(
+                (layer.out_features if kind == "column" else layer.in_features, path, layer)
+            )
+        elif kind in ("filter", "input"):
+            widths.append(
+                (layer.out_channels if kind == "filter" else layer.in_channels, path, layer)
+            )
+    return widths
+
+
 def gradient_bytes(model, plan, tp, rank, itemsize=4) -> int:
     """Bytes of the gradient rank ``rank`` of a tp group holds: its blocks, and the rest whole."""
     split_axis = {"column": 0, "filter": 0, "row": 1, "input": 1}

@@ -36,3 +36,38 @@ def test_each_rank_reduces_its_own_blocks_and_the_whole_replicated_biases():
     # rank 0: 3 of 7 rows of W1 (3*4) and of b1 (3), 3 of 7 columns of W2 (3*3), all of b2 (3)
     assert gradient_bytes(model, plan, tp=3, rank=0) == (12 + 3 + 9 + 3) * 4
     assert gradient_bytes(model, plan, tp=3, rank=2) == (8 + 2 + 6 + 3) * 4
+
+
+def test_predict_ranks_the_grids_that_fit_by_their_predicted_step():
+    import types
+
+    from minidl import models
+    from minidl.perf.grid_predict import rank_grids
+    from minidl.perf.network import Network
+
+    model = models.lenet5()
+    compute = types.SimpleNamespace(step_time=lambda b: types.SimpleNamespace(total_s=b * 1e-3))
+    slow = Network(latency_s=1e-3, bandwidth=1e6)
+    points = rank_grids(model, (1, 28, 28), tp.plan, 8, 64, compute, slow)
+    # tp=8 is wider than conv1's 6 filters: left out; tp=1, 2, 4 remain
+    assert sorted(p.grid for p in points) == ["dp=2,tp=4", "dp=4,tp=2", "dp=8,tp=1"]
+    assert [p.step_s for p in points] == sorted(p.step_s for p in points)
+    by_grid = {p.grid: p for p in points}
+    plan = tp.plan(model)
+    assert by_grid["dp=4,tp=2"].tp_bytes == sum(
+        tensor_volume(model, plan, (1, 28, 28), 16, 2).values()
+    )
+    assert by_grid["dp=4,tp=2"].dp_bytes == gradient_bytes(model, plan, 2, 0)
+    assert by_grid["dp=8,tp=1"].tp_bytes == 0
+    free = Network(latency_s=0.0, bandwidth=float("inf"))
+    for p in rank_grids(model, (1, 28, 28), tp.plan, 8, 64, compute, free):
+        assert p.comm_s == 0 and p.compute_s == p.local_batch * 1e-3 / int(p.grid[-1])
+
+
+def test_minidl_predict_grids_prints_every_grid_that_fits(capsys):
+    from minidl.cli import main
+
+    assert main(["predict", "--model", "lenet5", "--grids", "4", "--compute", "roofline"]) == 0
+    out = capsys.readouterr().out
+    assert "on 4 ranks" in out
+    assert all(grid in out for grid in ("dp=4,tp=1", "dp=2,tp=2", "dp=1,tp=4"))

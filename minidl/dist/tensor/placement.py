@@ -23,7 +23,7 @@ override the rule.
 """
 
 from ...layers import AvgPool2d, Conv2d, Linear, MaxPool2d, ReLU, Sequential, Sigmoid, Tanh
-from ...perf.tensor_volume import leaves
+from ...perf.tensor_volume import leaves, split_widths
 from .layers import (
     ColumnParallelLinear,
     FilterParallelConv2d,
@@ -65,13 +65,6 @@ def plan(model) -> list:
     return words
 
 
-def _width(layer, kind):
-    """How many features or channels ``kind`` splits ``layer``'s along."""
-    if kind in ("column", "filter"):
-        return layer.out_features if kind == "column" else layer.out_channels
-    return layer.in_features if kind == "row" else layer.in_channels
-
-
 class TensorParallel:
     """``model`` (a ``Sequential``, nested ones allowed) with its layers split over ``comm``.
 
@@ -108,11 +101,10 @@ class TensorParallel:
         self._pairs = self._parameter_pairs()
 
     def _check_widths(self, layers):
-        narrow = [
-            (_width(layer, word.split("+")[0]), path, layer)
-            for (path, layer), word in zip(layers, self.plan)
-            if word and isinstance(layer, KINDS.get(word.split("+")[0], ()))
-        ]
+        kinds = [KINDS.get(word.partition("+")[0]) for word in self.plan]
+        if any(k is not None and not isinstance(m, k) for k, (_, m) in zip(kinds, layers)):
+            return  # a word for the wrong kind of layer: _place names it
+        narrow = split_widths(self.serial, self.plan)
         if narrow and min(narrow, key=lambda t: t[0])[0] < self.comm.size:
             width, path, layer = min(narrow, key=lambda t: t[0])
             raise PlacementError(
