@@ -17,7 +17,8 @@ width W moves
 
     bytes = 2 * itemsize * N * C * W * sum over r = 1..P-1 of (up_r + down_r)
 
-per layer (``halo_bytes``). A split needs every rank to own at least one
+per layer (``halo_bytes``; half of it for the first layer, whose input, the
+data, needs no gradient). A split needs every rank to own at least one
 input and one output row, and every crossing row to come from the adjacent
 rank (``needed_rows`` refuses a split that would need a rank two hops away).
 """
@@ -73,11 +74,14 @@ def halo_rows(height, kernel, stride=1, padding=0, dilation=1, parts=2):
     ]
 
 
-def halo_bytes(shape, kernel, stride=1, padding=0, dilation=1, parts=2, itemsize=8):
-    """Bytes one training step moves for the halos of one layer on input ``shape`` (N, C, H, W):
-    forward rows plus backward gradients, summed over all ranks."""
+def halo_bytes(
+    shape, kernel, stride=1, padding=0, dilation=1, parts=2, itemsize=8, input_grad=True
+):
+    """Bytes one training step moves for the halos of one layer on input ``shape`` (N, C, H, W),
+    summed over all ranks: the forward rows, plus their gradients when the input needs one
+    (not for the first layer, whose input is the data)."""
     batch, channels, height, width = shape
     rows = sum(
         up + down for up, down in halo_rows(height, kernel, stride, padding, dilation, parts)
     )
-    return 2 * itemsize * batch * channels * width * rows
+    return (2 if input_grad else 1) * itemsize * batch * channels * width * rows

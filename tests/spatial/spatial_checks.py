@@ -1,0 +1,201 @@
+"""Spatial-parallel checks, run under ``mpiexec -n P python spatial_checks.py CHECK...``.
+
+Oracles: the adjoint identity <F x, y> = <x, F* y> summed over the ranks, the
+serial layer (and the serial LeNet-5 training) run by every rank on the whole
+batch, and the halo formula of ``minidl.perf.halo_cost``. A failed assertion
+ends the job through minidl's exception hook; a passing rank prints
+``CHECK <name> OK rank <r>``, which the test counts.
+"""
+
+import sys
+
+import numpy as np
+
+import minidl as md
+from minidl import dist, optim
+from minidl import functional as F
+from minidl import layers as L
+from minidl.dist.spatial import (
+    GatherRows,
+    HaloExchange,
+    SumOverGroup,
+    local_rows,
+    spatial_parallel,
+    split_rows,
+)
+from minidl.dist.telemetry import RankCounters
+from minidl.perf.halo_cost import halo_bytes, needed_rows
+
+# (name, layer, input shape): LeNet-5's and AlexNet's window layers, and odd heights
+LAYERS = (
+    ("lenet conv1 5x5 pad 2", lambda: L.Conv2d(1, 3, 5, padding=2), (2, 1, 28, 28)),
+    ("lenet pool1 2x2", lambda: L.MaxPool2d(2), (2, 3, 28, 28)),
+    ("lenet conv2 5x5", lambda: L.Conv2d(3, 4, 5), (2, 3, 14, 14)),
+    ("lenet pool2 2x2 on 10 rows", lambda: L.MaxPool2d(2), (2, 4, 10, 10)),
+    (
+        "alexnet conv1 11x11/4 pad 2",
+        lambda: L.Conv2d(3, 4, 11, stride=4, padding=2),
+        (1, 3, 67, 40),
+    ),
+    ("alexnet 2012 conv1 11x11/4", lambda: L.Conv2d(3, 4, 11, stride=4), (1, 3, 227, 20)),
+    ("alexnet pool 3x3/2", lambda: L.MaxPool2d(3, stride=2), (2, 3, 27, 27)),
+    (
+        "alexnet conv2 5x5 pad 2 groups 2",
+        lambda: L.Conv2d(4, 6, 5, padding=2, groups=2),
+        (1, 4, 27, 9),
+    ),
+    (
+        "conv 3x3 pad 1 dilation 2 rect",
+        lambda: L.Conv2d(2, 3, (3, 2), padding=(2, 1), dilation=2),
+        (2, 2, 19, 7),
+    ),
+    ("avg pool 3x3/1 pad 1", lambda: L.AvgPool2d(3, stride=1, padding=1), (2, 2, 13, 8)),
+    ("max pool 3x3/2 pad 1", lambda: L.MaxPool2d(3, stride=2, padding=1), (2, 2, 17, 8)),
+)
+ADJOINT_CASES = (
+    (28, 5, 1, 2, 1),
+    (227, 11, 4, 0, 1),
+    (67, 11, 4, 2, 1),
+    (13, 3, 1, 1, 2),
+    (17, 3, 2, 1, 1),
+)
+
+
+def ok(name, comm):
+    print(f"CHECK {name} OK rank {comm.rank}", flush=True)
+
+
+def total(comm, value):
+    return float(comm.allreduce(np.array([value], dtype=np.float64))[0])
+
+
+def check_adjoint(comm):
+    """<F x, y> = <x, F* y>, summed over the ranks, to 1e-12, for every Function here."""
+    rng = np.random.default_rng([1, comm.rank])
+    counters = RankCounters()
+    for height, kernel, stride, padding, dilation in ADJOINT_CASES:
+        rows = split_rows(height, comm.size)
+        needs = needed_rows(height, kernel, stride, padding, dilation, comm.size)
+        start, stop = rows[comm.rank]
+        x = rng.standard_normal((2, 3, stop - start, 5))
+        fn = HaloExchange()
+        fx = fn.forward(x, comm=comm, needs=needs, rows=rows, pad_value=0.0, counters=counters)
+        y = rng.standard_normal(fx.shape)
+        left, right = total(comm, np.vdot(fx, y)), total(comm, np.vdot(x, fn.backward(y)))
+        assert abs(left - right) <= 1e-12 * abs(left), ("halo", height, kernel, left, right)
+    # the gather and the group sum act between per-rank blocks and a replicated whole
+    rows = split_rows(11, comm.size)
+    x = rng.standard_normal((2, 3, rows[comm.rank][1] - rows[comm.rank][0], 4))
+    y = np.random.default_rng(7).standard_normal((2, 3, 11, 4))  # the same on every rank
+    fn = GatherRows()
+    left = np.vdot(fn.forward(x, comm=comm, rows=rows, counters=counters), y)
+    right = total(comm, np.vdot(x, fn.backward(y)))
+    assert abs(left - right) <= 1e-12 * abs(left), ("gather", left, right)
+    w = np.random.default_rng(8).standard_normal(6)  # replicated
+    g = rng.standard_normal(6)
+    fn = SumOverGroup()
+    left = total(comm, np.vdot(fn.forward(w, comm=comm, counters=counters), g))
+    right = np.vdot(w, fn.backward(g))
+    assert abs(left - right) <= 1e-12 * abs(left), ("sum", left, right)
+    ok("adjoint", comm)
+
+
+def close(what, got, expected, tol=1e-12):
+    error = np.max(np.abs(got - expected)) / max(np.max(np.abs(expected)), 1e-300)
+    assert error <= tol, f"{what}: relative error {error:.3g} > {tol}"
+
+
+def check_layers(comm):
+    """Each spatial layer's output and gradients equal the serial layer's; halo bytes = formula."""
+    from minidl.dist.spatial.layers import SpatialConv2d, SpatialPool2d
+
+    group = comm.dup()
+    for name, make, shape in LAYERS:
+        md.manual_seed(5)
+        layer = make().to("float64")
+        rng = np.random.default_rng(9)
+        x = rng.standard_normal(shape)
+        serial_x = md.Tensor(x, requires_grad=True)
+        serial_y = layer(serial_x)
+        upstream = rng.standard_normal(serial_y.shape)
+        serial_y.backward(upstream)
+        expected = {n: p.grad.copy() for n, p in layer.named_parameters()}
+        layer.zero_grad()
+        counters = RankCounters()
+        kind = SpatialConv2d if isinstance(layer, L.Conv2d) else SpatialPool2d
+        spatial = kind(layer, group, shape[2], counters)
+        local_x = md.Tensor(local_rows(x, group), requires_grad=True)
+        local_y = spatial(local_x)
+        start, stop = split_rows(serial_y.shape[2], comm.size)[comm.rank]
+        close(f"{name}: output", local_y.data, serial_y.data[:, :, start:stop])
+        local_y.backward(np.ascontiguousarray(upstream[:, :, start:stop]))
+        close(f"{name}: input gradient", local_x.grad, local_rows(serial_x.grad, group))
+        for n, p in layer.named_parameters():
+            close(f"{name}: gradient of {n}", p.grad, expected[n])
+        args = spatial.needs, spatial.rows
+        sent = total(comm, counters.get("halo_bytes", 0))
+        kh = layer.kernel_size[0] if isinstance(layer, L.Conv2d) else spatial.kernel_size[0]
+        sh, ph, dh = _height_args(layer, spatial)
+        predicted = halo_bytes(shape, kh, sh, ph, dh, comm.size, itemsize=8)
+        assert sent == predicted, f"{name}: {sent} halo bytes sent, formula {predicted} {args}"
+    ok("layers", comm)
+
+
+def _height_args(layer, spatial):
+    from minidl.dist.spatial.model import window_rows
+
+    return window_rows(layer)[1:]
+
+
+STEPS, BATCH, LR = 20, 6, 0.05
+
+
+def batches(seed=0):
+    rng = np.random.default_rng(seed)
+    return [
+        (rng.standard_normal((BATCH, 1, 28, 28)), rng.integers(0, 10, BATCH)) for _ in range(STEPS)
+    ]
+
+
+def lenet():
+    md.manual_seed(11)
+    return md.models.lenet5().to("float64")
+
+
+def train(model, data, prepare):
+    opt = optim.Momentum(model.parameters(), lr=LR, momentum=0.9)
+    for x, y in data:
+        opt.zero_grad()
+        F.cross_entropy(model(md.Tensor(prepare(x))), y).backward()
+        opt.step()
+    return model.state_dict()
+
+
+def check_lenet(comm):
+    """20 float64 steps of LeNet-5 split over rows give one process's weights to 1e-10."""
+    data = batches()
+    expected = train(lenet(), data, lambda x: x)
+    group = comm.dup()
+    model = spatial_parallel(lenet(), group, 28)
+    got = train(model, data, lambda x: local_rows(x, group))
+    assert list(got) == list(expected), (list(got), list(expected))
+    for name in expected:
+        close(f"LeNet-5 after {STEPS} steps: {name}", got[name], expected[name], 1e-10)
+    # bytes per step: halos of the four window layers, as the formula counts them
+    sizes = ((1, 28), (6, 28), (6, 14), (16, 10))
+    args = ((5, 1, 2, 1), (2, 2, 0, 1), (5, 1, 0, 1), (2, 2, 0, 1))
+    predicted = sum(
+        halo_bytes((BATCH, c, h, h), *a, parts=comm.size, itemsize=8, input_grad=c > 1)
+        for (c, h), a in zip(sizes, args)
+    )
+    sent = total(comm, model.counters.get("halo_bytes", 0))
+    assert sent == predicted * STEPS, (sent, predicted * STEPS)
+    ok("lenet", comm)
+
+
+CHECKS = {"adjoint": check_adjoint, "layers": check_layers, "lenet": check_lenet}
+
+if __name__ == "__main__":
+    world = dist.init()
+    for check in sys.argv[1:]:
+        CHECKS[check](world)
