@@ -11,4 +11,5 @@ MODULES = (
     "consistency",
     "compression",
     "pipeline",
+    "spatial",
 )
