@@ -23,6 +23,8 @@ from minidl.dist.spatial import (
     spatial_parallel,
     split_rows,
 )
+from minidl.dist.spatial.layers import SpatialConv2d, SpatialPool2d
+from minidl.dist.spatial.model import window_rows
 from minidl.dist.telemetry import RankCounters
 from minidl.perf.halo_cost import halo_bytes, needed_rows
 
@@ -107,8 +109,6 @@ def close(what, got, expected, tol=1e-12):
 
 def check_layers(comm):
     """Each spatial layer's output and gradients equal the serial layer's; halo bytes = formula."""
-    from minidl.dist.spatial.layers import SpatialConv2d, SpatialPool2d
-
     group = comm.dup()
     for name, make, shape in LAYERS:
         md.manual_seed(5)
@@ -132,19 +132,10 @@ def check_layers(comm):
         close(f"{name}: input gradient", local_x.grad, local_rows(serial_x.grad, group))
         for n, p in layer.named_parameters():
             close(f"{name}: gradient of {n}", p.grad, expected[n])
-        args = spatial.needs, spatial.rows
         sent = total(comm, counters.get("halo_bytes", 0))
-        kh = layer.kernel_size[0] if isinstance(layer, L.Conv2d) else spatial.kernel_size[0]
-        sh, ph, dh = _height_args(layer, spatial)
-        predicted = halo_bytes(shape, kh, sh, ph, dh, comm.size, itemsize=8)
-        assert sent == predicted, f"{name}: {sent} halo bytes sent, formula {predicted} {args}"
+        predicted = halo_bytes(shape, *window_rows(layer), comm.size, itemsize=8)
+        assert sent == predicted, f"{name}: {sent} halo bytes sent, the formula says {predicted}"
     ok("layers", comm)
-
-
-def _height_args(layer, spatial):
-    from minidl.dist.spatial.model import window_rows
-
-    return window_rows(layer)[1:]
 
 
 STEPS, BATCH, LR = 20, 6, 0.05
@@ -193,7 +184,37 @@ def check_lenet(comm):
     ok("lenet", comm)
 
 
-CHECKS = {"adjoint": check_adjoint, "layers": check_layers, "lenet": check_lenet}
+def check_grid(comm):
+    """dp=2 x spatial=P/2: data-parallel replicas of a row-split LeNet-5 give one process's
+    weights for the batch of both replicas (the spatial model's gradients are whole before the
+    data-parallel average)."""
+    grid = dist.Grid(comm, dp=2, spatial=comm.size // 2)
+    rows, replicas = grid.group("spatial"), grid.group("dp")
+    data = [
+        (np.concatenate([x, x[::-1] * 0.5]), np.concatenate([y, y[::-1]])) for x, y in batches()
+    ]
+    expected = train(lenet(), data, lambda x: x)
+    model = spatial_parallel(lenet(), rows, 28)
+    opt = dist.DistributedOptimizer(
+        optim.Momentum(model.parameters(), lr=LR, momentum=0.9), replicas
+    )
+    mine = slice(replicas.rank * BATCH, (replicas.rank + 1) * BATCH)
+    for x, y in data:
+        opt.zero_grad()
+        F.cross_entropy(model(md.Tensor(local_rows(x[mine], rows))), y[mine]).backward()
+        opt.step()
+    got = model.state_dict()
+    for name in expected:
+        close(f"dp=2,spatial={rows.size} LeNet-5: {name}", got[name], expected[name], 1e-10)
+    ok("grid", comm)
+
+
+CHECKS = {
+    "adjoint": check_adjoint,
+    "layers": check_layers,
+    "lenet": check_lenet,
+    "grid": check_grid,
+}
 
 if __name__ == "__main__":
     world = dist.init()

@@ -41,3 +41,8 @@ def test_halo_gather_and_group_sum_pass_the_adjoint_test_and_layers_equal_serial
 @pytest.mark.parametrize("nprocs", (2, 4))
 def test_lenet5_split_over_rows_trains_to_the_serial_weights_with_the_predicted_halo_bytes(nprocs):
     run_checks(nprocs, "lenet")
+
+
+@pytest.mark.timeout(200)
+def test_data_parallel_replicas_of_a_row_split_lenet5_equal_one_process_with_both_batches():
+    run_checks(4, "grid")
