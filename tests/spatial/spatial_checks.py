@@ -24,7 +24,7 @@ from minidl.dist.spatial import (
     split_rows,
 )
 from minidl.dist.spatial.layers import SpatialConv2d, SpatialPool2d
-from minidl.dist.spatial.model import window_rows
+from minidl.dist.spatial.model import step_bytes, window_args
 from minidl.dist.telemetry import RankCounters
 from minidl.perf.halo_cost import halo_bytes, needed_rows
 
@@ -133,12 +133,13 @@ def check_layers(comm):
         for n, p in layer.named_parameters():
             close(f"{name}: gradient of {n}", p.grad, expected[n])
         sent = total(comm, counters.get("halo_bytes", 0))
-        predicted = halo_bytes(shape, *window_rows(layer), comm.size, itemsize=8)
+        predicted = halo_bytes(shape, *window_args(layer), comm.size, itemsize=8)
         assert sent == predicted, f"{name}: {sent} halo bytes sent, the formula says {predicted}"
     ok("layers", comm)
 
 
 STEPS, BATCH, LR = 20, 6, 0.05
+PREDICTED = ("halo_bytes", "gather_bytes", "grad_bytes")
 
 
 def batches(seed=0):
@@ -179,8 +180,10 @@ def check_lenet(comm):
         halo_bytes((BATCH, c, h, h), *a, parts=comm.size, itemsize=8, input_grad=c > 1)
         for (c, h), a in zip(sizes, args)
     )
-    sent = total(comm, model.counters.get("halo_bytes", 0))
-    assert sent == predicted * STEPS, (sent, predicted * STEPS)
+    sent = {key: total(comm, model.counters.get(key, 0)) for key in PREDICTED}
+    assert sent["halo_bytes"] == predicted * STEPS, (sent, predicted * STEPS)
+    per_step = step_bytes(lenet(), (BATCH, 1, 28, 28), comm.size, itemsize=8)
+    assert {key: sent[key] / STEPS for key in PREDICTED} == per_step, (sent, per_step)
     ok("lenet", comm)
 
 

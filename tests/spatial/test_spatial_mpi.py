@@ -38,7 +38,7 @@ def test_halo_gather_and_group_sum_pass_the_adjoint_test_and_layers_equal_serial
 
 
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("nprocs", (2, 4))
+@pytest.mark.parametrize("nprocs", (2, 3, 4))
 def test_lenet5_split_over_rows_trains_to_the_serial_weights_with_the_predicted_halo_bytes(nprocs):
     run_checks(nprocs, "lenet")
 

@@ -7,7 +7,13 @@ halo arithmetic and its byte count are in ``minidl.perf.halo_cost``.
 """
 
 from minidl.dist.spatial.exchange import GatherRows, HaloExchange, SumOverGroup
-from minidl.dist.spatial.model import SpatialParallel, local_rows, plan_rows, spatial_parallel
+from minidl.dist.spatial.model import (
+    SpatialParallel,
+    local_rows,
+    plan_rows,
+    spatial_parallel,
+    step_bytes,
+)
 from minidl.perf.halo_cost import SplitError, split_rows
 
 __all__ = [
@@ -20,4 +26,5 @@ __all__ = [
     "plan_rows",
     "spatial_parallel",
     "split_rows",
+    "step_bytes",
 ]

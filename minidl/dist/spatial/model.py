@@ -22,20 +22,23 @@ from minidl.conv.geometry import output_size, pair
 from minidl.dist.spatial.exchange import GatherRows
 from minidl.dist.spatial.layers import SpatialConv2d, SpatialPool2d
 from minidl.dist.telemetry import RankCounters
-from minidl.perf.halo_cost import SplitError, needed_rows, split_rows
+from minidl.perf.halo_cost import SplitError, halo_bytes, needed_rows, split_rows
 
 ROW_WISE = (L.ReLU, L.Tanh, L.Sigmoid, L.LocalResponseNorm)
 REFUSED = (L.BatchNorm2d, L.Dropout)
 
 
-def window_rows(layer):
-    """(kernel, stride, padding, dilation) along the height of a window layer; None otherwise."""
+def window_args(layer, axis=0):
+    """(kernel, stride, padding, dilation) of a window layer along the height (``axis`` 0)
+    or the width (1); None for other layers."""
     if isinstance(layer, L.Conv2d):
-        return layer.kernel_size[0], layer.stride[0], layer.padding[0], layer.dilation[0]
+        return tuple(
+            v[axis] for v in (layer.kernel_size, layer.stride, layer.padding, layer.dilation)
+        )
     if isinstance(layer, (L.MaxPool2d, L.AvgPool2d)):
-        kernel = pair(layer.kernel_size, "kernel_size")[0]
-        stride = kernel if layer.stride is None else pair(layer.stride, "stride")[0]
-        return kernel, stride, pair(layer.padding, "padding")[0], 1
+        kernel = pair(layer.kernel_size, "kernel_size")[axis]
+        stride = kernel if layer.stride is None else pair(layer.stride, "stride")[axis]
+        return kernel, stride, pair(layer.padding, "padding")[axis], 1
     return None
 
 
@@ -44,7 +47,7 @@ def _walk(model, height, parts):
     and the height the tail gets."""
     windows = []
     for index, (name, layer) in enumerate(model._modules.items()):
-        rows = window_rows(layer)
+        rows = window_args(layer)
         if rows is not None:
             try:
                 needed_rows(height, *rows, parts=parts)
@@ -88,6 +91,36 @@ def _fits(model, height, parts):
     except SplitError:
         return False
     return True
+
+
+def step_bytes(model, shape, parts, itemsize=4):
+    """Bytes a training step of ``model`` on an (N, C, H, W) batch sends, summed over the
+    ``parts`` ranks of a row split (what ``SpatialParallel.counters`` counts):
+
+    - ``halo_bytes``: ``halo_cost.halo_bytes`` of each window layer (forward rows, and
+      their gradients for every layer but the first);
+    - ``gather_bytes``: each rank's block of the tail's input, padded to the longest
+      block, to each of the P - 1 others: P (P - 1) N C ceil(H'/P) W' itemsize;
+    - ``grad_bytes``: the window layers' weights and biases, allreduced by every rank.
+    """
+    windows, gather_at, tail_height = plan_rows(model, shape[2], parts)
+    layers = model._modules
+    channels, width, halo = shape[1], shape[3], 0
+    for index, (name, height) in enumerate(windows):
+        layer = layers[name]
+        rows = window_args(layer)
+        halo += halo_bytes(
+            (shape[0], channels, height, width), *rows, parts, itemsize, input_grad=index > 0
+        )
+        channels = layer.out_channels if isinstance(layer, L.Conv2d) else channels
+        width = output_size(width, *window_args(layer, 1))
+    longest = max(stop - start for start, stop in split_rows(tail_height, parts))
+    weights = sum(p.data.size for name, _ in windows for p in layers[name].parameters())
+    return {
+        "halo_bytes": halo,
+        "gather_bytes": parts * (parts - 1) * shape[0] * channels * longest * width * itemsize,
+        "grad_bytes": parts * weights * itemsize if parts > 1 else 0,  # one rank sums nothing
+    }
 
 
 def local_rows(x, group):
