@@ -4,7 +4,7 @@ Oracles: the adjoint identity <F x, y> = <x, F* y> summed over the ranks, the
 serial layer (and the serial LeNet-5 training) run by every rank on the whole
 batch, and the halo formula of ``minidl.perf.halo_cost``. A failed assertion
 ends the job through minidl's exception hook; a passing rank prints
-``CHECK <name> OK rank <r>``, which the test counts.
+``CHECK <name> OK rank <r>`` (``run_named_checks``), which the test counts.
 """
 
 import sys
@@ -27,6 +27,7 @@ from minidl.dist.spatial.layers import SpatialConv2d, SpatialPool2d
 from minidl.dist.spatial.model import step_bytes, window_args
 from minidl.dist.telemetry import RankCounters
 from minidl.perf.halo_cost import halo_bytes, needed_rows
+from tests.distributed.mpi_checks import run_named_checks
 
 # (name, layer, input shape): LeNet-5's and AlexNet's window layers, and odd heights
 LAYERS = (
@@ -63,10 +64,6 @@ ADJOINT_CASES = (
 )
 
 
-def ok(name, comm):
-    print(f"CHECK {name} OK rank {comm.rank}", flush=True)
-
-
 def total(comm, value):
     return float(comm.allreduce(np.array([value], dtype=np.float64))[0])
 
@@ -99,7 +96,6 @@ def check_adjoint(comm):
     left = total(comm, np.vdot(fn.forward(w, comm=comm, counters=counters), g))
     right = np.vdot(w, fn.backward(g))
     assert abs(left - right) <= 1e-12 * abs(left), ("sum", left, right)
-    ok("adjoint", comm)
 
 
 def close(what, got, expected, tol=1e-12):
@@ -135,7 +131,6 @@ def check_layers(comm):
         sent = total(comm, counters.get("halo_bytes", 0))
         predicted = halo_bytes(shape, *window_args(layer), comm.size, itemsize=8)
         assert sent == predicted, f"{name}: {sent} halo bytes sent, the formula says {predicted}"
-    ok("layers", comm)
 
 
 STEPS, BATCH, LR = 20, 6, 0.05
@@ -184,7 +179,6 @@ def check_lenet(comm):
     assert sent["halo_bytes"] == predicted * STEPS, (sent, predicted * STEPS)
     per_step = step_bytes(lenet(), (BATCH, 1, 28, 28), comm.size, itemsize=8)
     assert {key: sent[key] / STEPS for key in PREDICTED} == per_step, (sent, per_step)
-    ok("lenet", comm)
 
 
 def check_grid(comm):
@@ -209,17 +203,7 @@ def check_grid(comm):
     got = model.state_dict()
     for name in expected:
         close(f"dp=2,spatial={rows.size} LeNet-5: {name}", got[name], expected[name], 1e-10)
-    ok("grid", comm)
 
-
-CHECKS = {
-    "adjoint": check_adjoint,
-    "layers": check_layers,
-    "lenet": check_lenet,
-    "grid": check_grid,
-}
 
 if __name__ == "__main__":
-    world = dist.init()
-    for check in sys.argv[1:]:
-        CHECKS[check](world)
+    run_named_checks(globals(), sys.argv[1:])

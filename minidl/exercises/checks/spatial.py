@@ -43,9 +43,9 @@ def tuned(comm, height, halo):
     "Halo exchange: a block of rows with its neighbours' boundary rows around it",
     path=PATH,
     ranks=3,
-    hint="copy x into the middle; send your last `halo` rows up and receive the lower halo "
-    "from below (sendrecv in the middle of the chain, send or recv at its ends), then the "
-    "same downwards; the first and last rank keep their zeros",
+    hint="copy x into the middle; shift your last `halo` rows up while receiving the lower "
+    "halo from below, then your first rows down while receiving the upper halo; the first "
+    "and last rank keep their zeros",
 )
 def check_halo_exchange(comm):
     comparisons = []

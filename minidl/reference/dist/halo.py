@@ -22,9 +22,21 @@ the general form (any kernel, stride, padding, dilation and uneven blocks).
 from minidl.backend import get_array_module
 
 
+def shift(comm, send, dest, receive, source):
+    """Send ``send`` to rank ``dest`` while receiving ``receive`` from rank ``source``; a rank
+    outside 0..P-1 means there is no neighbour on that side (the chain's ends)."""
+    to, fro = 0 <= dest < comm.size, 0 <= source < comm.size
+    if to and fro:
+        comm.sendrecv(send, dest, receive, source)
+    elif to:
+        comm.send(send, dest)
+    elif fro:
+        comm.recv(receive, source)
+
+
 def halo_exchange(comm, x, halo):
     """(N, C, n, W) own rows -> (N, C, n + 2 halo, W): ``halo`` rows of each neighbour around
-    them (zeros where there is no neighbour), using ``comm.sendrecv``/``send``/``recv``."""
+    them (zeros where there is no neighbour)."""
     xp = get_array_module(x)
     n = x.shape[2]
     below, above = comm.rank - 1, comm.rank + 1
@@ -35,20 +47,8 @@ def halo_exchange(comm, x, halo):
         first = xp.ascontiguousarray(x[:, :, :halo])
         last = xp.ascontiguousarray(x[:, :, n - halo :])
         from_below, from_above = xp.empty_like(first), xp.empty_like(last)
-        # upwards: my last rows to the rank above, the lower halo from the rank below
-        if below >= 0 and above < comm.size:
-            comm.sendrecv(last, above, from_below, below)
-        elif above < comm.size:
-            comm.send(last, above)
-        elif below >= 0:
-            comm.recv(from_below, below)
-        # downwards: my first rows to the rank below, the upper halo from the rank above
-        if below >= 0 and above < comm.size:
-            comm.sendrecv(first, below, from_above, above)
-        elif below >= 0:
-            comm.send(first, below)
-        elif above < comm.size:
-            comm.recv(from_above, above)
+        shift(comm, last, above, from_below, below)  # upwards
+        shift(comm, first, below, from_above, above)  # downwards
         if below >= 0:
             out[:, :, :halo] = from_below
         if above < comm.size:
@@ -66,24 +66,11 @@ def halo_exchange_backward(comm, g, halo):
     gx = xp.array(g[:, :, halo : halo + n], order="C")
     # BEGIN EXERCISE 12.2
     if halo:
-        lower = xp.ascontiguousarray(g[:, :, :halo])  # gradient of the rows of the rank below
-        upper = xp.ascontiguousarray(g[:, :, n + halo :])  # ... of the rank above
+        lower = xp.ascontiguousarray(g[:, :, :halo])  # gradient of the rank below's rows
+        upper = xp.ascontiguousarray(g[:, :, n + halo :])  # ... of the rank above's rows
         for_first, for_last = xp.empty_like(lower), xp.empty_like(upper)
-        # downwards: the lower halo's gradient goes back to the rank below, which adds it
-        # to its last rows; the rank above sends the gradient of my last rows
-        if below >= 0 and above < comm.size:
-            comm.sendrecv(lower, below, for_last, above)
-        elif below >= 0:
-            comm.send(lower, below)
-        elif above < comm.size:
-            comm.recv(for_last, above)
-        # upwards: the upper halo's gradient back to the rank above; mine for my first rows
-        if below >= 0 and above < comm.size:
-            comm.sendrecv(upper, above, for_first, below)
-        elif above < comm.size:
-            comm.send(upper, above)
-        elif below >= 0:
-            comm.recv(for_first, below)
+        shift(comm, lower, below, for_last, above)  # downwards: the lower halo's gradient home
+        shift(comm, upper, above, for_first, below)  # upwards: the upper halo's gradient home
         if above < comm.size:
             gx[:, :, n - halo :] += for_last
         if below >= 0:
