@@ -7,6 +7,7 @@ ends the job through minidl's exception hook; a passing rank prints
 ``CHECK <name> OK rank <r>`` (``run_named_checks``), which the test counts.
 """
 
+import itertools
 import sys
 
 import numpy as np
@@ -23,8 +24,8 @@ from minidl.dist.spatial import (
     spatial_parallel,
     split_rows,
 )
-from minidl.dist.spatial.layers import SpatialConv2d, SpatialPool2d
-from minidl.dist.spatial.model import step_bytes, window_args
+from minidl.dist.spatial.layers import Blocks, SpatialConv2d, SpatialPool2d, window_args
+from minidl.dist.spatial.model import step_bytes
 from minidl.dist.telemetry import RankCounters
 from minidl.perf.halo_cost import halo_bytes, needed_rows
 from tests.distributed.mpi_checks import run_named_checks
@@ -40,7 +41,7 @@ LAYERS = (
         lambda: L.Conv2d(3, 4, 11, stride=4, padding=2),
         (1, 3, 67, 40),
     ),
-    ("alexnet 2012 conv1 11x11/4", lambda: L.Conv2d(3, 4, 11, stride=4), (1, 3, 227, 20)),
+    ("alexnet 2012 conv1 11x11/4", lambda: L.Conv2d(3, 4, 11, stride=4), (1, 3, 227, 51)),
     ("alexnet pool 3x3/2", lambda: L.MaxPool2d(3, stride=2), (2, 3, 27, 27)),
     (
         "alexnet conv2 5x5 pad 2 groups 2",
@@ -72,16 +73,21 @@ def check_adjoint(comm):
     """<F x, y> = <x, F* y>, summed over the ranks, to 1e-12, for every Function here."""
     rng = np.random.default_rng([1, comm.rank])
     counters = RankCounters()
-    for height, kernel, stride, padding, dilation in ADJOINT_CASES:
+    for (height, kernel, stride, padding, dilation), axis in itertools.product(
+        ADJOINT_CASES, (2, 3)
+    ):
         rows = split_rows(height, comm.size)
         needs = needed_rows(height, kernel, stride, padding, dilation, comm.size)
         start, stop = rows[comm.rank]
         x = rng.standard_normal((2, 3, stop - start, 5))
+        x = x if axis == 2 else np.ascontiguousarray(x.swapaxes(2, 3))  # split columns
         fn = HaloExchange()
-        fx = fn.forward(x, comm=comm, needs=needs, rows=rows, pad_value=0.0, counters=counters)
+        fx = fn.forward(
+            x, comm=comm, needs=needs, rows=rows, pad_value=0.0, counters=counters, axis=axis
+        )
         y = rng.standard_normal(fx.shape)
         left, right = total(comm, np.vdot(fx, y)), total(comm, np.vdot(x, fn.backward(y)))
-        assert abs(left - right) <= 1e-12 * abs(left), ("halo", height, kernel, left, right)
+        assert abs(left - right) <= 1e-12 * abs(left), ("halo", height, axis, left, right)
     # the gather and the group sum act between per-rank blocks and a replicated whole
     rows = split_rows(11, comm.size)
     x = rng.standard_normal((2, 3, rows[comm.rank][1] - rows[comm.rank][0], 4))
@@ -104,33 +110,41 @@ def close(what, got, expected, tol=1e-12):
 
 
 def check_layers(comm):
-    """Each spatial layer's output and gradients equal the serial layer's; halo bytes = formula."""
+    """Each spatial layer's output and gradients equal the serial layer's, on every split of
+    the ranks into row x column blocks; halo bytes sent = the formula."""
     group = comm.dup()
-    for name, make, shape in LAYERS:
-        md.manual_seed(5)
-        layer = make().to("float64")
-        rng = np.random.default_rng(9)
-        x = rng.standard_normal(shape)
-        serial_x = md.Tensor(x, requires_grad=True)
-        serial_y = layer(serial_x)
-        upstream = rng.standard_normal(serial_y.shape)
-        serial_y.backward(upstream)
-        expected = {n: p.grad.copy() for n, p in layer.named_parameters()}
-        layer.zero_grad()
-        counters = RankCounters()
-        kind = SpatialConv2d if isinstance(layer, L.Conv2d) else SpatialPool2d
-        spatial = kind(layer, group, shape[2], counters)
-        local_x = md.Tensor(local_rows(x, group), requires_grad=True)
-        local_y = spatial(local_x)
-        start, stop = split_rows(serial_y.shape[2], comm.size)[comm.rank]
-        close(f"{name}: output", local_y.data, serial_y.data[:, :, start:stop])
-        local_y.backward(np.ascontiguousarray(upstream[:, :, start:stop]))
-        close(f"{name}: input gradient", local_x.grad, local_rows(serial_x.grad, group))
-        for n, p in layer.named_parameters():
-            close(f"{name}: gradient of {n}", p.grad, expected[n])
-        sent = total(comm, counters.get("halo_bytes", 0))
-        predicted = halo_bytes(shape, *window_args(layer), comm.size, itemsize=8)
-        assert sent == predicted, f"{name}: {sent} halo bytes sent, the formula says {predicted}"
+    for cols in (c for c in range(1, comm.size + 1) if comm.size % c == 0):
+        blocks = Blocks(group, cols)
+        for name, make, shape in LAYERS:
+            name = f"{name}, {comm.size // cols}x{cols} blocks"
+            md.manual_seed(5)
+            layer = make().to("float64")
+            rng = np.random.default_rng(9)
+            x = rng.standard_normal(shape)
+            serial_x = md.Tensor(x, requires_grad=True)
+            serial_y = layer(serial_x)
+            upstream = rng.standard_normal(serial_y.shape)
+            serial_y.backward(upstream)
+            expected = {n: p.grad.copy() for n, p in layer.named_parameters()}
+            layer.zero_grad()
+            counters = RankCounters()
+            kind = SpatialConv2d if isinstance(layer, L.Conv2d) else SpatialPool2d
+            spatial = kind(layer, blocks, shape[2:], counters)
+            local_x = md.Tensor(local_rows(x, group, cols), requires_grad=True)
+            local_y = spatial(local_x)
+            close(f"{name}: output", local_y.data, local_rows(serial_y.data, group, cols))
+            local_y.backward(local_rows(upstream, group, cols))
+            close(f"{name}: input gradient", local_x.grad, local_rows(serial_x.grad, group, cols))
+            for n, p in layer.named_parameters():
+                close(f"{name}: gradient of {n}", p.grad, expected[n])
+            sent = total(comm, counters.get("halo_bytes", 0))
+            if cols == 1:
+                predicted = halo_bytes(shape, *window_args(layer), comm.size, itemsize=8)
+            else:
+                model = L.Sequential(layer)
+                predicted = step_bytes(model, shape, comm.size, 8, cols, input_grad=True)
+                predicted = predicted["halo_bytes"]
+            assert sent == predicted, f"{name}: {sent} halo bytes sent, formula {predicted}"
 
 
 STEPS, BATCH, LR = 20, 6, 0.05
@@ -159,10 +173,20 @@ def train(model, data, prepare):
 
 
 def check_lenet(comm):
-    """20 float64 steps of LeNet-5 split over rows give one process's weights to 1e-10."""
+    """20 float64 steps of LeNet-5 split over rows give one process's weights to 1e-10; so do
+    splits into row x column blocks; the bytes counted per step equal ``step_bytes``."""
     data = batches()
     expected = train(lenet(), data, lambda x: x)
     group = comm.dup()
+    for cols in (c for c in range(2, comm.size + 1) if comm.size % c == 0):
+        model = spatial_parallel(lenet(), group, 28, 28, cols)
+        got = train(model, data, lambda x: local_rows(x, group, cols))
+        for name in expected:
+            what = f"LeNet-5 in {comm.size // cols}x{cols} blocks after {STEPS} steps: {name}"
+            close(what, got[name], expected[name], 1e-10)
+        sent = {key: total(comm, model.counters.get(key, 0)) / STEPS for key in PREDICTED}
+        per_step = step_bytes(lenet(), (BATCH, 1, 28, 28), comm.size, 8, cols)
+        assert sent == per_step, (cols, sent, per_step)
     model = spatial_parallel(lenet(), group, 28)
     got = train(model, data, lambda x: local_rows(x, group))
     assert list(got) == list(expected), (list(got), list(expected))

@@ -62,10 +62,14 @@ def test_a_model_that_cannot_be_split_is_refused_naming_the_layer_and_what_fits(
     with pytest.raises(SplitError) as error:
         plan_rows(md.models.lenet5(), 28, 8)
     message = str(error.value)
-    assert "layer 3 (Conv2d(6, 16" in message and message.endswith("spatial=4 fits")
+    assert "layer 3 (Conv2d(6, 16" in message and message.endswith("; 4 blocks would fit")
     assert "\n" not in message
-    with pytest.raises(SplitError, match="layer 1 .*BatchNorm2d.* needs every row"):
+    with pytest.raises(
+        SplitError, match="layer 1 .*BatchNorm2d.* needs the whole image.*only the whole image"
+    ):
         plan_rows(L.Sequential(L.Conv2d(1, 2, 3), L.BatchNorm2d(2), L.Flatten()), 8, 2)
+    with pytest.raises(SplitError, match="width 28 into 8 blocks: layer 3"):
+        plan_rows(md.models.lenet5(), 28, 8, axis=1)
     with pytest.raises(SplitError, match="splits an L.Sequential"):
         plan_rows(L.Conv2d(1, 2, 3), 8, 2)
 
@@ -78,5 +82,7 @@ def test_the_plan_splits_lenet5_up_to_the_flatten():
     windows, gather_at, tail_height = plan_rows(alexnet, 28, 3)
     assert isinstance(alexnet[gather_at], L.Flatten) and tail_height == 3
     assert len(windows) == 8  # five convolutions, three poolings
-    with pytest.raises(SplitError, match="3 output rows, fewer than the 4 ranks.*spatial=3 fits"):
+    with pytest.raises(
+        SplitError, match="3 output rows, fewer than the 4 ranks.*3 blocks would fit"
+    ):
         plan_rows(alexnet, 28, 4)

@@ -69,15 +69,32 @@ def _rows(array, start, stop):
     return array[:, :, start:stop]
 
 
+def _along(array, axis):
+    """``array`` with ``axis`` (2: height, 3: width) as axis 2, where the code below splits.
+
+    ``_back`` swaps back (a swap is its own inverse) into a C-contiguous array."""
+    if axis == 2:
+        return array
+    if axis != 3:
+        raise ValueError(f"spatial splits run along axis 2 (height) or 3 (width), not {axis}")
+    return array.swapaxes(2, 3)
+
+
+def _back(array, axis):
+    return get_array_module(array).ascontiguousarray(array if axis == 2 else array.swapaxes(2, 3))
+
+
 class HaloExchange(Function):
     """(N, C, own rows, W) -> (N, C, hi - lo, W): the rows [lo, hi) this rank's outputs read.
 
     ``needs`` and ``rows`` are every rank's (lo, hi) and (start, stop), the same
     on all ranks; rows outside the image hold ``pad_value`` (0, or -inf for max pooling).
+    ``axis=3`` exchanges columns instead (a split over the width).
     """
 
-    def forward(self, x, comm, needs, rows, pad_value, counters):
+    def forward(self, x, comm, needs, rows, pad_value, counters, axis=2):
         xp = get_array_module(x)
+        self.axis, x = axis, _along(x, axis)
         n, c, own_rows, w = x.shape
         halo = _Halo(needs, rows, comm.rank)
         if own_rows != halo.stop - halo.start:
@@ -112,11 +129,11 @@ class HaloExchange(Function):
             if part is not None and part.shape[2]:
                 out[:, :, row : row + part.shape[2]] = part
                 row += part.shape[2]
-        return out
+        return _back(out, axis)
 
     def backward(self, g):
         xp = get_array_module(g)
-        halo, comm = self.halo, self.comm
+        halo, comm, g = self.halo, self.comm, _along(g, self.axis)
         n, c, _, w = g.shape
         first = halo.top + halo.below  # the first row of the own block in g
         own = halo.own.stop - halo.own.start
@@ -139,14 +156,17 @@ class HaloExchange(Function):
             gx[:, :, : halo.to_below] += from_below
         if from_above is not None:
             gx[:, :, own_rows - halo.to_above :] += from_above
-        return gx
+        return _back(gx, self.axis)
 
 
 class GatherRows(Function):
-    """(N, C, own rows, W) -> (N, C, H, W) on every rank; backward keeps the own rows."""
+    """(N, C, own rows, W) -> (N, C, H, W) on every rank; backward keeps the own rows.
 
-    def forward(self, x, comm, rows, counters):
+    ``axis=3`` gathers columns instead."""
+
+    def forward(self, x, comm, rows, counters, axis=2):
         xp = get_array_module(x)
+        self.axis, x = axis, _along(x, axis)
         n, c, own_rows, w = x.shape
         longest = max(stop - start for start, stop in rows)
         block = xp.zeros((n, c, longest, w), x.dtype)
@@ -154,12 +174,13 @@ class GatherRows(Function):
         counters.add("gather_bytes", block.nbytes * (comm.size - 1))
         blocks = comm.allgather(block)
         self.own = slice(*rows[comm.rank])
-        return xp.concatenate(
+        whole = xp.concatenate(
             [blocks[r][:, :, : stop - start] for r, (start, stop) in enumerate(rows)], axis=2
         )
+        return _back(whole, axis)
 
     def backward(self, g):
-        return get_array_module(g).ascontiguousarray(g[:, :, self.own])
+        return _back(_along(g, self.axis)[:, :, self.own], self.axis)
 
 
 class SumOverGroup(Function):
