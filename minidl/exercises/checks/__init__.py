@@ -12,4 +12,5 @@ MODULES = (
     "compression",
     "pipeline",
     "tensor_parallel",
+    "spatial",
 )

@@ -1,0 +1,30 @@
+"""Spatial parallelism: convolution and pooling split over image rows, with halo exchange.
+
+``spatial_parallel(model, group, height)`` makes a Sequential model run on
+``group``'s ranks, each holding a block of every image's rows
+(``local_rows(x, group)``); ``plan_rows`` checks a split before any work. The
+halo arithmetic and its byte count are in ``minidl.perf.halo_cost``.
+"""
+
+from minidl.dist.spatial.exchange import GatherRows, HaloExchange, SumOverGroup
+from minidl.dist.spatial.model import (
+    SpatialParallel,
+    local_rows,
+    plan_rows,
+    spatial_parallel,
+    step_bytes,
+)
+from minidl.perf.halo_cost import SplitError, split_rows
+
+__all__ = [
+    "GatherRows",
+    "HaloExchange",
+    "SpatialParallel",
+    "SplitError",
+    "SumOverGroup",
+    "local_rows",
+    "plan_rows",
+    "spatial_parallel",
+    "split_rows",
+    "step_bytes",
+]
