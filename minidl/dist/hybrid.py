@@ -1,4 +1,5 @@
-"""Data x tensor parallelism on a process grid (``--grid dp=D,tp=T``): the engine of ``fit``.
+"""Data x tensor (or x spatial) parallelism on a process grid (``--grid dp=D,tp=T`` or
+``dp=D,spatial=S``): the engine of ``fit``.
 
 The ranks form a ``Grid``; each tensor-parallel group (T neighbouring ranks)
 holds one replica of the model, its layers split by ``TensorParallel``'s rule
@@ -6,7 +7,9 @@ holds one replica of the model, its layers split by ``TensorParallel``'s rule
 data: ``--batch-size`` is per replica, so a step sees D * batch-size samples,
 and the gradients of each block are averaged over the data-parallel group (the
 ranks holding the same block), as ``--dist sync`` does over all ranks. With
-equal shards this is minibatch SGD on the serial model with batch D * b.
+equal shards this is minibatch SGD on the serial model with batch D * b. With
+``spatial=S`` in place of ``tp``, each replica is split over image rows instead
+(``minidl.dist.spatial``), every rank holding the whole weights.
 
 The serial model stays on every rank: after each epoch the blocks are gathered
 into it (weights and optimizer state), so evaluation, the checkpoint, ``minidl
@@ -14,7 +17,10 @@ eval`` and ``--resume`` on any grid see the model of a serial run, with the
 same names and shapes; a resume takes each rank's blocks from it.
 """
 
-from ..perf.tensor_volume import gradient_bytes, tensor_volume
+from ..autograd import Tensor
+from ..layers import Module
+from ..perf.halo_cost import SplitError
+from ..perf.tensor_volume import gradient_bytes, leaves, tensor_volume
 from ..train.callbacks import Callback
 from ..train.config import ConfigError, option
 from ..train.engine import LocalEngine
@@ -22,6 +28,7 @@ from ..train.setup import make_optimizer
 from .data_parallel import DistributedOptimizer
 from .engines import BatchWeighting, _DistributedEngine, run_callbacks
 from .grid import Grid
+from .spatial import local_rows, spatial_parallel
 from .tensor import TRAFFIC, PlacementError, TensorParallel
 
 
@@ -36,21 +43,63 @@ class SampleCount(Callback):
         self.steps += 1
 
 
+class RowBlocks(Module):
+    """``SpatialParallel`` fed with this rank's rows of each whole batch the loader gives."""
+
+    def __init__(self, spatial, group):
+        super().__init__()
+        self.spatial, self.group = spatial, group
+
+    def forward(self, x):
+        return self.spatial(Tensor(local_rows(x.data, self.group)))
+
+
+class SpatialPlacement:
+    """A spatial-parallel model on the grid: its parameters are the serial model's own, so
+    there is nothing to gather or scatter (``TensorParallel``'s face, with no blocks)."""
+
+    plan = ["spatial"]
+
+    def __init__(self, model, group, height):
+        self.serial = model
+        self.module = RowBlocks(spatial_parallel(model, group, height), group)
+
+    def gather(self):
+        pass
+
+    scatter = gather
+
+    def gather_state(self, state_dict):
+        return state_dict
+
+    scatter_state = gather_state
+
+
+def place_on_grid(model, grid, plan, height):
+    """``TensorParallel`` over the tp axis, or ``SpatialPlacement`` over the spatial one;
+    a layout that cannot run raises ``ConfigError`` in one line saying what would fit."""
+    shape = grid.shape
+    if shape.pp > 1 or (shape.spatial > 1 and shape.tp > 1):
+        raise ConfigError(
+            f"{option('grid')} {shape}: fit trains dp x tp and dp x spatial grids; pipeline "
+            "grids, and tp with spatial together, run from Python (minidl.dist.pipeline)"
+        )
+    try:
+        if shape.spatial > 1:
+            return SpatialPlacement(model, grid.group("spatial"), height)
+        return TensorParallel(model, grid.group("tp"), plan)
+    except (PlacementError, SplitError) as exc:
+        raise ConfigError(f"{option('grid')} {shape}: {exc}") from None
+
+
 class GridEngine(_DistributedEngine, LocalEngine):
-    """One rank of a dp x tp grid: its blocks of one replica, averaged over its dp group."""
+    """One rank of a dp x tp or dp x spatial grid: its part of one replica, averaged over its
+    dp group."""
 
     def __init__(self, config, options, comm, model, train_set, plan=None):
         shape = options.grid
-        if shape.pp > 1 or shape.spatial > 1:
-            raise ConfigError(
-                f"{option('grid')} {shape}: fit trains dp and tp grids; pipeline and spatial "
-                "axes run from Python (minidl.dist.pipeline, minidl.dist.spatial)"
-            )
-        self.grid = Grid(comm, dp=shape.dp, tp=shape.tp)
-        try:
-            self.parallel = TensorParallel(model, self.grid.group("tp"), plan)
-        except PlacementError as exc:
-            raise ConfigError(f"{option('grid')} {shape}: {exc}") from None
+        self.grid = Grid(comm, dp=shape.dp, pp=shape.pp, spatial=shape.spatial, tp=shape.tp)
+        self.parallel = place_on_grid(model, self.grid, plan, train_set[0][0].shape[-2])
         dp = self.grid.group("dp")
         super().__init__(
             config, self.parallel.module, train_set, dp, run_callbacks(options, comm, config.seed)
@@ -102,8 +151,11 @@ class GridEngine(_DistributedEngine, LocalEngine):
         return stats, lr, records + [record]
 
     def _predicted(self):
-        """What ``minidl.perf.tensor_volume`` predicts for the epoch this rank just trained."""
+        """What ``minidl.perf.tensor_volume`` predicts for the epoch this rank just trained
+        (the tp bytes of a spatial grid are none: its layers count their own)."""
         serial, plan, tp = self.parallel.serial, self.parallel.plan, self.grid.shape.tp
+        if isinstance(self.parallel, SpatialPlacement):
+            plan = [""] * len(leaves(serial))
         itemsize = next(iter(serial.parameters())).dtype.itemsize
         per_sample = tensor_volume(serial, plan, self.sample_shape, 1, tp, itemsize)
         grads = gradient_bytes(serial, plan, tp, self.grid.coords["tp"], itemsize)

@@ -31,16 +31,24 @@ def checkpoint(run_dir):
     return load_checkpoint(os.path.join(run_dir, "checkpoint.npz"))
 
 
+@pytest.fixture(scope="module")
+def serial_run(tmp_path_factory):
+    """One epoch of one process with batch 64: the run every grid is compared with."""
+    out = str(tmp_path_factory.mktemp("serial"))
+    assert main(["train", *COMMON, "--batch-size", "64", "--epochs", "1", "--out", out]) == 0
+    return out
+
+
 @pytest.mark.timeout(400)
-def test_dp2_tp2_equals_one_process_with_twice_the_batch_and_resumes_on_tp2(launch, tmp_path):
+def test_dp2_tp2_equals_one_process_with_twice_the_batch_and_resumes_on_tp2(
+    launch, tmp_path, serial_run
+):
     """Epoch 1 on dp=2,tp=2 (32 per replica), epoch 2 resumed on tp=2 (64), against 2 epochs of
     one process with batch 64: the same weights and momentum under the serial names."""
     grid, straight = str(tmp_path / "grid"), str(tmp_path / "straight")
     train_mpi(launch, 4, "--grid", "dp=2,tp=2", "--batch-size", "32", "--epochs", "1",
               "--out", grid)  # fmt: skip
-    serial = str(tmp_path / "serial")
-    assert main(["train", *COMMON, "--batch-size", "64", "--epochs", "1", "--out", serial]) == 0
-    a, b = checkpoint(grid), checkpoint(serial)
+    a, b = checkpoint(grid), checkpoint(serial_run)
     assert {k: v.shape for k, v in a.model_state.items()} == {
         k: v.shape for k, v in b.model_state.items()
     }
@@ -59,3 +67,13 @@ def test_dp2_tp2_equals_one_process_with_twice_the_batch_and_resumes_on_tp2(laun
     for mine, theirs in zip(a.optimizer_state["state"], b.optimizer_state["state"]):
         buf = "momentum_buffer"
         assert np.abs(mine[buf] - theirs[buf]).max() <= 1e-10
+
+
+@pytest.mark.timeout(200)
+def test_a_spatial_grid_trains_the_serial_weights(launch, tmp_path, serial_run):
+    """--grid spatial=2 on 2 ranks (each all 64 images, half of every image's rows)."""
+    out = str(tmp_path / "spatial")
+    train_mpi(launch, 2, "--grid", "spatial=2", "--batch-size", "64", "--epochs", "1", "--out", out)
+    a, b = checkpoint(out), checkpoint(serial_run)
+    for k in b.model_state:
+        assert np.abs(a.model_state[k] - b.model_state[k]).max() <= 1e-10, k
