@@ -21,9 +21,9 @@ except DatasetNotFoundError:
 COMMON = ["--model", "lenet5", "--subset", "640", "--no-progress", "--dtype", "float64"]
 
 
-def train_mpi(launch, nprocs, *args):
-    result = launch(nprocs, "-m", "minidl", "train", *COMMON, *args, timeout=180)
-    assert result.returncode == 0, result.output
+def train_mpi(mpi_run, nprocs, *args):
+    result = mpi_run(nprocs, "-m", "minidl", "train", *COMMON, *args, timeout=180)
+    assert not result.timed_out and result.returncode == 0, result.output
     return result
 
 
@@ -41,12 +41,12 @@ def serial_run(tmp_path_factory):
 
 @pytest.mark.timeout(400)
 def test_dp2_tp2_equals_one_process_with_twice_the_batch_and_resumes_on_tp2(
-    launch, tmp_path, serial_run
+    mpi_run, tmp_path, serial_run
 ):
     """Epoch 1 on dp=2,tp=2 (32 per replica), epoch 2 resumed on tp=2 (64), against 2 epochs of
     one process with batch 64: the same weights and momentum under the serial names."""
     grid, straight = str(tmp_path / "grid"), str(tmp_path / "straight")
-    train_mpi(launch, 4, "--grid", "dp=2,tp=2", "--batch-size", "32", "--epochs", "1",
+    train_mpi(mpi_run, 4, "--grid", "dp=2,tp=2", "--batch-size", "32", "--epochs", "1",
               "--out", grid)  # fmt: skip
     a, b = checkpoint(grid), checkpoint(serial_run)
     assert {k: v.shape for k, v in a.model_state.items()} == {
@@ -58,7 +58,7 @@ def test_dp2_tp2_equals_one_process_with_twice_the_batch_and_resumes_on_tp2(
         (counted,) = [r for r in map(json.loads, f) if r["kind"] == "grid"]
     assert counted["tp_bytes"] == counted["tp_predicted_bytes"] and min(counted["tp_bytes"]) > 0
     assert counted["dp_bytes"] == counted["dp_predicted_bytes"] and min(counted["dp_bytes"]) > 0
-    train_mpi(launch, 2, "--grid", "tp=2", "--batch-size", "64", "--epochs", "2",
+    train_mpi(mpi_run, 2, "--grid", "tp=2", "--batch-size", "64", "--epochs", "2",
               "--resume", os.path.join(grid, "checkpoint.npz"))  # fmt: skip
     assert main(["train", *COMMON, "--batch-size", "64", "--epochs", "2", "--out", straight]) == 0
     a, b = checkpoint(grid), checkpoint(straight)
@@ -70,10 +70,12 @@ def test_dp2_tp2_equals_one_process_with_twice_the_batch_and_resumes_on_tp2(
 
 
 @pytest.mark.timeout(200)
-def test_a_spatial_grid_trains_the_serial_weights(launch, tmp_path, serial_run):
+def test_a_spatial_grid_trains_the_serial_weights(mpi_run, tmp_path, serial_run):
     """--grid spatial=2 on 2 ranks (each all 64 images, half of every image's rows)."""
     out = str(tmp_path / "spatial")
-    train_mpi(launch, 2, "--grid", "spatial=2", "--batch-size", "64", "--epochs", "1", "--out", out)
+    train_mpi(
+        mpi_run, 2, "--grid", "spatial=2", "--batch-size", "64", "--epochs", "1", "--out", out
+    )
     a, b = checkpoint(out), checkpoint(serial_run)
     for k in b.model_state:
         assert np.abs(a.model_state[k] - b.model_state[k]).max() <= 1e-10, k

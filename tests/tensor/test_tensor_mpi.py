@@ -8,19 +8,19 @@ pytestmark = pytest.mark.mpi
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("nprocs", (1, 2, 3, 4))
 def test_each_collective_backward_is_the_adjoint_of_its_forward(run_checks, nprocs):
-    run_checks(nprocs, "adjoints", "traffic_counts_the_payload")
+    run_checks(nprocs, "adjoints", "traffic_counts_the_payload", timeout=120)
 
 
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("nprocs", (2, 3))
 def test_send_backward_receives_what_recv_backward_sends(run_checks, nprocs):
-    run_checks(nprocs, "send_recv")
+    run_checks(nprocs, "send_recv", timeout=120)
 
 
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("nprocs", (1, 2, 3, 4))
 def test_tensor_parallel_layers_equal_the_serial_layers_uneven_splits_included(run_checks, nprocs):
-    run_checks(nprocs, "layers", "pairs", "class_parallel_cross_entropy")
+    run_checks(nprocs, "layers", "pairs", "class_parallel_cross_entropy", timeout=120)
 
 
 @pytest.mark.timeout(200)

@@ -52,7 +52,19 @@ class ShardedModule(Module):
         return gather_blocks(self.comm, array, axis, n)
 
 
-class ColumnParallelLinear(ShardedModule):
+class _ParallelLinear(ShardedModule):
+    def __init__(self, linear, comm, what, width):
+        super().__init__()
+        _check_width(f"{type(self).__name__}({linear.extra_repr()})", what, width, comm)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self._shard(linear, comm)
+
+    def here(self, width):
+        """``width`` and the size of this rank's block of it, for ``extra_repr``."""
+        return f"{width} ({Partition(width, self.comm.size).sizes[self.comm.rank]} here)"
+
+
+class ColumnParallelLinear(_ParallelLinear):
     """``Linear`` with its outputs split: rank r computes y[:, block r] = x W_r^T + b_r.
 
     ``gather_output``: all-gather the blocks into the replicated y (else each
@@ -62,12 +74,8 @@ class ColumnParallelLinear(ShardedModule):
     split = {"weight": 0, "bias": 0}
 
     def __init__(self, linear, comm, gather_output=False):
-        super().__init__()
-        _check_width(f"ColumnParallelLinear({linear.extra_repr()})", "outputs",
-                     linear.out_features, comm)  # fmt: skip
-        self.in_features, self.out_features = linear.in_features, linear.out_features
+        super().__init__(linear, comm, "outputs", linear.out_features)
         self.gather_output = gather_output
-        self._shard(linear, comm)
 
     def forward(self, x):
         y = F.linear(copy_to_group(x, self.comm), self.weight, self.bias)
@@ -76,11 +84,10 @@ class ColumnParallelLinear(ShardedModule):
         return y
 
     def extra_repr(self):
-        part = Partition(self.out_features, self.comm.size).sizes[self.comm.rank]
-        return f"{self.in_features}, {self.out_features} ({part} here), gather={self.gather_output}"
+        return f"{self.in_features}, {self.here(self.out_features)}, gather={self.gather_output}"
 
 
-class RowParallelLinear(ShardedModule):
+class RowParallelLinear(_ParallelLinear):
     """``Linear`` with its inputs split: y = sum_r x[:, block r] W_r^T + b (one allreduce).
 
     ``input_is_parallel``: x is already this rank's block of features (the
@@ -90,12 +97,8 @@ class RowParallelLinear(ShardedModule):
     split = {"weight": 1, "bias": None}
 
     def __init__(self, linear, comm, input_is_parallel=True):
-        super().__init__()
-        _check_width(f"RowParallelLinear({linear.extra_repr()})", "inputs",
-                     linear.in_features, comm)  # fmt: skip
-        self.in_features, self.out_features = linear.in_features, linear.out_features
+        super().__init__(linear, comm, "inputs", linear.in_features)
         self.input_is_parallel = input_is_parallel
-        self._shard(linear, comm)
 
     def forward(self, x):
         if not self.input_is_parallel:
@@ -104,8 +107,7 @@ class RowParallelLinear(ShardedModule):
         return y if self.bias is None else y + self.bias
 
     def extra_repr(self):
-        part = Partition(self.in_features, self.comm.size).sizes[self.comm.rank]
-        return f"{self.in_features} ({part} here), {self.out_features}"
+        return f"{self.here(self.in_features)}, {self.out_features}"
 
 
 class _ParallelConv2d(ShardedModule):
