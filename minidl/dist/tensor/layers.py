@@ -52,6 +52,26 @@ class ShardedModule(Module):
         return gather_blocks(self.comm, array, axis, n)
 
 
+class _SplitsOutput:
+    """The forward of a layer whose input is whole and output split along ``output_axis``."""
+
+    def forward(self, x):
+        y = self.local(copy_to_group(x, self.comm), self.bias)
+        if self.gather_output:
+            y = gather_from_group(y, self.comm, self.output_axis, self.split_width)
+        return y
+
+
+class _JoinsInput:
+    """The forward of a layer whose input is split along ``input_axis`` and output whole."""
+
+    def forward(self, x):
+        if not self.input_is_parallel:
+            x = split_to_group(x, self.comm, self.input_axis)
+        y = reduce_from_group(self.local(x, None), self.comm)
+        return y if self.bias is None else y + self.bias.reshape(self.bias_shape)
+
+
 class _ParallelLinear(ShardedModule):
     def __init__(self, linear, comm, what, width):
         super().__init__()
@@ -59,12 +79,15 @@ class _ParallelLinear(ShardedModule):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self._shard(linear, comm)
 
+    def local(self, x, bias):
+        return F.linear(x, self.weight, bias)
+
     def here(self, width):
         """``width`` and the size of this rank's block of it, for ``extra_repr``."""
         return f"{width} ({Partition(width, self.comm.size).sizes[self.comm.rank]} here)"
 
 
-class ColumnParallelLinear(_ParallelLinear):
+class ColumnParallelLinear(_SplitsOutput, _ParallelLinear):
     """``Linear`` with its outputs split: rank r computes y[:, block r] = x W_r^T + b_r.
 
     ``gather_output``: all-gather the blocks into the replicated y (else each
@@ -73,21 +96,17 @@ class ColumnParallelLinear(_ParallelLinear):
 
     split = {"weight": 0, "bias": 0}
 
+    output_axis = -1
+
     def __init__(self, linear, comm, gather_output=False):
         super().__init__(linear, comm, "outputs", linear.out_features)
-        self.gather_output = gather_output
-
-    def forward(self, x):
-        y = F.linear(copy_to_group(x, self.comm), self.weight, self.bias)
-        if self.gather_output:
-            y = gather_from_group(y, self.comm, -1, self.out_features)
-        return y
+        self.gather_output, self.split_width = gather_output, linear.out_features
 
     def extra_repr(self):
         return f"{self.in_features}, {self.here(self.out_features)}, gather={self.gather_output}"
 
 
-class RowParallelLinear(_ParallelLinear):
+class RowParallelLinear(_JoinsInput, _ParallelLinear):
     """``Linear`` with its inputs split: y = sum_r x[:, block r] W_r^T + b (one allreduce).
 
     ``input_is_parallel``: x is already this rank's block of features (the
@@ -96,15 +115,11 @@ class RowParallelLinear(_ParallelLinear):
 
     split = {"weight": 1, "bias": None}
 
+    input_axis, bias_shape = -1, (-1,)
+
     def __init__(self, linear, comm, input_is_parallel=True):
         super().__init__(linear, comm, "inputs", linear.in_features)
         self.input_is_parallel = input_is_parallel
-
-    def forward(self, x):
-        if not self.input_is_parallel:
-            x = split_to_group(x, self.comm, -1)
-        y = reduce_from_group(F.linear(x, self.weight), self.comm)
-        return y if self.bias is None else y + self.bias
 
     def extra_repr(self):
         return f"{self.here(self.in_features)}, {self.out_features}"
@@ -126,14 +141,14 @@ class _ParallelConv2d(ShardedModule):
         )  # fmt: skip
         self._shard(conv, comm)
 
-    def conv(self, x, bias):
+    def local(self, x, bias):
         return F.conv2d(
             x, self.weight, bias, stride=self.stride, padding=self.padding,
             dilation=self.dilation, algo=self.algo,
         )  # fmt: skip
 
 
-class FilterParallelConv2d(_ParallelConv2d):
+class FilterParallelConv2d(_SplitsOutput, _ParallelConv2d):
     """``Conv2d`` with its filters (output channels) split; the input is replicated.
 
     ``gather_output``: all-gather the channel blocks into the replicated output.
@@ -141,18 +156,14 @@ class FilterParallelConv2d(_ParallelConv2d):
 
     split = {"weight": 0, "bias": 0}
 
+    output_axis = 1
+
     def __init__(self, conv, comm, gather_output=False):
         super().__init__(conv, comm, "filters", conv.out_channels)
-        self.gather_output = gather_output
-
-    def forward(self, x):
-        y = self.conv(copy_to_group(x, self.comm), self.bias)
-        if self.gather_output:
-            y = gather_from_group(y, self.comm, 1, self.out_channels)
-        return y
+        self.gather_output, self.split_width = gather_output, conv.out_channels
 
 
-class InputChannelParallelConv2d(_ParallelConv2d):
+class InputChannelParallelConv2d(_JoinsInput, _ParallelConv2d):
     """``Conv2d`` with its input channels split: y = sum_r conv(x[:, block r], W[:, block r]) + b.
 
     ``input_is_parallel``: x is already this rank's block of channels (the
@@ -161,12 +172,8 @@ class InputChannelParallelConv2d(_ParallelConv2d):
 
     split = {"weight": 1, "bias": None}
 
+    input_axis, bias_shape = 1, (1, -1, 1, 1)
+
     def __init__(self, conv, comm, input_is_parallel=True):
         super().__init__(conv, comm, "input channels", conv.in_channels)
         self.input_is_parallel = input_is_parallel
-
-    def forward(self, x):
-        if not self.input_is_parallel:
-            x = split_to_group(x, self.comm, 1)
-        y = reduce_from_group(self.conv(x, None), self.comm)
-        return y if self.bias is None else y + self.bias.reshape(1, -1, 1, 1)
