@@ -7,7 +7,9 @@ Every layout trains the model (float32, SGD momentum 0.9, one BLAS thread per
 rank) on the same global batch of random 28x28 images: ``dp=P`` (each rank a
 batch / P share, gradients averaged by ``DistributedOptimizer``) and every
 ``dp=D,tp=T`` with T > 1 dividing P (layers placed by ``TensorParallel``'s rule,
-gradients averaged over the D replicas). The layouts alternate within each
+gradients averaged over the D replicas), and Krizhevsky's one weird trick on
+``tp=P`` (the layers before the first ``Linear`` data-parallel over the P ranks,
+the fully connected ones split; ``one_weird_trick_plan``). The layouts alternate within each
 round (``--rounds``), so they share the machine's load alike; a step's time is
 the slowest rank's, and the medians are printed with their ratio to ``dp=P``.
 Bytes per step, summed over the ranks, are counted by the tensor-parallel
@@ -40,12 +42,14 @@ def build(name):
 class Layout:
     """One grid of the job with its model, optimizer and counters."""
 
-    def __init__(self, comm, model_name, dp, tp_size, batch):
+    def __init__(self, comm, model_name, dp, tp_size, batch, layout=tp.plan):
         self.name = f"dp={dp}" + (f",tp={tp_size}" if tp_size > 1 else "")
+        if layout is tp.one_weird_trick_plan:
+            self.name += " (one weird trick)"
         self.grid = dist.Grid(comm, dp=dp, tp=tp_size)
         self.replicas = self.grid.group("dp")
         serial = build(model_name)
-        self.parallel = tp.TensorParallel(serial, self.grid.group("tp"))
+        self.parallel = tp.TensorParallel(serial, self.grid.group("tp"), layout(serial))
         self.model = self.parallel.module
         self.opt = optim.Momentum(self.model.parameters(), lr=0.01, momentum=0.9)
         if dp > 1:
@@ -101,6 +105,7 @@ def main():
     size = comm.size
     grids = [(size // t, t) for t in range(1, size + 1) if size % t == 0]
     layouts = [Layout(comm, args.model, dp, t, args.batch) for dp, t in grids]
+    layouts.append(Layout(comm, args.model, 1, size, args.batch, tp.one_weird_trick_plan))
     rng = np.random.default_rng(0)
     data = [
         (

@@ -12,10 +12,14 @@ filter ``Conv2d``             --                          allreduce m C_in H W b
 input-channel ``Conv2d``      allreduce m C_out H' W' b   --
 ``+gather`` (output split)    all-gather m ceil(n/T) b    --
 row/input on a whole input    --                          all-gather m ceil(n/T) b
+``batch`` (one weird trick)   --                          allreduce of its weights
+last ``batch`` layer          all-gather ceil(m/T) n b    --
 ============================  ==========================  ===============================
 
 where n is the size of the split output (or input) of one sample and ceil(n/T)
-its largest block (the padded block every rank sends). The backward allreduce
+its largest block (the padded block every rank sends); a ``batch`` layer runs on
+a block of the batch with whole weights, whose gradients are summed over the
+group, and after the last one the blocks of the batch are gathered. The backward allreduce
 of dx is absent when no layer before the split one has parameters (nothing
 upstream wants the gradient). A column/row pair of fully connected layers thus
 moves m (C_in + C_out) numbers per step, against the C_in C_out of its weight
@@ -68,12 +72,17 @@ def tensor_volume(model, plan, input_shape, batch, tp, itemsize=4) -> dict:
     if tp == 1:
         return volume
     upstream_params, split = False, False
-    for (_, layer), word, (x_shape, y_shape) in zip(
-        leaves(model), plan, layer_shapes(model, input_shape), strict=True
+    batch_layers = sum(word == "batch" for word in plan)
+    for index, ((_, layer), word, (x_shape, y_shape)) in enumerate(
+        zip(leaves(model), plan, layer_shapes(model, input_shape), strict=True)
     ):
         kind, _, gather = word.partition("+")
         x_n, y_n = math.prod(x_shape), math.prod(y_shape)
-        if kind in ("column", "filter"):
+        if kind == "batch":
+            volume["allreduce"] += sum(p.size for p in layer.parameters()) * itemsize
+            if index == batch_layers - 1:  # the batch gathered after the last one
+                volume["allgather"] += block_sizes(batch, tp)[0] * y_n * itemsize
+        elif kind in ("column", "filter"):
             if upstream_params:
                 volume["allreduce"] += batch * x_n * itemsize
             if gather:
@@ -116,7 +125,7 @@ def gradient_bytes(model, plan, tp, rank, itemsize=4) -> int:
         kind = word.partition("+")[0]
         for name, p in layer.named_parameters():
             n = p.size
-            if kind and not (name == "bias" and kind in ("row", "input")):
+            if kind in split_axis and not (name == "bias" and kind in ("row", "input")):
                 axis = 0 if name == "bias" else split_axis[kind]
                 width = p.shape[axis]
                 n = n // width * block_sizes(width, tp)[rank]

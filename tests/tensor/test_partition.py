@@ -75,3 +75,22 @@ def test_a_plan_that_cannot_run_is_refused_with_the_fix(words, problem):
     with pytest.raises(tp.PlacementError) as error:
         tp.TensorParallel(model, fake_group(2), words)
     assert problem in str(error.value)
+
+
+def test_one_weird_trick_runs_the_layers_before_the_first_linear_on_blocks_of_the_batch():
+    from minidl import models
+
+    words = tp.one_weird_trick_plan(models.lenet5())
+    assert words == ["batch"] * 7 + ["column", "", "row", "", "column+gather"]
+    parallel = tp.TensorParallel(models.lenet5(), fake_group(2), words)
+    assert isinstance(parallel.module, tp.BatchParallel) and parallel.batch_layers == 7
+    assert [n for n, _ in parallel.module.named_parameters()] == [
+        n for n, _ in models.lenet5().named_parameters()
+    ]
+
+
+def test_batch_words_must_start_the_plan():
+    model = L.Sequential(L.Linear(4, 6), L.ReLU(), L.Linear(6, 3))
+    with pytest.raises(tp.PlacementError) as error:
+        tp.TensorParallel(model, fake_group(2), ["column", "", "batch"])
+    assert "from the first on" in str(error.value)

@@ -71,3 +71,16 @@ def test_minidl_predict_grids_prints_every_grid_that_fits(capsys):
     out = capsys.readouterr().out
     assert "on 4 ranks" in out
     assert all(grid in out for grid in ("dp=4,tp=1", "dp=2,tp=2", "dp=1,tp=4"))
+
+
+def test_one_weird_trick_sums_the_conv_gradients_and_gathers_the_batch_once():
+    # conv 1->2 3x3 on 6x6 (20 weights), Flatten (72 per sample), then column+gather 72->5:
+    # allreduce 20 weights + dx of the gathered batch (8 x 72); all-gather ceil(8/3) x 72 and
+    # the column's output block ceil(5/3) x 8
+    model = L.Sequential(L.Conv2d(1, 2, 3, padding=1), L.Flatten(), L.Linear(72, 5))
+    plan = tp.one_weird_trick_plan(model)
+    assert plan == ["batch", "batch", "column+gather"]
+    assert tensor_volume(model, plan, (1, 6, 6), batch=8, tp=3) == {
+        "allreduce": (20 + 8 * 72) * 4,
+        "allgather": (3 * 72 + 8 * 2) * 4,
+    }

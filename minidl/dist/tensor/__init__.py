@@ -27,10 +27,11 @@ from .layers import (
 )
 from .loss import class_parallel_cross_entropy
 from .partition import Partition
-from .placement import PlacementError, TensorParallel, plan
+from .placement import BatchParallel, PlacementError, TensorParallel, one_weird_trick_plan, plan
 
 __all__ = [
     "TRAFFIC",
+    "BatchParallel",
     "ColumnParallelLinear",
     "FilterParallelConv2d",
     "InputChannelParallelConv2d",
@@ -43,6 +44,7 @@ __all__ = [
     "class_parallel_cross_entropy",
     "copy_to_group",
     "gather_from_group",
+    "one_weird_trick_plan",
     "plan",
     "recv",
     "reduce_from_group",

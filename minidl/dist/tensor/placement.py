@@ -16,14 +16,26 @@ block of its features or channels):
   and so does the last parallel layer of the model, whose output is replicated.
 
 Every rank computes the layers that are not split itself (replicated work).
+
+Krizhevsky's "one weird trick" (2014) is the other layout here
+(``one_weird_trick_plan``): the layers before the first ``Linear`` run data-
+parallel on the group, each rank on its block of the batch with the whole
+weights (word ``"batch"``; their gradients are summed over the group as they
+are accumulated), the batch is gathered, and the fully connected layers that
+follow are split by the rule above: convolutions, with few weights and much
+work, move gradients; fully connected layers, with many weights, move
+activations.
+
 A plan is a list of one word per layer, in the order of ``model.modules()``'s
 leaves: ``"column"``, ``"row"``, ``"filter"``, ``"input"`` (each may end in
-``"+gather"``) or ``""`` (the layer as it is); pass your own to ``place`` to
-override the rule.
+``"+gather"``), ``"batch"`` (first layers of a flat ``Sequential`` only) or
+``""`` (the layer as it is); pass your own to ``TensorParallel`` to override
+the rule.
 """
 
 from ...layers import AvgPool2d, Conv2d, Linear, MaxPool2d, ReLU, Sequential, Sigmoid, Tanh
 from ...perf.tensor_volume import leaves, split_widths
+from .functions import TRAFFIC, gather_from_group, split_to_group
 from .layers import (
     ColumnParallelLinear,
     FilterParallelConv2d,
@@ -49,8 +61,19 @@ def _splits(layer):
 
 def plan(model) -> list:
     """The rule of the module doc applied to ``model``: one word per leaf layer."""
+    return _rule([layer for _, layer in leaves(model)])
+
+
+def one_weird_trick_plan(model) -> list:
+    """Data-parallel up to the first ``Linear`` ("batch"), the rule from there on."""
+    layers = [layer for _, layer in leaves(model)]
+    first = next((i for i, layer in enumerate(layers) if isinstance(layer, Linear)), len(layers))
+    return ["batch"] * first + _rule(layers[first:])
+
+
+def _rule(layers):
     words, split, last = [], False, None
-    for index, (_, layer) in enumerate(leaves(model)):
+    for index, layer in enumerate(layers):
         word = ""
         if _splits(layer):
             linear = isinstance(layer, Linear)
@@ -63,6 +86,25 @@ def plan(model) -> list:
     if split:
         words[last] += "+gather"
     return words
+
+
+class BatchParallel(Sequential):
+    """A flat ``Sequential`` whose first ``count`` layers run on this rank's block of the batch
+    (``split_to_group`` before them, ``gather_from_group`` after); the rest on the whole."""
+
+    def __init__(self, sequential, comm, count):
+        super().__init__(*sequential)
+        object.__setattr__(self, "comm", comm)
+        object.__setattr__(self, "count", count)
+
+    def forward(self, x):
+        n = x.shape[0]
+        x = split_to_group(x, self.comm, 0)
+        for index, layer in enumerate(self._modules.values()):
+            if index == self.count:
+                x = gather_from_group(x, self.comm, 0, n)
+            x = layer(x)
+        return gather_from_group(x, self.comm, 0, n) if self.count == len(self) else x
 
 
 class TensorParallel:
@@ -90,9 +132,12 @@ class TensorParallel:
                 f"({', '.join(type(m).__name__ for _, m in layers)}); give one word per layer"
             )
         self._check_widths(layers)
+        self.batch_layers = self._batch_prefix(layers)
         words = {path: word for (path, _), word in zip(layers, self.plan)}
         self._split = False
         self.module = self._build(model, "", words)
+        if self.batch_layers:
+            self.module = BatchParallel(self.module, comm, self.batch_layers)
         if self._split:
             raise PlacementError(
                 "the model's output is split over the ranks; end the last split layer's word "
@@ -112,6 +157,25 @@ class TensorParallel:
                 f"({layer.extra_repr()})), which has {width} to split; tp <= {width} fits"
             )
 
+    def _batch_prefix(self, layers):
+        """How many first layers run on blocks of the batch ("batch"); their gradients are
+        summed over the group by a hook as each is accumulated."""
+        count = next((i for i, w in enumerate(self.plan) if w != "batch"), len(self.plan))
+        if "batch" in self.plan[count:] or any("." in path for path, _ in layers[:count]):
+            raise PlacementError(
+                "'batch' runs the first layers of a flat Sequential on blocks of the batch; "
+                "give it to a run of layers from the first on"
+            )
+        for _, layer in layers[:count]:
+            for p in layer.parameters():
+                p.register_post_accumulate_grad_hook(self._sum_over_group)
+        return count
+
+    def _sum_over_group(self, p):
+        if self.comm.size > 1:
+            TRAFFIC["allreduce"] += p.grad.nbytes
+            self.comm.allreduce(p.grad, op="sum")
+
     def _build(self, sequential, prefix, words):
         children = []
         for name, child in sequential._modules.items():
@@ -125,6 +189,8 @@ class TensorParallel:
     def _place(self, path, layer, word):
         kind, _, gather = word.partition("+")
         where = f"layer {path} ({type(layer).__name__})"
+        if kind == "batch":
+            return layer
         if not kind:
             if self._split and not isinstance(layer, PER_CHANNEL):
                 raise PlacementError(
