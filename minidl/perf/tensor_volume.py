@@ -12,6 +12,7 @@ filter ``Conv2d``             --                          allreduce m C_in H W b
 input-channel ``Conv2d``      allreduce m C_out H' W' b   --
 ``+gather`` (output split)    all-gather m ceil(n/T) b    --
 row/input on a whole input    --                          all-gather m ceil(n/T) b
+group ``Conv2d`` (groups T)   --                          (its input split: nothing)
 ``batch`` (one weird trick)   --                          allreduce of its weights
 last ``batch`` layer          all-gather ceil(m/T) n b    --
 ============================  ==========================  ===============================
@@ -90,6 +91,12 @@ def tensor_volume(model, plan, input_shape, batch, tp, itemsize=4) -> dict:
                     batch * _block(y_n, y_shape[-1 if kind == "column" else 0], tp) * itemsize
                 )
             split = not gather
+        elif kind == "group":
+            if not split:
+                volume["allgather"] += batch * _block(x_n, x_shape[0], tp) * itemsize
+            if gather:
+                volume["allgather"] += batch * _block(y_n, y_shape[0], tp) * itemsize
+            split = not gather
         elif kind in ("row", "input"):
             volume["allreduce"] += batch * y_n * itemsize
             if not split:
@@ -110,6 +117,8 @@ def split_widths(model, plan):
             widths.append(
                 (layer.out_features if kind == "column" else layer.in_features, path, layer)
             )
+        elif kind == "group":
+            widths.append((layer.groups, path, layer))
         elif kind in ("filter", "input"):
             widths.append(
                 (layer.out_channels if kind == "filter" else layer.in_channels, path, layer)
@@ -119,7 +128,7 @@ def split_widths(model, plan):
 
 def gradient_bytes(model, plan, tp, rank, itemsize=4) -> int:
     """Bytes of the gradient rank ``rank`` of a tp group holds: its blocks, and the rest whole."""
-    split_axis = {"column": 0, "filter": 0, "row": 1, "input": 1}
+    split_axis = {"column": 0, "filter": 0, "group": 0, "row": 1, "input": 1}
     total = 0
     for (_, layer), word in zip(leaves(model), plan, strict=True):
         kind = word.partition("+")[0]

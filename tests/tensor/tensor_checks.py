@@ -218,7 +218,7 @@ def train_grid(make_model, data, comm, dp, tp_size, layout):
     """Each dp replica takes its contiguous share of every global batch."""
     grid = dist.Grid(comm, dp=dp, tp=tp_size)
     serial = make_model()
-    parallel = tp.TensorParallel(serial, grid.group("tp"), layout(serial))
+    parallel = tp.TensorParallel(serial, grid.group("tp"), layout and layout(serial))
     plain = optim.Momentum(parallel.module.parameters(), lr=LR, momentum=0.9)
     opt = dist.DistributedOptimizer(plain, grid.group("dp"), model=parallel.module)
     replica = grid.coords["dp"]
@@ -245,19 +245,19 @@ def check_counted_volume(parallel, opt, data, grid, dp, tp_size):
     assert opt.stats["bytes_reduced"] == (grads * len(data) if dp > 1 else 0)
 
 
-def compare_training(make_model, shape, comm):
+def compare_training(make_model, shape, comm, layouts=(tp.plan, tp.one_weird_trick_plan)):
     """Batches of 10: uneven shares of the batch on 3 and 4 ranks (one weird trick)."""
     data = [
         (replicated((10, *shape), 10 + s), np.random.default_rng(s).integers(0, 10, 10))
         for s in range(STEPS)
     ]
     want = dict(train_serial(make_model, data).named_parameters())
-    for layout in (tp.plan, tp.one_weird_trick_plan):
+    for layout in layouts:
         for dp, tp_size in grid_shapes(comm.size):
             got = train_grid(make_model, data, comm, dp, tp_size, layout).named_parameters()
             for name, p in got:
                 err = np.abs(p.data - want[name].data).max()
-                assert err <= 1e-10, f"{layout.__name__} dp={dp},tp={tp_size} {name}: {err:.2e}"
+                assert err <= 1e-10, f"{layout} dp={dp},tp={tp_size} {name}: {err:.2e}"
 
 
 def mlp():
@@ -276,6 +276,49 @@ def check_mlp_training(comm):
 
 def check_lenet_training(comm):
     compare_training(lenet, (1, 28, 28), comm)
+
+
+def two_columns(groups):
+    """A small network in the form of Krizhevsky et al. 2012's: grouped convolutions between
+    ones that cross the columns, a response norm, and fully connected layers."""
+
+    def make():
+        md.manual_seed(9)
+        return L.Sequential(
+            L.Conv2d(1, 4 * groups, 3, padding=1, algo="im2col"), L.ReLU(),
+            L.LocalResponseNorm(3, alpha=1e-3, beta=0.75, k=2.0), L.MaxPool2d(2),
+            L.Conv2d(4 * groups, 2 * groups, 3, padding=1, groups=groups, algo="im2col"),
+            L.ReLU(), L.Conv2d(2 * groups, 3, 3, algo="im2col"), L.ReLU(),
+            L.Conv2d(3, 2 * groups, 1, algo="im2col"),
+            L.Conv2d(2 * groups, 2 * groups, 1, groups=groups, algo="im2col"),
+            L.Flatten(), L.Linear(2 * groups * 4, 7), L.Tanh(), L.Linear(7, 10),
+        ).to("float64")  # fmt: skip
+
+    return make
+
+
+def check_group_layers(comm):
+    md.manual_seed(12)
+    conv = L.Conv2d(2 * comm.size, 3 * comm.size, 3, padding=1, groups=comm.size).to("float64")
+    x = replicated((2, 2 * comm.size, 6, 5), 13)
+    for gather in (False, True):
+        layer = tp.GroupParallelConv2d(conv, comm, input_is_parallel=False, gather_output=gather)
+        compare("group", conv, layer, x, comm, None if gather else 1)
+
+
+def check_two_column_training(comm):
+    """Grouped layers one group per rank, on every grid of the job (dp x tp, groups = tp)."""
+    data = [
+        (replicated((10, 1, 8, 8), 30 + s), np.random.default_rng(s).integers(0, 10, 10))
+        for s in range(STEPS)
+    ]
+    for dp, tp_size in grid_shapes(comm.size):
+        make = two_columns(tp_size)
+        want = dict(train_serial(make, data).named_parameters())
+        assert tp.plan(make(), tp_size)[4] == "group"
+        for name, p in train_grid(make, data, comm, dp, tp_size, None).named_parameters():
+            err = np.abs(p.data - want[name].data).max()
+            assert err <= 1e-10, f"dp={dp},tp={tp_size} {name}: {err:.2e}"
 
 
 def main(argv):

@@ -94,3 +94,17 @@ def test_batch_words_must_start_the_plan():
     with pytest.raises(tp.PlacementError) as error:
         tp.TensorParallel(model, fake_group(2), ["column", "", "batch"])
     assert "from the first on" in str(error.value)
+
+
+def test_alexnet_2012_goes_one_column_per_rank_crossing_where_the_serial_net_needs_all_maps():
+    """conv2, conv4 and conv5 (2 groups) one group per rank; conv1 and conv3 split by filters;
+    gathered for each response norm, at the Flatten, and for the dropout after fc6."""
+    from minidl import models
+
+    words = tp.plan(models.alexnet(variant="original"), 2)
+    convs = [w for w in words if w.partition("+")[0] in ("filter", "group")]
+    assert convs == ["filter+gather", "group+gather", "filter", "group", "group+gather"]
+    assert [w for w in words if w.startswith(("column", "row"))] == [
+        "column+gather", "column", "row",
+    ]  # fmt: skip
+    assert tp.plan(models.alexnet(variant="original"), 3).count("group") == 0

@@ -21,6 +21,7 @@ from .functions import (
 from .layers import (
     ColumnParallelLinear,
     FilterParallelConv2d,
+    GroupParallelConv2d,
     InputChannelParallelConv2d,
     RowParallelLinear,
     ShardedModule,
@@ -34,6 +35,7 @@ __all__ = [
     "BatchParallel",
     "ColumnParallelLinear",
     "FilterParallelConv2d",
+    "GroupParallelConv2d",
     "InputChannelParallelConv2d",
     "Partition",
     "PlacementError",

@@ -126,13 +126,14 @@ class RowParallelLinear(_JoinsInput, _ParallelLinear):
 
 
 class _ParallelConv2d(ShardedModule):
-    def __init__(self, conv, comm, what, width):
+    def __init__(self, conv, comm, what, width, groups=1):
         super().__init__()
         name = f"{type(self).__name__}({conv.extra_repr()})"
-        if conv.groups != 1:
+        if conv.groups != groups:
             raise ValueError(
-                f"{name}: grouped convolutions are not split over ranks here; give each group "
-                "its own rank by hand, or leave the layer replicated"
+                f"{name}: {type(self).__name__} needs groups={groups}; a grouped "
+                "convolution goes one group per rank (GroupParallelConv2d on as many ranks as "
+                "groups), or stays replicated"
             )
         _check_width(name, what, width, comm)
         self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
@@ -177,3 +178,26 @@ class InputChannelParallelConv2d(_JoinsInput, _ParallelConv2d):
     def __init__(self, conv, comm, input_is_parallel=True):
         super().__init__(conv, comm, "input channels", conv.in_channels)
         self.input_is_parallel = input_is_parallel
+
+
+class GroupParallelConv2d(_ParallelConv2d):
+    """A grouped ``Conv2d`` with one group per rank (Krizhevsky et al. 2012's two columns):
+    rank g convolves its block of the input channels with group g's filters, no message.
+
+    ``input_is_parallel``: x is already this rank's block of channels; else the
+    replicated x is split here. ``gather_output``: all-gather the output's blocks.
+    """
+
+    split = {"weight": 0, "bias": 0}
+
+    def __init__(self, conv, comm, input_is_parallel=True, gather_output=False):
+        super().__init__(conv, comm, "groups", conv.groups, groups=comm.size)
+        self.input_is_parallel, self.gather_output = input_is_parallel, gather_output
+
+    def forward(self, x):
+        if not self.input_is_parallel:
+            x = split_to_group(x, self.comm, 1)
+        y = self.local(x, self.bias)
+        if self.gather_output:
+            y = gather_from_group(y, self.comm, 1, self.out_channels)
+        return y

@@ -9,6 +9,9 @@ block of its features or channels):
   one allreduce forward and one backward per pair;
 - a ``Conv2d`` likewise: filter-parallel on a replicated input, input-channel-
   parallel on a split one;
+- a grouped ``Conv2d`` with as many groups as ranks is group-parallel, one
+  group per rank (Krizhevsky et al. 2012's two columns): its output is split,
+  and a split input needs no message;
 - elementwise activations and pooling work on each channel alone, so they run
   on a split activation as they are;
 - any other layer (``Flatten``, ``Dropout``, ``LocalResponseNorm``, batch norm)
@@ -28,7 +31,7 @@ activations.
 
 A plan is a list of one word per layer, in the order of ``model.modules()``'s
 leaves: ``"column"``, ``"row"``, ``"filter"``, ``"input"`` (each may end in
-``"+gather"``), ``"batch"`` (first layers of a flat ``Sequential`` only) or
+``"+gather"``), ``"group"`` (likewise), ``"batch"`` (first layers of a flat ``Sequential`` only) or
 ``""`` (the layer as it is); pass your own to ``TensorParallel`` to override
 the rule.
 """
@@ -39,6 +42,7 @@ from .functions import TRAFFIC, gather_from_group, split_to_group
 from .layers import (
     ColumnParallelLinear,
     FilterParallelConv2d,
+    GroupParallelConv2d,
     InputChannelParallelConv2d,
     RowParallelLinear,
     ShardedModule,
@@ -47,7 +51,7 @@ from .layers import (
 PER_CHANNEL = (ReLU, Tanh, Sigmoid, MaxPool2d, AvgPool2d)  # run on a block of channels as they are
 SPLITTING = {"column": ColumnParallelLinear, "filter": FilterParallelConv2d}  # out: split
 JOINING = {"row": RowParallelLinear, "input": InputChannelParallelConv2d}  # in: split, out: whole
-KINDS = {"column": Linear, "row": Linear, "filter": Conv2d, "input": Conv2d}
+KINDS = {"column": Linear, "row": Linear, "filter": Conv2d, "input": Conv2d, "group": Conv2d}
 
 
 class PlacementError(ValueError):
@@ -59,9 +63,10 @@ def _splits(layer):
     return isinstance(layer, Linear) or (isinstance(layer, Conv2d) and layer.groups == 1)
 
 
-def plan(model) -> list:
-    """The rule of the module doc applied to ``model``: one word per leaf layer."""
-    return _rule([layer for _, layer in leaves(model)])
+def plan(model, size=None) -> list:
+    """The rule of the module doc applied to ``model``: one word per leaf layer (``size``: the
+    group's, which grouped convolutions with as many groups are split over; None: no such)."""
+    return _rule([layer for _, layer in leaves(model)], size)
 
 
 def one_weird_trick_plan(model) -> list:
@@ -71,11 +76,13 @@ def one_weird_trick_plan(model) -> list:
     return ["batch"] * first + _rule(layers[first:])
 
 
-def _rule(layers):
+def _rule(layers, size=None):
     words, split, last = [], False, None
     for index, layer in enumerate(layers):
         word = ""
-        if _splits(layer):
+        if isinstance(layer, Conv2d) and layer.groups > 1 and layer.groups == size:
+            word, split, last = "group", True, index
+        elif _splits(layer):
             linear = isinstance(layer, Linear)
             word = ("row" if linear else "input") if split else ("column" if linear else "filter")
             split, last = not split, index
@@ -125,7 +132,7 @@ class TensorParallel:
             )
         self.serial, self.comm = model, comm
         layers = leaves(model)
-        self.plan = list(plan(model) if plan_words is None else plan_words)
+        self.plan = list(plan(model, comm.size) if plan_words is None else plan_words)
         if len(self.plan) != len(layers):
             raise PlacementError(
                 f"the plan has {len(self.plan)} words but the model has {len(layers)} layers "
@@ -203,6 +210,8 @@ class TensorParallel:
                 f"{where}: unknown plan word {word!r}; use column, row, filter, input "
                 "(optionally +gather) or ''"
             )
+        if kind == "group":
+            return self._group(where, layer, gather)
         if not isinstance(layer, KINDS[kind]) or not _splits(layer):
             raise PlacementError(
                 f"{where} cannot be {kind}-parallel: {kind} splits a "
@@ -220,6 +229,18 @@ class TensorParallel:
             raise PlacementError(f"{where}: a {kind}-parallel layer's output is already whole")
         parallel = JOINING[kind](layer, self.comm, input_is_parallel=self._split)
         self._split = False
+        return parallel
+
+    def _group(self, where, layer, gather):
+        if not isinstance(layer, Conv2d) or layer.groups != self.comm.size:
+            raise PlacementError(
+                f"{where} cannot be group-parallel: that needs a Conv2d with groups="
+                f"{self.comm.size} (one per rank), not {getattr(layer, 'groups', 'no groups')}"
+            )
+        parallel = GroupParallelConv2d(
+            layer, self.comm, input_is_parallel=self._split, gather_output=bool(gather)
+        )
+        self._split = not gather
         return parallel
 
     def _parameter_pairs(self):
