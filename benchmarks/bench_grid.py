@@ -4,7 +4,8 @@
                                                   [--rounds 5]
 
 Every layout trains the model (float32, SGD momentum 0.9, one BLAS thread per
-rank) on the same global batch of random 28x28 images: ``dp=P`` (each rank a
+rank) on the same global batch of random images (28x28; 227x227 for AlexNet's
+``original`` variant, whose grouped layers go one group per rank on tp=2): ``dp=P`` (each rank a
 batch / P share, gradients averaged by ``DistributedOptimizer``) and every
 ``dp=D,tp=T`` with T > 1 dividing P (layers placed by ``TensorParallel``'s rule,
 gradients averaged over the D replicas), and Krizhevsky's one weird trick on
@@ -29,13 +30,16 @@ from minidl import functional as F
 from minidl.dist import tensor as tp
 from minidl.perf.tensor_volume import gradient_bytes, tensor_volume
 
-SHAPE = (1, 28, 28)
+SHAPES = {"lenet5": (1, 28, 28), "alexnet-small": (1, 28, 28), "alexnet-original": (3, 227, 227)}
+CLASSES = {"alexnet-original": 1000}
 
 
 def build(name):
     md.manual_seed(0)
-    if name == "alexnet-small":
-        return md.models.alexnet(num_classes=10, variant="small", in_channels=1, conv_algo="im2col")
+    if name.startswith("alexnet"):
+        variant = name.partition("-")[2]
+        channels, classes = SHAPES[name][0], CLASSES.get(name, 10)
+        return md.models.alexnet(classes, variant, in_channels=channels, conv_algo="im2col")
     return md.models.lenet5(conv_algo="im2col")
 
 
@@ -56,7 +60,8 @@ class Layout:
             self.opt = dist.DistributedOptimizer(self.opt, self.replicas)
         self.share = tp.Partition(batch, dp).slice(self.replicas.rank)
         plan, rank = self.parallel.plan, self.grid.coords["tp"]
-        volume = tensor_volume(serial, plan, SHAPE, batch // dp, tp_size)
+        self.shape = SHAPES[model_name]
+        volume = tensor_volume(serial, plan, self.shape, batch // dp, tp_size)
         self.predicted = {
             "tp": sum(volume.values()),
             "dp": gradient_bytes(serial, plan, tp_size, rank) if dp > 1 else 0,
@@ -96,7 +101,7 @@ class Layout:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="lenet5", choices=("lenet5", "alexnet-small"))
+    parser.add_argument("--model", default="lenet5", choices=tuple(SHAPES))
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=5)
@@ -109,8 +114,8 @@ def main():
     rng = np.random.default_rng(0)
     data = [
         (
-            rng.standard_normal((args.batch, *SHAPE)).astype("float32"),
-            rng.integers(0, 10, args.batch),
+            rng.standard_normal((args.batch, *SHAPES[args.model])).astype("float32"),
+            rng.integers(0, CLASSES.get(args.model, 10), args.batch),
         )
         for _ in range(args.steps)
     ]
