@@ -101,10 +101,11 @@ def test_alexnet_2012_goes_one_column_per_rank_crossing_where_the_serial_net_nee
     gathered for each response norm, at the Flatten, and for the dropout after fc6."""
     from minidl import models
 
-    words = tp.plan(models.alexnet(variant="original"), 2)
+    alexnet = models.alexnet(variant="original")
+    words = tp.plan(alexnet, 2)
     convs = [w for w in words if w.partition("+")[0] in ("filter", "group")]
     assert convs == ["filter+gather", "group+gather", "filter", "group", "group+gather"]
     assert [w for w in words if w.startswith(("column", "row"))] == [
         "column+gather", "column", "row",
     ]  # fmt: skip
-    assert tp.plan(models.alexnet(variant="original"), 3).count("group") == 0
+    assert tp.plan(alexnet, 3).count("group") == 0
