@@ -277,3 +277,14 @@ def test_pipeline_example_under_mpiexec_trains_every_schedule_and_measures_it():
     rows = pipeline_rows(out)
     assert_textbook_pipeline(rows, 4, 8, 2)
     assert all(0 <= row[3] < 1 for row in rows.values()), out
+
+
+@needs_data
+@pytest.mark.mpi
+def test_model_parallel_layouts_example_trains_one_process_weights_with_the_predicted_bytes():
+    out = run_mpi_example(2, "13_model_parallel_layouts.py", "--steps", 3)
+    rows = re.findall(r"^(.+\(.+\))\s+[\d.]+\s+([\d,]+)\s+([\d,]+)\s+(\S+)$", out, re.M)
+    names = [r[0].split(" (")[0] for r in rows]
+    assert names == ["data", "tensor", "spatial", "one weird trick"], out
+    for name, sent, formula, gap in rows:
+        assert sent == formula and float(gap) <= 1e-10, name
