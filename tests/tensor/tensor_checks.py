@@ -321,6 +321,23 @@ def check_two_column_training(comm):
             assert err <= 1e-10, f"dp={dp},tp={tp_size} {name}: {err:.2e}"
 
 
+def check_grid_refusals(comm):
+    """The grid engine's placement refuses what cannot run, in one line saying what fits."""
+    from minidl.dist.hybrid import place_on_grid
+    from minidl.train.config import ConfigError
+
+    narrow = L.Sequential(L.Linear(4, 2), L.ReLU(), L.Linear(2, 5))
+    grid = dist.Grid(comm, tp=comm.size)
+    try:
+        place_on_grid(narrow, grid, None, 28)
+    except ConfigError as error:
+        message = str(error)
+    else:
+        message = ""
+    want = f"tp={comm.size} is wider than layer 0 (Linear(4, 2, bias=True)), which has 2 to split"
+    assert want in message and "tp <= 2 fits" in message and "\n" not in message, message
+
+
 def main(argv):
     checks = {n[len("check_") :]: f for n, f in globals().items() if n.startswith("check_")}
     comm = dist.init()

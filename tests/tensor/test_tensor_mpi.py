@@ -12,6 +12,11 @@ def test_each_collective_backward_is_the_adjoint_of_its_forward(run_checks, npro
 
 
 @pytest.mark.timeout(150)
+def test_a_grid_wider_than_a_layer_is_refused_naming_it_and_what_fits(run_checks):
+    run_checks(3, "grid_refusals", timeout=120)
+
+
+@pytest.mark.timeout(150)
 @pytest.mark.parametrize("nprocs", (2, 3))
 def test_send_backward_receives_what_recv_backward_sends(run_checks, nprocs):
     run_checks(nprocs, "send_recv", timeout=120)
