@@ -18,6 +18,7 @@ from minidl import layers as L
 from minidl.dist import tensor as tp
 from minidl.dist.tensor.partition import Partition
 from minidl.perf.tensor_volume import gradient_bytes, tensor_volume
+from tests.distributed.mpi_checks import run_named_checks
 
 ADJOINT_TOL = 1e-12
 
@@ -338,13 +339,5 @@ def check_grid_refusals(comm):
     assert want in message and "tp <= 2 fits" in message and "\n" not in message, message
 
 
-def main(argv):
-    checks = {n[len("check_") :]: f for n, f in globals().items() if n.startswith("check_")}
-    comm = dist.init()
-    for name in argv:
-        checks[name](comm)
-        print(f"CHECK {name} OK rank {comm.rank}", flush=True)
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_named_checks(globals(), sys.argv[1:])
