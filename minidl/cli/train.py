@@ -14,7 +14,7 @@ from .. import dist, models, optim, train
 from ..conv import ALGORITHMS as CONV_ALGORITHMS
 from ..data import DataLoader
 from ..dist import ALLREDUCE_ALGORITHMS
-from ..dist.config import DistConfig, DistMode
+from ..dist.config import TP_LAYOUTS, DistConfig, DistMode
 from ..dist.grid import GridShape
 from ..dist.launch import mpiexec_rank, mpiexec_ranks
 from ..dist.ps_server import DEFAULT_POLL_INTERVAL
@@ -119,6 +119,8 @@ TRAIN_HELP = {  # the help texts too long to share a line with their option
     "--no-overlap": "average gradients after backward instead of during it (--dist sync)",
     "--hang-timeout": "under MPI, abort the job when a rank makes no progress for this long (a "
     "stopped or deadlocked rank); 0: never",
+    "--tp-layout": "with --grid ...,tp=T: how layers are split: rule (Megatron's pairs, every "
+    "layer split) or one-weird-trick (convolutions data-parallel, fully connected layers split)",
     "--grid": "under mpiexec, arrange the ranks as a grid dp=D,pp=P,spatial=S,tp=T (omitted "
     "axes are 1; the product is the rank count): data, pipeline, spatial and tensor "
     "parallelism. --grid dp=N is --dist sync on N ranks; --batch-size is per data-parallel "
@@ -173,6 +175,7 @@ def add_train_arguments(p):
     add("--bucket-mb", type=number(positive=True), default=4.0)
     add("--no-overlap", action="store_true")
     add("--hang-timeout", type=number(), default=300.0, metavar="SECONDS")
+    add("--tp-layout", default="rule", choices=TP_LAYOUTS)
     add("--grid", type=grid_shape, metavar="AXIS=N,...")
     add("--trace", action="store_true")  # perf: timeline
 
@@ -210,6 +213,7 @@ def dist_config(args):
         stragglers=dict(parse_straggler(text) for text in args.straggler),
         jitter=args.jitter,
         hang_timeout=args.hang_timeout,
+        tp_layout=args.tp_layout,
         grid=GridShape.parse(args.grid) if args.grid else None,
     )
 

@@ -13,6 +13,7 @@ from .grid import GridShape
 from .ps_server import DEFAULT_POLL_INTERVAL
 
 MODES = ("sync", "bsp", "ssp", "asp", "avg", "easgd")
+TP_LAYOUTS = ("rule", "one-weird-trick")  # minidl.dist.tensor.plan, one_weird_trick_plan
 EASGD_TAU = 4
 
 
@@ -69,6 +70,7 @@ class DistConfig:
     stragglers: dict = field(default_factory=dict)  # rank -> factor: sleeps (factor-1) x compute
     jitter: float = 0.0  # mean of an exponential sleep after every step, seconds
     hang_timeout: float = 300.0  # abort when a rank makes no progress this long; 0: never
+    tp_layout: str = "rule"  # grids with tp > 1: "rule" or "one-weird-trick" (TP_LAYOUTS)
     grid: GridShape | None = None  # the process grid (None: data parallel over every rank)
 
     def check(self, config: TrainConfig, resume=None) -> DistConfig:
@@ -83,6 +85,12 @@ class DistConfig:
             check_number("straggler", rank, integer=True)
             check_number("straggler", factor, minimum=1.0)
         what = f"{option('dist')} {mode.text}"
+        check_choice("tp_layout", self.tp_layout, TP_LAYOUTS)
+        if self.tp_layout != "rule" and (self.grid is None or self.grid.tp == 1):
+            raise ConfigError(
+                f"{option('tp_layout')} {self.tp_layout} places layers on a tensor-parallel "
+                f"group; add {option('grid')} with tp > 1 (e.g. tp=2)"
+            )
         if self.grid is not None and mode.name != "sync":
             raise ConfigError(
                 f"{option('grid')} arranges ranks for synchronous training, not for {what}"
@@ -134,5 +142,6 @@ class DistConfig:
             "straggler": [f"{rank}:{factor}" for rank, factor in self.stragglers.items()],
             "jitter": self.jitter,
             "hang_timeout": self.hang_timeout,
+            "tp_layout": self.tp_layout,
             "grid": None if self.grid is None else str(self.grid),
         }

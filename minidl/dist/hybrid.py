@@ -17,6 +17,8 @@ eval`` and ``--resume`` on any grid see the model of a serial run, with the
 same names and shapes; a resume takes each rank's blocks from it.
 """
 
+from collections import Counter
+
 from ..autograd import Tensor
 from ..layers import Module
 from ..perf.halo_cost import SplitError
@@ -29,18 +31,17 @@ from .data_parallel import DistributedOptimizer
 from .engines import BatchWeighting, _DistributedEngine, run_callbacks
 from .grid import Grid
 from .spatial import local_rows, spatial_parallel
-from .tensor import TRAFFIC, PlacementError, TensorParallel
+from .tensor import TRAFFIC, PlacementError, TensorParallel, one_weird_trick_plan
 
 
-class SampleCount(Callback):
-    """The samples of this rank's local batches, and the steps, since the last ``reset``."""
+class BatchSizes(Callback):
+    """How many steps had each local batch size on this rank (``steps``, cleared each epoch)."""
 
     def __init__(self):
-        self.samples = self.steps = 0
+        self.steps = Counter()
 
     def before_step(self, step, batch_size):
-        self.samples += batch_size
-        self.steps += 1
+        self.steps[batch_size] += 1
 
 
 class RowBlocks(Module):
@@ -99,6 +100,8 @@ class GridEngine(_DistributedEngine, LocalEngine):
     def __init__(self, config, options, comm, model, train_set, plan=None):
         shape = options.grid
         self.grid = Grid(comm, dp=shape.dp, pp=shape.pp, spatial=shape.spatial, tp=shape.tp)
+        if plan is None and options.tp_layout == "one-weird-trick":
+            plan = one_weird_trick_plan(model)
         self.parallel = place_on_grid(model, self.grid, plan, train_set[0][0].shape[-2])
         dp = self.grid.group("dp")
         super().__init__(
@@ -106,7 +109,7 @@ class GridEngine(_DistributedEngine, LocalEngine):
         )
         self.options, self.world = options, comm
         self.plain = self.optimizer
-        self.counted = SampleCount()
+        self.counted = BatchSizes()
         self.callbacks.append(self.counted)
         self.sample_shape = train_set[0][0].shape
         # the serial model's optimizer: the schedule drives it, the checkpoint keeps it
@@ -132,7 +135,7 @@ class GridEngine(_DistributedEngine, LocalEngine):
         """One epoch on the blocks; then the serial model and state are made whole again."""
         self.plain.lr = self.checkpoint_optimizer.lr
         before = dict(TRAFFIC)
-        self.counted.__init__()
+        self.counted.steps.clear()
         stats, lr, records = super().train(epoch, progress)
         self.parallel.gather()
         self.checkpoint_optimizer.load_state_dict(
@@ -145,7 +148,7 @@ class GridEngine(_DistributedEngine, LocalEngine):
             {"tp": sum(sent.values()), "dp": dp_bytes} | self._predicted()
         )
         record = {"kind": "grid", "epoch": epoch, "grid": str(self.options.grid),
-                  "plan": self.parallel.plan, "steps": self.counted.steps}  # fmt: skip
+                  "plan": self.parallel.plan, "steps": self.counted.steps.total()}  # fmt: skip
         for key in counts[0]:
             record[f"{key}_bytes"] = [c[key] for c in counts]
         return stats, lr, records + [record]
@@ -157,11 +160,15 @@ class GridEngine(_DistributedEngine, LocalEngine):
         if isinstance(self.parallel, SpatialPlacement):
             plan = [""] * len(leaves(serial))
         itemsize = next(iter(serial.parameters())).dtype.itemsize
-        per_sample = tensor_volume(serial, plan, self.sample_shape, 1, tp, itemsize)
         grads = gradient_bytes(serial, plan, tp, self.grid.coords["tp"], itemsize)
+        steps = self.counted.steps
+        volume = sum(
+            count * sum(tensor_volume(serial, plan, self.sample_shape, b, tp, itemsize).values())
+            for b, count in steps.items()
+        )
         return {
-            "tp_predicted": sum(per_sample.values()) * self.counted.samples,
-            "dp_predicted": grads * self.counted.steps if self.comm.size > 1 else 0,
+            "tp_predicted": volume,
+            "dp_predicted": grads * steps.total() if self.comm.size > 1 else 0,
         }
 
     def record(self):

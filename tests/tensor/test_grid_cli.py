@@ -79,3 +79,17 @@ def test_a_spatial_grid_trains_the_serial_weights(mpi_run, tmp_path, serial_run)
     a, b = checkpoint(out), checkpoint(serial_run)
     for k in b.model_state:
         assert np.abs(a.model_state[k] - b.model_state[k]).max() <= 1e-10, k
+
+
+@pytest.mark.timeout(200)
+def test_the_one_weird_trick_layout_trains_the_serial_weights(mpi_run, tmp_path, serial_run):
+    """--grid tp=2 --tp-layout one-weird-trick: convolutions on halves of each batch of 64."""
+    out = str(tmp_path / "owt")
+    train_mpi(mpi_run, 2, "--grid", "tp=2", "--tp-layout", "one-weird-trick",
+              "--batch-size", "64", "--epochs", "1", "--out", out)  # fmt: skip
+    a, b = checkpoint(out), checkpoint(serial_run)
+    for k in b.model_state:
+        assert np.abs(a.model_state[k] - b.model_state[k]).max() <= 1e-10, k
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        (counted,) = [r for r in map(json.loads, f) if r["kind"] == "grid"]
+    assert counted["plan"][0] == "batch" and counted["tp_bytes"] == counted["tp_predicted_bytes"]

@@ -109,3 +109,15 @@ def test_alexnet_2012_goes_one_column_per_rank_crossing_where_the_serial_net_nee
         "column+gather", "column", "row",
     ]  # fmt: skip
     assert tp.plan(alexnet, 3).count("group") == 0
+
+
+def test_a_tp_layout_without_a_tp_group_is_refused_with_the_fix():
+    from minidl.dist import DistConfig, GridShape
+    from minidl.train import TrainConfig
+    from minidl.train.config import ConfigError
+
+    with pytest.raises(ConfigError) as error:
+        DistConfig(tp_layout="one-weird-trick", grid=GridShape(dp=2)).check(TrainConfig())
+    assert "tp > 1" in str(error.value)
+    with pytest.raises(ConfigError):
+        DistConfig(tp_layout="two-towers").check(TrainConfig())
