@@ -91,6 +91,11 @@ class DistConfig:
                 f"{option('tp_layout')} {self.tp_layout} places layers on a tensor-parallel "
                 f"group; add {option('grid')} with tp > 1 (e.g. tp=2)"
             )
+        if self.compressed and self.grid is not None and self.grid.size != self.grid.dp:
+            raise ConfigError(
+                f"{option('compress')} applies to data-parallel grids; {option('grid')} "
+                f"{self.grid} averages its gradients uncompressed: drop {option('compress')}"
+            )
         if self.grid is not None and mode.name != "sync":
             raise ConfigError(
                 f"{option('grid')} arranges ranks for synchronous training, not for {what}"

@@ -121,3 +121,8 @@ def test_a_tp_layout_without_a_tp_group_is_refused_with_the_fix():
     assert "tp > 1" in str(error.value)
     with pytest.raises(ConfigError):
         DistConfig(tp_layout="two-towers").check(TrainConfig())
+    from minidl.dist.compression import TopK
+
+    with pytest.raises(ConfigError) as error:
+        DistConfig(compressor=TopK(0.1), grid=GridShape(tp=2)).check(TrainConfig())
+    assert "drop compress" in str(error.value)
