@@ -26,3 +26,9 @@ def test_data_parallel_replicas_of_a_row_split_lenet5_equal_one_process_with_bot
     run_checks,
 ):
     run_checks(4, "grid", timeout=150)
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("nprocs", (2, 3))
+def test_alexnet_small_split_over_rows_trains_to_the_serial_weights(run_checks, nprocs):
+    run_checks(nprocs, "alexnet", timeout=150)
