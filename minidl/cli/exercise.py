@@ -23,6 +23,8 @@ EXERCISE_HELP = {  # the help texts too long to share a line with their option
     "--only": "stub only these exercises (space or comma separated)",
     "--trace": "keep the solutions and record which regions each check runs (for testing the "
     "checks)",
+    "--course": 'JSON: {"assignments": {"week-01": {"1.1": 4, ...}}, "hidden_visibility": '
+    '"after_published"} (default: a chapter per assignment, 1 point per exercise)',
 }
 
 
@@ -45,6 +47,15 @@ def add_exercise_arguments(parser):
     add("dir", help="the new folder")
     add("--only", nargs="+", metavar="IDS")
     add("--trace", action="store_true")
+    grade = actions.add_parser(
+        "grade",
+        help="grade student submissions from this (the instructor's) tree: only their "
+        "exercise regions count; visible and hidden checks, points, Gradescope and CSV",
+    )
+    add = option_adder(grade, EXERCISE_HELP)
+    add("submissions", help="a folder of student trees (one sub-folder each), or one tree")
+    add("--out", required=True, metavar="DIR", help="where results.json and the CSVs go")
+    add("--course", metavar="FILE")
 
 
 def _warn_other_tree():
@@ -152,10 +163,35 @@ def _student(args):
     return 0
 
 
+def _grade(args):
+    from ..exercises import submission
+
+    _catalogue()
+    try:
+        found = submission.submissions(args.submissions)
+    except (ValueError, FileNotFoundError) as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    print(f"grading {len(found)} submission(s) with the checks of {repository_root()}", flush=True)
+
+    def show(name, document):
+        total = sum(t["max_score"] for t in document["tests"])
+        print(f"{name}: {document['score']:g} / {total:g}", flush=True)
+
+    try:
+        submission.write_grades(args.submissions, args.out, args.course, on_student=show)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    print(f"wrote {args.out}: results.json per submission, a CSV per assignment")
+    return 0
+
+
 def run_exercise(args):
     """Run the chosen action; the exit status is non-zero when a check does not pass."""
     try:
-        return {"list": _list, "check": _check, "student": _student}[args.exercise_action](args)
+        actions = {"list": _list, "check": _check, "student": _student, "grade": _grade}
+        return actions[args.exercise_action](args)
     except CannotLoad as exc:
         print(exc, file=sys.stderr)
         return 2

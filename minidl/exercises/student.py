@@ -30,6 +30,17 @@ LOOKS_LIKE_MARKER = re.compile(r"#\s*(begin|end)\s+exercise\b", re.IGNORECASE)
 MODES = ("stub", "trace")
 COPIED = ("minidl", "examples", "pyproject.toml")
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+HIDDEN_DIR = os.path.join("minidl", "exercises", "hidden")  # the hidden checks: instructor only
+
+
+def ignored_for_students(folder, names):
+    """What a student tree never receives: caches, and the hidden checks."""
+    skip = set(IGNORED(folder, names))
+    if os.path.normpath(folder).endswith(os.path.dirname(HIDDEN_DIR)):
+        skip.add(os.path.basename(HIDDEN_DIR))
+    return skip
+
+
 STUB_IMPORT = "from minidl.exercises import Unimplemented\n"
 TRACE_IMPORT = "from minidl.exercises.trace import record_region\n"
 
@@ -397,7 +408,7 @@ def write_student_tree(out_dir, only=None, mode="stub", root=None, exercises=Non
     for name in COPIED:
         source = os.path.join(root, name)
         if os.path.isdir(source):
-            shutil.copytree(source, os.path.join(out_dir, name), ignore=IGNORED)
+            shutil.copytree(source, os.path.join(out_dir, name), ignore=ignored_for_students)
         elif os.path.exists(source):
             shutil.copy2(source, os.path.join(out_dir, name))
     for path, text in rewritten.items():

@@ -12,7 +12,7 @@ import minidl as md
 from minidl import functional as F
 from minidl.reference.functional import activations, batch_norm, linear, loss, lrn, pooling
 
-from .. import exercise, expect_close, expect_true
+from .. import call_unchanged, exercise, expect_close, expect_true
 
 FUNCTIONAL = "minidl/reference/functional/"
 
@@ -26,17 +26,19 @@ def tuned_gradients(fn, arrays, dout):
 
 
 def compare_backward(what, forward, backward, tuned, arrays, names, rng):
-    """``backward(dout, cache)`` after ``forward(*arrays)`` against the tuned op's gradients."""
+    """``backward(dout, cache)`` after ``forward(*arrays)`` against the tuned op's gradients
+    (computed before the backward runs), which must leave ``dout`` and ``cache`` as they were."""
     out, cache = forward(*arrays)
     dout = rng.standard_normal(np.shape(out))
-    got = backward(dout, cache)
+    expected = tuned_gradients(tuned, arrays, dout)
+    got = call_unchanged(f"{what}: backward", backward, {"dout": dout, "cache": cache})
     got = got if isinstance(got, (tuple, list)) else (got,)
     expect_true(
         f"{what}: backward returns one gradient per input ({', '.join(names)})",
         len(got) >= len(names),
         detail=f"got {len(got)}",
     )
-    for name, g, e in zip(names, got, tuned_gradients(tuned, arrays, dout)):
+    for name, g, e in zip(names, got, expected):
         expect_close(f"{what}: d/d{name}", g, e, rtol=1e-8, atol=1e-11)
     return got
 
