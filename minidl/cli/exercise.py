@@ -6,6 +6,7 @@ install the tree with ``pip install -e .``). The command warns when the
 current folder holds another ``minidl`` than the one being checked.
 """
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -134,8 +135,9 @@ def _check(args):
     if args.timeout is not None:
         exercises = [dataclasses.replace(e, timeout=args.timeout) for e in exercises]
     _warn_other_tree()
-    if args.json:
-        results = grader.grade(exercises)
+    if args.json:  # stdout holds the document alone: anything else printed goes to stderr
+        with contextlib.redirect_stdout(sys.stderr):
+            results = grader.grade(exercises)
         print(json.dumps(grader.report_json(results), indent=2))
     else:
         count = f"{len(exercises)} exercise(s)"

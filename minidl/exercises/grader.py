@@ -168,7 +168,8 @@ def outcome(exercise, exc):
     if exc is None:
         return "passed", ""
     if isinstance(exc, CheckTimeout):
-        return "timed_out", f"no answer after {exercise.timeout:g} s: a loop may never end"
+        where = f"\n  {exc}" if str(exc) else ""
+        return "timed_out", f"no answer after {exercise.timeout:g} s: a loop may never end{where}"
     kind = (
         "Unimplemented"
         if isinstance(exc, Unimplemented)
@@ -214,9 +215,18 @@ def crash_outcome(exercise, output):
     return verdict(exercise, kind.rsplit(".", 1)[-1], "\n".join([text] + more), frames)
 
 
-def _call_with_deadline(function, args, timeout):
+def stuck_line(path, thread_id):
+    """Where thread ``thread_id`` is now, preferring a line of the file ``path``; "" if gone."""
+    frame = sys._current_frames().get(thread_id)
+    if frame is None:
+        return ""
+    found = _student_frame(traceback.extract_stack(frame), path)
+    return f"stuck at {_where(found)}" if found else ""
+
+
+def _call_with_deadline(function, args, timeout, path):
     """The exception of ``function(*args)`` run in a thread for ``timeout`` s (None when it
-    returned; a ``CheckTimeout`` when the deadline passed)."""
+    returned; a ``CheckTimeout`` saying where the thread was when the deadline passed)."""
     box = {}
 
     def target():
@@ -230,11 +240,12 @@ def _call_with_deadline(function, args, timeout):
     worker.join(timeout)
     if not worker.is_alive():
         return box.get("exc")
+    stuck = CheckTimeout(stuck_line(path, worker.ident))
     ctypes.pythonapi.PyThreadState_SetAsyncExc(
         ctypes.c_ulong(worker.ident), ctypes.py_object(CheckTimeout)
     )
     worker.join(1.0)
-    return CheckTimeout()
+    return stuck
 
 
 def invoke(exercise, *args):
@@ -280,7 +291,7 @@ def run_in_process(exercise):
     """Run one in-process check with its deadline, its output captured; returns a ``Result``."""
     start = time.perf_counter()
     with captured_output() as printed:
-        exc = _call_with_deadline(invoke, (exercise,), exercise.timeout)
+        exc = _call_with_deadline(invoke, (exercise,), exercise.timeout, exercise.path)
     status, message = outcome(exercise, exc)
     result = _result(exercise, status, message, time.perf_counter() - start)
     result.output = printed.getvalue()

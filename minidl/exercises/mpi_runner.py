@@ -33,10 +33,9 @@ import os
 import sys
 import threading
 import time
-import traceback
 
 from . import get
-from .grader import READY, REPORT, _student_frame, _where, invoke, outcome
+from .grader import READY, REPORT, invoke, outcome, stuck_line
 
 POLL_S = 0.002  # how often a rank that has finished a check looks whether the others have
 PEER_GRACE_S = 10.0  # how long a rank whose check raised waits for the others before aborting
@@ -66,15 +65,6 @@ def report(exercise_id, rank, status, message, seconds):
     )
 
 
-def stuck_line(exercise, thread_id):
-    """Where the thread ``thread_id`` is now: the line in the exercise's file, if any."""
-    frame = sys._current_frames().get(thread_id)
-    if frame is None:
-        return ""
-    found = _student_frame(traceback.extract_stack(frame), exercise.path)
-    return f", stuck at {_where(found)}" if found else ""
-
-
 def _watchdog(exercise, rank, start, state):
     """Report a hang of ``exercise`` on this rank (with the line it waits on, and every
     thread's stack on stderr by ``faulthandler``) and end the job after its timeout."""
@@ -84,7 +74,7 @@ def _watchdog(exercise, rank, start, state):
         where = (
             "finished the check, then waited for the other ranks"
             if state["done"]
-            else "still in the check" + stuck_line(exercise, main)
+            else ", ".join(filter(None, ["still in the check", stuck_line(exercise.path, main)]))
         )
         faulthandler.dump_traceback(all_threads=True)
         report(

@@ -102,6 +102,39 @@ def check_topk_error_feedback():
             atol=0,
         )
         residual = new_residual
+    expect_feedback_rule(rng, n, k)
+
+
+def expect_feedback_rule(rng, n, k):
+    """The residual is e' = (g + e) - C(g + e), not "(g + e) where nothing was sent": with a
+    compressor that rounds the values it keeps (top-k to multiples of 1/4) the two differ
+    at the sent indices too."""
+
+    def rounded_topk(x):
+        kept = np.argsort(-np.abs(x), kind="stable")[:k]
+        out = np.zeros_like(x)
+        out[kept] = np.round(4 * x[kept]) / 4
+        return out
+
+    residual = 0.1 * gradient_like(rng, n)
+    g = gradient_like(rng, n)
+    corrected = g + residual
+    sent, new_residual = reference.error_feedback(rounded_topk, g, residual)
+    expect_close(
+        "error feedback with a compressor that rounds what it keeps: the vector sent, C(g + e)",
+        sent,
+        rounded_topk(corrected),
+        rtol=0,
+        atol=0,
+    )
+    expect_close(
+        "error feedback with a compressor that rounds what it keeps: the new residual "
+        "e' = (g + e) - C(g + e), which also keeps the rounding error of the values sent",
+        new_residual,
+        corrected - rounded_topk(corrected),
+        rtol=0,
+        atol=0,
+    )
 
 
 def expect_like_tuned(what, got, tuned, v, seed):

@@ -155,6 +155,35 @@ def check_fft():
     _expect_output("FFT convolution", fft.FFT_REFERENCE, GENERAL_CASES, seed=36)
 
 
+def _tiles_of(x, padding):
+    """The 4x4 input tiles (N, C, TH, TW, 4, 4), stepping by 2, of x padded for whole tiles."""
+    (ph, pw), (h, w) = padding, x.shape[2:]
+    th, tw = -(-(h + 2 * ph - 2) // 2), -(-(w + 2 * pw - 2) // 2)
+    xpad = np.pad(x, ((0, 0), (0, 0), (ph, 2 * th + 2 - h - ph), (pw, 2 * tw + 2 - w - pw)))
+    d = np.empty(x.shape[:2] + (th, tw, 4, 4))
+    for i, j in np.ndindex(th, tw):
+        d[:, :, i, j] = xpad[:, :, 2 * i : 2 * i + 4, 2 * j : 2 * j + 4]
+    return d
+
+
+def _expect_uses(what, name, factor, x, w, geom):
+    """With ``winograd.<name>`` scaled by ``factor``, the output must scale too: it is built
+    from the transformed tiles and kernels, not computed another way."""
+    original = getattr(winograd, name)
+    setattr(winograd, name, lambda *args: factor * original(*args))
+    try:
+        got = winograd.WINOGRAD_REFERENCE.forward(x, w, geom)[0]
+    finally:
+        setattr(winograd, name, original)
+    expect_close(
+        f"{what}: the output with every {name} result times {factor} (the output must be "
+        f"A^T [sum_c U o V] A of the transformed tiles and kernels, not another convolution)",
+        got,
+        factor * _conv(x, w, geom),
+        **TOLERANCE,
+    )
+
+
 @exercise(
     "3.5",
     "Winograd F(2x2, 3x3): the transforms (forward)",
@@ -163,6 +192,24 @@ def check_fft():
     "summing over channels, then map each 4x4 product back to its 2x2 outputs (A^T m A).",
 )
 def check_winograd():
+    b_t, g = winograd.B_T, winograd.G
+    for x, w, geom in _cases(WINOGRAD_CASES, seed=38):
+        d = _tiles_of(x, geom.padding)
+        expect_close(
+            f"transform_tiles: V = B^T d B of the {d.shape} tiles of {geom.describe()}",
+            winograd.transform_tiles(d, b_t),
+            np.einsum("ia,nctsab,jb->nctsij", b_t, d, b_t),
+            **TOLERANCE,
+        )
+        expect_close(
+            f"transform_kernels: U = G g G^T of {w.shape} kernels",
+            winograd.transform_kernels(w, g),
+            np.einsum("ia,kcab,jb->kcij", g, w, g),
+            **TOLERANCE,
+        )
     _expect_output(
         "Winograd F(2x2, 3x3) convolution", winograd.WINOGRAD_REFERENCE, WINOGRAD_CASES, seed=37
     )
+    x, w, geom = next(_cases(WINOGRAD_CASES[1:], seed=39))
+    _expect_uses("Winograd F(2x2, 3x3)", "transform_tiles", 2.0, x, w, geom)
+    _expect_uses("Winograd F(2x2, 3x3)", "transform_kernels", 3.0, x, w, geom)

@@ -1,0 +1,72 @@
+"""A communicator for checks: blocking sends are synchronous, and every message is counted.
+
+MPI may return from a blocking ``Send`` before the matching receive starts,
+when the message fits the library's eager buffer (MPICH: 64 KiB on shared
+memory). An exchange in which both partners send first and receive second
+then passes on small messages and deadlocks on large ones. ``StrictComm``
+sends with ``Ssend``, which returns only once the receive has started, so
+an unsafe order deadlocks at every size, in the check, where the grader
+reports the line it waits on.
+
+It also records each message a rank sends (``sent``: destination and
+bytes) so a check can hold an algorithm to its pattern: the ring sends
+2(P-1) messages of about n/P elements to one neighbour (Patarasuk & Yuan
+2009); passing whole arrays around gives the same sums with P times the
+bytes.
+"""
+
+import numpy as np
+
+from ..backend import to_numpy
+
+
+class StrictComm:
+    """Wraps a ``minidl.dist`` Communicator: ``send`` is ``Ssend``; ``send``, ``sendrecv`` and
+    ``isend`` are counted; everything else is the wrapped communicator's."""
+
+    def __init__(self, comm):
+        self._comm = comm
+        self.sent = []  # (destination, bytes) of each message, in order
+
+    def __getattr__(self, name):
+        return getattr(self._comm, name)
+
+    def _count(self, array, dest):
+        self.sent.append((int(dest), int(np.asarray(to_numpy(array)).nbytes)))
+
+    def send(self, array, dest, tag=0):
+        self._count(array, dest)
+        self._comm.mpi.Ssend(np.ascontiguousarray(to_numpy(array)), dest, tag)
+
+    def sendrecv(self, send_array, dest, recv_array, source, sendtag=0, recvtag=0):
+        self._count(send_array, dest)
+        return self._comm.sendrecv(send_array, dest, recv_array, source, sendtag, recvtag)
+
+    def isend(self, array, dest, tag=0):
+        self._count(array, dest)
+        return self._comm.isend(array, dest, tag)
+
+
+def ring_pattern(sent, rank, size, length, itemsize):
+    """Problems (a list of text, empty when none) of one rank's messages against the ring's
+    pattern: 2(P-1) messages, each at most ceil(n/P) elements, all to one neighbour."""
+    problems, block = [], -(-length // size) * itemsize
+    if len(sent) != 2 * (size - 1):
+        problems.append(
+            f"rank {rank} sent {len(sent)} messages; the ring sends 2(P-1) = {2 * (size - 1)} "
+            f"(P-1 reduce-scatter steps, then P-1 allgather steps)"
+        )
+    large = [b for _, b in sent if b > block]
+    if large:
+        problems.append(
+            f"rank {rank} sent a message of {max(large)} bytes; the ring sends blocks of "
+            f"n/P elements (at most {block} bytes here, {length} elements on {size} ranks), "
+            "not whole arrays"
+        )
+    targets = {d for d, _ in sent}
+    if len(targets) > 1:
+        problems.append(
+            f"rank {rank} sent to ranks {sorted(targets)}; in a ring each rank sends to "
+            "one neighbour only"
+        )
+    return problems
