@@ -1,15 +1,17 @@
-"""``minidl exercise``: ``list``, ``check ID...`` or ``check --all``, ``student DIR [--only IDS]``.
+"""``minidl exercise``: ``list``, ``check``, ``status``, ``student``, ``release``, ``grade``.
 
-The checks test the ``minidl`` package this command imported: in a student
-tree, run ``python -m minidl exercise ...`` from the tree's folder (or
-install the tree with ``pip install -e .``). The command warns when the
-current folder holds another ``minidl`` than the one being checked.
+``list``, ``check`` and ``status`` test the tree of the current folder: run
+inside a student tree (or a folder below it) by an installed ``minidl``
+command, they rerun themselves with that tree's package first on the path.
+``grade`` runs in the instructor's tree and reads only the students'
+exercise regions (``minidl.exercises.submission``).
 """
 
 import contextlib
 import dataclasses
 import json
 import os
+import subprocess
 import sys
 import traceback
 
@@ -21,7 +23,8 @@ EXERCISE_HELP = {  # the help texts too long to share a line with their option
     "--update": "with --markdown: rewrite the generated exercise list inside FILE",
     "--timeout": "seconds each check may take before it is reported as a hang (default: the "
     "exercise's own, 60 s for most)",
-    "--only": "stub only these exercises (space or comma separated)",
+    "--only": "release only these exercises (space or comma separated); the regions of the "
+    "others hold a not-released stub, not their solutions",
     "--trace": "keep the solutions and record which regions each check runs (for testing the "
     "checks)",
     "--course": 'JSON: {"assignments": {"week-01": {"1.1": 4, ...}}, "hidden_visibility": '
@@ -48,6 +51,17 @@ def add_exercise_arguments(parser):
     add("dir", help="the new folder")
     add("--only", nargs="+", metavar="IDS")
     add("--trace", action="store_true")
+    status = actions.add_parser(
+        "status", help="each exercise: passes, fails, not started (or not released), points"
+    )
+    add = option_adder(status, EXERCISE_HELP)
+    add("--course", metavar="FILE")
+    release = actions.add_parser(
+        "release", help="hand out more exercises in a student tree, keeping the student's work"
+    )
+    add = option_adder(release, EXERCISE_HELP)
+    add("dir", help="the student tree")
+    add("ids", nargs="+", metavar="ID", help="exercise ids (space or comma separated)")
     grade = actions.add_parser(
         "grade",
         help="grade student submissions from this (the instructor's) tree: only their "
@@ -59,16 +73,36 @@ def add_exercise_arguments(parser):
     add("--course", metavar="FILE")
 
 
-def _warn_other_tree():
-    """Say so when the current folder holds a minidl package other than the one being checked."""
-    here = os.path.realpath(os.path.join(os.getcwd(), "minidl", "__init__.py"))
-    checked = os.path.realpath(repository_root())
-    if os.path.exists(here) and os.path.dirname(os.path.dirname(here)) != checked:
-        print(
-            f"note: checking the minidl in {repository_root()}, not the one in this folder; "
-            "run 'python -m minidl exercise ...' here to check this folder's code",
-            file=sys.stderr,
-        )
+RERUN = "MINIDL_EXERCISE_TREE"  # set in a command rerun with the tree of the current folder
+
+
+def _tree_here():
+    """The nearest folder at or above the current one that holds a minidl package with
+    exercises (a student tree, or a checkout), or None."""
+    folder = os.getcwd()
+    while True:
+        if os.path.isfile(os.path.join(folder, "minidl", "exercises", "__init__.py")):
+            return folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
+def _rerun_in_tree_here(args):
+    """None when the minidl imported is the tree of the current folder; else the exit status
+    of this command rerun with that tree's minidl first on the path (so that ``minidl
+    exercise check`` in a student tree checks the student's code, not an installed copy)."""
+    here = _tree_here()
+    if here is None or os.environ.get(RERUN):
+        return None
+    if os.path.realpath(here) == os.path.realpath(repository_root()):
+        return None
+    print(f"note: checking the minidl in {here} (this folder's tree)", file=sys.stderr)
+    path = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=path, **{RERUN: here})
+    command = [sys.executable, "-m", "minidl", "exercise", *args.argv]
+    return subprocess.run(command, env=env, check=False).returncode
 
 
 class CannotLoad(Exception):
@@ -113,11 +147,30 @@ def _list(args):
     if not exercises:
         print("no exercises are registered yet (minidl/exercises/checks/)")
         return 0
-    if args.status:
-        _warn_other_tree()
     states = listing.region_states(repository_root(), exercises) if args.status else None
-    print(listing.text_table(exercises, states))
+    print(listing.text_table(exercises, {"state": states} if states else None))
     return 0
+
+
+def _status(args):
+    from ..exercises import grader, listing
+    from ..exercises.submission import read_course
+
+    exercises = _catalogue()
+    states = listing.region_states(repository_root(), exercises)
+    assignments, _ = read_course(args.course, exercises)
+    points = {i: p for items in assignments.values() for i, p in items.items()}
+    print(f"checking the written exercises of the minidl in {repository_root()}", flush=True)
+    written = [e for e in exercises if states[e.id] == "written"]
+    results = {r.id: r for r in grader.grade(written)}
+    shown, scored = listing.progress(states, results, points)
+    print(listing.text_table(exercises, {"state": shown, "points": scored}))
+    got = sum(float(s.split("/")[0]) for s in scored.values())
+    print(
+        f"{got:g} of {sum(points.values()):g} points from the visible checks "
+        "(the grade also runs checks you do not see)"
+    )
+    return 0 if all(r.ok for r in results.values()) else 1
 
 
 def _check(args):
@@ -134,7 +187,6 @@ def _check(args):
         return 2
     if args.timeout is not None:
         exercises = [dataclasses.replace(e, timeout=args.timeout) for e in exercises]
-    _warn_other_tree()
     if args.json:  # stdout holds the document alone: anything else printed goes to stderr
         with contextlib.redirect_stdout(sys.stderr):
             results = grader.grade(exercises)
@@ -149,19 +201,35 @@ def _check(args):
     return 0 if all(r.ok for r in results) else 1
 
 
+def _ids(items):
+    return None if items is None else [i for item in items for i in item.split(",") if i]
+
+
 def _student(args):
     from ..exercises.student import write_student_tree
 
-    only = None if args.only is None else [i for item in args.only for i in item.split(",") if i]
     exercises = _catalogue()
     mode = "trace" if args.trace else "stub"
+    only = _ids(args.only)
     regions = write_student_tree(args.dir, only=only, mode=mode, exercises=exercises)
-    written = {r.exercise_id for r in regions}
-    done = [e.id for e in exercises if e.id in written]
+    chosen = [e.id for e in exercises if only is None or e.id in only]
     what = "instrumented" if args.trace else "stubbed"
-    ids = f" ({', '.join(done)})" if done else ""
-    print(f"wrote {args.dir}: {len(regions)} region(s) of {len(done)} exercise(s) {what}{ids}")
+    print(
+        f"wrote {args.dir}: {len(regions)} region(s) {what}; exercises handed out: "
+        f"{', '.join(chosen) or 'none'}"
+    )
     print(f"students run: cd {args.dir} && python -m minidl exercise list")
+    return 0
+
+
+def _release(args):
+    from ..exercises.student import release
+
+    new = release(args.dir, _ids(args.ids), _catalogue())
+    if new:
+        print(f"released {', '.join(new)} in {args.dir}; the student's code is unchanged")
+    else:
+        print(f"nothing new: {', '.join(_ids(args.ids))} were already released in {args.dir}")
     return 0
 
 
@@ -191,8 +259,19 @@ def _grade(args):
 
 def run_exercise(args):
     """Run the chosen action; the exit status is non-zero when a check does not pass."""
+    if args.exercise_action in ("list", "check", "status"):
+        status = _rerun_in_tree_here(args)
+        if status is not None:
+            return status
     try:
-        actions = {"list": _list, "check": _check, "student": _student, "grade": _grade}
+        actions = {
+            "list": _list,
+            "check": _check,
+            "student": _student,
+            "release": _release,
+            "status": _status,
+            "grade": _grade,
+        }
         return actions[args.exercise_action](args)
     except CannotLoad as exc:
         print(exc, file=sys.stderr)

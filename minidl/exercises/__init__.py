@@ -283,4 +283,4 @@ def get(exercise_id):
 
 def repository_root():
     """The folder that holds the ``minidl`` package (paths of exercises are relative to it)."""
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
