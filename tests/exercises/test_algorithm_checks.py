@@ -169,3 +169,22 @@ def test_a_ring_that_passes_whole_arrays_is_held_to_the_pattern(ring_tree):
     assert result["status"] == "failed"
     assert "the messages of 'ring' follow its pattern" in result["message"]
     assert "not whole arrays" in result["message"]
+
+
+def test_a_topological_order_in_a_tuple_or_deque_is_accepted(monkeypatch):
+    from collections import deque
+
+    from minidl.reference import autograd
+
+    original = autograd.topological_order
+    for kind in (tuple, deque):
+        monkeypatch.setattr(autograd, "topological_order", lambda v, k=kind: k(original(v)))
+        monkeypatch.setattr(
+            "minidl.exercises.checks.autograd.topological_order", autograd.topological_order
+        )
+        assert verdict("1.1").status == "passed", kind
+    monkeypatch.setattr(
+        "minidl.exercises.checks.autograd.topological_order", lambda v: len(original(v))
+    )
+    result = verdict("1.1")
+    assert result.status == "failed" and "returns a sequence of Values" in result.message
