@@ -16,10 +16,11 @@ from minidl.exercises.student import write_student_tree
 from minidl.exercises.submission import region_bodies
 
 ROOT = repository_root()
-COURSE = {"assignments": {"week-01": {"1.1": 4, "2.2": 6}, "week-02": {"4.3": 5}}}
+COURSE = {"assignments": {"week-01": {"1.1": 4, "2.2": 6}, "week-02": {"4.3": 5, "8.1": 2}}}
 LOSS = "minidl/reference/functional/loss.py"
 AUTOGRAD = "minidl/reference/autograd.py"
 ADAM = "minidl/reference/optim/adam.py"
+SSP = "minidl/reference/dist/ssp.py"
 GRADESCOPE_TEST_KEYS = {"name", "number", "score", "max_score", "status", "output", "visibility"}
 
 
@@ -69,10 +70,11 @@ def graded(tmp_path_factory):
     base = tmp_path_factory.mktemp("grading")
     subs = base / "subs"
     for name in ("alice", "bob", "carol", "dave"):
-        write_student_tree(subs / name, only=["1.1", "2.2", "4.3"])
-    alice = str(subs / "alice")  # right 1.1, wrong 2.2, and her checks tampered with
+        write_student_tree(subs / name, only=["1.1", "2.2", "4.3", "8.1"])
+    alice = str(subs / "alice")  # right 1.1, wrong 2.2 and 8.1, and her checks tampered with
     solve(alice, AUTOGRAD, "1.1", regions=2)
     set_region(alice, LOSS, "2.2", "return p * 0")
+    set_region(alice, SSP, "8.1", "return False")
     tamper_with_the_checks(alice)
     bob = str(subs / "bob")  # prints in 1.1, ends the interpreter in 2.2 with os._exit(0)
     solve(bob, AUTOGRAD, "1.1", regions=2)
@@ -88,6 +90,7 @@ def graded(tmp_path_factory):
     solve(dave, AUTOGRAD, "1.1", regions=2)
     solve(dave, LOSS, "2.2")
     solve(dave, ADAM, "4.3")
+    solve(dave, SSP, "8.1")
     course = base / "course.json"
     course.write_text(json.dumps(COURSE))
     out = base / "grades"
@@ -108,18 +111,21 @@ def checks_named(document, exercise_id, hidden=False):
 def test_the_tampered_checks_fool_the_students_own_tree_but_not_the_grade(graded):
     _, subs, documents = graded
     own = subprocess.run(
-        [sys.executable, "-m", "minidl", "exercise", "check", "2.2", "--json"],
+        [sys.executable, "-m", "minidl", "exercise", "check", "2.2", "8.1", "--json"],
         cwd=subs / "alice",
         env=dict(os.environ, PYTHONPATH=str(subs / "alice")),
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert json.loads(own.stdout)["results"][0]["status"] == "passed"  # the tampering works there
+    own_verdicts = [r["status"] for r in json.loads(own.stdout)["results"]]
+    assert own_verdicts == ["passed", "passed"]  # the tampering works in the student's tree
     alice = documents["alice"]
     (visible,) = checks_named(alice, "2.2")
     assert visible["score"] == 0 and visible["status"] == "failed"
     assert "elements differ" in visible["output"]
+    (gate,) = checks_named(alice, "8.1")
+    assert gate["score"] == 0 and gate["status"] == "failed"
     assert all(t["score"] == t["max_score"] > 0 for t in checks_named(alice, "1.1"))
     assert alice["score"] == pytest.approx(4.0)
 
@@ -161,7 +167,7 @@ def test_hidden_checks_run_after_the_visible_ones_with_their_visibility(graded):
     assert all(t["visibility"] == "visible" for t in checks_named(dave, "2.2"))
     # an exercise's points are shared by its checks, and a right solution earns them all
     assert sum(t["max_score"] for t in dave["tests"] if t["number"] == "2.2") == pytest.approx(6)
-    assert dave["score"] == pytest.approx(15.0)
+    assert dave["score"] == pytest.approx(17.0)
 
 
 def test_results_json_has_gradescopes_format(graded):

@@ -72,13 +72,15 @@ def expect_on_every_rank(comm, verify):
             )
 
 
-def check_allreduce(comm, algorithm, tuned, pattern=None):
-    """Compare ``algorithm(comm, x)`` with the oracles for every length and dtype, on every rank
-    (over a ``StrictComm``; ``pattern``: a function of the messages sent that lists problems)."""
+def check_allreduce(comm, algorithm, tuned, pattern=None, sizes=None, seed=SEED):
+    """Compare ``algorithm(comm, x)`` with the oracles for every length (default
+    ``lengths(P)``) and dtype, on every rank (over a ``StrictComm``; ``pattern``: a function of
+    the messages sent that lists problems)."""
     rank, size = comm.rank, comm.size
     comparisons, cases, digests, problems = [], [], [], []
     strict = StrictComm(comm)
-    for length in lengths(size):
+    sizes = lengths(size) if sizes is None else sizes
+    for length in sizes:
         x = np.full(length, rank, dtype="float64")
         strict.sent.clear()
         algorithm(strict, x)
@@ -92,9 +94,9 @@ def check_allreduce(comm, algorithm, tuned, pattern=None):
                 0.0,
             )
         )
-    for length in lengths(size):
+    for length in sizes:
         for dtype in DTYPES:
-            inputs = [rank_input(r, length, dtype) for r in range(size)]
+            inputs = [rank_input(r, length, dtype, seed) for r in range(size)]
             exact, tolerance = exact_sum(inputs)
             x = inputs[rank].copy()
             algorithm(strict, x)
