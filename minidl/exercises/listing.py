@@ -14,7 +14,7 @@ import os
 import re
 
 from .checks import MODULES
-from .student import NOT_RELEASED, find_regions, stub_prefix
+from .student import NOT_RELEASED, region_texts, stub_prefix
 
 NAME = r"(?:(?:[Dd]e|[Vv]an|[Vv]on|[Dd]er) )?[A-Z][\w'\-]+"
 CITATION = re.compile(rf"\b{NAME}(?:(?:, | & | and ){NAME})*(?: et al\.)? \(?(?:19|20)\d\d\)?")
@@ -26,13 +26,8 @@ def region_states(root, exercises):
     """``{id: "to do" | "not released" | "written"}``: "to do" while a region of the exercise
     still raises its stub, "not released" while it raises the stub of an exercise not handed
     out yet."""
-    regions, _ = find_regions(root)
-    states, texts = {}, {}
-    for region in regions:
-        if region.path not in texts:
-            with open(os.path.join(root, region.path), encoding="utf-8") as source:
-                texts[region.path] = source.read().splitlines()
-        body = texts[region.path][region.begin : region.end - 1]
+    states = {}
+    for region, body in region_texts(root)[0]:
         stubs = [line for line in body if line.strip().startswith(stub_prefix(region.exercise_id))]
         if any(NOT_RELEASED in line for line in stubs):
             states[region.exercise_id] = "not released"

@@ -15,7 +15,7 @@ is a leak.
 import os
 import re
 
-from .student import IGNORED, find_regions
+from .student import IGNORED, region_texts
 
 MIN_CHARS = 30
 SEARCHED = (".py", ".md", ".ipynb")
@@ -43,28 +43,23 @@ def _python_files(root, under):
 def solution_lines(root, ids=None):
     """``{normalised line: exercise id}`` of the regions of ``ids`` (default: all) in the tree
     at ``root`` (the instructor's)."""
-    regions, _ = find_regions(root)
-    inside, texts = {}, {}
-    for r in regions:
-        if r.path not in texts:
-            with open(os.path.join(root, r.path), encoding="utf-8") as source:
-                texts[r.path] = source.read().splitlines()
-        for line in texts[r.path][r.begin : r.end - 1]:
-            inside.setdefault((r.path, normalise(line)), r.exercise_id)
+    found, _ = region_texts(root)
+    inside = {}
+    for r, lines in found:
+        for line in lines:
+            inside.setdefault(normalise(line), r.exercise_id)
     given = set()
     for under in GIVEN:
         for full in _python_files(root, under):
             path = os.path.relpath(full, root).replace(os.sep, "/")
-            if path not in texts:
-                with open(full, encoding="utf-8") as source:
-                    texts[path] = source.read().splitlines()
             marked = {
-                r.begin + i for r in regions if r.path == path for i in range(r.end - r.begin)
+                r.begin + i for r, _ in found if r.path == path for i in range(r.end - r.begin)
             }
-            given |= {normalise(t) for n, t in enumerate(texts[path], 1) if n not in marked}
+            with open(full, encoding="utf-8") as source:
+                given |= {normalise(t) for n, t in enumerate(source, 1) if n not in marked}
     return {
         line: exercise_id
-        for (_, line), exercise_id in inside.items()
+        for line, exercise_id in inside.items()
         if len(line) >= MIN_CHARS and line not in given and (ids is None or exercise_id in ids)
     }
 

@@ -241,6 +241,19 @@ def find_regions(root):
     return regions, problems
 
 
+def region_texts(root):
+    """``([(region, its lines between the markers)], problems)`` of the tree at ``root``; the
+    lines keep their line ends."""
+    regions, problems = find_regions(root)
+    texts, found = {}, []
+    for r in regions:
+        if r.path not in texts:
+            with open(os.path.join(root, r.path), encoding="utf-8") as source:
+                texts[r.path] = source.read().splitlines(keepends=True)
+        found.append((r, texts[r.path][r.begin : r.end - 1]))
+    return found, problems
+
+
 def validate(regions, exercises):
     """Problems between the regions found and the registered exercises (ids, paths, missing
     regions)."""

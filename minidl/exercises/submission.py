@@ -38,7 +38,7 @@ import time
 
 from . import catalogue, hidden_catalogue, repository_root
 from .grader import LABELS, RankResult, Result, format_result
-from .student import IGNORED, STUB_IMPORT, _import_index, find_regions, stub_prefix
+from .student import IGNORED, STUB_IMPORT, _import_index, find_regions, region_texts, stub_prefix
 
 STARTUP_S = 30.0  # allowance for the child to import minidl and the checks
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")  # Gradescope's
@@ -47,14 +47,11 @@ VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")  # Gra
 def region_bodies(root):
     """``({(path, id, k): (indent, lines)}, problems)``: the lines of the k-th region of
     exercise ``id`` in ``path`` (counted in file order) of the tree at ``root``."""
-    regions, problems = find_regions(root)
-    bodies, seen, texts = {}, {}, {}
-    for r in regions:
-        if r.path not in texts:
-            with open(os.path.join(root, r.path), encoding="utf-8") as source:
-                texts[r.path] = source.read().splitlines(keepends=True)
+    found, problems = region_texts(root)
+    bodies, seen = {}, {}
+    for r, lines in found:
         k = seen[(r.path, r.exercise_id)] = seen.get((r.path, r.exercise_id), -1) + 1
-        bodies[(r.path, r.exercise_id, k)] = (r.indent, texts[r.path][r.begin : r.end - 1])
+        bodies[(r.path, r.exercise_id, k)] = (r.indent, lines)
     return bodies, problems
 
 

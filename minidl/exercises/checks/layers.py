@@ -51,10 +51,19 @@ def compare_backward(what, forward, backward, tuned, arrays, names, rng):
     "product of dout with x or W (check the shapes), and sum dout over the batch for db",
 )
 def check_linear():
-    rng = np.random.default_rng(21)
-    arrays = [rng.standard_normal((5, 3)), rng.standard_normal((4, 3)), rng.standard_normal(4)]
+    compare_linear(np.random.default_rng(21), batch=5, inputs=3, outputs=4)
+
+
+def compare_linear(rng, batch, inputs, outputs):
+    """The linear backward with and without a bias, on seeded inputs of these sizes."""
+    arrays = [
+        rng.standard_normal((batch, inputs)),
+        rng.standard_normal((outputs, inputs)),
+        rng.standard_normal(outputs),
+    ]
+    shapes = f"x ({batch}, {inputs}), W ({outputs}, {inputs})"
     compare_backward(
-        "linear with x (5, 3), W (4, 3), b (4,)",
+        f"linear with {shapes}, b ({outputs},)",
         linear.linear_forward,
         linear.linear_backward,
         F.linear,
@@ -63,7 +72,7 @@ def check_linear():
         rng,
     )
     db = compare_backward(
-        "linear with x (5, 3), W (4, 3) and no bias",
+        f"linear with {shapes} and no bias",
         linear.linear_forward,
         linear.linear_backward,
         F.linear,

@@ -3,25 +3,15 @@
 import numpy as np
 
 from minidl import functional as F
-from minidl.reference.functional import linear, loss
+from minidl.reference.functional import loss
 
 from .. import hidden_check
-from ..checks.layers import compare_backward
+from ..checks.layers import compare_backward, compare_linear
 
 
 @hidden_check("2.1", "batch 17, 9 inputs, 6 outputs")
 def linear_wide():
-    rng = np.random.default_rng(2101)
-    arrays = [rng.standard_normal((17, 9)), rng.standard_normal((6, 9)), rng.standard_normal(6)]
-    compare_backward(
-        "linear with x (17, 9), W (6, 9), b (6,)",
-        linear.linear_forward,
-        linear.linear_backward,
-        F.linear,
-        arrays,
-        ["x", "W", "b"],
-        rng,
-    )
+    compare_linear(np.random.default_rng(2101), batch=17, inputs=9, outputs=6)
 
 
 @hidden_check("2.2", "batch 32, 10 classes, large logits")
