@@ -11,8 +11,10 @@ reports the line it waits on.
 It also records each message a rank sends (``sent``: destination and
 bytes) so a check can hold an algorithm to its pattern: the ring sends
 2(P-1) messages of about n/P elements to one neighbour (Patarasuk & Yuan
-2009); passing whole arrays around gives the same sums with P times the
-bytes.
+2009), recursive doubling log2 P whole arrays, recursive halving and
+doubling 2 log2 P messages adding up to 2(P-1)/P of the array (Thakur,
+Rabenseifner & Gropp 2005); passing whole arrays around gives the same
+sums with up to P times the bytes.
 """
 
 import numpy as np
@@ -68,5 +70,45 @@ def ring_pattern(sent, rank, size, length, itemsize):
         problems.append(
             f"rank {rank} sent to ranks {sorted(targets)}; in a ring each rank sends to "
             "one neighbour only"
+        )
+    return problems
+
+
+def _log2(size):
+    return size.bit_length() - 1
+
+
+def butterfly_pattern(sent, rank, size, length, itemsize):
+    """Problems of one rank's messages against recursive doubling on a power-of-two P:
+    log2 P exchanges of the whole array, each with a different partner."""
+    steps, whole = _log2(size), length * itemsize
+    problems = []
+    if len(sent) != steps or any(b != whole for _, b in sent):
+        problems.append(
+            f"rank {rank} sent {len(sent)} messages of {sorted({b for _, b in sent})} bytes; "
+            f"recursive doubling on {size} ranks sends log2 P = {steps} whole arrays "
+            f"({whole} bytes each)"
+        )
+    if len({d for d, _ in sent}) != len(sent):
+        problems.append(f"rank {rank} sent twice to one partner; each step pairs rank XOR d")
+    return problems
+
+
+def rabenseifner_pattern(sent, rank, size, length, itemsize):
+    """Problems of one rank's messages against recursive halving then doubling on a
+    power-of-two P: 2 log2 P messages and 2(P-1)/P of the array in all (halves rounded)."""
+    steps = _log2(size)
+    bound = (2 * (size - 1) * length // size + 2 * steps) * itemsize
+    total = sum(b for _, b in sent)
+    problems = []
+    if len(sent) != 2 * steps:
+        problems.append(
+            f"rank {rank} sent {len(sent)} messages; halving then doubling on {size} ranks "
+            f"sends 2 log2 P = {2 * steps}"
+        )
+    if total > bound:
+        problems.append(
+            f"rank {rank} sent {total} bytes; halving then doubling sends about "
+            f"2(P-1)/P of the array (at most {bound} bytes here), not whole arrays"
         )
     return problems

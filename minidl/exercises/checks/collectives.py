@@ -17,7 +17,12 @@ import hashlib
 import numpy as np
 
 from minidl.exercises import ExerciseFailure, exercise, expect_close, expect_true
-from minidl.exercises.strict_comm import StrictComm, ring_pattern
+from minidl.exercises.strict_comm import (
+    StrictComm,
+    butterfly_pattern,
+    rabenseifner_pattern,
+    ring_pattern,
+)
 from minidl.reference.dist import allreduce
 
 PATH = "minidl/reference/dist/allreduce.py"
@@ -158,6 +163,7 @@ register(
     ranks=4,
     hint="at distances 1, 2, 4, ... below p2 exchange the whole array with rank XOR "
     "distance and add what arrives",
+    pattern=butterfly_pattern,
 )
 register(
     "6.3",
@@ -175,4 +181,5 @@ register(
     hint="halve the segment you share with rank XOR d (d = p2/2 ... 1), keep your "
     "half and add the partner's copy of it; then replay the exchanges "
     "backwards as copies",
+    pattern=rabenseifner_pattern,
 )
