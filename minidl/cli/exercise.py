@@ -179,26 +179,36 @@ def _check(args):
     if args.all == bool(args.ids):
         print("name exercise ids (minidl exercise check 3.1 3.2) or --all", file=sys.stderr)
         return 2
+    if not args.json:
+        return _run_checks(args, lambda r: print(grader.format_result(r), flush=True))[0]
+    # stdout holds the JSON document alone: what the code prints, on import too, goes to stderr
+    with contextlib.redirect_stdout(sys.stderr):
+        status, results = _run_checks(args, None)
+    if results is not None:
+        print(json.dumps(grader.report_json(results), indent=2))
+    return status
+
+
+def _run_checks(args, on_result):
+    """``(exit status, results)`` of the chosen checks (results None for an unknown id);
+    with ``on_result`` (not --json) a header, each verdict as it comes, and a summary."""
+    from ..exercises import grader
+
     exercises = _catalogue()
     try:
         exercises = exercises if args.all else [get(i) for i in args.ids]
     except KeyError as exc:
         print(exc.args[0], file=sys.stderr)
-        return 2
+        return 2, None
     if args.timeout is not None:
         exercises = [dataclasses.replace(e, timeout=args.timeout) for e in exercises]
-    if args.json:  # stdout holds the document alone: anything else printed goes to stderr
-        with contextlib.redirect_stdout(sys.stderr):
-            results = grader.grade(exercises)
-        print(json.dumps(grader.report_json(results), indent=2))
-    else:
+    if on_result is not None:
         count = f"{len(exercises)} exercise(s)"
         print(f"checking {count} of the minidl in {repository_root()}", flush=True)
-        results = grader.grade(
-            exercises, on_result=lambda r: print(grader.format_result(r), flush=True)
-        )
+    results = grader.grade(exercises, on_result=on_result)
+    if on_result is not None:
         print(grader.format_summary(results))
-    return 0 if all(r.ok for r in results) else 1
+    return (0 if all(r.ok for r in results) else 1), results
 
 
 def _ids(items):

@@ -20,6 +20,7 @@ sums with up to P times the bytes.
 import numpy as np
 
 from ..backend import to_numpy
+from ..intmath import ceil_div, ceil_log2
 
 
 class StrictComm:
@@ -52,7 +53,7 @@ class StrictComm:
 def ring_pattern(sent, rank, size, length, itemsize):
     """Problems (a list of text, empty when none) of one rank's messages against the ring's
     pattern: 2(P-1) messages, each at most ceil(n/P) elements, all to one neighbour."""
-    problems, block = [], -(-length // size) * itemsize
+    problems, block = [], ceil_div(length, size) * itemsize
     if len(sent) != 2 * (size - 1):
         problems.append(
             f"rank {rank} sent {len(sent)} messages; the ring sends 2(P-1) = {2 * (size - 1)} "
@@ -74,14 +75,10 @@ def ring_pattern(sent, rank, size, length, itemsize):
     return problems
 
 
-def _log2(size):
-    return size.bit_length() - 1
-
-
 def butterfly_pattern(sent, rank, size, length, itemsize):
     """Problems of one rank's messages against recursive doubling on a power-of-two P:
     log2 P exchanges of the whole array, each with a different partner."""
-    steps, whole = _log2(size), length * itemsize
+    steps, whole = ceil_log2(size), length * itemsize
     problems = []
     if len(sent) != steps or any(b != whole for _, b in sent):
         problems.append(
@@ -97,7 +94,7 @@ def butterfly_pattern(sent, rank, size, length, itemsize):
 def rabenseifner_pattern(sent, rank, size, length, itemsize):
     """Problems of one rank's messages against recursive halving then doubling on a
     power-of-two P: 2 log2 P messages and 2(P-1)/P of the array in all (halves rounded)."""
-    steps = _log2(size)
+    steps = ceil_log2(size)
     bound = (2 * (size - 1) * length // size + 2 * steps) * itemsize
     total = sum(b for _, b in sent)
     problems = []

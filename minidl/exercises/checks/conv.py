@@ -10,6 +10,7 @@ that shape back onto the input pixels, one element at a time.
 import numpy as np
 
 from ...conv.geometry import make_geometry
+from ...intmath import ceil_div
 from ...reference.conv import direct, fft, im2col, winograd
 from .. import call_unchanged, exercise, expect_close, expect_equal
 
@@ -157,7 +158,7 @@ def check_fft():
 def _tiles_of(x, padding):
     """The 4x4 input tiles (N, C, TH, TW, 4, 4), stepping by 2, of x padded for whole tiles."""
     (ph, pw), (h, w) = padding, x.shape[2:]
-    th, tw = -(-(h + 2 * ph - 2) // 2), -(-(w + 2 * pw - 2) // 2)
+    th, tw = ceil_div(h + 2 * ph - 2, 2), ceil_div(w + 2 * pw - 2, 2)
     xpad = np.pad(x, ((0, 0), (0, 0), (ph, 2 * th + 2 - h - ph), (pw, 2 * tw + 2 - w - pw)))
     d = np.empty(x.shape[:2] + (th, tw, 4, 4))
     for i, j in np.ndindex(th, tw):
