@@ -43,7 +43,7 @@ def add_exercise_arguments(parser):
     check = actions.add_parser("check", help="run exercise checks: expected vs got, and a hint")
     add = option_adder(check, EXERCISE_HELP)
     add("ids", nargs="*", metavar="ID", help="exercise ids, e.g. 3.1")
-    add("--all", action="store_true", help="every exercise")
+    add("--all", action="store_true", help="every exercise (in a student tree: handed out)")
     add("--json", action="store_true", help="one JSON document on stdout")
     add("--timeout", type=number(positive=True), metavar="SECONDS")
     student = actions.add_parser("student", help="write a student tree: exercise regions stubbed")
@@ -193,8 +193,11 @@ def _run_checks(args, on_result):
     """``(exit status, results)`` of the chosen checks (results None for an unknown id);
     with ``on_result`` (not --json) a header, each verdict as it comes, and a summary."""
     from ..exercises import grader
+    from ..exercises.student import released
 
-    exercises = _catalogue()
+    exercises, handed_out = _catalogue(), released(repository_root())
+    if args.all and handed_out is not None:  # a student tree: the exercises handed out
+        exercises = [e for e in exercises if e.id in handed_out]
     try:
         exercises = exercises if args.all else [get(i) for i in args.ids]
     except KeyError as exc:

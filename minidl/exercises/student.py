@@ -338,7 +338,7 @@ Replace the `raise` line with your code (keep the two marker lines), then run
 the exercise's check from this folder:
 
     python -m minidl exercise check x.y      # one exercise
-    python -m minidl exercise check --all    # every exercise
+    python -m minidl exercise check --all    # every exercise handed out
     python -m minidl exercise status         # passes, fails, not started; points
 
 Run the commands in this folder (or below it): they check the code of this
@@ -460,6 +460,16 @@ def _write_course_files(tree, exercises, released):
         out.write("\n")
 
 
+def released(tree):
+    """The ids handed out in the student tree ``tree``, or None when it has no manifest (the
+    instructor's tree: everything)."""
+    path = os.path.join(os.fspath(tree), MANIFEST)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as source:
+        return json.load(source)["released"]
+
+
 def release(tree, ids, exercises=None):
     """Release exercises ``ids`` in the student tree ``tree``: each of their regions that still
     holds the not-released stub gets the exercise's stub; nothing else of the tree changes
@@ -467,8 +477,8 @@ def release(tree, ids, exercises=None):
     from . import catalogue
 
     exercises = catalogue() if exercises is None else list(exercises)
-    manifest = os.path.join(os.fspath(tree), MANIFEST)
-    if not os.path.exists(manifest):
+    handed_out = released(tree)
+    if handed_out is None:
         raise FileNotFoundError(
             f"{tree} is not a student tree ({MANIFEST} is missing): write one with "
             "'minidl exercise student DIR --only IDS'"
@@ -476,9 +486,7 @@ def release(tree, ids, exercises=None):
     problems = _unknown(ids, exercises, "release")
     if problems:
         raise MarkerError(problems)
-    with open(manifest, encoding="utf-8") as source:
-        released = set(json.load(source)["released"])
-    new = [i for i in dict.fromkeys(str(i) for i in ids) if i not in released]
+    new = [i for i in dict.fromkeys(str(i) for i in ids) if i not in handed_out]
     titles = {e.id: e.title for e in exercises}
     regions, _ = find_regions(os.fspath(tree))
     for path in sorted({r.path for r in regions if r.exercise_id in new}):
@@ -495,5 +503,5 @@ def release(tree, ids, exercises=None):
                     lines[i] = f"{r.indent}{stub_prefix(r.exercise_id)}, {title})\n"
         with open(full, "w", encoding="utf-8") as out:
             out.write("".join(lines))
-    _write_course_files(os.fspath(tree), exercises, released | set(new))
+    _write_course_files(os.fspath(tree), exercises, set(handed_out) | set(new))
     return new

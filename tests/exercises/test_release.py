@@ -106,3 +106,8 @@ def test_a_written_region_passes_in_status_and_a_wrong_one_fails(tmp_path):
     assert status.returncode == 1
     (row,) = [line for line in status.stdout.splitlines() if line.startswith("2.2 ")]
     assert row.endswith("fails         0/1")
+
+
+def test_check_all_in_a_student_tree_checks_the_exercises_handed_out(week_1):
+    done = run_in(week_1, "exercise", "check", "--all", "--json", pythonpath=week_1)
+    assert [r["id"] for r in json.loads(done.stdout)["results"]] == WEEK_1
