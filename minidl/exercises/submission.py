@@ -83,7 +83,6 @@ def graft(student_root, out_dir, exercises, instructor_root=None):
     )
     theirs, _ = region_bodies(student_root)
     titles = {e.id: e.title for e in exercises}
-    graded = set(titles)
     regions, _ = find_regions(instructor_root)
     notes, by_file, seen = {}, {}, {}
     for r in regions:
@@ -94,8 +93,6 @@ def graft(student_root, out_dir, exercises, instructor_root=None):
             text = source.read()
         lines = text.splitlines(keepends=True)
         for r, k in sorted(file_regions, key=lambda item: item[0].begin, reverse=True):
-            if r.exercise_id not in graded:
-                continue  # keeps the instructor's solution: a region this grading does not cover
             stub = f"{r.indent}{stub_prefix(r.exercise_id)}, {json.dumps(titles[r.exercise_id])})\n"
             found = theirs.get((r.path, r.exercise_id, k))
             if found is None:

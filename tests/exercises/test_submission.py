@@ -21,6 +21,7 @@ LOSS = "minidl/reference/functional/loss.py"
 AUTOGRAD = "minidl/reference/autograd.py"
 ADAM = "minidl/reference/optim/adam.py"
 SSP = "minidl/reference/dist/ssp.py"
+LINEAR = "minidl/reference/functional/linear.py"
 GRADESCOPE_TEST_KEYS = {"name", "number", "score", "max_score", "status", "output", "visibility"}
 
 
@@ -214,3 +215,27 @@ def test_a_folder_without_submissions_or_a_bad_course_file_is_refused(tmp_path, 
     argv = ["exercise", "grade", str(tmp_path / "s"), "--out", str(tmp_path / "o"), "--course"]
     assert main(argv + [str(course)]) == 2
     assert "no exercise '99.9'" in capsys.readouterr().err
+
+
+def test_only_the_regions_are_taken_and_a_missing_region_counts_as_not_written(tmp_path):
+    from minidl.exercises import catalogue
+    from minidl.exercises.submission import graft
+
+    student = tmp_path / "student"
+    write_student_tree(student, only=["2.1", "2.2"])
+    set_region(str(student), LINEAR, "2.1", "return 'mine'")
+    loss = student / LOSS
+    loss.write_text(re.sub(r"# (BEGIN|END) EXERCISE 2\.2\n", "", loss.read_text()))
+    (student / "minidl" / "functional" / "linear.py").write_text("raise SystemExit('hostile')\n")
+    notes = graft(str(student), str(tmp_path / "clean"), catalogue())
+    assert notes["2.2"] == [
+        f"{LOSS}: region 1 of exercise 2.2 is not in the submission (markers removed or "
+        "file missing): graded as not written"
+    ]
+    clean = tmp_path / "clean"
+    assert "    return 'mine'\n" in (clean / LINEAR).read_text()
+    assert (
+        'raise Unimplemented("2.2", "Softmax cross-entropy backward")' in (clean / LOSS).read_text()
+    )
+    tuned = "minidl/functional/linear.py"
+    assert (clean / tuned).read_text() == open(os.path.join(ROOT, tuned)).read()
