@@ -15,7 +15,7 @@ import subprocess
 import sys
 import traceback
 
-from ..exercises import catalogue, get, repository_root
+from ..exercises import catalogue, get, hidden_catalogue, repository_root
 from .common import number, option_adder
 
 EXERCISE_HELP = {  # the help texts too long to share a line with their option
@@ -23,6 +23,8 @@ EXERCISE_HELP = {  # the help texts too long to share a line with their option
     "--update": "with --markdown: rewrite the generated exercise list inside FILE",
     "--timeout": "seconds each check may take before it is reported as a hang (default: the "
     "exercise's own, 60 s for most)",
+    "--hidden": "also run the exercises' hidden checks (the instructor's tree has them, a "
+    "student tree does not)",
     "--only": "release only these exercises (space or comma separated); the regions of the "
     "others hold a not-released stub, not their solutions",
     "--trace": "keep the solutions and record which regions each check runs (for testing the "
@@ -45,6 +47,7 @@ def add_exercise_arguments(parser):
     add("ids", nargs="*", metavar="ID", help="exercise ids, e.g. 3.1")
     add("--all", action="store_true", help="every exercise (in a student tree: handed out)")
     add("--json", action="store_true", help="one JSON document on stdout")
+    add("--hidden", action="store_true")
     add("--timeout", type=number(positive=True), metavar="SECONDS")
     student = actions.add_parser("student", help="write a student tree: exercise regions stubbed")
     add = option_adder(student, EXERCISE_HELP)
@@ -154,12 +157,19 @@ def _list(args):
 
 def _status(args):
     from ..exercises import grader, listing
+    from ..exercises.student import released
     from ..exercises.submission import read_course
 
     exercises = _catalogue()
     states = listing.region_states(repository_root(), exercises)
     assignments, _ = read_course(args.course, exercises)
-    points = {i: p for items in assignments.values() for i, p in items.items()}
+    handed_out = released(repository_root())
+    points = {
+        i: p
+        for items in assignments.values()
+        for i, p in items.items()
+        if handed_out is None or i in handed_out
+    }
     print(f"checking the written exercises of the minidl in {repository_root()}", flush=True)
     written = [e for e in exercises if states[e.id] == "written"]
     results = {r.id: r for r in grader.grade(written)}
@@ -203,6 +213,9 @@ def _run_checks(args, on_result):
     except KeyError as exc:
         print(exc.args[0], file=sys.stderr)
         return 2, None
+    if args.hidden:
+        chosen = {e.id for e in exercises}
+        exercises += [h for h in hidden_catalogue() if h.id in chosen]
     if args.timeout is not None:
         exercises = [dataclasses.replace(e, timeout=args.timeout) for e in exercises]
     if on_result is not None:

@@ -226,7 +226,7 @@ def hidden_check(exercise_id, test, ranks=None, timeout=60.0):
     """Register the decorated function as hidden check ``test`` of exercise ``exercise_id``.
 
     Its title, path and hint are the visible exercise's; it runs only under
-    ``minidl exercise grade`` (or ``check --hidden`` in the instructor's tree).
+    ``minidl exercise grade`` and ``minidl exercise check --hidden`` (instructor's tree).
     """
 
     def register(check):

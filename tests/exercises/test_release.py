@@ -71,7 +71,7 @@ def test_release_into_a_tree_with_student_work_keeps_that_work(week_1, tmp_path)
     assert rows["1.1"].endswith("passes        1/1")
     assert rows["1.2"].endswith("not started   0/1")
     assert rows["2.1"].endswith("not started   0/1")
-    assert rows["2.3"].endswith("not released  0/1")
+    assert rows["2.3"].endswith("not released  0/0")
     assert {exercise_id for _, _, exercise_id in leaks(tree)} == {"1.1"}  # the student's own
 
 
@@ -111,3 +111,14 @@ def test_a_written_region_passes_in_status_and_a_wrong_one_fails(tmp_path):
 def test_check_all_in_a_student_tree_checks_the_exercises_handed_out(week_1):
     done = run_in(week_1, "exercise", "check", "--all", "--json", pythonpath=week_1)
     assert [r["id"] for r in json.loads(done.stdout)["results"]] == WEEK_1
+
+
+def test_check_hidden_runs_the_hidden_checks_in_the_instructors_tree_only(week_1):
+    done = run_in(ROOT, "exercise", "check", "2.2", "--hidden", "--json")
+    results = json.loads(done.stdout)["results"]
+    assert [(r["id"], bool(r["test"]), r["status"]) for r in results] == [
+        ("2.2", False, "passed"),
+        ("2.2", True, "passed"),
+    ]
+    mine = run_in(week_1, "exercise", "check", "1.1", "--hidden", "--json", pythonpath=week_1)
+    assert len(json.loads(mine.stdout)["results"]) == 1
