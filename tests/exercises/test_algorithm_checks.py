@@ -184,3 +184,16 @@ def test_whole_arrays_passed_around_are_held_to_the_algorithms_pattern(ring_tree
     assert "not whole arrays" in ring["message"]
     assert halving["status"] == "failed"
     assert "halving then doubling on 4 ranks sends 2 log2 P = 4" in halving["message"]
+
+
+def test_a_compressor_that_overwrites_its_input_is_named(monkeypatch):
+    original = compression.qsgd_encode
+
+    def overwrites(v, levels, rng):
+        encoded = original(v, levels, rng)
+        v /= 2
+        return encoded
+
+    monkeypatch.setattr(compression, "qsgd_encode", overwrites)
+    result = verdict("9.2")
+    assert result.status == "failed" and "QSGD s=1: the code changed its input v" in result.message
