@@ -29,13 +29,12 @@ import dataclasses
 import faulthandler
 import importlib
 import json
-import os
 import sys
 import threading
 import time
 
 from . import get
-from .grader import READY, REPORT, invoke, outcome, stuck_line
+from .grader import EXIT, READY, REPORT, invoke, outcome, stuck_line
 
 POLL_S = 0.002  # how often a rank that has finished a check looks whether the others have
 PEER_GRACE_S = 10.0  # how long a rank whose check raised waits for the others before aborting
@@ -85,7 +84,7 @@ def _watchdog(exercise, rank, start, state):
             time.perf_counter() - start,
         )
         sys.stderr.flush()
-        os._exit(124)
+        EXIT(124)
 
     timer = threading.Timer(exercise.timeout, fire)
     timer.daemon = True
@@ -120,7 +119,7 @@ def _abort_never_returns(comm, running):
             sys.stdout.flush()
             sys.stderr.flush()
             base.Abort(self, errorcode)
-            os._exit(errorcode or 1)
+            EXIT(errorcode or 1)
 
     comm.mpi = AbortingComm(comm.mpi)
     install_abort_hooks(comm.mpi)

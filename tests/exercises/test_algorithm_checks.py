@@ -197,3 +197,28 @@ def test_a_compressor_that_overwrites_its_input_is_named(monkeypatch):
     monkeypatch.setattr(compression, "qsgd_encode", overwrites)
     result = verdict("9.2")
     assert result.status == "failed" and "QSGD s=1: the code changed its input v" in result.message
+
+
+def test_os_exit_is_refused_to_the_checked_code_and_left_to_the_graders_threads(monkeypatch):
+    import threading
+
+    from minidl.exercises import Exercise
+
+    exits = []
+    monkeypatch.setattr(os, "_exit", os._exit)  # restored after the test, whatever happens
+    monkeypatch.setattr(grader, "EXIT", exits.append)
+
+    def exits_from_another_thread():
+        watchdog = threading.Thread(target=os._exit, args=(3,))
+        watchdog.start()
+        watchdog.join()
+
+    def exits_itself():
+        os._exit(0)
+
+    other = Exercise("90.9", "t", "tests/exercises/fake_student.py", "-", exits_from_another_thread)
+    assert grader.run_in_process(other).status == "passed" and exits == [3]
+    itself = Exercise("90.9", "t", "tests/exercises/fake_student.py", "-", exits_itself)
+    result = grader.run_in_process(itself)
+    assert result.status == "error" and "called os._exit(0)" in result.message
+    assert os._exit is grader.EXIT  # put back after each check
