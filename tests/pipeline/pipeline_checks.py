@@ -100,6 +100,57 @@ def cases(size):
 def check_mlp(comm):
     for options in cases(comm.size):
         assert_same_as_serial(comm, mlp, (6,), **options)
+    # more micro-batches than rows: one micro-batch per row, still the serial step
+    assert_same_as_serial(comm, mlp, (6,), schedule="1f1b", micro_batches=BATCH + 2)
+
+
+class CountingComm:
+    """A communicator that counts the gradient allreduces it starts (blocking or not)."""
+
+    def __init__(self, comm):
+        self.comm, self.allreduces = comm, 0
+
+    def __getattr__(self, name):
+        return getattr(self.comm, name)
+
+    def allreduce(self, *args, **kwargs):
+        self.allreduces += 1
+        return self.comm.allreduce(*args, **kwargs)
+
+    def iallreduce(self, *args, **kwargs):
+        self.allreduces += 1
+        return self.comm.iallreduce(*args, **kwargs)
+
+
+def check_dp_pp(comm):
+    """dp=2 x pp=P/2: each replica pipelines its half of the batch; the ranks of a stage
+    average their gradients in exactly one allreduce per step; the weights equal one process
+    with the whole batch, a short last batch (uneven halves) included."""
+    grid = dist.Grid(comm, dp=2, pp=comm.size // 2)
+    rng = np.random.default_rng(7)
+    rows = [2 * BATCH] * (STEPS - 1) + [7]  # the last: 4 rows on replica 0, 3 on replica 1
+    data = [(rng.standard_normal((n, 6)), rng.integers(0, 5, n)) for n in rows]
+    expected, expected_losses = serial(mlp, data, momentum)
+    for schedule, m in (("gpipe", 3), ("1f1b", 4)):
+        counting = CountingComm(grid.group("dp"))
+        trainer = PipelineTrainer(
+            mlp(), grid.group("pp"), optimizer=momentum, schedule=schedule, micro_batches=m,
+            data_parallel=counting,
+        )  # fmt: skip
+        losses = []
+        for step, (x, y) in enumerate(data):
+            half = np.array_split(np.arange(len(y)), 2)[grid.coords["dp"]]
+            before = counting.allreduces
+            losses.append(trainer.step(x[half], y[half], global_rows=len(y)) * len(half))
+            assert counting.allreduces - before == 1, (schedule, step, counting.allreduces)
+        totals = np.array(losses)
+        grid.group("dp").allreduce(totals, op="sum")
+        np.testing.assert_allclose(totals / rows, expected_losses, rtol=1e-10)
+        state = trainer.full_state_dict()
+        assert list(state) == list(expected)
+        for name, value in expected.items():
+            error = relative_error(state[name], value)
+            assert error < 1e-10, (schedule, m, name, error)
 
 
 def check_stage_choices(comm):
@@ -194,13 +245,6 @@ def check_refusals(comm):
         assert "clip_grad_norm would clip each rank's share" in str(exc), str(exc)
     else:
         raise AssertionError("no error for a clipping optimizer")
-    trainer = PipelineTrainer(mlp(), comm, optimizer=sgd, micro_batches=4)
-    try:
-        trainer.step(np.zeros((3, 6)), np.zeros(3, dtype=int))
-    except ValueError as exc:
-        assert "cannot make 4 micro-batches" in str(exc), str(exc)
-    else:
-        raise AssertionError("no error for a batch smaller than the micro-batch count")
 
 
 def main(argv):

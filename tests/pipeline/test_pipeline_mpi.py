@@ -49,5 +49,10 @@ def test_batchnorm_is_per_micro_batch_as_in_one_process_applying_it_per_micro_ba
 
 
 @pytest.mark.timeout(240)
+def test_dp_x_pp_allreduces_once_per_step_and_gives_the_serial_weights():
+    run_checks(4, "dp_pp")
+
+
+@pytest.mark.timeout(240)
 def test_bad_arguments_are_refused_alike_on_every_rank():
     run_checks(2, "refusals")

@@ -58,11 +58,14 @@ class PipelineExecutor:
 
     ``chunks[c]`` is the module of stage ``c * P + rank``; ``optimizer`` (None when
     the rank holds no parameters) is stepped by the ``step`` instruction;
-    ``loss_fn(output, target)`` must return the mean over its micro-batch.
+    ``loss_fn(output, target)`` must return the mean over its micro-batch;
+    ``metric(output, target)`` (optional), a number the last stage sums over the
+    micro-batches into ``metric_sum``.
     """
 
-    def __init__(self, comm, chunks, optimizer, loss_fn):
+    def __init__(self, comm, chunks, optimizer, loss_fn, metric=None):
         self.comm, self.chunks, self.optimizer, self.loss_fn = comm, chunks, optimizer, loss_fn
+        self.metric = metric
         self.ranks, self.rank = comm.size, comm.rank
         self.last_stage = self.ranks * len(chunks) - 1
 
@@ -74,10 +77,15 @@ class PipelineExecutor:
         """
         self._inputs, self._outputs, self._received, self._sent = {}, {}, {}, []
         self._batch = (inputs, targets, shares)
-        self.loss = 0.0
+        self.loss = self.metric_sum = 0.0
         for instruction in program:
             getattr(self, "_" + instruction.op)(instruction.micro_batch, instruction.chunk)
         return self.loss
+
+    def step_only(self):
+        """The update of a batch this replica has no rows of (it still joins the average)."""
+        self._sent = []
+        self._step(0, 0)
 
     def _stage(self, chunk):
         return stage_of(self.rank, chunk, self.ranks)
@@ -131,6 +139,8 @@ class PipelineExecutor:
             x = Tensor(self._received.pop((m, c)), requires_grad=True)
         out = self.chunks[c](x)
         if stage == self.last_stage:
+            if self.metric is not None:
+                self.metric_sum += float(self.metric(out.data, targets[m]))
             out = self.loss_fn(out, targets[m]) * shares[m]
             self.loss += float(out.item())
         self._inputs[m, c], self._outputs[m, c] = x, out

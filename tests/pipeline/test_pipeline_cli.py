@@ -1,0 +1,96 @@
+"""``minidl train --grid [dp=D,]pp=P --micro-batches M --schedule S``: the serial run's
+checkpoint, and bad pipelines refused before any work."""
+
+import os
+import pathlib
+
+import numpy as np
+import pytest
+
+from minidl.cli import main
+from minidl.data import DatasetNotFoundError, FashionMNIST
+from minidl.dist.launch import mpi_unavailable_reason, run_mpi
+from minidl.train.checkpoint import load_checkpoint
+
+try:
+    FashionMNIST(train=False)
+except DatasetNotFoundError:
+    pytest.skip("Fashion-MNIST not found (make data)", allow_module_level=True)
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+# 144 = 4 steps of 32 and a short one of 16 (uneven halves under dp=2 would be 8 and 8)
+COMMON = ["--model", "lenet5", "--subset", "144", "--epochs", "1", "--no-progress"]
+COMMON += ["--dtype", "float64", "--lr", "0.05"]
+
+
+def weights(run_dir):
+    return load_checkpoint(os.path.join(run_dir, "checkpoint.npz")).model_state
+
+
+@pytest.fixture(scope="module")
+def serial_run(tmp_path_factory):
+    """One process, batches of 32: the oracle of every layout below."""
+    out = str(tmp_path_factory.mktemp("serial") / "run")
+    assert main(["train", *COMMON, "--batch-size", "32", "--out", out]) == 0
+    return weights(out)
+
+
+LAYOUTS = {
+    "pp4-1f1b": (4, ["--grid", "pp=4", "--micro-batches", "4", "--schedule", "1f1b"], 32),
+    "dp2-pp2-interleaved": (
+        4,
+        ["--grid", "dp=2,pp=2", "--micro-batches", "4", "--schedule", "interleaved"],
+        16,
+    ),
+    "pp2-gpipe": (2, ["--grid", "pp=2", "--micro-batches", "3", "--schedule", "gpipe"], 32),
+}
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_a_pipelined_run_writes_the_serial_runs_checkpoint(layout, serial_run, tmp_path):
+    reason = mpi_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    nprocs, flags, batch = LAYOUTS[layout]
+    out = str(tmp_path / "run")
+    path = os.environ.get("PYTHONPATH")
+    env = {"PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT)}
+    args = ["-m", "minidl", "train", *COMMON, *flags, "--batch-size", str(batch), "--out", out]
+    result = run_mpi(nprocs, args, timeout=200, env=env | {"OPENBLAS_NUM_THREADS": "1"})
+    assert not result.timed_out and result.returncode == 0, result.output
+    assert result.output.count("epoch 1/1") == 1, result.output
+    state = weights(out)
+    assert list(state) == list(serial_run)
+    for name, expected in serial_run.items():
+        error = np.linalg.norm(state[name] - expected) / np.linalg.norm(expected)
+        assert error < 1e-10, (name, error)
+
+
+REFUSED = [
+    (["--grid", "pp=13"], "use pp=12 or fewer"),
+    (["--grid", "pp=4", "--schedule", "interleaved", "--chunks", "4"], "--chunks 3 or fewer"),
+    (["--grid", "pp=4", "--schedule", "interleaved", "--micro-batches", "6"], "not a multiple"),
+    (["--grid", "pp=2", "--micro-batches", "8", "--batch-size", "4"], "cannot make 8 micro"),
+    (["--micro-batches", "4"], "add pp=P to --grid"),
+]
+
+
+@pytest.mark.parametrize("flags, hint", REFUSED)
+def test_a_pipeline_that_cannot_run_is_refused_before_any_work(flags, hint, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", *COMMON, *flags, "--out", str(out)]) == 1
+    assert hint in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "flags, hint",
+    [(["--micro-batches", "0"], "not a positive integer"), (["--schedule", "zigzag"], "1f1b")],
+)
+def test_bad_pipeline_flags_are_usage_errors(flags, hint, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", *COMMON, "--grid", "pp=2", *flags])
+    assert exit_.value.code == 2
+    assert hint in capsys.readouterr().err
