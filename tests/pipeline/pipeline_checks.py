@@ -15,6 +15,8 @@ from minidl import dist, optim
 from minidl import functional as F
 from minidl import layers as L
 from minidl.dist.pipeline import PipelineTrainer
+from minidl.dist.pipeline.stages import build_stage, partition
+from minidl.reference.dist.pipeline import pipedream_window
 
 STEPS, BATCH, LR = 20, 10, 0.1
 
@@ -245,6 +247,36 @@ def check_refusals(comm):
         assert "clip_grad_norm would clip each rank's share" in str(exc), str(exc)
     else:
         raise AssertionError("no error for a clipping optimizer")
+
+
+def check_pipedream(comm):
+    """PipeDream on P ranks applies the updates of the one-process reference, which stashes
+    weight copies and recomputes each forward at its backward (another way to the same
+    numbers), with staleness min(m, P-s-1) on stage s; for P > 1 that is not the serial step
+    (on one rank it is M plain SGD steps per batch, not the serial one either)."""
+    p, m = comm.size, 4
+    data = batches((6,))
+    model = mlp()
+    cut = partition(model, p)
+    stages = [build_stage(model, cut, s) for s in range(p)]
+    optimizers = [sgd(stage.parameters()) for stage in stages]
+    for x, y in data:
+        pipedream_window(
+            stages, optimizers, np.array_split(x, m), np.array_split(y, m), F.cross_entropy
+        )
+    expected = model.state_dict()
+    trainer = PipelineTrainer(mlp(), comm, optimizer=sgd, schedule="pipedream", micro_batches=m)
+    for x, y in data:
+        trainer.step(x, y)
+    state = trainer.full_state_dict()
+    for name, value in expected.items():
+        error = relative_error(state[name], value)
+        assert error < 1e-10, (name, error)
+    stale = {k: STEPS * sum(min(i, p - comm.rank - 1) == k for i in range(m)) for k in range(p)}
+    assert trainer.staleness.counts == {k: v for k, v in stale.items() if v}, trainer.staleness
+    synchronous, _ = serial(mlp, data)
+    differs = max(relative_error(state[n], synchronous[n]) for n in synchronous)
+    assert differs > 1e-6 or p == 1, differs  # asynchronous: not the serial step
 
 
 def main(argv):

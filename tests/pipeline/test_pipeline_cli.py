@@ -1,6 +1,7 @@
 """``minidl train --grid [dp=D,]pp=P --micro-batches M --schedule S``: the serial run's
 checkpoint, and bad pipelines refused before any work."""
 
+import json
 import os
 import pathlib
 
@@ -46,26 +47,48 @@ LAYOUTS = {
 }
 
 
+def train_mpi(nprocs, *args):
+    """``mpiexec -n nprocs minidl train COMMON args``; asserts it finished, returns its output."""
+    reason = mpi_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    path = os.environ.get("PYTHONPATH")
+    env = {"PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT)}
+    args = ["-m", "minidl", "train", *COMMON, *args]
+    result = run_mpi(nprocs, args, timeout=200, env=env | {"OPENBLAS_NUM_THREADS": "1"})
+    assert not result.timed_out and result.returncode == 0, result.output
+    assert result.output.count("epoch 1/1") == 1, result.output
+    return result.output
+
+
 @pytest.mark.mpi
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_a_pipelined_run_writes_the_serial_runs_checkpoint(layout, serial_run, tmp_path):
-    reason = mpi_unavailable_reason()
-    if reason:
-        pytest.skip(reason)
     nprocs, flags, batch = LAYOUTS[layout]
     out = str(tmp_path / "run")
-    path = os.environ.get("PYTHONPATH")
-    env = {"PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT)}
-    args = ["-m", "minidl", "train", *COMMON, *flags, "--batch-size", str(batch), "--out", out]
-    result = run_mpi(nprocs, args, timeout=200, env=env | {"OPENBLAS_NUM_THREADS": "1"})
-    assert not result.timed_out and result.returncode == 0, result.output
-    assert result.output.count("epoch 1/1") == 1, result.output
+    train_mpi(nprocs, *flags, "--batch-size", str(batch), "--out", out)
     state = weights(out)
     assert list(state) == list(serial_run)
     for name, expected in serial_run.items():
         error = np.linalg.norm(state[name] - expected) / np.linalg.norm(expected)
         assert error < 1e-10, (name, error)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(240)
+def test_pipedream_reports_its_staleness_as_the_parameter_server_modes_do(tmp_path):
+    """pp=2, M=4, 5 batches: stage 0 applies micro-batch i's gradient min(i, 1) updates
+    late, stage 1 at once: per batch staleness 0 five times and 1 three times."""
+    out = tmp_path / "run"
+    flags = ["--grid", "pp=2", "--micro-batches", "4", "--schedule", "pipedream"]
+    output = train_mpi(2, *flags, "--batch-size", "32", "--out", str(out))
+    records = [json.loads(line) for line in open(out / "metrics.jsonl")]
+    dist = [r for r in records if r["kind"] == "dist"]
+    assert len(dist) == 1 and dist[0]["updates"] == 40
+    assert dist[0]["staleness"]["histogram"] == {"0": 25, "1": 15}
+    assert dist[0]["stage_staleness_mean"] == [0.75, 0.0]
+    assert "pipedream: 40 updates, staleness mean 0.38 max 1" in output
 
 
 REFUSED = [

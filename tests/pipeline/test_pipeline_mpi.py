@@ -54,5 +54,11 @@ def test_dp_x_pp_allreduces_once_per_step_and_gives_the_serial_weights():
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize("nprocs", (2, 4))
+def test_pipedream_applies_the_stashing_reference_updates_with_the_expected_staleness(nprocs):
+    run_checks(nprocs, "pipedream")
+
+
+@pytest.mark.timeout(240)
 def test_bad_arguments_are_refused_alike_on_every_rank():
     run_checks(2, "refusals")

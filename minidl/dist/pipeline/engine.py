@@ -10,6 +10,7 @@ the serial run's names) see the model as one process would.
 
 import math
 import time
+from collections import Counter
 
 import numpy as np
 
@@ -20,6 +21,8 @@ from ...train.engine import Diverged
 from ...train.setup import augmentation, make_optimizer
 from ..engines import _DistributedEngine, run_callbacks
 from ..grid import Grid
+from ..telemetry import StalenessHistogram
+from .schedules import ASYNCHRONOUS
 from .trainer import PipelineTrainer
 
 
@@ -95,6 +98,7 @@ class PipelineEngine(_DistributedEngine):
         lr = self.schedulable.lr if self.schedulable is not None else self.config.lr
         dtype = next(self.model.parameters()).dtype
         loss_sum = correct = seen = 0.0
+        stale_before = Counter(self.trainer.staleness.counts)
         start = time.perf_counter()
         for step, (x, y) in enumerate(self.loader):
             for callback in self.callbacks:
@@ -120,4 +124,36 @@ class PipelineEngine(_DistributedEngine):
             "loss": loss_sum / max(seen, 1), "acc": correct / max(seen, 1),
             "images": int(seen), "seconds": seconds, "images_per_s": seen / seconds,
         }  # fmt: skip
-        return stats, lr, []
+        records = []
+        if self.options.schedule in ASYNCHRONOUS:
+            records = self._staleness_records(epoch, stale_before)
+        return stats, lr, records
+
+    def _staleness_records(self, epoch, before):
+        """Rank 0: the epoch's ``"dist"`` record of staleness (collective; [] elsewhere)."""
+        counts = dict(Counter(self.trainer.staleness.counts) - before)
+        everyone = self.comm.allgather_object((self.grid.coords["pp"], counts))
+        if self.comm.rank != 0:
+            return []
+        stages = [StalenessHistogram() for _ in range(self.grid.shape.pp)]
+        for stage, part in everyone:
+            stages[stage].merge(StalenessHistogram(part))
+        total = StalenessHistogram()
+        for histogram in stages:
+            total.merge(histogram)
+        return [
+            {
+                "kind": "dist", "epoch": epoch, "mode": self.options.schedule,
+                "updates": total.count, "staleness": total.to_dict(),
+                "stage_staleness_mean": [h.mean for h in stages],
+            }
+        ]  # fmt: skip
+
+    def format_record(self, summary):
+        """One console line of a PipeDream epoch's staleness."""
+        stale = summary["staleness"]
+        stages = " ".join(f"{mean:.2f}" for mean in summary["stage_staleness_mean"])
+        return (
+            f"  {summary['mode']}: {summary['updates']} updates, staleness mean "
+            f"{stale['mean']:.2f} max {stale['max']} (per stage {stages})"
+        )

@@ -12,13 +12,24 @@ the accumulated gradient sum_m (n_m / N) * dL_m/dw equals the full-batch gradien
 Parameter gradients accumulate over micro-batches in the order the schedule runs
 the backwards (micro-batch order for every built-in schedule); ``step`` then
 updates once per batch.
+
+Asynchronous lists (PipeDream) ``step`` after every backward, on that micro-batch's
+own gradient (its loss unscaled: each micro-batch is an SGD batch). Weight
+stashing: a forward leaves the arrays it computed with to its autograd graph and
+gives the stage fresh copies to update; the backward puts the stashed arrays back
+in place while it runs, so it differentiates the weights its forward saw. The
+updates between a micro-batch's forward and its backward are its staleness
+(``staleness``, a ``telemetry.StalenessHistogram``).
 """
+
+from contextlib import contextmanager
 
 import numpy as np
 
 from minidl import backend
 from minidl.autograd import Tensor
 from minidl.dist.pipeline.schedules import place_of, stage_of
+from minidl.dist.telemetry import StalenessHistogram
 
 DTYPES = ("float16", "float32", "float64")
 MAX_DIMS = 8
@@ -60,12 +71,15 @@ class PipelineExecutor:
     the rank holds no parameters) is stepped by the ``step`` instruction;
     ``loss_fn(output, target)`` must return the mean over its micro-batch;
     ``metric(output, target)`` (optional), a number the last stage sums over the
-    micro-batches into ``metric_sum``.
+    micro-batches into ``metric_sum``; ``stash``: weight stashing, for lists that update
+    after every backward.
     """
 
-    def __init__(self, comm, chunks, optimizer, loss_fn, metric=None):
+    def __init__(self, comm, chunks, optimizer, loss_fn, metric=None, stash=False):
         self.comm, self.chunks, self.optimizer, self.loss_fn = comm, chunks, optimizer, loss_fn
-        self.metric = metric
+        self.metric, self.stash = metric, stash
+        self.version, self.staleness = 0, StalenessHistogram()
+        self._seen, self._stashed = {}, {}
         self.ranks, self.rank = comm.size, comm.rank
         self.last_stage = self.ranks * len(chunks) - 1
 
@@ -80,11 +94,12 @@ class PipelineExecutor:
         self.loss = self.metric_sum = 0.0
         for instruction in program:
             getattr(self, "_" + instruction.op)(instruction.micro_batch, instruction.chunk)
+        self.comm.wait_all(self._sent)
+        self._sent = []
         return self.loss
 
     def step_only(self):
         """The update of a batch this replica has no rows of (it still joins the average)."""
-        self._sent = []
         self._step(0, 0)
 
     def _stage(self, chunk):
@@ -141,15 +156,25 @@ class PipelineExecutor:
         if stage == self.last_stage:
             if self.metric is not None:
                 self.metric_sum += float(self.metric(out.data, targets[m]))
-            out = self.loss_fn(out, targets[m]) * shares[m]
-            self.loss += float(out.item())
+            loss = self.loss_fn(out, targets[m])
+            self.loss += float(loss.item()) * shares[m]
+            out = loss if self.stash else loss * shares[m]
         self._inputs[m, c], self._outputs[m, c] = x, out
+        self._seen[m, c] = self.version
+        if self.stash:  # the graph keeps the arrays it used; the stage updates copies
+            params = list(self.chunks[c].parameters())
+            self._stashed[m, c] = [p.data for p in params]
+            for p in params:
+                p.data = p.data.copy()
 
     def _backward(self, m, c):
         out = self._outputs.pop((m, c))
         grad = None if self._stage(c) == self.last_stage else self._received.pop((m, c))
+        self.staleness.add(self.version - self._seen.pop((m, c)))
+        stashed = self._stashed.pop((m, c), None)
         if out.requires_grad:  # False only for a first stage without parameters
-            out.backward(grad)
+            with _stashed_weights(list(self.chunks[c].parameters()), stashed):
+                out.backward(grad)
         x = self._inputs[m, c]
         if self._stage(c) == 0:
             del self._inputs[m, c]
@@ -157,8 +182,7 @@ class PipelineExecutor:
             x.grad = backend.get_array_module(x.data).zeros_like(x.data)
 
     def _step(self, m, c):
-        self.comm.wait_all(self._sent)
-        self._sent = []
+        self.version += 1
         if self.optimizer is not None:
             self.optimizer.step()
             self.optimizer.zero_grad()
@@ -168,3 +192,20 @@ class PipelineExecutor:
             for p in chunk.parameters():
                 return backend.get_array_module(p.data)
         return np
+
+
+@contextmanager
+def _stashed_weights(params, arrays):
+    """``params`` hold ``arrays`` (a stashed version) inside the block, their own after it;
+    ``arrays`` None: their own throughout."""
+    if arrays is None:
+        yield
+        return
+    live = [p.data for p in params]
+    for p, array in zip(params, arrays):
+        p.data = array
+    try:
+        yield
+    finally:
+        for p, array in zip(params, live):
+            p.data = array

@@ -18,6 +18,11 @@ same stage average their gradients in one allreduce per step (one flat buffer,
 after the last backward), so D replicas with batches of b rows equal one process
 with the D*b rows (``DistributedOptimizer``'s batch weighting handles short ones).
 
+PipeDream (``schedule="pipedream"``) is asynchronous: each stage updates after every
+micro-batch's backward with that micro-batch's gradient, from the weights its forward
+saw (weight stashing; ``executor.py``), so a step is M updates, not the serial one;
+``staleness`` counts how many updates each gradient was late.
+
 BatchNorm: statistics are per micro-batch, as GPipe does. Each micro-batch's
 forward normalises by its own mean and variance and updates the running
 statistics once, in micro-batch order, so with M > 1 a step equals one process
@@ -33,7 +38,7 @@ from minidl import backend
 from minidl import functional as F
 from minidl.dist.data_parallel import DistributedOptimizer
 from minidl.dist.pipeline.executor import PipelineExecutor, check_tag_room
-from minidl.dist.pipeline.schedules import SCHEDULES, build, stage_of
+from minidl.dist.pipeline.schedules import ASYNCHRONOUS, SCHEDULES, build, stage_of
 from minidl.dist.pipeline.stages import BALANCE_BY, Partition, build_stage, partition
 
 
@@ -121,7 +126,9 @@ class PipelineTrainer:
             )
         self.optimizer = local_optimizer
         self.last_metric = 0.0
-        self.executor = PipelineExecutor(self.comm, self.chunks, self.optimizer, loss, metric)
+        self.executor = PipelineExecutor(
+            self.comm, self.chunks, self.optimizer, loss, metric, stash=schedule in ASYNCHRONOUS
+        )
 
     def _broadcast_weights(self, model):
         """Every rank starts from rank 0's parameters and buffers."""
@@ -135,6 +142,11 @@ class PipelineTrainer:
     def program(self):
         """This rank's instruction list."""
         return self.programs[self.comm.rank]
+
+    @property
+    def staleness(self):
+        """This rank's ``StalenessHistogram`` of the updates so far (all 0 unless PipeDream)."""
+        return self.executor.staleness
 
     def micro_batches_for(self, rows):
         """How many micro-batches a batch of ``rows`` rows runs (fewer when it is short)."""
