@@ -279,6 +279,34 @@ def check_pipedream(comm):
     assert differs > 1e-6 or p == 1, differs  # asynchronous: not the serial step
 
 
+def sgd_per_micro_batch(stages, optimizers, inputs, targets, loss):
+    """Wrong for 10.4: each micro-batch through every stage and updated before the next,
+    so every gradient is fresh; PipeDream's are min(m, P-s-1) updates stale."""
+    model = L.Sequential(*[layer for stage in stages for layer in stage._modules.values()])
+    for x, y in zip(inputs, targets):
+        loss(model(md.Tensor(x)), y).backward()
+        for opt in optimizers:
+            opt.step()
+            opt.zero_grad()
+
+
+def check_exercise_weight_stashing(comm):
+    """Exercise 10.4 passes on the reference and fails on a PipeDream without staleness."""
+    from minidl import exercises
+    from minidl.reference.dist import pipeline as R
+
+    exercises.get("10.4").check(comm)
+    right, R.pipedream_window = R.pipedream_window, sgd_per_micro_batch
+    try:
+        exercises.get("10.4").check(comm)
+    except exercises.ExerciseFailure as exc:
+        assert "M=3, 4 windows" in str(exc) and "against minidl's executor" in str(exc), str(exc)
+    else:
+        raise AssertionError("10.4 passed on SGD without staleness")
+    finally:
+        R.pipedream_window = right
+
+
 def main(argv):
     checks = {n[len("check_") :]: f for n, f in globals().items() if n.startswith("check_")}
     comm = dist.init()

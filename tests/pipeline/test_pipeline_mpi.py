@@ -60,5 +60,10 @@ def test_pipedream_applies_the_stashing_reference_updates_with_the_expected_stal
 
 
 @pytest.mark.timeout(240)
+def test_the_weight_stashing_exercise_passes_on_the_reference_and_fails_without_staleness():
+    run_checks(2, "exercise_weight_stashing")
+
+
+@pytest.mark.timeout(240)
 def test_bad_arguments_are_refused_alike_on_every_rank():
     run_checks(2, "refusals")
