@@ -139,9 +139,8 @@ class DistConfig:
         check_pipeline(
             layers, self.grid.pp, self.micro_batches, self.schedule, self.chunks, config.batch_size
         )
-        for flag, given in (("resume", resume), ("trace", config.trace)):
-            if given:
-                raise ConfigError(f"{option(flag)} does not work with a pipeline (pp > 1) yet")
+        if resume:
+            raise ConfigError(f"{option('resume')} does not work with a pipeline (pp > 1) yet")
 
     @property
     def compressed(self):

@@ -23,6 +23,7 @@ from ..engines import _DistributedEngine, run_callbacks
 from ..grid import Grid
 from ..telemetry import StalenessHistogram
 from .schedules import ASYNCHRONOUS
+from .timeline import PipelineTimeline
 from .trainer import PipelineTrainer
 
 
@@ -88,6 +89,10 @@ class PipelineEngine(_DistributedEngine):
 
     def distribute(self):
         """Nothing to wrap: the trainer averages over the data-parallel group itself."""
+
+    def timeline(self):
+        """What ``--trace`` records: every rank's instructions (``timeline.py``)."""
+        return PipelineTimeline(self.trainer.executor, self.comm.rank)
 
     def evaluated(self):
         """Nothing to restore: every rank already holds the whole model."""

@@ -22,12 +22,14 @@ updates between a micro-batch's forward and its backward are its staleness
 (``staleness``, a ``telemetry.StalenessHistogram``).
 """
 
+import time
 from contextlib import contextmanager
 
 import numpy as np
 
 from minidl import backend
 from minidl.autograd import Tensor
+from minidl.dist.pipeline import timeline
 from minidl.dist.pipeline.schedules import place_of, stage_of
 from minidl.dist.telemetry import StalenessHistogram
 
@@ -80,8 +82,15 @@ class PipelineExecutor:
         self.metric, self.stash = metric, stash
         self.version, self.staleness = 0, StalenessHistogram()
         self._seen, self._stashed = {}, {}
+        self._tracer, self._trace_skip, self._trace_steps = None, 0, 0
+        self.batches = 0  # batches run so far
         self.ranks, self.rank = comm.size, comm.rank
         self.last_stage = self.ranks * len(chunks) - 1
+
+    def trace(self, tracer, skip=0, steps=0):
+        """Record the instructions of ``steps`` batches after ``skip`` more into ``tracer``
+        (``timeline.record``); ``tracer`` None: stop."""
+        self._tracer, self._trace_skip, self._trace_steps = tracer, skip, steps
 
     def run(self, program, inputs, targets, shares):
         """Run ``program`` on the batch's micro-batches; the summed scaled loss (0 off the end).
@@ -92,10 +101,18 @@ class PipelineExecutor:
         self._inputs, self._outputs, self._received, self._sent = {}, {}, {}, []
         self._batch = (inputs, targets, shares)
         self.loss = self.metric_sum = 0.0
+        tracer = self._tracer if self._trace_skip == 0 and self._trace_steps > 0 else None
+        if self._tracer is not None:
+            self._trace_steps -= tracer is not None
+            self._trace_skip = max(0, self._trace_skip - 1)
         for instruction in program:
+            start = time.perf_counter()
             getattr(self, "_" + instruction.op)(instruction.micro_batch, instruction.chunk)
+            if tracer is not None:
+                timeline.record(tracer, instruction, start, time.perf_counter(), self.batches)
         self.comm.wait_all(self._sent)
         self._sent = []
+        self.batches += 1
         return self.loss
 
     def step_only(self):
