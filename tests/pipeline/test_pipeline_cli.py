@@ -77,11 +77,12 @@ def test_a_pipelined_run_writes_the_serial_runs_checkpoint(layout, serial_run, t
 
 @pytest.mark.mpi
 @pytest.mark.timeout(240)
-def test_pipedream_reports_its_staleness_as_the_parameter_server_modes_do(tmp_path):
+def test_pipedream_reports_its_staleness_and_its_traced_timeline(tmp_path, capsys):
     """pp=2, M=4, 5 batches: stage 0 applies micro-batch i's gradient min(i, 1) updates
-    late, stage 1 at once: per batch staleness 0 five times and 1 three times."""
+    late, stage 1 at once: per batch staleness 0 five times and 1 three times. --trace
+    records batches 1-4 of both ranks; ``minidl report`` draws them."""
     out = tmp_path / "run"
-    flags = ["--grid", "pp=2", "--micro-batches", "4", "--schedule", "pipedream"]
+    flags = ["--grid", "pp=2", "--micro-batches", "4", "--schedule", "pipedream", "--trace"]
     output = train_mpi(2, *flags, "--batch-size", "32", "--out", str(out))
     records = [json.loads(line) for line in open(out / "metrics.jsonl")]
     dist = [r for r in records if r["kind"] == "dist"]
@@ -89,6 +90,15 @@ def test_pipedream_reports_its_staleness_as_the_parameter_server_modes_do(tmp_pa
     assert dist[0]["staleness"]["histogram"] == {"0": 25, "1": 15}
     assert dist[0]["stage_staleness_mean"] == [0.75, 0.0]
     assert "pipedream: 40 updates, staleness mean 0.38 max 1" in output
+    events = json.load(open(out / "trace.json"))["traceEvents"]
+    computes = [e for e in events if e.get("cat") in ("forward", "backward")]
+    assert sorted({e["args"]["step"] for e in computes}) == [1, 2, 3, 4]
+    assert len(computes) == 2 * 2 * 4 * 4  # ranks x (forward, backward) x M x batches
+    assert sum(e.get("cat") == "update" for e in events) == 2 * 4 * 4  # one per micro-batch
+    assert main(["report", str(out)]) == 0
+    assert "pipeline bubble, measured over the traced batches" in capsys.readouterr().out
+    pytest.importorskip("matplotlib")
+    assert (out / "pipeline_timeline.png").stat().st_size > 0
 
 
 REFUSED = [

@@ -12,6 +12,7 @@ from minidl.dist.pipeline.simulate import (
     simulate,
     timeline_text,
 )
+from minidl.dist.pipeline.timeline import bubble, simulation_trace
 
 RANKS = range(1, 9)
 MICRO_BATCHES = range(1, 33)
@@ -180,3 +181,14 @@ def test_the_timeline_reads_as_text():
     assert "F0'" in timeline_text(simulate(S.interleaved(2, 2, 2)))
     with pytest.raises(ValueError, match="whole-number"):
         timeline_text(simulate(S.gpipe(2, 2), forward_costs=[0.5, 1]))
+
+
+@pytest.mark.parametrize("schedule, chunks", [("gpipe", 1), ("1f1b", 1), ("interleaved", 2)])
+def test_the_bubble_read_off_a_simulated_trace_is_the_simulators(schedule, chunks):
+    costs = [1.0, 1.5, 1.0, 2.0] * chunks
+    run = simulate(S.build(schedule, 4, 8, chunks), costs, [2 * c for c in costs])
+    trace = simulation_trace(run, unit_seconds=1e-3)
+    assert bubble(trace) == pytest.approx(run.bubble_fraction, abs=1e-12)
+    computes = [e for e in trace["traceEvents"] if e.get("cat") in ("forward", "backward")]
+    assert len(computes) == 4 * 2 * 8 * chunks
+    assert {e["pid"] for e in computes} == {0, 1, 2, 3}
