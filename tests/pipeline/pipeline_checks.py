@@ -279,6 +279,30 @@ def check_pipedream(comm):
     assert differs > 1e-6 or p == 1, differs  # asynchronous: not the serial step
 
 
+def check_non_finite(comm):
+    """dp=2 x pp: a non-finite value in one replica's rows poisons the averaged gradients;
+    every rank of every stage raises after the batch (none waits for a message), for the
+    synchronous and the asynchronous schedules."""
+    grid = dist.Grid(comm, dp=2, pp=comm.size // 2)
+    for schedule in ("1f1b", "pipedream"):
+        trainer = PipelineTrainer(
+            mlp(), grid.group("pp"), optimizer=sgd, schedule=schedule, micro_batches=3,
+            data_parallel=grid.group("dp"),
+        )  # fmt: skip
+        x, y = batches((6,))[0]
+        if grid.coords["dp"] == 0:
+            x = x.copy()
+            x[4, 2] = np.inf
+        try:
+            with np.errstate(all="ignore"):
+                trainer.step(x, y)
+        except ArithmeticError as exc:
+            assert "not finite" in str(exc) or "refused its update" in str(exc), str(exc)
+        else:
+            raise AssertionError(f"{schedule}: no error for a non-finite gradient")
+        trainer.step(*batches((6,), seed=1)[0])  # the ranks still talk: nothing is left hanging
+
+
 def sgd_per_micro_batch(stages, optimizers, inputs, targets, loss):
     """Wrong for 10.4: each micro-batch through every stage and updated before the next,
     so every gradient is fresh; PipeDream's are min(m, P-s-1) updates stale."""

@@ -65,5 +65,10 @@ def test_the_weight_stashing_exercise_passes_on_the_reference_and_fails_without_
 
 
 @pytest.mark.timeout(240)
+def test_a_non_finite_gradient_stops_every_rank_of_dp_x_pp_without_a_hang():
+    run_checks(4, "non_finite")
+
+
+@pytest.mark.timeout(240)
 def test_bad_arguments_are_refused_alike_on_every_rank():
     run_checks(2, "refusals")

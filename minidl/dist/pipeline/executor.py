@@ -84,6 +84,7 @@ class PipelineExecutor:
         self._seen, self._stashed = {}, {}
         self._tracer, self._trace_skip, self._trace_steps = None, 0, 0
         self.batches = 0  # batches run so far
+        self.failure = None  # an update refused in the last batch
         self.ranks, self.rank = comm.size, comm.rank
         self.last_stage = self.ranks * len(chunks) - 1
 
@@ -95,12 +96,16 @@ class PipelineExecutor:
     def run(self, program, inputs, targets, shares):
         """Run ``program`` on the batch's micro-batches; the summed scaled loss (0 off the end).
 
+        An update refused for a non-finite gradient does not stop the list (the
+        neighbours wait for its messages): it is kept in ``failure`` for the caller.
+
         ``inputs[m]`` (used by stage 0) and ``targets[m]`` (used by the last stage)
         are micro-batch m's arrays, ``shares[m] = n_m / N``.
         """
         self._inputs, self._outputs, self._received, self._sent = {}, {}, {}, []
         self._batch = (inputs, targets, shares)
         self.loss = self.metric_sum = 0.0
+        self.failure = None
         tracer = self._tracer if self._trace_skip == 0 and self._trace_steps > 0 else None
         if self._tracer is not None:
             self._trace_steps -= tracer is not None
@@ -117,6 +122,7 @@ class PipelineExecutor:
 
     def step_only(self):
         """The update of a batch this replica has no rows of (it still joins the average)."""
+        self.failure = None
         self._step(0, 0)
 
     def _stage(self, chunk):
@@ -201,7 +207,10 @@ class PipelineExecutor:
     def _step(self, m, c):
         self.version += 1
         if self.optimizer is not None:
-            self.optimizer.step()
+            try:
+                self.optimizer.step()
+            except ArithmeticError as exc:  # a non-finite averaged gradient (data parallel)
+                self.failure = self.failure or exc
             self.optimizer.zero_grad()
 
     def _array_module(self):

@@ -177,6 +177,8 @@ class PipelineTrainer:
             chunk.zero_grad()
         if m == 0:  # an empty share of a short last batch still joins the replicas' average
             self.executor.step_only()
+            if self.executor.failure is not None:
+                raise self.executor.failure
             self.last_metric = 0.0
             return 0.0
         if m not in self._programs:
@@ -185,9 +187,21 @@ class PipelineTrainer:
         shares = [len(t) / len(y) for t in targets]
         program = self._programs[m][self.comm.rank]
         loss = self.executor.run(program, inputs, targets, shares)
+        return self._finish_step(loss)
+
+    def _finish_step(self, loss):
+        """Every rank gets the last stage's loss and metric, and learns whether any stage's
+        update was refused (a non-finite averaged gradient): then every rank raises."""
         last_rank = (self.comm.size * len(self.chunks) - 1) % self.comm.size
-        result = (loss, self.executor.metric_sum)
-        loss, self.last_metric = self.comm.bcast_object(result, root=last_rank)
+        failure = self.executor.failure
+        everyone = self.comm.allgather_object(
+            (loss, self.executor.metric_sum, None if failure is None else str(failure))
+        )
+        refused = [(rank, text) for rank, (_, _, text) in enumerate(everyone) if text]
+        if refused:
+            rank, text = refused[0]
+            raise failure or ArithmeticError(f"pipeline rank {rank} refused its update: {text}")
+        loss, self.last_metric, _ = everyone[last_rank]
         return float(loss)
 
     def full_state_dict(self):
