@@ -96,11 +96,10 @@ class PipelineExecutor:
     def run(self, program, inputs, targets, shares):
         """Run ``program`` on the batch's micro-batches; the summed scaled loss (0 off the end).
 
-        An update refused for a non-finite gradient does not stop the list (the
-        neighbours wait for its messages): it is kept in ``failure`` for the caller.
-
         ``inputs[m]`` (used by stage 0) and ``targets[m]`` (used by the last stage)
-        are micro-batch m's arrays, ``shares[m] = n_m / N``.
+        are micro-batch m's arrays, ``shares[m] = n_m / N``. An update refused for a
+        non-finite gradient does not stop the list (the neighbours wait for its
+        messages): it is kept in ``failure`` for the caller.
         """
         self._inputs, self._outputs, self._received, self._sent = {}, {}, {}, []
         self._batch = (inputs, targets, shares)
