@@ -10,8 +10,12 @@ import pytest
 
 from minidl.cli import main
 from minidl.data import DatasetNotFoundError, FashionMNIST
+from minidl.dist.config import DistConfig
+from minidl.dist.grid import GridShape
 from minidl.dist.launch import mpi_unavailable_reason, run_mpi
+from minidl.train import TrainConfig
 from minidl.train.checkpoint import load_checkpoint
+from minidl.train.config import ConfigError
 
 try:
     FashionMNIST(train=False)
@@ -116,6 +120,37 @@ def test_a_pipeline_that_cannot_run_is_refused_before_any_work(flags, hint, tmp_
     assert main(["train", *COMMON, *flags, "--out", str(out)]) == 1
     assert hint in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+def test_a_last_batch_too_short_for_the_interleaved_schedule_is_refused_before_training(tmp_path):
+    reason = mpi_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    out = tmp_path / "run"
+    flags = ["--grid", "pp=2", "--schedule", "interleaved", "--micro-batches", "2"]
+    args = ["-m", "minidl", "train", *COMMON, *flags, "--subset", "129", "--out", str(out)]
+    path = os.environ.get("PYTHONPATH")
+    env = {"PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT)}
+    result = run_mpi(2, [*args, "--batch-size", "32"], timeout=100, env=env)
+    assert not result.timed_out and result.returncode != 0, result.output
+    assert "the last batch leaves 1 rows to a replica" in result.output, result.output
+    assert not (out / "metrics.jsonl").exists()
+
+
+def test_the_python_api_refuses_the_same_pipelines():
+    config = TrainConfig(model="lenet5", batch_size=4)
+    with pytest.raises(ConfigError, match="use pp=12 or fewer"):
+        DistConfig(grid=GridShape(pp=13)).check(config)
+    with pytest.raises(ConfigError, match="cannot make 8 micro-batches"):
+        DistConfig(grid=GridShape(pp=2), micro_batches=8).check(config)
+    with pytest.raises(ConfigError, match="does not exist; choose one of naive, gpipe"):
+        DistConfig(grid=GridShape(pp=2), schedule="zigzag").check(config)
+    with pytest.raises(ConfigError, match="M >= 1"):
+        DistConfig(grid=GridShape(pp=2), micro_batches=0).check(config)
+    options = DistConfig(grid=GridShape(dp=2, pp=2), micro_batches=4, schedule="pipedream")
+    assert options.check(config).record()["schedule"] == "pipedream"
 
 
 @pytest.mark.parametrize(
