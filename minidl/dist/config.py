@@ -141,6 +141,11 @@ class DistConfig:
         )
         if resume:
             raise ConfigError(f"{option('resume')} does not work with a pipeline (pp > 1) yet")
+        if config.clip_grad_norm is not None:
+            raise ConfigError(
+                f"{option('clip_grad_norm')} needs the whole gradient's norm, which no pipeline "
+                "stage sees; drop it or train without pp"
+            )
 
     @property
     def compressed(self):
