@@ -17,6 +17,7 @@ from ..dist import ALLREDUCE_ALGORITHMS
 from ..dist.config import DistConfig, DistMode
 from ..dist.grid import GridShape
 from ..dist.launch import mpiexec_rank, mpiexec_ranks
+from ..dist.pipeline import SCHEDULES as PIPELINE_SCHEDULES
 from ..dist.ps_server import DEFAULT_POLL_INTERVAL
 from ..dist.workers import run_workers, share_batch, worker_command
 from ..train import Diverged, TrainConfig
@@ -123,6 +124,12 @@ TRAIN_HELP = {  # the help texts too long to share a line with their option
     "axes are 1; the product is the rank count): data, pipeline, spatial and tensor "
     "parallelism. --grid dp=N is --dist sync on N ranks; --batch-size is per data-parallel "
     "replica",
+    "--micro-batches": "with --grid ...,pp=P: cut each batch into M micro-batches that fill the "
+    "pipeline (bubble (P-1)/(M+P-1))",
+    "--schedule": "with --grid ...,pp=P: the pipeline schedule (naive: one micro-batch at a "
+    "time; gpipe: all forwards, then all backwards; 1f1b: one forward, one backward; "
+    "interleaved: 1f1b over --chunks model chunks per rank, M a multiple of P)",
+    "--chunks": "with --schedule interleaved: model chunks per pipeline rank (default 2)",
     "--trace": "write a Chrome-trace timeline (trace.json) of the run to the run directory",
 }
 
@@ -174,6 +181,9 @@ def add_train_arguments(p):
     add("--no-overlap", action="store_true")
     add("--hang-timeout", type=number(), default=300.0, metavar="SECONDS")
     add("--grid", type=grid_shape, metavar="AXIS=N,...")
+    add("--micro-batches", type=positive_int, default=1, metavar="M")
+    add("--schedule", default="1f1b", choices=list(PIPELINE_SCHEDULES))
+    add("--chunks", type=positive_int, metavar="V")
     add("--trace", action="store_true")  # perf: timeline
 
 
@@ -211,6 +221,9 @@ def dist_config(args):
         jitter=args.jitter,
         hang_timeout=args.hang_timeout,
         grid=GridShape.parse(args.grid) if args.grid else None,
+        micro_batches=args.micro_batches,
+        schedule=args.schedule,
+        chunks=args.chunks,
     )
 
 

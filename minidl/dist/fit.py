@@ -5,6 +5,7 @@ from ..train.run import TrainingRun
 from .comm import init
 from .config import DistConfig
 from .engines import SessionEngine, SyncEngine
+from .pipeline.engine import PipelineEngine
 from .workers import fit_on_workers
 
 
@@ -32,13 +33,15 @@ def fit(
     comm = init()
     if options.grid is not None:
         options.grid.check_fits(comm.size)
-        if options.grid.size != options.grid.dp:
+        if options.grid.size != options.grid.dp * options.grid.pp:
             raise ConfigError(
-                f"{option('grid')} {options.grid}: only data parallelism (dp) trains through "
-                "fit so far; the tensor, spatial and pipeline layers are used from Python"
+                f"{option('grid')} {options.grid}: only data (dp) and pipeline (pp) parallelism "
+                "train through fit so far; the tensor and spatial layers are used from Python"
             )
     comm.auto = "rule" if config.deterministic else "measure"
     engine = SyncEngine if options.mode.name == "sync" else SessionEngine
+    if options.pipelined:
+        engine = PipelineEngine
 
     def make_engine(config, model, train_set):
         return engine(config, options, comm, model, train_set)

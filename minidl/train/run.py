@@ -170,7 +170,10 @@ class TrainingRun:
 
     def _run(self):
         tracing = None
-        if self.config.trace:  # perf: timeline of per-layer compute and the step, every rank
+        timeline = getattr(self.engine, "timeline", None)  # an engine's own (pipelines)
+        if self.config.trace and timeline is not None:
+            tracing = timeline().start()
+        elif self.config.trace:  # perf: timeline of per-layer compute and the step, every rank
             from ..perf.training_trace import TrainingTrace
 
             tracing = TrainingTrace(

@@ -214,7 +214,7 @@ def test_fit_example_trains_alone_on_workers_and_under_mpiexec(tmp_path):
 
 
 PIPELINE_ROW = re.compile(
-    r"^(naive|gpipe|1f1b|interleaved)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(?:([\d.]+)\s+)?"
+    r"^(naive|gpipe|1f1b|pipedream|interleaved)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(?:([\d.]+)\s+)?"
     r"\[([\d, ]+)\]\s+\[([\d, ]+)\]$",
     re.MULTILINE,
 )
@@ -232,7 +232,7 @@ def pipeline_rows(out):
             [int(v) for v in peaks.split(",")],
             [int(v) for v in kib.split(",")],
         )
-    assert sorted(rows) == sorted(["naive", "gpipe", "1f1b", "interleaved"]), out
+    assert sorted(rows) == sorted(["naive", "gpipe", "1f1b", "pipedream", "interleaved"]), out
     return rows
 
 
@@ -242,6 +242,7 @@ def assert_textbook_pipeline(rows, p, m, v):
         "naive": (p - 1) / p,
         "gpipe": (p - 1) / (m + p - 1),
         "1f1b": (p - 1) / (m + p - 1),
+        "pipedream": (p - 1) / (m + p - 1),  # 1F1B's order
         "interleaved": (p - 1) / (v * m + p - 1),
     }
     for name, (formula, equal, _, _, _, kib) in rows.items():
@@ -252,7 +253,7 @@ def assert_textbook_pipeline(rows, p, m, v):
         assert rows[name][2] >= rows[name][0] - 1e-4, (name, rows[name])
     assert rows["naive"][4] == [1] * p
     assert rows["gpipe"][4] == [m] * p
-    assert rows["1f1b"][4] == [min(p - s, m) for s in range(p)]
+    assert rows["1f1b"][4] == [min(p - s, m) for s in range(p)] == rows["pipedream"][4]
     assert rows["gpipe"][5][0] > rows["1f1b"][5][0] > rows["naive"][5][0]
 
 
