@@ -20,6 +20,7 @@ from .. import conv
 from .. import random as md_random
 from ..backend import get_array_module, limit_threads
 from ..data import DataLoader
+from ..optim import ReduceOnPlateau
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import TrainConfig, option
 from .engine import Diverged, LocalEngine
@@ -54,6 +55,7 @@ def epoch_record(epoch, lr, stats, result):
         "kind": "epoch", "epoch": epoch, "lr": lr,
         "train_loss": stats["loss"], "train_acc": stats["acc"],
         "test_loss": result["loss"], "test_acc": result["acc"],
+        "test_top1_error": 1.0 - result["acc"], "test_top5_error": 1.0 - result["top5_acc"],
         "train_images": stats["images"], "test_images": result["images"],
         "seconds": stats["seconds"], "images_per_s": stats["images_per_s"],
     }  # fmt: skip
@@ -110,8 +112,9 @@ class TrainingRun:
             self.start_epoch = self._load(checkpoint, changed)
         self.engine.distribute()
         self.test_loader = DataLoader(
-            self.test_set, config.test_batch_size, rank=self.rank, world_size=self.size
-        )
+            self.test_set, config.test_batch_size, rank=self.rank, world_size=self.size,
+            workers=config.data_workers, skip_unreadable=config.skip_unreadable,
+        )  # fmt: skip
         self._start_run_directory(resume, checkpoint)
 
     def record(self):
@@ -229,7 +232,9 @@ class TrainingRun:
                 )
             if first_loss is None:
                 first_loss = result["loss"]
-            if self.scheduler is not None:
+            if isinstance(self.scheduler, ReduceOnPlateau):
+                self.scheduler.step(1.0 - result["acc"])  # the validation top-1 error
+            elif self.scheduler is not None:
                 self.scheduler.step()
             if self.rank == 0:
                 self._record(epoch, lr, stats, result, records)
