@@ -16,6 +16,8 @@ all stop together.
 import math
 import os
 
+import numpy as np
+
 from .. import conv
 from .. import random as md_random
 from ..backend import get_array_module, limit_threads
@@ -58,7 +60,7 @@ def epoch_record(epoch, lr, stats, result):
         "test_top1_error": 1.0 - result["acc"], "test_top5_error": 1.0 - result["top5_acc"],
         "train_images": stats["images"], "test_images": result["images"],
         "seconds": stats["seconds"], "images_per_s": stats["images_per_s"],
-    }  # fmt: skip
+    } | ({"skipped_images": result["skipped"]} if "skipped" in result else {})  # fmt: skip
 
 
 def epoch_line(epoch, epochs, stats, result):
@@ -224,6 +226,8 @@ class TrainingRun:
                 self.model, self.test_loader, len(self.train_set.classes), config.device,
                 comm=self.comm, callbacks=engine.callbacks,
             )  # fmt: skip
+            if config.skip_unreadable:
+                result["skipped"] = self._skipped()
             problem = divergence(result, self.model, first_loss)
             if problem is not None:
                 raise Diverged(
@@ -242,6 +246,15 @@ class TrainingRun:
             engine.evaluated()
         return result
 
+    def _skipped(self):
+        """Unreadable images left out so far (train and test), over every rank."""
+        loaders = (getattr(self.engine, "loader", None), self.test_loader)
+        count = sum(len(getattr(loader, "skipped", ())) for loader in loaders)
+        if self.comm is not None:
+            total = np.array([count], dtype=np.float64)
+            count = int(self.comm.allreduce(total, op="sum")[0])
+        return count
+
     def _record(self, epoch, lr, stats, result, records):
         def save(path):
             save_checkpoint(
@@ -251,6 +264,8 @@ class TrainingRun:
             )  # fmt: skip
 
         print(epoch_line(epoch, self.config.epochs, stats, result), flush=True)
+        if result.get("skipped"):
+            print(f"{result['skipped']} unreadable images left out so far", flush=True)
         self.run_dir.record_epoch(save, [epoch_record(epoch, lr, stats, result), *records])
         for record in records:
             if record.get("kind") == "dist":

@@ -33,6 +33,7 @@ def test_two_ranks_share_the_folder_and_report_global_metrics(mpi_run, folder, t
     assert result.output.count("epoch 1/1") == 1  # only rank 0 reports
     (record,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert record["train_images"] == len(made["train"])  # every readable image once
+    assert record["skipped_images"] == 1  # the corrupt one, counted over both ranks
     assert record["test_images"] == len(made["val"])
     assert record["test_top1_error"] == pytest.approx(1 - record["test_acc"])
     assert record["test_top5_error"] == 0.0  # three classes

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import minidl as md
+from minidl import functional as F
 from minidl import layers as L
 from minidl.cli import main
 from minidl.models.alexnet import alexnet, paper_init
@@ -117,3 +118,44 @@ def test_folder_needs_a_data_dir(capsys):
 def test_variant_is_alexnet_s_option(capsys):
     assert main(["train", "--model", "lenet5", "--variant", "original"]) != 0
     assert "--variant applies to --model alexnet only" in capsys.readouterr().err
+
+
+def _torch_alexnet(nn, variant, features, classes):
+    """The two networks as the paper (original) and torchvision describe them, written
+    independently of minidl's builder; pooling after ReLU, LRN in PyTorch's alpha/n form."""
+    relu, pool = nn.ReLU, lambda: nn.MaxPool2d(3, 2)
+    if variant == "original":
+        lrn = lambda: nn.LocalResponseNorm(5, alpha=5e-4, beta=0.75, k=2.0)  # noqa: E731
+        body = [nn.Conv2d(3, 96, 11, 4), relu(), lrn(), pool(),
+                nn.Conv2d(96, 256, 5, padding=2, groups=2), relu(), lrn(), pool(),
+                nn.Conv2d(256, 384, 3, padding=1), relu(),
+                nn.Conv2d(384, 384, 3, padding=1, groups=2), relu(),
+                nn.Conv2d(384, 256, 3, padding=1, groups=2), relu(), pool()]  # fmt: skip
+    else:
+        body = [nn.Conv2d(3, 64, 11, 4, 2), relu(), pool(), nn.Conv2d(64, 192, 5, padding=2),
+                relu(), pool(), nn.Conv2d(192, 384, 3, padding=1), relu(),
+                nn.Conv2d(384, 256, 3, padding=1), relu(), nn.Conv2d(256, 256, 3, padding=1),
+                relu(), pool()]  # fmt: skip
+    head = [nn.Flatten(), nn.Dropout(), nn.Linear(features, 4096), relu(), nn.Dropout(),
+            nn.Linear(4096, 4096), relu(), nn.Linear(4096, classes)]  # fmt: skip
+    return nn.Sequential(*body, *head).double()
+
+
+@pytest.mark.parametrize("variant, size, side", [("original", 99, 2), ("torchvision", 95, 2)])
+def test_both_variants_against_pytorch_at_a_small_size(variant, size, side):
+    torch = pytest.importorskip("torch")
+    md.random.manual_seed(3)
+    ours = paper_init(alexnet(4, variant, image_size=size)).to("float64").eval()
+    theirs = _torch_alexnet(torch.nn, variant, 256 * side * side, 4).eval()
+    with torch.no_grad():
+        for mine, other in zip(ours.parameters(), theirs.parameters(), strict=True):
+            other.copy_(torch.from_numpy(np.array(mine.data)))
+    x = np.random.default_rng(0).normal(0, 50, size=(2, 3, size, size))
+    y = np.array([1, 3])
+    loss = F.cross_entropy(ours(md.tensor(x, dtype="float64")), y)
+    loss.backward()
+    reference = torch.nn.functional.cross_entropy(theirs(torch.from_numpy(x)), torch.tensor(y))
+    reference.backward()
+    np.testing.assert_allclose(loss.item(), reference.item(), rtol=1e-10)
+    for mine, other in zip(ours.parameters(), theirs.parameters(), strict=True):
+        np.testing.assert_allclose(mine.grad, other.grad.numpy(), rtol=1e-7, atol=1e-12)
