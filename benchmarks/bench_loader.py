@@ -21,6 +21,7 @@ loader images/s over the step's images/s (>= 1: the loader keeps up).
 """
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -125,7 +126,10 @@ def main():
                 time.sleep(0.3)
                 steps[variant].append(step_rate(variant, args.batch))
     medians = {name: statistics.median(values) for name, values in {**rates, **steps}.items()}
-    print(f"{args.images} JPEGs 500x375, batch {args.batch}, {args.rounds} rounds (medians)")
+    print(
+        f"{args.images} JPEGs 500x375, batch {args.batch}, {args.rounds} rounds (medians); "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
     for name in rates:
         print(f"  {name:24s} {medians[name]:8.1f} images/s")
     for variant in steps:
