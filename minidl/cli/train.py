@@ -120,7 +120,8 @@ TRAIN_HELP = {  # the help texts too long to share a line with their option
     "--trace": "write a Chrome-trace timeline (trace.json) of the run to the run directory",
     "--recipe": "a published training recipe; options given anew override it. alexnet-2012: "
     "--model alexnet, momentum 0.9, --weight-decay 5e-4, --batch-size 128, --lr 0.01 divided by "
-    "10 when the validation error stops improving (--lr-schedule plateau), --init paper, 90 epochs",
+    "10 when the validation error stops improving (--lr-schedule plateau), --init paper, "
+    "90 epochs, --test-batch-size 128",
     "--variant": "alexnet: original (2012 paper, two towers, LRN, 227x227 crops) or torchvision "
     "(one tower, 224x224)",
     "--init": "paper: weights N(0, 0.01), biases 1 in conv2, conv4, conv5, fc6, fc7 (alexnet)",
