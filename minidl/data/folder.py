@@ -178,12 +178,20 @@ class ImageFolder:
         return self.load(index, np.random.default_rng(index)), self.labels[index]
 
     def first(self, n):
-        """A copy holding the first ``n`` samples only (all when ``n`` is None or 0)."""
+        """A copy holding ``n`` samples (all when ``n`` is None or 0), taken round-robin over
+        the classes (each class's first image, then each one's second...), so that a subset
+        of a class-sorted folder still holds every class."""
         if not n:
             return self
+        within = np.zeros(len(self.labels), dtype=np.int64)  # index of each image in its class
+        for label in np.unique(self.labels):
+            members = np.flatnonzero(self.labels == label)
+            within[members] = np.arange(len(members))
+        keep = np.sort(np.lexsort((self.labels, within))[:n])
         subset = object.__new__(ImageFolder)
         subset.__dict__.update(self.__dict__)
-        subset.samples, subset.labels = self.samples[:n], self.labels[:n]
+        subset.samples = [self.samples[i] for i in keep]
+        subset.labels = self.labels[keep]
         return subset
 
     def __repr__(self):

@@ -124,6 +124,11 @@ class TrainConfig:
         check_choice("device", self.device, DEVICES)
         check_choice("dtype", self.dtype, DTYPES)
         check_choice("init", self.init, INITS)
+        if self.dataset == "folder" and self.augment:
+            raise ConfigError(
+                f"{option('augment')} is for the IDX datasets: {option('dataset')} folder already "
+                f"crops, flips and adds colour noise (see {option('pca_std')})"
+            )
         if self.dataset == "folder" and not self.data_dir:
             raise ConfigError(
                 f"{option('dataset')} folder needs {option('data_dir')} DIR, the folder holding "

@@ -188,3 +188,12 @@ def test_leaving_an_epoch_early_stops_the_workers(image_folder):
     assert threading.active_count() > before  # the workers run ahead
     batches.close()
     assert threading.active_count() == before
+
+
+def test_a_subset_holds_every_class(image_folder):
+    root, _ = image_folder(corrupt=False)
+    train = ImageFolder(root, crop=56, resize=64)
+    subset = train.first(4)
+    assert sorted(subset.labels.tolist()) == [0, 0, 1, 2]  # round-robin: 0, 1, 2, then 0
+    assert set(subset.samples) <= set(train.samples) and len(subset) == 4
+    assert train.first(None) is train
