@@ -12,7 +12,9 @@ bytes after gunzip) is identified, in this order:
    MNIST is known this way: its published statistics (training mean
    0.1306604762738429 and std 0.3081078038564622 of x/255) are exact functions
    of those integer sums, and the same computation reproduces Fashion-MNIST's
-   published statistics digit for digit.
+   published statistics digit for digit. A fingerprint catches a wrong
+   dataset and any change of a label or pixel value short of a deliberate
+   forgery; it does not see images or labels reordered among themselves.
 
 Outcomes: a file that does not decode is *damaged* (with the byte where
 decoding failed); a file whose content is another dataset's is refused by
