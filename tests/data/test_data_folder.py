@@ -47,6 +47,13 @@ def test_a_folder_without_train_is_refused(tmp_path):
         ImageFolder(tmp_path)
 
 
+def test_a_validation_class_unknown_to_train_is_refused(image_folder):
+    root, made = image_folder(corrupt=False)
+    (root / "val" / "dog").mkdir()
+    with pytest.raises(FolderError, match=r"class folders \['dog'\] are not training classes"):
+        ImageFolder(root, train=False)
+
+
 def test_patch_is_the_centre_of_the_shorter_side_resized(tmp_path):
     from PIL import Image
 

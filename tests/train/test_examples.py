@@ -279,8 +279,9 @@ def test_pipeline_example_under_mpiexec_trains_every_schedule_and_measures_it():
     assert all(0 <= row[3] < 1 for row in rows.values()), out
 
 
-def test_imagenet_folder_example_trains_alexnet_on_a_generated_folder():
+def test_imagenet_folder_example_trains_alexnet_on_a_generated_folder(tmp_path, monkeypatch):
     pytest.importorskip("PIL")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # the colour statistics' cache
     out = run_example(
         "13_imagenet_folder.py", "--demo", "--epochs", "1", "--crop-size", "63", "--resize", "72",
         "--batch-size", "8",
