@@ -56,7 +56,8 @@ def build_model(config, train_set):
     """The model ``config.model`` names, sized for the data, in its dtype on its device."""
     options = {}
     if config.model == "alexnet":
-        options = dict(variant=config.variant or "torchvision", image_size=crop_size(config))
+        side = crop_size(config) if config.dataset == "folder" else train_set.images.shape[-1]
+        options = dict(variant=config.variant or "torchvision", image_size=side)
     model = models.build(
         config.model,
         num_classes=len(train_set.classes),

@@ -13,7 +13,7 @@ from minidl.cli import main
 from minidl.models.alexnet import alexnet, paper_init
 from minidl.optim import SGD, ReduceOnPlateau
 from minidl.train.loop import average_crops, evaluate, top_k_hits
-from tests.data.conftest import write_image_folder
+from tests.data.conftest import write_fake_dataset, write_image_folder
 
 
 @pytest.mark.parametrize("variant, count", [("original", 60_965_224), ("torchvision", 61_100_840)])
@@ -75,6 +75,12 @@ def test_plateau_divides_the_rate_after_two_epochs_without_a_new_best():
     assert again.optimizer.lr == pytest.approx(1e-4) and again.step(0.3) == schedule.step(0.3)
 
 
+@pytest.fixture
+def fake_idx(tmp_path):
+    write_fake_dataset(tmp_path / "idx", n_train=4, n_test=2)
+    return tmp_path / "idx"
+
+
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     pytest.importorskip("PIL")
@@ -113,6 +119,13 @@ def test_folder_needs_a_data_dir(capsys):
     code = main(["train", "--model", "alexnet", "--dataset", "folder", "--no-progress"])
     assert code != 0
     assert "--dataset folder needs --data-dir DIR" in capsys.readouterr().err
+
+
+def test_alexnet_on_28x28_images_names_the_smallest_size(capsys, tmp_path, fake_idx):
+    code = main(["train", "--model", "alexnet", "--data-dir", str(fake_idx), "--no-verify-data",
+                 "--no-progress", "--out", str(tmp_path / "run")])  # fmt: skip
+    assert code == 1
+    assert "28x28 images are too small (at least 63x63)" in capsys.readouterr().err
 
 
 def test_variant_is_alexnet_s_option(capsys):
