@@ -278,3 +278,35 @@ def test_pipeline_example_under_mpiexec_trains_every_schedule_and_measures_it():
     rows = pipeline_rows(out)
     assert_textbook_pipeline(rows, 4, 8, 2)
     assert all(0 <= row[3] < 1 for row in rows.values()), out
+
+
+def test_imagenet_folder_example_trains_alexnet_on_a_generated_folder(tmp_path, monkeypatch):
+    pytest.importorskip("PIL")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # the colour statistics' cache
+    out = run_example(
+        "13_imagenet_folder.py", "--demo", "--epochs", "1", "--crop-size", "63", "--resize", "72",
+        "--batch-size", "8",
+    )  # fmt: skip
+    assert "epoch 1/1" in out and "on 12 validation images" in out, out
+    assert "top-5 error 0.0%" in out  # three classes: always in the top five
+
+
+def test_imagenet_example_writes_val_labels_from_the_solution_file(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "imagenet_example", os.path.join(EXAMPLES, "13_imagenet_folder.py")
+    )
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    solution = tmp_path / "LOC_val_solution.csv"
+    solution.write_text(
+        "ImageId,PredictionString\n"
+        "ILSVRC2012_val_00000002,n01440764 12 34 56 78 n01440764 1 2 3 4\n"
+        "ILSVRC2012_val_00000001,n09999999 0 0 10 10\n"
+    )
+    path = example.write_val_labels(solution, tmp_path)
+    assert path.read_text().splitlines() == [
+        "ILSVRC2012_val_00000001.JPEG n09999999",
+        "ILSVRC2012_val_00000002.JPEG n01440764",
+    ]
