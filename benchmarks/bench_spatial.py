@@ -7,7 +7,7 @@ batch of random 28x28 images, one BLAS thread per rank:
 
 - ``dp=P``: each rank a batch / P share, gradients averaged (``DistributedOptimizer``);
 - ``spatial=P``: each rank all images, its block of rows (``spatial_parallel``);
-- ``dp=2,spatial=P/2`` on 4 ranks: both.
+- on 4 ranks also ``spatial=4`` as 2x2 blocks of rows and columns, and ``dp=2,spatial=2``.
 
 The layouts alternate within each round (``--rounds``), so they share the
 machine's load alike; the step time is the slowest rank's, and medians are
@@ -32,18 +32,20 @@ from minidl.dist.spatial import local_rows, spatial_parallel, step_bytes
 class Layout:
     """One grid of the job with its model, optimizer and counters."""
 
-    def __init__(self, comm, dp, spatial, batch):
+    def __init__(self, comm, dp, spatial, batch, cols=1):
         self.name = f"dp={dp}" + (f",spatial={spatial}" if spatial > 1 else "")
+        self.name += f" ({spatial // cols}x{cols} blocks)" if cols > 1 else ""
         self.grid = dist.Grid(comm, dp=dp, spatial=spatial)
         self.rows, self.replicas = self.grid.group("spatial"), self.grid.group("dp")
         md.manual_seed(0)
         model = md.models.lenet5(conv_algo="im2col")
-        self.model = spatial_parallel(model, self.rows, 28) if spatial > 1 else model
+        self.cols = cols
+        self.model = spatial_parallel(model, self.rows, 28, 28, cols) if spatial > 1 else model
         self.opt = optim.Momentum(self.model.parameters(), lr=0.01, momentum=0.9)
         if dp > 1:
             self.opt = dist.DistributedOptimizer(self.opt, self.replicas)
         self.share = slice(self.replicas.rank * batch // dp, (self.replicas.rank + 1) * batch // dp)
-        self.predicted = step_bytes(model, (batch // dp, 1, 28, 28), spatial, itemsize=4)
+        self.predicted = step_bytes(model, (batch // dp, 1, 28, 28), spatial, 4, cols)
         self.predicted = {k: v * dp for k, v in self.predicted.items()}  # every replica sends them
         self.parameter_bytes = sum(p.data.nbytes for p in model.parameters())
         self.times, self.steps = [], 0
@@ -55,7 +57,7 @@ class Layout:
         for x, y in data:
             x = x[self.share]
             if self.rows.size > 1:
-                x = local_rows(x, self.rows)
+                x = local_rows(x, self.rows, self.cols)
             self.opt.zero_grad()
             F.cross_entropy(self.model(md.Tensor(x)), y[self.share]).backward()
             self.opt.step()
@@ -80,8 +82,10 @@ def main():
     args = parser.parse_args()
     comm = dist.init()
     size = comm.size
-    grids = [(size, 1), (1, size)] + ([(2, size // 2)] if size >= 4 and size % 2 == 0 else [])
-    layouts = [Layout(comm, dp, spatial, args.batch) for dp, spatial in grids]
+    grids = [(size, 1, 1), (1, size, 1)]
+    if size == 4:
+        grids += [(1, 4, 2), (2, 2, 1)]
+    layouts = [Layout(comm, dp, spatial, args.batch, cols) for dp, spatial, cols in grids]
     rng = np.random.default_rng(0)
     data = [
         (

@@ -82,6 +82,7 @@ def plot(results, layers, path):
         ax.set_yscale("log")
         ax.set_title(title)
         ax.set_ylabel(unit)
+        ax.set_xlabel("layer")
     speed.legend(fontsize=8)
     fig.suptitle(
         "Convolution algorithms (float32, CPU); missing bars: the algorithm cannot do the layer"

@@ -9,6 +9,12 @@ gamma predictions of ``minidl.perf.allreduce_cost`` with the parameters fitted o
 this machine. Things to look for: the butterfly wins for small messages
 (fewest latency terms), ring and Rabenseifner for large ones (each rank moves
 only 2(P-1)/P of the data), and the tree costs about twice the butterfly.
+At 2 ranks ring and Rabenseifner are the same exchange, so their model
+lines coincide (the second is dashed). The model prices messages and bytes
+only; small messages are dominated by per-call costs (Python, mpi4py, ranks
+waiting for a core when there are more ranks than cores) that one fitted
+alpha matches only roughly, so they may sit several-fold above or below
+their lines (the figure prints the ratio).
 """
 
 import argparse
@@ -19,9 +25,18 @@ import minidl.dist as dist
 from minidl.cli import bench_allreduce as bench
 from minidl.perf import allreduce_cost
 
+MODEL_NOTE = (
+    "lines: alpha-beta-gamma model (alpha per message step, beta and gamma per byte), fitted "
+    "here.\nSmall messages are dominated by per-call costs (Python, mpi4py, a rank waiting "
+    "for a core when\nthere are more ranks than cores) that one alpha fits only roughly: "
+    "measured / model at {small}: {low:.1f}x to {high:.1f}x."
+)
+
 
 def plot(path, results, size, params, algorithms):
-    """Measured points and model lines, log-log, one colour per algorithm."""
+    """Measured points and model lines, log-log, one colour per algorithm; a model line that
+    coincides with an earlier one (ring and Rabenseifner at 2 ranks) is dashed and says so.
+    Returns the figure."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -29,13 +44,21 @@ def plot(path, results, size, params, algorithms):
 
     sizes = np.array(sorted(results))
     fine = np.geomspace(sizes[0], sizes[-1], 200)
-    fig, ax = plt.subplots(figsize=(7, 5))
+    fig, ax = plt.subplots(figsize=(7, 5.5))
+    drawn, ratios = {}, []
     for name, colour in zip(algorithms, plt.rcParams["axes.prop_cycle"].by_key()["color"]):
         measured = [results[n][name] * 1e3 for n in sizes]
         ax.plot(sizes, measured, "o", color=colour, label=f"{name} (measured)")
-        if name in allreduce_cost.MODELLED_ALGORITHMS:
-            model = [allreduce_cost.predict(name, n, size, params) * 1e3 for n in fine]
-            ax.plot(fine, model, "-", color=colour, alpha=0.7, label=f"{name} (model)")
+        if name not in allreduce_cost.MODELLED_ALGORITHMS:
+            continue
+        model = np.array([allreduce_cost.predict(name, n, size, params) * 1e3 for n in fine])
+        same = next((other for other, line in drawn.items() if np.allclose(line, model)), None)
+        label = f"{name} (model)" if same is None else f"{name} (model = {same}'s at P={size})"
+        ax.plot(fine, model, "--" if same else "-", color=colour, alpha=0.7, label=label)
+        drawn[name] = model
+        small = allreduce_cost.predict(name, sizes[0], size, params) * 1e3
+        if small > 0:
+            ratios.append(measured[0] / small)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("message size (bytes)")
@@ -43,8 +66,12 @@ def plot(path, results, size, params, algorithms):
     ax.set_title(f"allreduce on {size} ranks\n{bench.describe_params(params)}", fontsize=9)
     ax.legend(fontsize=7, ncol=2)
     ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
+    if ratios:
+        note = MODEL_NOTE.format(small=f"{sizes[0]:,} B", low=min(ratios), high=max(ratios))
+        fig.text(0.01, 0.01, note, fontsize=7, va="bottom")
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     fig.savefig(path, dpi=120)
+    return fig
 
 
 def main():

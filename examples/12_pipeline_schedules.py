@@ -1,4 +1,4 @@
-"""Pipeline schedules on LeNet-5: naive, GPipe, 1F1B and interleaved 1F1B side by side.
+"""Pipeline schedules on LeNet-5: naive, GPipe, 1F1B, PipeDream and interleaved 1F1B.
 
 LeNet-5's twelve layers are cut into P stages (four by default) where the
 measured time per stage is most even; a batch is split into M micro-batches.
@@ -10,20 +10,20 @@ For each schedule the script prints
   with the per-stage costs measured from LeNet-5's layers (the slowest stage
   sets the pace, so the bubble grows);
 - the peak live activations per rank, in micro-batches and in KiB: GPipe
-  holds all M, 1F1B at most P - s on stage s.
+  holds all M, 1F1B (and PipeDream, in the same order) at most P - s on stage s.
 
 Alone (``python examples/12_pipeline_schedules.py``) everything is simulated.
 Under ``mpiexec -n 4`` the ranks also train a few steps with each schedule
-(``PipelineTrainer``, random images) and print the bubble measured in wall-clock
-time beside it; with more ranks than cores, that figure measures the operating
-system's scheduler as much as the pipeline. ``--png FILE`` draws the simulated
-timelines (needs matplotlib; skipped without it).
+(``PipelineTrainer``, random images), trace them (``timeline.py``) and print the
+bubble measured in wall-clock time beside it; with more ranks than cores, that
+figure measures the operating system's scheduler as much as the pipeline.
+``--png FILE`` draws the simulated timelines and each rank's peak activation
+memory per schedule (needs matplotlib; skipped without it).
 
 Quick run: ``--micro-batches 8 --batch-size 32 --repeats 1`` (a few seconds).
 """
 
 import argparse
-import time
 
 import numpy as np
 
@@ -33,8 +33,10 @@ from minidl.dist.launch import mpiexec_ranks
 from minidl.dist.pipeline import PipelineTrainer, build
 from minidl.dist.pipeline import profile as prof
 from minidl.dist.pipeline.simulate import ideal_bubble, simulate
+from minidl.dist.pipeline.timeline import bubble
+from minidl.perf.trace import Tracer, merge
 
-SCHEDULES = ("naive", "gpipe", "1f1b", "interleaved")
+SCHEDULES = ("naive", "gpipe", "1f1b", "pipedream", "interleaved")
 
 
 def formula(schedule, p, m, v):
@@ -100,7 +102,7 @@ def report(p, args, rows, wall=None):
 
 
 def measure_wall(comm, args):
-    """Train ``args.steps`` steps per schedule; the bubble from each rank's busy time."""
+    """Train ``args.steps`` steps per schedule; the bubble of their traced timeline."""
     rng = np.random.default_rng(1)
     x = rng.standard_normal((args.batch_size, 1, 28, 28)).astype(np.float32)
     y = rng.integers(0, 10, args.batch_size)
@@ -115,26 +117,11 @@ def measure_wall(comm, args):
             schedule=schedule,
             chunks=args.chunks if schedule == "interleaved" else 1,
         )
-        busy = [0.0]
-        executor = trainer.executor
-        for name in ("_forward", "_backward"):
-            compute = getattr(executor, name)
-
-            def timed(m, c, compute=compute):
-                start = time.perf_counter()
-                compute(m, c)
-                busy[0] += time.perf_counter() - start
-
-            setattr(executor, name, timed)
-        trainer.step(x, y)  # warm-up
-        busy[0] = 0.0
-        comm.barrier()
-        start = time.perf_counter()
-        for _ in range(args.steps):
+        tracer = Tracer(comm.rank)
+        trainer.executor.trace(tracer, skip=1, steps=args.steps)  # after a warm-up step
+        for _ in range(args.steps + 1):
             trainer.step(x, y)
-        span = time.perf_counter() - start
-        busy_all, spans = comm.allgather_object(busy[0]), comm.allgather_object(span)
-        wall[schedule] = 1 - sum(busy_all) / (comm.size * max(spans))
+        wall[schedule] = bubble(merge(comm.allgather_object(tracer.to_json())))
     return wall
 
 
@@ -147,8 +134,8 @@ def draw(rows, path):
     except ImportError:
         print("matplotlib is not installed: no timeline PNG")
         return
-    fig, axes = plt.subplots(len(rows), 1, figsize=(10, 2 * len(rows)), squeeze=False)
-    for ax, (schedule, _, _, _, measured, _) in zip(axes[:, 0], rows):
+    fig, axes = plt.subplots(len(rows) + 1, 1, figsize=(10, 2 * len(rows) + 2.5), squeeze=False)
+    for ax, (schedule, _, _, _, measured, _) in zip(axes[:-1, 0], rows):
         for rank, events in enumerate(measured.timeline):
             for e in events:
                 forward = e.instruction.op == "forward"
@@ -159,7 +146,12 @@ def draw(rows, path):
         ax.set_yticks(range(measured.ranks))
         ax.invert_yaxis()
         ax.set_ylabel("rank")
-    axes[-1, 0].set_xlabel("simulated seconds (forward blue, backward orange)")
+    axes[-2, 0].set_xlabel("simulated seconds (forward blue, backward orange)")
+    memory, width = axes[-1, 0], 0.8 / len(rows)
+    for i, (schedule, _, _, _, _, kib) in enumerate(rows):
+        memory.bar([r + i * width for r in range(len(kib))], kib, width=width, label=schedule)
+    memory.set(xlabel="rank", ylabel="peak activations (KiB)", title="activation memory")
+    memory.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     print(f"timelines written to {path}")

@@ -1,18 +1,21 @@
-"""``minidl exercise``: ``list``, ``check ID...`` or ``check --all``, ``student DIR [--only IDS]``.
+"""``minidl exercise``: ``list``, ``check``, ``status``, ``student``, ``release``, ``grade``.
 
-The checks test the ``minidl`` package this command imported: in a student
-tree, run ``python -m minidl exercise ...`` from the tree's folder (or
-install the tree with ``pip install -e .``). The command warns when the
-current folder holds another ``minidl`` than the one being checked.
+``list``, ``check`` and ``status`` test the tree of the current folder: run
+inside a student tree (or a folder below it) by an installed ``minidl``
+command, they rerun themselves with that tree's package first on the path.
+``grade`` runs in the instructor's tree and reads only the students'
+exercise regions (``minidl.exercises.submission``).
 """
 
+import contextlib
 import dataclasses
 import json
 import os
+import subprocess
 import sys
 import traceback
 
-from ..exercises import catalogue, get, repository_root
+from ..exercises import catalogue, get, hidden_catalogue, repository_root
 from .common import number, option_adder
 
 EXERCISE_HELP = {  # the help texts too long to share a line with their option
@@ -20,9 +23,14 @@ EXERCISE_HELP = {  # the help texts too long to share a line with their option
     "--update": "with --markdown: rewrite the generated exercise list inside FILE",
     "--timeout": "seconds each check may take before it is reported as a hang (default: the "
     "exercise's own, 60 s for most)",
-    "--only": "stub only these exercises (space or comma separated)",
+    "--hidden": "also run the exercises' hidden checks (the instructor's tree has them, a "
+    "student tree does not)",
+    "--only": "release only these exercises (space or comma separated); the regions of the "
+    "others hold a not-released stub, not their solutions",
     "--trace": "keep the solutions and record which regions each check runs (for testing the "
     "checks)",
+    "--course": 'JSON: {"assignments": {"week-01": {"1.1": 4, ...}}, "hidden_visibility": '
+    '"after_published"} (default: a chapter per assignment, 1 point per exercise)',
 }
 
 
@@ -37,26 +45,67 @@ def add_exercise_arguments(parser):
     check = actions.add_parser("check", help="run exercise checks: expected vs got, and a hint")
     add = option_adder(check, EXERCISE_HELP)
     add("ids", nargs="*", metavar="ID", help="exercise ids, e.g. 3.1")
-    add("--all", action="store_true", help="every exercise")
+    add("--all", action="store_true", help="every exercise (in a student tree: handed out)")
     add("--json", action="store_true", help="one JSON document on stdout")
+    add("--hidden", action="store_true")
     add("--timeout", type=number(positive=True), metavar="SECONDS")
     student = actions.add_parser("student", help="write a student tree: exercise regions stubbed")
     add = option_adder(student, EXERCISE_HELP)
     add("dir", help="the new folder")
     add("--only", nargs="+", metavar="IDS")
     add("--trace", action="store_true")
+    status = actions.add_parser(
+        "status", help="each exercise: passes, fails, not started (or not released), points"
+    )
+    add = option_adder(status, EXERCISE_HELP)
+    add("--course", metavar="FILE")
+    release = actions.add_parser(
+        "release", help="hand out more exercises in a student tree, keeping the student's work"
+    )
+    add = option_adder(release, EXERCISE_HELP)
+    add("dir", help="the student tree")
+    add("ids", nargs="+", metavar="ID", help="exercise ids (space or comma separated)")
+    grade = actions.add_parser(
+        "grade",
+        help="grade student submissions from this (the instructor's) tree: only their "
+        "exercise regions count; visible and hidden checks, points, Gradescope and CSV",
+    )
+    add = option_adder(grade, EXERCISE_HELP)
+    add("submissions", help="a folder of student trees (one sub-folder each), or one tree")
+    add("--out", required=True, metavar="DIR", help="where results.json and the CSVs go")
+    add("--course", metavar="FILE")
 
 
-def _warn_other_tree():
-    """Say so when the current folder holds a minidl package other than the one being checked."""
-    here = os.path.realpath(os.path.join(os.getcwd(), "minidl", "__init__.py"))
-    checked = os.path.realpath(repository_root())
-    if os.path.exists(here) and os.path.dirname(os.path.dirname(here)) != checked:
-        print(
-            f"note: checking the minidl in {repository_root()}, not the one in this folder; "
-            "run 'python -m minidl exercise ...' here to check this folder's code",
-            file=sys.stderr,
-        )
+RERUN = "MINIDL_EXERCISE_TREE"  # set in a command rerun with the tree of the current folder
+
+
+def _tree_here():
+    """The nearest folder at or above the current one that holds a minidl package with
+    exercises (a student tree, or a checkout), or None."""
+    folder = os.getcwd()
+    while True:
+        if os.path.isfile(os.path.join(folder, "minidl", "exercises", "__init__.py")):
+            return folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
+def _rerun_in_tree_here(args):
+    """None when the minidl imported is the tree of the current folder; else the exit status
+    of this command rerun with that tree's minidl first on the path (so that ``minidl
+    exercise check`` in a student tree checks the student's code, not an installed copy)."""
+    here = _tree_here()
+    if here is None or os.environ.get(RERUN):
+        return None
+    if os.path.realpath(here) == os.path.realpath(repository_root()):
+        return None
+    print(f"note: checking the minidl in {here} (this folder's tree)", file=sys.stderr)
+    path = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=path, **{RERUN: here})
+    command = [sys.executable, "-m", "minidl", "exercise", *args.argv]
+    return subprocess.run(command, env=env, check=False).returncode
 
 
 class CannotLoad(Exception):
@@ -101,11 +150,37 @@ def _list(args):
     if not exercises:
         print("no exercises are registered yet (minidl/exercises/checks/)")
         return 0
-    if args.status:
-        _warn_other_tree()
     states = listing.region_states(repository_root(), exercises) if args.status else None
-    print(listing.text_table(exercises, states))
+    print(listing.text_table(exercises, {"state": states} if states else None))
     return 0
+
+
+def _status(args):
+    from ..exercises import grader, listing
+    from ..exercises.student import released
+    from ..exercises.submission import read_course
+
+    exercises = _catalogue()
+    states = listing.region_states(repository_root(), exercises)
+    assignments, _ = read_course(args.course, exercises)
+    handed_out = released(repository_root())
+    points = {
+        i: p
+        for items in assignments.values()
+        for i, p in items.items()
+        if handed_out is None or i in handed_out
+    }
+    print(f"checking the written exercises of the minidl in {repository_root()}", flush=True)
+    written = [e for e in exercises if states[e.id] == "written"]
+    results = {r.id: r for r in grader.grade(written)}
+    shown, scored = listing.progress(states, results, points)
+    print(listing.text_table(exercises, {"state": shown, "points": scored}))
+    got = sum(float(s.split("/")[0]) for s in scored.values())
+    print(
+        f"{got:g} of {sum(points.values()):g} points from the visible checks "
+        "(the grade also runs checks you do not see)"
+    )
+    return 0 if all(r.ok for r in results.values()) else 1
 
 
 def _check(args):
@@ -114,48 +189,116 @@ def _check(args):
     if args.all == bool(args.ids):
         print("name exercise ids (minidl exercise check 3.1 3.2) or --all", file=sys.stderr)
         return 2
-    exercises = _catalogue()
+    if not args.json:
+        return _run_checks(args, lambda r: print(grader.format_result(r), flush=True))[0]
+    # stdout holds the JSON document alone: what the code prints, on import too, goes to stderr
+    with contextlib.redirect_stdout(sys.stderr):
+        status, results = _run_checks(args, None)
+    if results is not None:
+        print(json.dumps(grader.report_json(results), indent=2))
+    return status
+
+
+def _run_checks(args, on_result):
+    """``(exit status, results)`` of the chosen checks (results None for an unknown id);
+    with ``on_result`` (not --json) a header, each verdict as it comes, and a summary."""
+    from ..exercises import grader
+    from ..exercises.student import released
+
+    exercises, handed_out = _catalogue(), released(repository_root())
+    if args.all and handed_out is not None:  # a student tree: the exercises handed out
+        exercises = [e for e in exercises if e.id in handed_out]
     try:
         exercises = exercises if args.all else [get(i) for i in args.ids]
     except KeyError as exc:
         print(exc.args[0], file=sys.stderr)
-        return 2
+        return 2, None
+    if args.hidden:
+        chosen = {e.id for e in exercises}
+        exercises += [h for h in hidden_catalogue() if h.id in chosen]
     if args.timeout is not None:
         exercises = [dataclasses.replace(e, timeout=args.timeout) for e in exercises]
-    _warn_other_tree()
-    if args.json:
-        results = grader.grade(exercises)
-        print(json.dumps(grader.report_json(results), indent=2))
-    else:
+    if on_result is not None:
         count = f"{len(exercises)} exercise(s)"
         print(f"checking {count} of the minidl in {repository_root()}", flush=True)
-        results = grader.grade(
-            exercises, on_result=lambda r: print(grader.format_result(r), flush=True)
-        )
+    results = grader.grade(exercises, on_result=on_result)
+    if on_result is not None:
         print(grader.format_summary(results))
-    return 0 if all(r.ok for r in results) else 1
+    return (0 if all(r.ok for r in results) else 1), results
+
+
+def _ids(items):
+    return None if items is None else [i for item in items for i in item.split(",") if i]
 
 
 def _student(args):
     from ..exercises.student import write_student_tree
 
-    only = None if args.only is None else [i for item in args.only for i in item.split(",") if i]
     exercises = _catalogue()
     mode = "trace" if args.trace else "stub"
+    only = _ids(args.only)
     regions = write_student_tree(args.dir, only=only, mode=mode, exercises=exercises)
-    written = {r.exercise_id for r in regions}
-    done = [e.id for e in exercises if e.id in written]
+    chosen = [e.id for e in exercises if only is None or e.id in only]
     what = "instrumented" if args.trace else "stubbed"
-    ids = f" ({', '.join(done)})" if done else ""
-    print(f"wrote {args.dir}: {len(regions)} region(s) of {len(done)} exercise(s) {what}{ids}")
+    print(
+        f"wrote {args.dir}: {len(regions)} region(s) {what}; exercises handed out: "
+        f"{', '.join(chosen) or 'none'}"
+    )
     print(f"students run: cd {args.dir} && python -m minidl exercise list")
+    return 0
+
+
+def _release(args):
+    from ..exercises.student import release
+
+    new = release(args.dir, _ids(args.ids), _catalogue())
+    if new:
+        print(f"released {', '.join(new)} in {args.dir}; the student's code is unchanged")
+    else:
+        print(f"nothing new: {', '.join(_ids(args.ids))} were already released in {args.dir}")
+    return 0
+
+
+def _grade(args):
+    from ..exercises import submission
+
+    _catalogue()
+    try:
+        found = submission.submissions(args.submissions)
+    except (ValueError, FileNotFoundError) as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    print(f"grading {len(found)} submission(s) with the checks of {repository_root()}", flush=True)
+
+    def show(name, document):
+        total = sum(t["max_score"] for t in document["tests"])
+        print(f"{name}: {document['score']:g} / {total:g}", flush=True)
+
+    try:
+        submission.write_grades(args.submissions, args.out, args.course, on_student=show)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    print(f"wrote {args.out}: results.json per submission, a CSV per assignment")
     return 0
 
 
 def run_exercise(args):
     """Run the chosen action; the exit status is non-zero when a check does not pass."""
+    if args.exercise_action in ("list", "check", "status"):
+        status = _rerun_in_tree_here(args)
+        if status is not None:
+            return status
     try:
-        return {"list": _list, "check": _check, "student": _student}[args.exercise_action](args)
+        actions = {
+            "list": _list,
+            "check": _check,
+            "student": _student,
+            "release": _release,
+            "status": _status,
+            "grade": _grade,
+        }
+        return actions[args.exercise_action](args)
     except CannotLoad as exc:
         print(exc, file=sys.stderr)
         return 2

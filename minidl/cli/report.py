@@ -4,15 +4,20 @@ For each run directory (written by ``minidl train``) it prints the per-epoch
 table (accuracy, time, throughput, staleness, waiting, bytes); with several
 runs, also one comparison line per run. It draws ``report.png`` (in the
 first run directory, or ``--out``): test accuracy against training wall time
-and against gradients computed, and the staleness histogram of each run.
+and against gradients computed, and the staleness histogram of each run. A
+pipeline run traced with ``--trace`` also gets ``pipeline_timeline.png`` in its
+folder (``pipeline_plot.py``) and its measured bubble printed.
 """
 
 import itertools
 import json
 import os
 
+from minidl.dist.pipeline.timeline import bubble
 from minidl.dist.telemetry import StalenessHistogram, format_table
 from minidl.train.metrics import read_metrics
+
+from .pipeline_plot import is_pipeline_trace, plot_timeline
 
 EPOCH_COLUMNS = [
     ("epoch", "epoch", "{}"),
@@ -83,9 +88,9 @@ def epoch_rows(run):
                 "updates_per_s": dist.get("updates_per_s"),
                 "staleness_mean": staleness["mean"] if staleness else None,
                 "staleness_max": staleness["max"] if staleness else None,
-                "wait_s": sum(dist["per_worker"]["wait_s"]) if dist else None,
+                "wait_s": sum(dist["per_worker"]["wait_s"]) if "per_worker" in dist else None,
                 "gate_wait_s": sum(dist["gate_wait_s"]) if "gate_wait_s" in dist else None,
-                "mib_sent": dist["bytes_sent"] / 2**20 if dist else None,
+                "mib_sent": dist["bytes_sent"] / 2**20 if "bytes_sent" in dist else None,
                 "server_cpu_s": sum(dist["server_cpu_s"]) if "server_cpu_s" in dist else None,
                 "gradients": dist.get("gradients"),
             }
@@ -165,6 +170,20 @@ def plot_runs(runs, path):
     return path
 
 
+def report_pipeline_trace(run):
+    """A traced pipeline run: print its measured bubble, draw its timeline PNG."""
+    trace_path = os.path.join(run["path"], "trace.json")
+    if not is_pipeline_trace(trace_path):
+        return
+    with open(trace_path) as f:
+        trace = json.load(f)
+    print(f"  pipeline bubble, measured over the traced batches: {bubble(trace):.3f}")
+    title = f"{run['config'].get('schedule')} on {run['config'].get('grid')}"
+    path = plot_timeline(trace, os.path.join(run["path"], "pipeline_timeline.png"), title)
+    if path:
+        print(f"  timeline: {path}")
+
+
 def add_report_arguments(p):
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories of minidl train")
     plot = "where to write the plot (default RUN_DIR/report.png of the first run)"
@@ -182,6 +201,7 @@ def run_report(args):
                 f"  compression {record['scheme']}: {record['payload_bytes_per_step']} bytes "
                 f"per step, {100 * record['ratio']:.2f}% of float32"
             )
+        report_pipeline_trace(run)
         print()
     if len(runs) > 1:
         print(format_table([run_row(run) for run in runs], RUN_COLUMNS))

@@ -17,13 +17,14 @@ from ..dist import ALLREDUCE_ALGORITHMS
 from ..dist.config import TP_LAYOUTS, DistConfig, DistMode
 from ..dist.grid import GridShape
 from ..dist.launch import mpiexec_rank, mpiexec_ranks
+from ..dist.pipeline import SCHEDULES as PIPELINE_SCHEDULES
 from ..dist.ps_server import DEFAULT_POLL_INTERVAL
 from ..dist.workers import run_workers, share_batch, worker_command
 from ..train import Diverged, TrainConfig
 from ..train.checkpoint import load_checkpoint
-from ..train.config import SCHEDULES
+from ..train.config import INITS, SCHEDULES
 from ..train.loop import evaluate
-from ..train.setup import DATASETS, build_model
+from ..train.setup import DATASETS, RECIPES, build_model, load_split
 from .common import argument_type, nonnegative_int, number, option_adder, positive_int
 from .resume import reconcile
 from .specs import SPEC_HELP, parse_compression
@@ -125,14 +126,43 @@ TRAIN_HELP = {  # the help texts too long to share a line with their option
     "axes are 1; the product is the rank count): data, pipeline, spatial and tensor "
     "parallelism. --grid dp=N is --dist sync on N ranks; --batch-size is per data-parallel "
     "replica",
+    "--micro-batches": "with --grid ...,pp=P: cut each batch into M micro-batches that fill the "
+    "pipeline (bubble (P-1)/(M+P-1))",
+    "--schedule": "with --grid ...,pp=P: the pipeline schedule (naive: one micro-batch at a "
+    "time; gpipe: all forwards, then all backwards; 1f1b: one forward, one backward; "
+    "interleaved: 1f1b over --chunks model chunks per rank, M a multiple of P)",
+    "--chunks": "with --schedule interleaved: model chunks per pipeline rank (default 2)",
     "--trace": "write a Chrome-trace timeline (trace.json) of the run to the run directory",
+    "--recipe": "a published training recipe; options given anew override it. alexnet-2012: "
+    "--model alexnet, momentum 0.9, --weight-decay 5e-4, --batch-size 128, --lr 0.01 divided by "
+    "10 when the validation error stops improving (--lr-schedule plateau), --init paper, "
+    "90 epochs, --test-batch-size 128",
+    "--variant": "alexnet: original (2012 paper, two towers, LRN, 227x227 crops) or torchvision "
+    "(one tower, 224x224)",
+    "--init": "paper: weights N(0, 0.01), biases 1 in conv2, conv4, conv5, fc6, fc7 (alexnet)",
+    "--crop-size": "--dataset folder: crop side (default: the variant's 227 or 224)",
+    "--resize": "--dataset folder: shorter side and central patch before cropping",
+    "--ten-crop": "--dataset folder: evaluate on ten crops (corners, centre, mirrored), softmax "
+    "averaged",
+    "--pca-std": "--dataset folder: colour augmentation alpha ~ N(0, PCA_STD); 0 turns it off",
+    "--data-workers": "--dataset folder: threads decoding images (0: in the training thread)",
+    "--skip-unreadable": "--dataset folder: leave out images that cannot be decoded, and count "
+    "them (default: stop, naming the file)",
 }
 
 
 def add_data_arguments(add):
-    """--data-dir and --no-verify-data, shared by train and eval."""
-    add("--data-dir", help="the folder with the IDX files (the only one looked in when given)")
+    """--data-dir, --no-verify-data and the image folder's evaluation options, shared by train
+    and eval."""
+    add(
+        "--data-dir",
+        help="the folder with the IDX files (the only one looked in when given); --dataset "
+        "folder: the folder holding train/ and val/",
+    )
     add("--no-verify-data", dest="verify_data", action="store_false")
+    add("--ten-crop", action="store_true")
+    add("--data-workers", type=nonnegative_int, default=2)
+    add("--skip-unreadable", action="store_true")
 
 
 def add_train_arguments(p):
@@ -177,7 +207,16 @@ def add_train_arguments(p):
     add("--hang-timeout", type=number(), default=300.0, metavar="SECONDS")
     add("--tp-layout", default="rule", choices=TP_LAYOUTS)
     add("--grid", type=grid_shape, metavar="AXIS=N,...")
+    add("--micro-batches", type=positive_int, default=1, metavar="M")
+    add("--schedule", default="1f1b", choices=list(PIPELINE_SCHEDULES))
+    add("--chunks", type=positive_int, metavar="V")
     add("--trace", action="store_true")  # perf: timeline
+    add("--recipe", choices=list(RECIPES))
+    add("--variant", choices=("original", "torchvision"))
+    add("--init", default="default", choices=INITS)
+    add("--crop-size", type=positive_int)
+    add("--resize", type=positive_int, default=256)
+    add("--pca-std", type=number(), default=0.1)
 
 
 class _Unset(list):
@@ -191,6 +230,15 @@ def given_options(argv):
     parser.set_defaults(**dict.fromkeys(vars(parser.parse_args([])), _Unset()))
     parsed = vars(parser.parse_known_args(argv)[0])
     return frozenset(k for k, v in parsed.items() if not (isinstance(v, _Unset) and not v))
+
+
+def apply_recipe(args):
+    """Set the options of ``--recipe`` that the command line does not give itself."""
+    if args.recipe:
+        given = given_options(args.argv)
+        for key, value in RECIPES[args.recipe].items():
+            if key not in given:
+                setattr(args, key, value)
 
 
 def train_config(args):
@@ -215,12 +263,16 @@ def dist_config(args):
         hang_timeout=args.hang_timeout,
         tp_layout=args.tp_layout,
         grid=GridShape.parse(args.grid) if args.grid else None,
+        micro_batches=args.micro_batches,
+        schedule=args.schedule,
+        chunks=args.chunks,
     )
 
 
 def run_train(args):
     """Train as ``args`` says; returns 0, or 3 when the loss became NaN/inf."""
     ranks = mpiexec_ranks()
+    apply_recipe(args)
     if args.resume:
         saved = load_checkpoint(args.resume).training_config()
         # with --workers, --batch-size here is the whole step's (the workers split it)
@@ -292,15 +344,27 @@ def run_eval(args):
     """Print the test accuracy and the confusion matrix of a checkpoint."""
     ckpt = load_checkpoint(args.checkpoint)
     config = ckpt.training_config()
-    test_set = DATASETS[config["dataset"]](root=args.data_dir, train=False, verify=args.verify_data)
-    model = build_model(TrainConfig.from_record(config).replace(device=args.device), test_set)
+    options = dict(
+        device=args.device, verify_data=args.verify_data, ten_crop=args.ten_crop,
+        data_workers=args.data_workers, skip_unreadable=args.skip_unreadable,
+    )  # fmt: skip
+    if args.data_dir or config["dataset"] != "folder":
+        options["data_dir"] = args.data_dir
+    run_config = TrainConfig.from_record(config).replace(**options)
+    test_set = load_split(run_config, False)
+    model = build_model(run_config.replace(init="default"), test_set)
     model.load_state_dict(ckpt.model_state)
-    loader = DataLoader(test_set, args.batch_size)
+    loader = DataLoader(
+        test_set, args.batch_size, workers=args.data_workers, skip_unreadable=args.skip_unreadable
+    )
     result = evaluate(model, loader, len(test_set.classes), args.device)
     print(
         f"{config['model']} on {config['dataset']} (epoch {ckpt.meta['epoch']}): "
-        f"test accuracy {100 * result['acc']:.2f}% over {result['images']} images"
+        f"test accuracy {100 * result['acc']:.2f}% over {result['images']} images; top-1 "
+        f"error {100 * (1 - result['acc']):.2f}%, top-5 error {100 * (1 - result['top5_acc']):.2f}%"
     )
+    if loader.skipped:
+        print(f"{len(loader.skipped)} unreadable images left out, e.g. {loader.skipped[0]}")
     print(format_confusion(result["confusion"], test_set.classes))
     return 0
 

@@ -15,9 +15,9 @@ import numpy as np
 from .catalog import FASHION_MNIST
 from .catalog import MNIST as MNIST_SPEC
 from .download import download as download_files
-from .idx import load_idx
+from .idx import IDXError, parse_idx, read_idx_bytes
 from .locate import DatasetNotFoundError, find_file, locate
-from .verify import verify_file
+from .verify import content_sha256, damaged, verify_content
 
 
 class ArrayDataset:
@@ -45,22 +45,25 @@ class ArrayDataset:
 
 
 @functools.lru_cache(maxsize=8)
-def _load_idx_cached(path, inode, size, mtime_ns):
-    """``load_idx`` remembered per (path, inode, size, mtime); the array is made read-only."""
-    array = load_idx(path)
+def _decode_cached(path, inode, size, mtime_ns):
+    """(array, SHA-256 of the decoded bytes) remembered per (path, inode, size, mtime); the
+    array is made read-only. A file that does not decode raises ``IDXError``."""
+    data, gunzipped = read_idx_bytes(path)
+    array = parse_idx(data, path, gunzipped)
     array.flags.writeable = False
-    return array
+    return array, content_sha256(data)
 
 
 def clear_cache():
-    """Forget the decoded files kept by ``load_cached`` (frees their memory)."""
-    _load_idx_cached.cache_clear()
+    """Forget the decoded files kept by ``decode_cached`` (frees their memory)."""
+    _decode_cached.cache_clear()
 
 
-def load_cached(path):
-    """The decoded IDX file at ``path``, decoded once per process while the file is unchanged."""
+def decode_cached(path):
+    """(decoded IDX array, SHA-256 of its uncompressed bytes) of ``path``, decoded once per
+    process while the file is unchanged."""
     stat = os.stat(path)
-    return _load_idx_cached(os.path.realpath(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    return _decode_cached(os.path.realpath(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
 
 def normalize(raw, mean, std):
@@ -77,8 +80,9 @@ class IDXImageDataset(ArrayDataset):
     ``root``, when given, is the only place searched; otherwise
     ``$MINIDL_DATA``, the cache folder and the Debian folder (``locate.locate``).
     With ``download=True`` missing files are fetched (SHA-256 checked) into
-    ``root`` or the cache folder. ``verify=True`` checks that the files are
-    this dataset's published ones (``verify.verify_file``).
+    ``root`` or the cache folder. ``verify=True`` checks that the decoded
+    files are this dataset's published content (``verify.verify_content``),
+    whatever their container (any gzip, or none).
     """
 
     spec = None  # a catalog.DatasetSpec, set by each subclass
@@ -99,10 +103,18 @@ class IDXImageDataset(ArrayDataset):
             folder = download_files(self.spec, root, log=print)
         names = self.spec.split_files(split)
         image_file, label_file = (find_file(folder, name) for name in names)
-        if verify:
-            for name, path in zip(names, (image_file, label_file)):
-                verify_file(self.spec, name, path)
-        raw_images, raw_labels = load_cached(image_file), load_cached(label_file)
+        decoded = []
+        for name, path in zip(names, (image_file, label_file)):
+            try:
+                array, digest = decode_cached(path)
+            except IDXError as exc:
+                if not verify:
+                    raise
+                raise damaged(self.spec, path, exc.defect) from exc
+            if verify:
+                verify_content(self.spec, name, path, digest, array)
+            decoded.append(array)
+        raw_images, raw_labels = decoded
         self._check(raw_images, raw_labels, image_file, label_file)
         super().__init__(
             normalize(raw_images, self.spec.mean, self.spec.std),

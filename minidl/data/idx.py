@@ -47,12 +47,49 @@ def read_idx_bytes(path):
         data = handle.read()
     if data[:2] != GZIP_MAGIC:
         return data, False
-    try:
-        return gzip.decompress(data), True
-    except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
-        raise IDXError(
-            path, f"corrupt gzip stream ({exc}); delete the file and get it again"
-        ) from exc
+    return gunzip(data, path), True
+
+
+def gunzip(data, path="<bytes>", chunk=1 << 16):
+    """Decompress gzip ``data`` (one or more members); ``IDXError`` names the failing byte.
+
+    The stream is fed in chunks; before each chunk the decoder state is kept, so
+    a failure is replayed byte by byte to find the first byte of the file that
+    the decoder refuses (a corrupt stream) or where the file ends early (a
+    truncated one).
+    """
+    out, start = [], 0
+    while start < len(data):
+        decoder, pos = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS), start
+        while not decoder.eof:
+            if pos >= len(data):
+                raise IDXError(
+                    path,
+                    f"truncated gzip stream at byte {len(data)}: the file ends before the "
+                    "stream's end marker",
+                )
+            saved = decoder.copy()
+            try:
+                out.append(decoder.decompress(data[pos : pos + chunk]))
+            except zlib.error as exc:
+                raise IDXError(
+                    path, f"corrupt gzip stream at byte {_failing_byte(saved, data, pos)} ({exc})"
+                ) from exc
+            pos = min(pos + chunk, len(data))
+        start = pos - len(decoder.unused_data)
+        if data[start : start + 2] != GZIP_MAGIC:  # padding after the last member
+            break
+    return b"".join(out)
+
+
+def _failing_byte(decoder, data, pos):
+    """The offset of the first byte from ``pos`` on that ``decoder`` refuses."""
+    for offset in range(pos, len(data)):
+        try:
+            decoder.decompress(data[offset : offset + 1])
+        except zlib.error:
+            return offset
+    return len(data)
 
 
 def parse_idx(data, path="<bytes>", gunzipped=False):

@@ -11,11 +11,26 @@ the same order; every sample is seen once per epoch; every rank takes
 the last global batch holds fewer samples than there are ranks, some ranks get
 an empty batch (shape ``(0, 1, 28, 28)``) for that step: they still take the
 step, so collectives stay matched.
+
+A dataset of files (one with ``load(index, rng)`` and ``labels``, such as
+``folder.ImageFolder``) is read as it goes: ``workers`` threads decode the
+samples of the next ``prefetch`` batches while the current one trains
+(Pillow and NumPy release the GIL while they decode, resize and copy; threads
+also stay safe in an MPI rank, where forking is not). Sample ``i`` of epoch
+``e`` draws its random choices from a generator seeded by ``(seed, e, i)``,
+so its batch is the same whatever the worker count, the rank count or the
+timing. An unreadable file stops the epoch with an ``ImageDecodeError``
+naming it, or, with ``skip_unreadable``, is left out of its batch and
+counted in ``loader.skipped``.
 """
 
+import collections
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+
+from .imageprep import ImageDecodeError
 
 
 class DataLoader:
@@ -27,7 +42,8 @@ class DataLoader:
     ``transform(x, y, rng) -> (x, y)`` is applied to each whole batch (see
     ``augment.py``); its ``rng`` is a ``numpy.random.Generator`` seeded by
     ``(seed, epoch, rank)``, so augmentation is reproducible per rank.
-    Each batch is a new array: keeping one across steps is safe.
+    Each batch is a new array: keeping one across steps is safe. ``workers``,
+    ``prefetch`` and ``skip_unreadable`` apply to datasets of files (module doc).
     """
 
     def __init__(
@@ -40,6 +56,9 @@ class DataLoader:
         rank: int = 0,
         world_size: int = 1,
         transform=None,
+        workers: int = 0,
+        prefetch: int = 2,
+        skip_unreadable: bool = False,
     ):
         if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(
@@ -57,9 +76,14 @@ class DataLoader:
         self.batch_size, self.shuffle, self.seed = int(batch_size), bool(shuffle), int(seed)
         self.drop_last, self.rank, self.world_size = bool(drop_last), int(rank), int(world_size)
         self.transform = transform
+        self.workers, self.prefetch = max(0, int(workers)), max(0, int(prefetch))
+        self.skip_unreadable, self.skipped = bool(skip_unreadable), []
         self.epoch = 0
         self.current_global_batch_size = 0
-        self._images, self._labels = _arrays_of(dataset)
+        if hasattr(dataset, "load"):
+            self._images, self._labels = None, np.asarray(dataset.labels, dtype=np.int64)
+        else:
+            self._images, self._labels = _arrays_of(dataset)
 
     @property
     def global_batch(self):
@@ -100,6 +124,9 @@ class DataLoader:
         return self._batches(epoch)
 
     def _batches(self, epoch):
+        if self._images is None:
+            yield from self._stream(epoch)
+            return
         rng = np.random.default_rng([self.seed, epoch, self.rank]) if self.transform else None
         for step, index in enumerate(self.rank_indices(epoch)):
             self.current_global_batch_size = self.global_batch_size(step)
@@ -110,6 +137,47 @@ class DataLoader:
 
     def _gather(self, index):
         return np.take(self._images, index, axis=0), np.take(self._labels, index, axis=0)
+
+    def _load(self, epoch, index):
+        """Sample ``index`` of ``epoch``, or the ``ImageDecodeError`` when skipping them."""
+        try:
+            return self.dataset.load(index, np.random.default_rng([self.seed, epoch, index]))
+        except ImageDecodeError as exc:
+            if not self.skip_unreadable:
+                raise
+            return exc
+
+    def _stream(self, epoch):
+        """The batches of a dataset of files, ``prefetch`` batches decoding ahead."""
+        steps = self.rank_indices(epoch)
+        pool = ThreadPoolExecutor(self.workers) if self.workers else None
+        submit = pool.submit if pool else _run_now
+        pending, ahead = collections.deque(), self.prefetch if pool else 0
+        try:
+            for step in range(len(steps)):
+                while len(pending) <= ahead and step + len(pending) < len(steps):
+                    indices = steps[step + len(pending)]
+                    pending.append([submit(self._load, epoch, int(i)) for i in indices])
+                samples = [future.result() for future in pending.popleft()]
+                keep = [j for j, sample in enumerate(samples) if not isinstance(sample, Exception)]
+                self.skipped += [sample for sample in samples if isinstance(sample, Exception)]
+                self.current_global_batch_size = self.global_batch_size(step)
+                shape = (len(keep), *self.dataset.sample_shape)
+                x = np.stack([samples[j] for j in keep]) if keep else np.zeros(shape, np.float32)
+                yield x, self._labels[steps[step][keep]]
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _run_now:
+    """A finished future: ``submit`` for loading in the calling thread (no workers)."""
+
+    def __init__(self, fn, *args):
+        self._value = fn(*args)
+
+    def result(self):
+        return self._value
 
 
 def _arrays_of(dataset):

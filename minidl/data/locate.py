@@ -19,10 +19,15 @@ class DatasetNotFoundError(FileNotFoundError):
     """No folder holds the dataset's files; the message lists where we looked and the fixes."""
 
 
+def cache_root():
+    """``$XDG_CACHE_HOME/minidl``, or ``~/.cache/minidl``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+    return Path(base) / "minidl"
+
+
 def cache_dir(spec):
     """``$XDG_CACHE_HOME/minidl/<name>``, or ``~/.cache/minidl/<name>``."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
-    return Path(base) / "minidl" / spec.name
+    return cache_root() / spec.name
 
 
 def candidate_dirs(spec, root=None):

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .. import models
 from ..train.config import ConfigError, TrainConfig, check_choice, check_number, option
 from .collectives import ALLREDUCE_ALGORITHMS
 from .grid import GridShape
+from .pipeline.options import check_pipeline
 from .ps_server import DEFAULT_POLL_INTERVAL
 
 MODES = ("sync", "bsp", "ssp", "asp", "avg", "easgd")
@@ -72,6 +74,9 @@ class DistConfig:
     hang_timeout: float = 300.0  # abort when a rank makes no progress this long; 0: never
     tp_layout: str = "rule"  # grids with tp > 1: "rule" or "one-weird-trick" (TP_LAYOUTS)
     grid: GridShape | None = None  # the process grid (None: data parallel over every rank)
+    micro_batches: int = 1  # pipeline (grid pp > 1): micro-batches per batch
+    schedule: str = "1f1b"  # pipeline: one of minidl.dist.pipeline.SCHEDULES
+    chunks: int | None = None  # pipeline: model chunks per rank (None: 2 interleaved, else 1)
 
     def check(self, config: TrainConfig, resume=None) -> DistConfig:
         """Refuse options that do not fit the mode or ``config``; returns self."""
@@ -100,6 +105,7 @@ class DistConfig:
             raise ConfigError(
                 f"{option('grid')} arranges ranks for synchronous training, not for {what}"
             )
+        self._check_pipeline(config, resume)
         if self.servers != 1 and not mode.uses_server:
             raise ConfigError(
                 f"{option('servers')} applies to {option('dist')} bsp, ssp:S, asp and easgd, "
@@ -130,6 +136,31 @@ class DistConfig:
         return self
 
     @property
+    def pipelined(self):
+        """True when the grid has a pipeline axis (pp > 1)."""
+        return self.grid is not None and self.grid.pp > 1
+
+    def _check_pipeline(self, config, resume):
+        if not self.pipelined:
+            if (self.micro_batches, self.schedule, self.chunks) != (1, "1f1b", None):
+                raise ConfigError(
+                    f"{option('micro_batches')}, {option('schedule')} and {option('chunks')} "
+                    f"set up a pipeline: add pp=P to {option('grid')} (e.g. {option('grid')} pp=2)"
+                )
+            return
+        layers = len(models.build(config.model, activation=config.activation))
+        check_pipeline(
+            layers, self.grid.pp, self.micro_batches, self.schedule, self.chunks, config.batch_size
+        )
+        if resume:
+            raise ConfigError(f"{option('resume')} does not work with a pipeline (pp > 1) yet")
+        if config.clip_grad_norm is not None:
+            raise ConfigError(
+                f"{option('clip_grad_norm')} needs the whole gradient's norm, which no pipeline "
+                "stage sees; drop it or train without pp"
+            )
+
+    @property
     def compressed(self):
         return self.compressor is not None and self.compressor.name != "none"
 
@@ -149,4 +180,11 @@ class DistConfig:
             "hang_timeout": self.hang_timeout,
             "tp_layout": self.tp_layout,
             "grid": None if self.grid is None else str(self.grid),
+        } | (self._pipeline_record() if self.pipelined else {})
+
+    def _pipeline_record(self):
+        return {
+            "micro_batches": self.micro_batches,
+            "schedule": self.schedule,
+            "chunks": self.chunks,
         }

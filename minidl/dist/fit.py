@@ -1,11 +1,12 @@
 """``fit``: a training run over MPI ranks, as ``minidl train --dist`` and ``--workers`` do."""
 
-from ..train.config import TrainConfig
+from ..train.config import ConfigError, TrainConfig, option
 from ..train.run import TrainingRun
 from .comm import init
 from .config import DistConfig
 from .engines import SessionEngine, SyncEngine
 from .hybrid import GridEngine
+from .pipeline.engine import PipelineEngine
 from .workers import fit_on_workers
 
 
@@ -34,7 +35,14 @@ def fit(
     engine = SyncEngine if options.mode.name == "sync" else SessionEngine
     if options.grid is not None:
         options.grid.check_fits(comm.size)
-        if options.grid.size != options.grid.dp:
+        if options.pipelined and options.grid.size != options.grid.dp * options.grid.pp:
+            raise ConfigError(
+                f"{option('grid')} {options.grid}: a pipeline (pp) trains through fit with data "
+                "parallelism (dp) alone; tensor and spatial axes train with dp"
+            )
+        if options.pipelined:
+            engine = PipelineEngine
+        elif options.grid.size != options.grid.dp:
             engine = GridEngine
     comm.auto = "rule" if config.deterministic else "measure"
 

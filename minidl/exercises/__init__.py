@@ -28,8 +28,14 @@ themselves with the ``exercise`` decorator::
 
 A check with ``ranks=N`` runs on N MPI ranks and receives the communicator:
 ``def check(comm): ...``; it must fail on every rank alike or abort.
+
+Hidden checks grade the same regions with their own seeds and sizes. They
+live only in the instructor's tree, in ``minidl/exercises/hidden/`` (which a
+student tree never receives), and register with ``hidden_check``; ``minidl
+exercise grade`` runs them next to the visible ones (see ``submission``).
 """
 
+import copy
 import importlib
 import os
 import sys
@@ -134,6 +140,41 @@ def expect_true(what, condition, detail=None):
         raise ExerciseFailure(what, detail=detail)
 
 
+def changed_in_place(before, after, name):
+    """The name of the first array in ``after`` (arrays nested in tuples, lists and dicts) that
+    differs from its copy ``before``, e.g. ``cache[1]``; None when nothing changed."""
+    from ..backend import to_numpy
+
+    if isinstance(before, np.ndarray):
+        same = np.array_equal(before, to_numpy(after), equal_nan=before.dtype.kind in "fc")
+        return None if same else name
+    if isinstance(before, (tuple, list)):
+        pairs = [(f"{name}[{i}]", b, a) for i, (b, a) in enumerate(zip(before, after))]
+    elif isinstance(before, dict):
+        pairs = [(f"{name}[{k!r}]", b, after[k]) for k, b in before.items()]
+    else:
+        return None
+    return next((found for found in (changed_in_place(*p[1:], p[0]) for p in pairs) if found), None)
+
+
+def call_unchanged(what, function, inputs, free=(), **keywords):
+    """``function(*inputs.values(), **keywords)``; raises ``ExerciseFailure`` naming the input
+    (other than those in ``free``) the code changed in place: the caller still needs it."""
+    saved = {name: copy.deepcopy(v) for name, v in inputs.items() if name not in free}
+    out = function(*inputs.values(), **keywords)
+    for name, value in inputs.items():
+        if name in free:
+            continue
+        found = changed_in_place(saved[name], value, name)
+        if found:
+            raise ExerciseFailure(
+                f"{what}: the code changed its input {found} in place",
+                detail="the caller still needs it (autograd reuses what the forward saved, "
+                "and the upstream gradient is shared): write the result into a new array",
+            )
+    return out
+
+
 @dataclass
 class Exercise:
     """One exercise: its id, what it asks, where its regions are, and its check."""
@@ -145,13 +186,25 @@ class Exercise:
     check: Callable
     ranks: int | None = None  # None: in process; N: under mpiexec on N ranks
     timeout: float = 60.0  # seconds before the grader declares a hang
+    test: str = ""  # a hidden check's name; "" for the exercise's visible check
 
     @property
     def topic(self):
         return self.check.__module__.rsplit(".", 1)[-1]
 
+    @property
+    def key(self):
+        """The check's unique name: ``6.1`` (visible) or ``6.1:hidden-name``."""
+        return f"{self.id}:{self.test}" if self.test else self.id
+
+    @property
+    def visible(self):
+        return not self.test
+
 
 _CATALOGUE = {}
+_HIDDEN = {}  # key -> Exercise of every hidden check imported (instructor's tree only)
+HIDDEN_PACKAGE = "hidden"  # minidl/exercises/hidden/: never copied into a student tree
 
 
 def exercise(exercise_id, title, path, hint, ranks=None, timeout=60.0):
@@ -169,8 +222,42 @@ def exercise(exercise_id, title, path, hint, ranks=None, timeout=60.0):
     return register
 
 
-def _sort_key(exercise_id):
-    return tuple(int(part) if part.isdigit() else part for part in exercise_id.split("."))
+def hidden_check(exercise_id, test, ranks=None, timeout=60.0):
+    """Register the decorated function as hidden check ``test`` of exercise ``exercise_id``.
+
+    Its title, path and hint are the visible exercise's; it runs only under
+    ``minidl exercise grade`` and ``minidl exercise check --hidden`` (instructor's tree).
+    """
+
+    def register(check):
+        visible = get(exercise_id)
+        _HIDDEN[f"{exercise_id}:{test}"] = Exercise(
+            exercise_id, visible.title, visible.path, visible.hint, check, ranks, timeout, test
+        )
+        return check
+
+    return register
+
+
+def hidden_catalogue():
+    """Every hidden check, in id order; empty in a student tree (no ``hidden`` package)."""
+    try:
+        package = importlib.import_module(f"{__name__}.{HIDDEN_PACKAGE}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__name__}.{HIDDEN_PACKAGE}":
+            raise
+        return []
+    for name in package.MODULES:
+        importlib.import_module(f"{package.__name__}.{name}")
+    return [_HIDDEN[k] for k in sorted(_HIDDEN, key=_sort_key)]
+
+
+def _sort_key(key):
+    exercise_id, _, test = key.partition(":")
+    return tuple(int(part) if part.isdigit() else 0 for part in exercise_id.split(".")) + (
+        exercise_id,
+        test,
+    )
 
 
 def catalogue():
@@ -181,8 +268,12 @@ def catalogue():
 
 
 def get(exercise_id):
-    """The exercise with this id; unknown ids list the valid ones."""
+    """The exercise with this id (or a hidden check's key); unknown ids list the valid ones."""
     found = {e.id: e for e in catalogue()}
+    if ":" in exercise_id and exercise_id.split(":")[0] in found:
+        hidden = {e.key: e for e in hidden_catalogue()}
+        if exercise_id in hidden:
+            return hidden[exercise_id]
     if exercise_id not in found:
         raise KeyError(
             f"no exercise {exercise_id!r}; 'minidl exercise list' shows them ({', '.join(found)})"
@@ -192,4 +283,4 @@ def get(exercise_id):
 
 def repository_root():
     """The folder that holds the ``minidl`` package (paths of exercises are relative to it)."""
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))

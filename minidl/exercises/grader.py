@@ -24,7 +24,9 @@ comes from the ranks' reports, else from the traceback a rank printed, and
 the checks after it run in a new job.
 """
 
+import contextlib
 import ctypes
+import io
 import json
 import os
 import re
@@ -60,6 +62,16 @@ class CheckTimeout(BaseException):
     ``except Exception`` in student code does not swallow it)."""
 
 
+class ProcessExit(BaseException):
+    """Raised instead of ending the process when checked code calls ``os._exit``."""
+
+    def __init__(self, status):
+        super().__init__(
+            f"the code called os._exit({status}), which would end the grader without a "
+            "verdict: return from the function instead"
+        )
+
+
 @dataclass
 class RankResult:
     rank: int
@@ -80,6 +92,12 @@ class Result:
     hint: str = ""
     seconds: float = 0.0
     ranks: list[RankResult] | None = field(default=None)
+    test: str = ""  # a hidden check's name, "" for the visible check
+    output: str = ""  # what the checked code printed (stdout and stderr), shown with the verdict
+
+    @property
+    def key(self):
+        return f"{self.id}:{self.test}" if self.test else self.id
 
     @property
     def ok(self):
@@ -150,7 +168,8 @@ def outcome(exercise, exc):
     if exc is None:
         return "passed", ""
     if isinstance(exc, CheckTimeout):
-        return "timed_out", f"no answer after {exercise.timeout:g} s: a loop may never end"
+        where = f"\n  {exc}" if str(exc) else ""
+        return "timed_out", f"no answer after {exercise.timeout:g} s: a loop may never end{where}"
     kind = (
         "Unimplemented"
         if isinstance(exc, Unimplemented)
@@ -196,9 +215,18 @@ def crash_outcome(exercise, output):
     return verdict(exercise, kind.rsplit(".", 1)[-1], "\n".join([text] + more), frames)
 
 
-def _call_with_deadline(function, args, timeout):
+def stuck_line(path, thread_id):
+    """Where thread ``thread_id`` is now, preferring a line of the file ``path``; "" if gone."""
+    frame = sys._current_frames().get(thread_id)
+    if frame is None:
+        return ""
+    found = _student_frame(traceback.extract_stack(frame), path)
+    return f"stuck at {_where(found)}" if found else ""
+
+
+def _call_with_deadline(function, args, timeout, path):
     """The exception of ``function(*args)`` run in a thread for ``timeout`` s (None when it
-    returned; a ``CheckTimeout`` when the deadline passed)."""
+    returned; a ``CheckTimeout`` saying where the thread was when the deadline passed)."""
     box = {}
 
     def target():
@@ -212,25 +240,68 @@ def _call_with_deadline(function, args, timeout):
     worker.join(timeout)
     if not worker.is_alive():
         return box.get("exc")
+    stuck = CheckTimeout(stuck_line(path, worker.ident))
     ctypes.pythonapi.PyThreadState_SetAsyncExc(
         ctypes.c_ulong(worker.ident), ctypes.py_object(CheckTimeout)
     )
     worker.join(1.0)
-    return CheckTimeout()
+    return stuck
+
+
+EXIT = os._exit  # the grader's own way out (watchdogs, aborts), whatever a check does to os
 
 
 def invoke(exercise, *args):
     """Call the check with the trace attributed to it (``args``: the communicator for MPI
-    checks)."""
-    with running(exercise.id):
-        exercise.check(*args)
+    checks); ``os._exit`` called by the checked code in this thread raises ``ProcessExit``
+    instead of ending the process."""
+    checked = threading.get_ident()
+
+    def refuse_exit(status):
+        if threading.get_ident() != checked:
+            return EXIT(status)
+        raise ProcessExit(status)
+
+    os._exit = refuse_exit
+    try:
+        with running(exercise.id):
+            exercise.check(*args)
+    finally:
+        os._exit = EXIT
+
+
+@contextlib.contextmanager
+def captured_output():
+    """Collect what runs inside the block prints, from Python and from C (file descriptors
+    1 and 2), into the yielded ``StringIO`` instead of the terminal."""
+    text = io.StringIO()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            with contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
+                yield text
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            sink.seek(0)
+            text.write(sink.read().decode("utf-8", "replace"))
 
 
 def run_in_process(exercise):
-    """Run one in-process check with its deadline; returns a ``Result``."""
+    """Run one in-process check with its deadline, its output captured; returns a ``Result``."""
     start = time.perf_counter()
-    status, message = outcome(exercise, _call_with_deadline(invoke, (exercise,), exercise.timeout))
-    return _result(exercise, status, message, time.perf_counter() - start)
+    with captured_output() as printed:
+        exc = _call_with_deadline(invoke, (exercise,), exercise.timeout, exercise.path)
+    status, message = outcome(exercise, exc)
+    result = _result(exercise, status, message, time.perf_counter() - start)
+    result.output = printed.getvalue()
+    return result
 
 
 def _result(exercise, status, message, seconds, ranks=None):
@@ -240,9 +311,10 @@ def _result(exercise, status, message, seconds, ranks=None):
         exercise.path,
         status,
         message,
-        exercise.hint if status in ("failed", "error", "unimplemented") else "",
+        exercise.hint if status in ("failed", "error", "unimplemented", "timed_out") else "",
         seconds,
         ranks,
+        exercise.test,
     )
 
 
@@ -255,7 +327,7 @@ def _mpi_command(report_path, exercises):
         "from minidl.exercises.mpi_runner import main; sys.exit(main(sys.argv[1:]))"
     )
     return ["-c", bootstrap, report_path] + [
-        f"{e.check.__module__}:{e.id}={e.timeout!r}" for e in exercises
+        f"{e.check.__module__}:{e.key}={e.timeout!r}" for e in exercises
     ]
 
 
@@ -321,8 +393,9 @@ def combine_ranks(exercise, per_rank, nranks, hung, output):
     if bad:
         first = min(bad, key=lambda r: PRIORITY.index(r.status))
         status = first.status
+        stuck = [r for r in bad if r.status == "timed_out"]
         message = (
-            hang_note
+            "\n  ".join([hang_note] + [f"rank {r.rank}: {r.message}" for r in stuck])
             if status == "timed_out"
             else first.message
             if alike
@@ -388,16 +461,16 @@ def run_mpi_group(exercises, nranks):
             (
                 i + 1
                 for i, e in enumerate(remaining)
-                if e.id in hung or len(reports.get(e.id, {})) < nranks
+                if e.key in hung or len(reports.get(e.key, {})) < nranks
             ),
             len(remaining),
         )
         for i, e in enumerate(remaining[:stop]):
             yield combine_ranks(
                 e,
-                reports.get(e.id, {}),
+                reports.get(e.key, {}),
                 nranks,
-                e.id in hung or (job.timed_out and i == stop - 1),
+                e.key in hung or (job.timed_out and i == stop - 1),
                 job.output,
             )
         remaining = remaining[stop:]
@@ -419,8 +492,8 @@ def grade(exercises, on_result=None):
     for size in sizes:
         for result in run_mpi_group([e for e in exercises if e.ranks == size], size):
             keep(result)
-    order = {e.id: i for i, e in enumerate(exercises)}
-    return sorted(results, key=lambda r: order[r.id])
+    order = {e.key: i for i, e in enumerate(exercises)}
+    return sorted(results, key=lambda r: order[r.key])
 
 
 def summary(results):
@@ -430,13 +503,16 @@ def summary(results):
 
 def format_result(result):
     """Lines for a terminal: the verdict, then the message and hint indented."""
-    head = f"{result.id:6s} {result.title}"
+    head = f"{result.id:6s} {result.title}" + (f" [hidden: {result.test}]" if result.test else "")
     timing = f" ({result.seconds:.2f} s)" if result.status == "passed" else ""
     lines = [f"{head} ... {LABELS[result.status]}{timing}"]
     if result.message:
         lines += ["    " + line for line in result.message.splitlines()]
     if result.hint:
         lines.append(f"    hint: {result.hint}")
+    if result.output.strip():
+        lines.append("    the code printed:")
+        lines += ["      | " + line for line in result.output.rstrip().splitlines()[-20:]]
     return "\n".join(lines)
 
 

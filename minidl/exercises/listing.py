@@ -14,7 +14,7 @@ import os
 import re
 
 from .checks import MODULES
-from .student import find_regions, stub_prefix
+from .student import NOT_RELEASED, region_texts, stub_prefix
 
 NAME = r"(?:(?:[Dd]e|[Vv]an|[Vv]on|[Dd]er) )?[A-Z][\w'\-]+"
 CITATION = re.compile(rf"\b{NAME}(?:(?:, | & | and ){NAME})*(?: et al\.)? \(?(?:19|20)\d\d\)?")
@@ -23,28 +23,49 @@ END_LIST = "<!-- END EXERCISE LIST -->"
 
 
 def region_states(root, exercises):
-    """``{id: "to do" | "written"}``: "to do" while a region of the exercise still raises
-    its stub."""
-    regions, _ = find_regions(root)
-    todo, texts = set(), {}
-    for region in regions:
-        if region.path not in texts:
-            with open(os.path.join(root, region.path), encoding="utf-8") as source:
-                texts[region.path] = source.read().splitlines()
-        body = texts[region.path][region.begin : region.end - 1]
-        if any(line.strip().startswith(stub_prefix(region.exercise_id)) for line in body):
-            todo.add(region.exercise_id)
-    return {e.id: "to do" if e.id in todo else "written" for e in exercises}
+    """``{id: "to do" | "not released" | "written"}``: "to do" while a region of the exercise
+    still raises its stub, "not released" while it raises the stub of an exercise not handed
+    out yet."""
+    states = {}
+    for region, body in region_texts(root)[0]:
+        stubs = [line for line in body if line.strip().startswith(stub_prefix(region.exercise_id))]
+        if any(NOT_RELEASED in line for line in stubs):
+            states[region.exercise_id] = "not released"
+        elif stubs:
+            states.setdefault(region.exercise_id, "to do")
+    return {e.id: states.get(e.id, "written") for e in exercises}
 
 
-def text_table(exercises, states=None):
-    """Aligned columns: id, title, file (and the state of its regions when ``states`` is given)."""
-    rows = [("id", "title", "file") + (("state",) if states else ())]
-    rows += [(e.id, e.title, e.path) + ((states[e.id],) if states else ()) for e in exercises]
+def text_table(exercises, columns=None):
+    """Aligned columns: id, title, file, then each of ``columns`` ({header: {id: text}})."""
+    columns = columns or {}
+    rows = [("id", "title", "file") + tuple(columns)]
+    rows += [(e.id, e.title, e.path) + tuple(c[e.id] for c in columns.values()) for e in exercises]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows
     )
+
+
+STATE_WORDS = {"to do": "not started", "not released": "not released"}
+
+
+def progress(states, results, points):
+    """``({id: state}, {id: "got/worth"})`` for ``status``: passes, fails or not started (or
+    not released, or skipped), from the regions' ``states`` and the visible checks' results."""
+    shown, scored = {}, {}
+    for exercise_id, state in states.items():
+        result = results.get(exercise_id)
+        if result is None:
+            shown[exercise_id] = STATE_WORDS.get(state, "not graded")
+        else:
+            shown[exercise_id] = {"passed": "passes", "skipped": "skipped"}.get(
+                result.status, "fails"
+            )
+        worth = points.get(exercise_id, 0.0)
+        got = worth if shown[exercise_id] == "passes" else 0.0
+        scored[exercise_id] = f"{got:g}/{worth:g}"
+    return shown, scored
 
 
 def describe_file(root, path, limit=160):

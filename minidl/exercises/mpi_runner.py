@@ -1,12 +1,12 @@
 """Run MPI exercise checks on every rank and report per rank (started by the grader under mpiexec).
 
-    mpiexec -n 3 python -m minidl.exercises.mpi_runner REPORT_FILE MODULE:ID=TIMEOUT [...]
+    mpiexec -n 3 python -m minidl.exercises.mpi_runner REPORT_FILE MODULE:KEY=TIMEOUT [...]
 
-Each ``MODULE:ID=TIMEOUT`` names a check's module (imported to register it),
-its exercise id, and the seconds it may take on a rank. Every rank runs
-``check(comm)`` for each id in order, waits for the other ranks before the
-next check (so the messages of two checks never mix), and appends one line
-per check to REPORT_FILE, ``MINIDL-EXERCISE
+Each ``MODULE:KEY=TIMEOUT`` names a check's module (imported to register it),
+its exercise id (or a hidden check's key, ``6.1:NAME``), and the seconds it
+may take on a rank. Every rank runs ``check(comm)`` for each id in order,
+waits for the other ranks before the next check (so the messages of two
+checks never mix), and appends one line per check to REPORT_FILE, ``MINIDL-EXERCISE
 {"id", "rank", "status", "message", "seconds"}``: a failure as soon as it
 happens, a pass once every rank is through. A file, not stdout: what
 mpiexec has not yet forwarded from a rank's stdout is lost when the job is
@@ -26,15 +26,15 @@ out of a hang:
 """
 
 import dataclasses
+import faulthandler
 import importlib
 import json
-import os
 import sys
 import threading
 import time
 
 from . import get
-from .grader import READY, REPORT, invoke, outcome
+from .grader import EXIT, READY, REPORT, invoke, outcome, stuck_line
 
 POLL_S = 0.002  # how often a rank that has finished a check looks whether the others have
 PEER_GRACE_S = 10.0  # how long a rank whose check raised waits for the others before aborting
@@ -65,23 +65,26 @@ def report(exercise_id, rank, status, message, seconds):
 
 
 def _watchdog(exercise, rank, start, state):
-    """Report a hang of ``exercise`` on this rank and end the job after its timeout."""
+    """Report a hang of ``exercise`` on this rank (with the line it waits on, and every
+    thread's stack on stderr by ``faulthandler``) and end the job after its timeout."""
+    main = threading.get_ident()
 
     def fire():
         where = (
             "finished the check, then waited for the other ranks"
             if state["done"]
-            else "still in the check"
+            else ", ".join(filter(None, ["still in the check", stuck_line(exercise.path, main)]))
         )
+        faulthandler.dump_traceback(all_threads=True)
         report(
-            exercise.id,
+            exercise.key,
             rank,
             "timed_out",
             f"{where} after {exercise.timeout:g} s",
             time.perf_counter() - start,
         )
         sys.stderr.flush()
-        os._exit(124)
+        EXIT(124)
 
     timer = threading.Timer(exercise.timeout, fire)
     timer.daemon = True
@@ -107,7 +110,7 @@ def _abort_never_returns(comm, running):
             if exc is not None and running:
                 status, message = outcome(running["exercise"], exc)
                 report(
-                    running["exercise"].id,
+                    running["exercise"].key,
                     comm.rank,
                     status,
                     message,
@@ -116,7 +119,7 @@ def _abort_never_returns(comm, running):
             sys.stdout.flush()
             sys.stderr.flush()
             base.Abort(self, errorcode)
-            os._exit(errorcode or 1)
+            EXIT(errorcode or 1)
 
     comm.mpi = AbortingComm(comm.mpi)
     install_abort_hooks(comm.mpi)
@@ -139,10 +142,10 @@ def main(argv):
 
     _report_path, targets = argv[0], []
     for arg in argv[1:]:
-        module, _, exercise_id = arg.rpartition(":")
-        exercise_id, _, timeout = exercise_id.partition("=")
+        spec, _, timeout = arg.rpartition("=")
+        module, _, key = spec.partition(":")
         importlib.import_module(module)
-        targets.append(dataclasses.replace(get(exercise_id), timeout=float(timeout)))
+        targets.append(dataclasses.replace(get(key), timeout=float(timeout)))
     comm, running = md.dist.init(), {}
     _abort_never_returns(comm, running)
     write_line(f"{READY} rank {comm.rank}")
@@ -158,11 +161,11 @@ def main(argv):
         status, message = outcome(exercise, exc)
         state["done"] = True
         if exc is not None:  # reported now, so that it survives the others hanging
-            report(exercise.id, comm.rank, status, message, time.perf_counter() - start)
+            report(exercise.key, comm.rank, status, message, time.perf_counter() - start)
         grace = float("inf") if exc is None else min(PEER_GRACE_S, exercise.timeout)
         if not _wait_for_others(comm, grace):
             report(
-                exercise.id,
+                exercise.key,
                 comm.rank,
                 "timed_out",
                 f"the other ranks were still in the check {grace:g} s after this rank's failure",
@@ -170,7 +173,7 @@ def main(argv):
             )
             comm.mpi.Abort(1)
         if exc is None:  # reported once every rank is through: a rank that aborted never is
-            report(exercise.id, comm.rank, status, message, time.perf_counter() - start)
+            report(exercise.key, comm.rank, status, message, time.perf_counter() - start)
         _wait_for_others(comm, float("inf"))  # every verdict is written before a next check
         timer.cancel()  # can end the job
     return 0

@@ -30,6 +30,17 @@ LOOKS_LIKE_MARKER = re.compile(r"#\s*(begin|end)\s+exercise\b", re.IGNORECASE)
 MODES = ("stub", "trace")
 COPIED = ("minidl", "examples", "pyproject.toml")
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+HIDDEN_DIR = os.path.join("minidl", "exercises", "hidden")  # the hidden checks: instructor only
+
+
+def ignored_for_students(folder, names):
+    """What a student tree never receives: caches, and the hidden checks."""
+    skip = set(IGNORED(folder, names))
+    if os.path.normpath(folder).endswith(os.path.dirname(HIDDEN_DIR)):
+        skip.add(os.path.basename(HIDDEN_DIR))
+    return skip
+
+
 STUB_IMPORT = "from minidl.exercises import Unimplemented\n"
 TRACE_IMPORT = "from minidl.exercises.trace import record_region\n"
 
@@ -230,6 +241,19 @@ def find_regions(root):
     return regions, problems
 
 
+def region_texts(root):
+    """``([(region, its lines between the markers)], problems)`` of the tree at ``root``; the
+    lines keep their line ends."""
+    regions, problems = find_regions(root)
+    texts, found = {}, []
+    for r in regions:
+        if r.path not in texts:
+            with open(os.path.join(root, r.path), encoding="utf-8") as source:
+                texts[r.path] = source.read().splitlines(keepends=True)
+        found.append((r, texts[r.path][r.begin : r.end - 1]))
+    return found, problems
+
+
 def validate(regions, exercises):
     """Problems between the regions found and the registered exercises (ids, paths, missing
     regions)."""
@@ -303,8 +327,8 @@ def student_readme(exercises, stubbed):
     todo = [e for e in exercises if e.id in stubbed]
     return f"""# minidl: the course's exercises
 
-This is minidl with {len(todo)} exercise regions left for you to write. Each
-one is a function body (or part of one) in `minidl/reference/` between
+This is minidl with {len(todo)} exercises handed out for you to write. Each
+region is a function body (or part of one) in `minidl/reference/` between
 
     # BEGIN EXERCISE x.y
     raise Unimplemented("x.y", "...")
@@ -314,11 +338,14 @@ Replace the `raise` line with your code (keep the two marker lines), then run
 the exercise's check from this folder:
 
     python -m minidl exercise check x.y      # one exercise
-    python -m minidl exercise check --all    # every exercise
-    python -m minidl exercise list --status  # which regions are still stubs
+    python -m minidl exercise check --all    # every exercise handed out
+    python -m minidl exercise status         # passes, fails, not started; points
 
-Run the commands from this folder with `python -m minidl` (or install this
-tree with `pip install -e .`), so that the checks test the code here.
+Run the commands in this folder (or below it): they check the code of this
+tree, also when `minidl` is installed from somewhere else. Regions of
+exercises not handed out yet say so; your instructor adds them to this tree
+later without touching your code. Your grade comes from your regions only,
+run by the instructor's copy of the checks, some of them with other inputs.
 
 A check compares your code with an independent oracle and prints what it
 compared, the expected and the obtained value, the element where they differ
@@ -327,8 +354,10 @@ in any order. The MPI exercises start `mpiexec` themselves (they need
 `pip install mpi4py mpich`, or your system's MPI); a check that waits for a
 message nobody sends is stopped after its timeout and reported.
 
-The numbered scripts in `examples/` train and measure with the tuned code of
-minidl, so they run whatever state your exercises are in.
+The numbered scripts in `examples/` import this tree's minidl (through the
+link `examples/minidl`) and train and measure with its tuned code, so they
+run whatever state your exercises are in; code of yours that they call (a
+reference algorithm selected by name, `algo="im2col_reference"`) runs there.
 
 ## The exercises
 
@@ -343,14 +372,21 @@ def stub_prefix(exercise_id):
     return f"raise Unimplemented({json.dumps(exercise_id)}"
 
 
+NOT_RELEASED = "not released yet: your instructor adds it with 'minidl exercise release'"
+MANIFEST = "exercises.json"  # in a student tree: {"released": [ids]}
+
+
 def write_student_tree(out_dir, only=None, mode="stub", root=None, exercises=None):
     """Write the student tree to ``out_dir``; returns the regions rewritten.
 
-    ``only``: exercise ids to stub (default: all); the other regions keep
-    their solutions. ``mode``: ``"stub"`` or ``"trace"``. ``root`` and
-    ``exercises`` default to this repository and its catalogue (tests pass a
-    fake package and its exercises). Raises ``MarkerError`` listing every
-    marker problem before anything is written.
+    ``only``: the exercises released now (default: all). In ``"stub"`` mode
+    every region is stubbed: those released say how to check them, the others
+    say that they are not released yet, so the tree holds no solution of any
+    exercise (``release`` hands out more later). In ``"trace"`` mode the
+    regions of ``only`` are instrumented and keep their solutions. ``root``
+    and ``exercises`` default to this repository and its catalogue (tests
+    pass a fake package and its exercises). Raises ``MarkerError`` listing
+    every marker problem before anything is written.
     """
     from . import catalogue, repository_root
 
@@ -361,23 +397,19 @@ def write_student_tree(out_dir, only=None, mode="stub", root=None, exercises=Non
     regions, problems = find_regions(root)
     problems += validate(regions, exercises)
     chosen = {e.id for e in exercises} if only is None else {str(i) for i in only}
-    unknown = sorted(chosen - {e.id for e in exercises})
-    if unknown:
-        problems.append(
-            f"--only names unknown exercises {', '.join(unknown)} "
-            "('minidl exercise list' shows them)"
-        )
+    problems += _unknown(chosen, exercises, "--only")
     if problems:
         raise MarkerError(problems)
     out_dir = os.fspath(out_dir)
     if os.path.exists(out_dir) and os.listdir(out_dir):
         raise FileExistsError(
-            f"{out_dir} exists and is not empty: choose a new folder or remove it"
+            f"{out_dir} exists and is not empty: choose a new folder or remove it "
+            "('minidl exercise release DIR IDS' adds exercises to a tree students work in)"
         )
-    titles = {e.id: e.title for e in exercises}
+    titles = {e.id: e.title if e.id in chosen else NOT_RELEASED for e in exercises}
     by_file = {}
     for region in regions:
-        if region.exercise_id in chosen:
+        if mode == "stub" or region.exercise_id in chosen:
             by_file.setdefault(region.path, []).append(region)
     rewritten = {}
     for path, file_regions in by_file.items():
@@ -397,12 +429,79 @@ def write_student_tree(out_dir, only=None, mode="stub", root=None, exercises=Non
     for name in COPIED:
         source = os.path.join(root, name)
         if os.path.isdir(source):
-            shutil.copytree(source, os.path.join(out_dir, name), ignore=IGNORED)
+            shutil.copytree(source, os.path.join(out_dir, name), ignore=ignored_for_students)
         elif os.path.exists(source):
             shutil.copy2(source, os.path.join(out_dir, name))
     for path, text in rewritten.items():
         with open(os.path.join(out_dir, path), "w", encoding="utf-8") as out:
             out.write(text)
-    with open(os.path.join(out_dir, "README.md"), "w", encoding="utf-8") as out:
-        out.write(student_readme(exercises, chosen))
+    if os.path.isdir(os.path.join(out_dir, "examples")):  # the examples import this tree
+        os.symlink(os.path.join(os.pardir, "minidl"), os.path.join(out_dir, "examples", "minidl"))
+    _write_course_files(out_dir, exercises, chosen)
     return [r for rs in by_file.values() for r in rs]
+
+
+def _unknown(ids, exercises, option):
+    unknown = sorted(set(ids) - {e.id for e in exercises})
+    if not unknown:
+        return []
+    return [
+        f"{option} names unknown exercises {', '.join(unknown)} ('minidl exercise list' shows them)"
+    ]
+
+
+def _write_course_files(tree, exercises, released):
+    """The tree's README (the released exercises) and its manifest."""
+    with open(os.path.join(tree, "README.md"), "w", encoding="utf-8") as out:
+        out.write(student_readme(exercises, released))
+    with open(os.path.join(tree, MANIFEST), "w", encoding="utf-8") as out:
+        order = [e.id for e in exercises if e.id in released]
+        json.dump({"released": order}, out, indent=1)
+        out.write("\n")
+
+
+def released(tree):
+    """The ids handed out in the student tree ``tree``, or None when it has no manifest (the
+    instructor's tree: everything)."""
+    path = os.path.join(os.fspath(tree), MANIFEST)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as source:
+        return json.load(source)["released"]
+
+
+def release(tree, ids, exercises=None):
+    """Release exercises ``ids`` in the student tree ``tree``: each of their regions that still
+    holds the not-released stub gets the exercise's stub; nothing else of the tree changes
+    (a student's code stays as it is). Returns the ids newly released."""
+    from . import catalogue
+
+    exercises = catalogue() if exercises is None else list(exercises)
+    handed_out = released(tree)
+    if handed_out is None:
+        raise FileNotFoundError(
+            f"{tree} is not a student tree ({MANIFEST} is missing): write one with "
+            "'minidl exercise student DIR --only IDS'"
+        )
+    problems = _unknown(ids, exercises, "release")
+    if problems:
+        raise MarkerError(problems)
+    new = [i for i in dict.fromkeys(str(i) for i in ids) if i not in handed_out]
+    titles = {e.id: e.title for e in exercises}
+    regions, _ = find_regions(os.fspath(tree))
+    for path in sorted({r.path for r in regions if r.exercise_id in new}):
+        full = os.path.join(os.fspath(tree), path)
+        with open(full, encoding="utf-8") as source:
+            lines = source.read().splitlines(keepends=True)
+        for r in regions:
+            if r.path != path or r.exercise_id not in new:
+                continue
+            waiting = f"{r.indent}{stub_prefix(r.exercise_id)}, {json.dumps(NOT_RELEASED)})\n"
+            for i in range(r.begin, r.end - 1):
+                if lines[i] == waiting:
+                    title = json.dumps(titles[r.exercise_id], ensure_ascii=False)
+                    lines[i] = f"{r.indent}{stub_prefix(r.exercise_id)}, {title})\n"
+        with open(full, "w", encoding="utf-8") as out:
+            out.write("".join(lines))
+    _write_course_files(os.fspath(tree), exercises, set(handed_out) | set(new))
+    return new

@@ -13,6 +13,9 @@ MODELS = {
     "alexnet-small": lambda classes, channels, algo, act: alexnet(
         classes, "small", channels, algo, activation=act
     ),
+    "alexnet": lambda classes, channels, algo, act, variant="torchvision", image_size=None: alexnet(
+        classes, variant, channels, algo, act, image_size
+    ),
 }
 
 
@@ -22,11 +25,15 @@ def build(
     in_channels: int = 1,
     conv_algo: str = "auto",
     activation: str = "relu",
+    **options,
 ):
-    """A model by its CLI name; an unknown name lists the choices."""
+    """A model by its CLI name; an unknown name lists the choices. ``options`` (``variant``,
+    ``image_size``) are AlexNet's."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}: choose one of {', '.join(MODELS)}")
-    return MODELS[name](num_classes, in_channels, conv_algo, activation)
+    if options and name != "alexnet":
+        raise ValueError(f"model {name!r} takes no options {sorted(options)} (alexnet does)")
+    return MODELS[name](num_classes, in_channels, conv_algo, activation, **options)
 
 
 __all__ = ["lenet5", "alexnet", "mlp", "ACTIVATIONS", "ALEXNET_VARIANTS", "MODELS", "build"]

@@ -14,12 +14,62 @@
 - ``small``: the same structure scaled to 28x28 (or 32x32) images so that it
   trains on a CPU in minutes: 32@3x3, LRN, pool, 64@3x3, LRN, pool, 96, 96,
   64 @3x3, pool, fc 256, 256, classes with dropout.
+
+``image_size`` (``original`` and ``torchvision``) sizes the first fully
+connected layer for other square inputs (the feature map after the last
+pooling, ``features_side``), e.g. small crops in tests; the default is the
+variant's own 227 or 224. ``paper_init`` is the paper's initialisation (Sec. 5).
 """
 
 from .. import layers as L
+from ..layers import init
 from .activations import activation_layer
 
 VARIANTS = ("original", "torchvision", "small")
+IMAGE_SIZE = {"original": 227, "torchvision": 224}
+# (kernel, stride, padding) of the layers that change the map size, input to features
+_GEOMETRY = {
+    "original": [(11, 4, 0), (3, 2, 0), (5, 1, 2), (3, 2, 0), (3, 1, 1), (3, 2, 0)],
+    "torchvision": [(11, 4, 2), (3, 2, 0), (5, 1, 2), (3, 2, 0), (3, 1, 1), (3, 2, 0)],
+}
+
+
+def _side(variant, image_size):
+    """``(s + 2p - k) // stride + 1`` through each layer of ``_GEOMETRY``; 0 once it vanishes."""
+    side = image_size
+    for kernel, stride, padding in _GEOMETRY[variant]:
+        side = (side + 2 * padding - kernel) // stride + 1
+        if side < 1:
+            return 0
+    return side
+
+
+def features_side(variant, image_size):
+    """Side of the last feature map for ``image_size`` inputs; a ValueError names the smallest
+    size when the map vanishes."""
+    side = _side(variant, image_size)
+    if side < 1:
+        smallest = next(n for n in range(image_size, 1000) if _side(variant, n))
+        raise ValueError(
+            f"alexnet {variant!r}: {image_size}x{image_size} images are too small (at least "
+            f"{smallest}x{smallest}); use larger crops, or --model alexnet-small for 28x28"
+        )
+    return side
+
+
+def paper_init(model):
+    """Krizhevsky et al. 2012, Sec. 5: every weight ~ N(0, 0.01); biases 1 in the second,
+    fourth and fifth convolutional layers and the hidden fully connected layers, 0 elsewhere
+    (the layers are counted in order, so it fits the ``original`` and ``torchvision`` variants)."""
+    convs = [m for m in model.modules() if isinstance(m, L.Conv2d)]
+    linears = [m for m in model.modules() if isinstance(m, L.Linear)]
+    if len(convs) != 5 or len(linears) != 3:
+        raise ValueError("paper_init: expects AlexNet's 5 convolutional and 3 linear layers")
+    ones = {id(m) for m in (convs[1], convs[3], convs[4], *linears[:2])}
+    for layer in convs + linears:
+        init.normal_(layer.weight, 0.0, 0.01)
+        init.constant_(layer.bias, 1.0 if id(layer) in ones else 0.0)
+    return model
 
 
 def _lrn():
@@ -45,9 +95,12 @@ def alexnet(
     in_channels: int = 3,
     conv_algo: str = "auto",
     activation: str = "relu",
+    image_size: int | None = None,
 ) -> L.Sequential:
     """AlexNet; ``variant`` is one of ``VARIANTS`` (see the module doc)."""
     act = activation_layer(activation, "alexnet")
+    if variant in IMAGE_SIZE:
+        side = features_side(variant, image_size or IMAGE_SIZE[variant])
 
     def conv(cin, cout, k, stride=1, padding=0, groups=1):
         return [
@@ -73,7 +126,7 @@ def alexnet(
             + conv(384, 384, 3, padding=1, groups=2)
             + conv(384, 256, 3, padding=1, groups=2)
             + [pool()]
-            + _classifier(256 * 6 * 6, 4096, num_classes, 0.5, act)
+            + _classifier(256 * side * side, 4096, num_classes, 0.5, act)
         )
     elif variant == "torchvision":  # pooling before the activation: see the module doc
         layers = (
@@ -82,7 +135,7 @@ def alexnet(
             + conv(192, 384, 3, padding=1)
             + conv(384, 256, 3, padding=1)
             + conv_pool(256, 256, 3, padding=1)
-            + _classifier(256 * 6 * 6, 4096, num_classes, 0.5, act)
+            + _classifier(256 * side * side, 4096, num_classes, 0.5, act)
         )
     elif variant == "small":
         layers = (

@@ -4,6 +4,7 @@ from .adagrad import AdaGrad
 from .adam import Adam
 from .momentum import Momentum, Nesterov
 from .optimizer import Optimizer, clip_grad_norm_
+from .plateau import ReduceOnPlateau
 from .rmsprop import RMSProp
 from .schedules import CosineAnnealingLR, LinearWarmup, LRScheduler, StepLR
 from .sgd import SGD
@@ -30,5 +31,6 @@ __all__ = [
     "StepLR",
     "CosineAnnealingLR",
     "LinearWarmup",
+    "ReduceOnPlateau",
     "OPTIMIZERS",
 ]

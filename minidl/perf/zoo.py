@@ -15,7 +15,7 @@ IMAGENET_ALEXNETS = {
 }
 TRAINING_INPUT = (1, 28, 28)
 
-MODEL_NAMES = tuple(models.MODELS) + tuple(IMAGENET_ALEXNETS)
+MODEL_NAMES = tuple(dict.fromkeys((*models.MODELS, *IMAGENET_ALEXNETS)))  # "alexnet" is in both
 
 
 def parse_shape(text):

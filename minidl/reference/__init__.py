@@ -22,6 +22,7 @@ Layout (mirrors the package)::
     dist/                allreduce algorithms, gradient buckets, SSP, parameter
                          server, model averaging and EASGD, compression,
                          pipeline schedules (GPipe, 1F1B) and their bubble
+    data/                AlexNet's colour PCA and colour noise, top-k error
 
 The regions between ``# BEGIN EXERCISE x.y`` and ``# END EXERCISE x.y`` are
 the course's exercises (``minidl exercise list``).

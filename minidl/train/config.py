@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from .. import conv, models, optim
 from .setup import DATASETS
 
-SCHEDULES = ("constant", "step", "cosine")
+SCHEDULES = ("constant", "step", "cosine", "plateau")
 DTYPES = ("float32", "float64")
 DEVICES = ("cpu", "cuda")
+INITS = ("default", "paper")
 
 _option_name = str
 
@@ -84,7 +85,8 @@ class TrainConfig:
     momentum: float = 0.9  # momentum and nesterov
     weight_decay: float = 0.0
     clip_grad_norm: float | None = None
-    lr_schedule: str = "constant"  # step: x0.1 every third of the epochs; cosine: to 0
+    lr_schedule: str = "constant"  # step: x0.1 every third of the epochs; cosine: to 0;
+    # plateau: x0.1 when the validation error stopped improving for 2 epochs (AlexNet's)
     warmup_epochs: int = 0
     conv_algo: str = "auto"
     device: str = "cpu"
@@ -92,6 +94,16 @@ class TrainConfig:
     subset: int | None = None  # the first N training images only
     data_dir: str | None = None  # the only folder looked in, when given
     verify_data: bool = True  # the files must be the dataset's published ones
+    dtype: str = "float32"
+    # AlexNet on an image folder (--dataset folder): see models.alexnet and data.folder
+    variant: str | None = None  # alexnet: original or torchvision (default torchvision)
+    init: str = "default"  # paper: Krizhevsky et al.'s N(0, 0.01) weights and 0/1 biases
+    crop_size: int | None = None  # folder crops (default: the variant's 227 or 224)
+    resize: int = 256  # folder images: shorter side and central patch
+    ten_crop: bool = False  # evaluate on the paper's ten crops (softmax averaged)
+    pca_std: float = 0.1  # colour augmentation: alpha ~ N(0, pca_std); 0: none
+    data_workers: int = 2  # threads decoding folder images
+    skip_unreadable: bool = False  # leave out (and count) images that cannot be decoded
     dtype: str = "float32"
     deterministic: bool = True  # 'auto' algorithms by a fixed rule, not by timing
     seed: int = 0
@@ -111,6 +123,29 @@ class TrainConfig:
         check_choice("conv_algo", self.conv_algo, ("auto", *conv.ALGORITHMS))
         check_choice("device", self.device, DEVICES)
         check_choice("dtype", self.dtype, DTYPES)
+        check_choice("init", self.init, INITS)
+        if self.dataset == "folder" and self.augment:
+            raise ConfigError(
+                f"{option('augment')} is for the IDX datasets: {option('dataset')} folder already "
+                f"crops, flips and adds colour noise (see {option('pca_std')})"
+            )
+        if self.dataset == "folder" and not self.data_dir:
+            raise ConfigError(
+                f"{option('dataset')} folder needs {option('data_dir')} DIR, the folder holding "
+                "train/CLASS/* and val/"
+            )
+        if self.variant is not None and self.model != "alexnet":
+            raise ConfigError(f"{option('variant')} applies to {option('model')} alexnet only")
+        if self.model == "alexnet":
+            check_choice("variant", self.variant or "torchvision", ("original", "torchvision"))
+        if self.init == "paper" and self.model != "alexnet":
+            raise ConfigError(f"{option('init')} paper is AlexNet's: use {option('model')} alexnet")
+        if self.lr_schedule == "plateau" and self.warmup_epochs:
+            raise ConfigError(f"{option('lr_schedule')} plateau does not follow a warmup")
+        check_number("crop_size", self.crop_size, positive=True, integer=True, optional=True)
+        check_number("resize", self.resize, positive=True, integer=True)
+        check_number("pca_std", self.pca_std)
+        check_number("data_workers", self.data_workers, integer=True)
         for field in ("epochs", "batch_size", "test_batch_size"):
             check_number(field, getattr(self, field), positive=True, integer=True)
         for field in ("subset", "threads"):

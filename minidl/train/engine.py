@@ -44,6 +44,8 @@ class LocalEngine:
             rank=rank,
             world_size=size,
             transform=augmentation(config),
+            workers=config.data_workers,
+            skip_unreadable=config.skip_unreadable,
         )
 
     def distribute(self):

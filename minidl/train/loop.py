@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import functional as F
 from ..autograd import Tensor, no_grad
-from ..backend import to_device, to_numpy
+from ..backend import get_array_module, to_device, to_numpy
 from .callbacks import STOPPED, NonFiniteLossError, StopOnNonFiniteLoss
 
 
@@ -110,28 +110,51 @@ def train_epoch(
     }
 
 
+def top_k_hits(logits, labels, k=5):
+    """How many rows of ``logits`` rank their label among their ``k`` largest (top-k
+    accuracy's numerator; every row counts when there are at most ``k`` classes)."""
+    xp = get_array_module(logits)
+    k = min(k, logits.shape[1])
+    best = xp.argpartition(-logits, k - 1, axis=1)[:, :k]
+    return int((to_numpy(best) == np.asarray(labels)[:, None]).any(axis=1).sum())
+
+
+def average_crops(logits, crops):
+    """Logits of ``n * crops`` images -> the log of each image's softmax averaged over its
+    crops (the paper's ten-crop test, Krizhevsky et al. 2012, Sec. 4.1): ``(n, classes)``."""
+    xp = get_array_module(logits.data)
+    probabilities = F.softmax(logits, axis=1).data.reshape(-1, crops, logits.shape[1])
+    return Tensor(xp.log(probabilities.mean(axis=1)))
+
+
 def evaluate(model, loader, num_classes, device="cpu", comm=None, callbacks=()):
-    """Loss, accuracy and confusion matrix (rows: true class, columns: predicted)."""
+    """Loss, accuracy, top-5 accuracy and confusion matrix (rows: true class, columns:
+    predicted). Batches of shape ``(n, crops, C, H, W)`` are scored by ``average_crops``."""
     model.eval()
     confusion = np.zeros((num_classes, num_classes), dtype=np.int64)
-    loss_sum = 0.0
+    loss_sum, top5 = 0.0, 0
     with no_grad():
         for x, y in loader:
             if len(y) == 0:
                 continue
-            logits = model(_inputs(model, x, device))
+            crops = x.shape[1] if x.ndim == 5 else 0
+            logits = model(_inputs(model, x.reshape(-1, *x.shape[2:]) if crops else x, device))
+            if crops:
+                logits = average_crops(logits, crops)
             loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
+            top5 += top_k_hits(logits.data, y)
             for callback in callbacks:
                 callback.after_step("evaluation")
             predicted = to_numpy(logits.data.argmax(axis=1))
             np.add.at(confusion, (y, predicted), 1)
     if comm is not None:
         comm.allreduce(confusion, op="sum")
-        (loss_sum,) = _global_sums(comm, loss_sum)
+        loss_sum, top5 = _global_sums(comm, loss_sum, top5)
     seen = confusion.sum()
     return {
         "loss": loss_sum / max(seen, 1),
         "acc": np.trace(confusion) / max(seen, 1),
+        "top5_acc": top5 / max(seen, 1),
         "images": int(seen),
         "confusion": confusion,
     }

@@ -66,7 +66,8 @@ def rewrite_metrics(path, records):
 
 
 def plot_curves(records, path):
-    """Loss and accuracy per epoch (train and test) as a PNG; returns the path or None.
+    """Loss and accuracy per epoch (train and test) as a PNG, and the top-1 and top-5 test
+    error when the records hold them; returns the path or None.
 
     Needs matplotlib (the ``plot`` extra); without it no plot is drawn.
     """
@@ -81,13 +82,20 @@ def plot_curves(records, path):
     if not epochs:
         return None
     x = [r["epoch"] for r in epochs]
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
+    errors = all("test_top5_error" in r for r in epochs)
+    fig, axes = plt.subplots(1, 3 if errors else 2, figsize=(15 if errors else 10, 4))
+    ax_loss, ax_acc = axes[:2]
+    if errors:
+        for k in (1, 5):
+            axes[2].plot(x, [100 * r[f"test_top{k}_error"] for r in epochs], marker="o",
+                         label=f"top-{k}")  # fmt: skip
+        axes[2].set(xlabel="epoch", ylabel="test error (%)", title="top-1 and top-5 error")
     for split in ("train", "test"):
         ax_loss.plot(x, [r[f"{split}_loss"] for r in epochs], marker="o", label=split)
         ax_acc.plot(x, [100 * r[f"{split}_acc"] for r in epochs], marker="o", label=split)
     ax_loss.set(xlabel="epoch", ylabel="loss", title="loss")
     ax_acc.set(xlabel="epoch", ylabel="accuracy (%)", title="accuracy")
-    for ax in (ax_loss, ax_acc):
+    for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()

@@ -71,7 +71,7 @@ def apply_changes(config, changed, optimizer, scheduler):
             setattr(optimizer, key, getattr(config, key))
     if "lr" not in changed:
         return
-    if scheduler is None:
+    if scheduler is None or not hasattr(scheduler, "lr_at"):  # none, or a plateau's own lr
         optimizer.lr = config.lr
         return
     chained = scheduler

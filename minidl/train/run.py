@@ -16,10 +16,13 @@ all stop together.
 import math
 import os
 
+import numpy as np
+
 from .. import conv
 from .. import random as md_random
 from ..backend import get_array_module, limit_threads
 from ..data import DataLoader
+from ..optim import ReduceOnPlateau
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import TrainConfig, option
 from .engine import Diverged, LocalEngine
@@ -54,9 +57,10 @@ def epoch_record(epoch, lr, stats, result):
         "kind": "epoch", "epoch": epoch, "lr": lr,
         "train_loss": stats["loss"], "train_acc": stats["acc"],
         "test_loss": result["loss"], "test_acc": result["acc"],
+        "test_top1_error": 1.0 - result["acc"], "test_top5_error": 1.0 - result["top5_acc"],
         "train_images": stats["images"], "test_images": result["images"],
         "seconds": stats["seconds"], "images_per_s": stats["images_per_s"],
-    }  # fmt: skip
+    } | ({"skipped_images": result["skipped"]} if "skipped" in result else {})  # fmt: skip
 
 
 def epoch_line(epoch, epochs, stats, result):
@@ -110,8 +114,9 @@ class TrainingRun:
             self.start_epoch = self._load(checkpoint, changed)
         self.engine.distribute()
         self.test_loader = DataLoader(
-            self.test_set, config.test_batch_size, rank=self.rank, world_size=self.size
-        )
+            self.test_set, config.test_batch_size, rank=self.rank, world_size=self.size,
+            workers=config.data_workers, skip_unreadable=config.skip_unreadable,
+        )  # fmt: skip
         self._start_run_directory(resume, checkpoint)
 
     def record(self):
@@ -170,7 +175,10 @@ class TrainingRun:
 
     def _run(self):
         tracing = None
-        if self.config.trace:  # perf: timeline of per-layer compute and the step, every rank
+        timeline = getattr(self.engine, "timeline", None)  # an engine's own (pipelines)
+        if self.config.trace and timeline is not None:
+            tracing = timeline().start()
+        elif self.config.trace:  # perf: timeline of per-layer compute and the step, every rank
             from ..perf.training_trace import TrainingTrace
 
             tracing = TrainingTrace(
@@ -221,6 +229,8 @@ class TrainingRun:
                 self.model, self.test_loader, len(self.train_set.classes), config.device,
                 comm=self.comm, callbacks=engine.callbacks,
             )  # fmt: skip
+            if config.skip_unreadable:
+                result["skipped"] = self._skipped()
             problem = divergence(result, self.model, first_loss)
             if problem is not None:
                 raise Diverged(
@@ -229,13 +239,24 @@ class TrainingRun:
                 )
             if first_loss is None:
                 first_loss = result["loss"]
-            if self.scheduler is not None:
+            if isinstance(self.scheduler, ReduceOnPlateau):
+                self.scheduler.step(1.0 - result["acc"])  # the validation top-1 error
+            elif self.scheduler is not None:
                 self.scheduler.step()
             if self.rank == 0:
                 self._record(epoch, lr, stats, result, records)
             self._last_good = epoch
             engine.evaluated()
         return result
+
+    def _skipped(self):
+        """Unreadable images left out so far (train and test), over every rank."""
+        loaders = (getattr(self.engine, "loader", None), self.test_loader)
+        count = sum(len(getattr(loader, "skipped", ())) for loader in loaders)
+        if self.comm is not None:
+            total = np.array([count], dtype=np.float64)
+            count = int(self.comm.allreduce(total, op="sum")[0])
+        return count
 
     def _record(self, epoch, lr, stats, result, records):
         def save(path):
@@ -246,6 +267,8 @@ class TrainingRun:
             )  # fmt: skip
 
         print(epoch_line(epoch, self.config.epochs, stats, result), flush=True)
+        if result.get("skipped"):
+            print(f"{result['skipped']} unreadable images left out so far", flush=True)
         self.run_dir.record_epoch(save, [epoch_record(epoch, lr, stats, result), *records])
         for record in records:
             if record.get("kind") == "dist":

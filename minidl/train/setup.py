@@ -5,9 +5,21 @@ import os
 import time
 
 from .. import models, optim
-from ..data import MNIST, Compose, FashionMNIST, RandomCrop, RandomHorizontalFlip
+from ..data import MNIST, Compose, FashionMNIST, ImageFolder, RandomCrop, RandomHorizontalFlip
+from ..models.alexnet import IMAGE_SIZE, paper_init
 
-DATASETS = {"fashion-mnist": FashionMNIST, "mnist": MNIST}
+DATASETS = {"fashion-mnist": FashionMNIST, "mnist": MNIST, "folder": ImageFolder}
+
+# Krizhevsky, Sutskever & Hinton 2012, Sec. 5: SGD with momentum 0.9, weight decay 5e-4,
+# batch 128, lr 0.01 divided by 10 when the validation error stops improving, their
+# initialisation, "roughly 90 cycles"; options given anew override it. The validation batch
+# (not the paper's) is the training batch: 1000 images of 224x224 would take 600 MB as input
+RECIPES = {
+    "alexnet-2012": dict(
+        model="alexnet", optimizer="momentum", momentum=0.9, weight_decay=5e-4, batch_size=128,
+        lr=0.01, lr_schedule="plateau", init="paper", epochs=90, test_batch_size=128,
+    ),
+}  # fmt: skip
 
 
 def make_optimizer(config, params):
@@ -22,6 +34,8 @@ def make_optimizer(config, params):
 
 def make_scheduler(config, opt):
     """The learning-rate schedule of ``config`` driving ``opt`` (None: constant)."""
+    if config.lr_schedule == "plateau":
+        return optim.ReduceOnPlateau(opt)
     if config.lr_schedule == "step":
         then = optim.StepLR(opt, max(1, config.epochs // 3))
     elif config.lr_schedule == "cosine":
@@ -33,24 +47,47 @@ def make_scheduler(config, opt):
     return then
 
 
+def crop_size(config):
+    """The folder crops of ``config``: ``crop_size``, else the AlexNet variant's own."""
+    return config.crop_size or IMAGE_SIZE[config.variant or "torchvision"]
+
+
 def build_model(config, train_set):
     """The model ``config.model`` names, sized for the data, in its dtype on its device."""
+    options = {}
+    if config.model == "alexnet":
+        side = crop_size(config) if config.dataset == "folder" else train_set.images.shape[-1]
+        options = dict(variant=config.variant or "torchvision", image_size=side)
     model = models.build(
         config.model,
         num_classes=len(train_set.classes),
-        in_channels=train_set.images.shape[1],
+        in_channels=getattr(train_set, "channels", None) or train_set.images.shape[1],
         conv_algo=config.conv_algo,
         activation=config.activation,
+        **options,
     )
+    if config.init == "paper":
+        paper_init(model)
     return model.to(config.dtype).to(config.device)
+
+
+def load_split(config, train, stats=None):
+    """The training (``train``) or test split of ``config.dataset``; an image folder's
+    validation split takes the training split's colour ``stats``."""
+    if config.dataset != "folder":
+        cls = DATASETS[config.dataset]
+        return cls(root=config.data_dir, train=train, verify=config.verify_data)
+    return ImageFolder(
+        config.data_dir, train, crop_size(config), config.resize, config.ten_crop,
+        config.pca_std, stats, workers=config.data_workers,
+        skip_unreadable=config.skip_unreadable,
+    )  # fmt: skip
 
 
 def load_datasets(config):
     """(train, test) of ``config.dataset``; the training set cut to ``config.subset``."""
-    cls = DATASETS[config.dataset]
-    train, test = (
-        cls(root=config.data_dir, train=split, verify=config.verify_data) for split in (True, False)
-    )
+    train = load_split(config, True)
+    test = load_split(config, False, getattr(train, "stats", None))
     return train.first(config.subset), test
 
 

@@ -73,3 +73,52 @@ def http_folder(tmp_path, local_server):
     folder.mkdir()
     with local_server(functools.partial(_QuietHandler, directory=str(folder))) as url:
         yield folder, url
+
+
+def write_image_folder(root, seed=0, corrupt=True, flat_val=False):
+    """A small ImageNet-style folder: train/{ant,bee,cat}/ and val/, JPEG and PNG, several sizes,
+    grey and RGB images, and (``corrupt``) one file in train/bee that is not an image.
+
+    Returns {"train": [(path, label)], "val": [(path, label)], "corrupt": path or None}.
+    """
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    sizes = [(300, 260), (260, 400), (96, 80), (512, 256), (280, 280)]
+    made = {"train": [], "val": [], "corrupt": None}
+    for split, per_class in (("train", 5), ("val", 2)):
+        for label, name in enumerate(("ant", "bee", "cat")):
+            folder = root / split if split == "val" and flat_val else root / split / name
+            folder.mkdir(parents=True, exist_ok=True)
+            for k in range(per_class):
+                width, height = sizes[(k + label) % len(sizes)]
+                pixels = rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+                pixels[..., label] //= 4  # each class lacks one colour: learnable
+                image = Image.fromarray(pixels)
+                if (k + label) % 4 == 3:
+                    image = image.convert("L")
+                suffix = ".JPEG" if k % 2 == 0 else ".png"
+                path = folder / f"{split}_{name}_{k}{suffix}"
+                image.save(path, quality=90) if suffix == ".JPEG" else image.save(path)
+                made[split].append((path, label))
+    if flat_val:
+        lines = [f"{path.name} {('ant', 'bee', 'cat')[label]}" for path, label in made["val"]]
+        (root / "val_labels.txt").write_text("\n".join(lines) + "\n")
+    if corrupt:
+        made["corrupt"] = root / "train" / "bee" / "zz_broken.JPEG"
+        made["corrupt"].write_bytes(b"\xff\xd8\xff\xe0 not really a JPEG")
+    return made
+
+
+@pytest.fixture
+def image_folder(tmp_path, monkeypatch):
+    """``image_folder(**options)``: ``write_image_folder`` into a fresh folder (Pillow needed),
+    with the colour-statistics cache in the test's own folder; returns (root, made)."""
+    pytest.importorskip("PIL")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    def make(**options):
+        root = tmp_path / "images"
+        return root, write_image_folder(root, **options)
+
+    return make

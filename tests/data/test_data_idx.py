@@ -105,7 +105,7 @@ def test_corrupt_gzip(tmp_path):
     ):
         path = tmp_path / name
         path.write_bytes(data)
-        with pytest.raises(IDXError, match="corrupt gzip stream") as info:
+        with pytest.raises(IDXError, match="(corrupt|truncated) gzip stream at byte") as info:
             load_idx(path)
         assert str(path) in str(info.value)
 

@@ -52,6 +52,11 @@ def uses_another():
     fake_student.stub("90.3")
 
 
+@exercise("90.8", "prints", PATH, hint="-")
+def prints():
+    expect_close("what chatty returns", fake_student.chatty(), 1.0)
+
+
 @exercise("91.1", "mean of the ranks", PATH, hint="-", ranks=2)
 def mpi_passes(comm):
     x = np.full(3, float(comm.rank))

@@ -1,5 +1,7 @@
 """A stand-in for a student's file: the code the fake checks of ``fake_checks.py`` call."""
 
+import os
+
 from minidl.exercises import Unimplemented
 
 
@@ -18,3 +20,9 @@ def spin():
 
 def stub(exercise_id):
     raise Unimplemented(exercise_id, "a stubbed region")
+
+
+def chatty():
+    print("printed by the solution")
+    os.write(1, b"written to file descriptor 1\n")
+    return 1.0

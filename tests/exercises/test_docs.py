@@ -60,3 +60,30 @@ def test_the_list_block_is_replaced_and_a_missing_block_is_named():
         assert "BEGIN EXERCISE LIST" in str(exc)
     else:
         raise AssertionError("a file without the block must be refused")
+
+
+def test_the_twelve_week_plan_hands_out_every_exercise_once_and_names_real_files():
+    text = read(GUIDE)
+    start = text.index("## A 12-week course")
+    rows = [
+        line
+        for line in text[start : text.index("\n## ", start + 1)].splitlines()
+        if line.startswith("| ") and line[2:3].isdigit()
+    ]
+    assert [int(line.split("|")[1]) for line in rows] == list(range(1, 13))
+    handed = [i.strip() for line in rows for i in line.split("|")[6].split(",")]
+    registered = sorted(e.id for e in catalogue())
+    odd = sorted(i for i in handed if handed.count(i) > 1 or i not in registered)
+    assert sorted(handed) == registered, (
+        "each exercise goes into exactly one week of the 12-week plan in "
+        f"docs/instructor-guide.md: missing {sorted(set(registered) - set(handed))}, "
+        f"unknown or repeated {odd}"
+    )
+    for line in rows:
+        for name in line.split("|")[4].replace("`", "").split(",") + line.split("|")[5].replace(
+            "`", ""
+        ).split(","):
+            name = name.strip()
+            if name != "-":
+                folder = "" if name.startswith("notebooks/") else "examples"
+                assert os.path.exists(os.path.join(ROOT, folder, name)), name

@@ -5,6 +5,7 @@ marker error with its file and line.
 """
 
 import importlib.util
+import json
 import os
 import textwrap
 
@@ -12,7 +13,13 @@ import pytest
 
 from minidl.exercises import Exercise, Unimplemented
 from minidl.exercises.listing import region_states
-from minidl.exercises.student import MarkerError, find_regions, scan_file, write_student_tree
+from minidl.exercises.student import (
+    MarkerError,
+    find_regions,
+    release,
+    scan_file,
+    write_student_tree,
+)
 from minidl.exercises.trace import ENV, read_trace, running
 
 OPS = '''\
@@ -134,26 +141,62 @@ def test_a_stub_raises_unimplemented_naming_the_exercise_and_code_before_it_runs
 
 def test_the_tree_has_the_package_examples_pyproject_and_a_student_readme(tree):
     out, _ = tree
-    assert sorted(os.listdir(out)) == ["README.md", "examples", "minidl", "pyproject.toml"]
+    assert sorted(os.listdir(out)) == [
+        "README.md",
+        "examples",
+        "exercises.json",
+        "minidl",
+        "pyproject.toml",
+    ]
     readme = (out / "README.md").read_text()
     assert "python -m minidl exercise check x.y" in readme
     for e in EXERCISES:
         assert e.id in readme and e.title in readme
 
 
-def test_only_stubs_the_chosen_exercises(tmp_path):
+def test_only_hands_out_the_chosen_exercises_and_no_other_solution(tmp_path):
     src = make_package(tmp_path / "src")
     regions = write_student_tree(tmp_path / "out", only=["2.1"], root=src, exercises=EXERCISES)
-    assert [r.exercise_id for r in regions] == ["2.1"]
+    assert sorted({r.exercise_id for r in regions}) == ["1.1", "1.2", "2.1"]
     ops = load(tmp_path / "out" / "minidl" / "ops.py")
-    assert ops["double"](3) == 6 and ops["Square"]().backward(3.0, 1.0) == 6.0
     with pytest.raises(Unimplemented, match="exercise 2.1"):
         ops["root"](4.0)
+    with pytest.raises(Unimplemented, match="not released yet"):
+        ops["double"](3)
+    text = (tmp_path / "out" / "minidl" / "ops.py").read_text()
+    assert "y = 2 * y" not in text and "2 * x * g" not in text and "math.sqrt" not in text
     assert region_states(tmp_path / "out", EXERCISES) == {
-        "1.1": "written",
-        "1.2": "written",
+        "1.1": "not released",
+        "1.2": "not released",
         "2.1": "to do",
     }
+
+
+def test_release_adds_stubs_and_keeps_the_students_work(tmp_path):
+    src = make_package(tmp_path / "src")
+    out = tmp_path / "out"
+    write_student_tree(out, only=["2.1"], root=src, exercises=EXERCISES)
+    ops_path = out / "minidl" / "ops.py"
+    work = ops_path.read_text().replace(
+        '    raise Unimplemented("2.1", "square root")\n', "    return x ** 0.5  # mine\n"
+    )
+    ops_path.write_text(work)
+    (out / "notes.txt").write_text("my notes")
+    assert release(out, ["1.1", "2.1"], exercises=EXERCISES) == ["1.1"]
+    text = ops_path.read_text()
+    assert "    return x ** 0.5  # mine\n" in text and (out / "notes.txt").read_text() == "my notes"
+    assert '    raise Unimplemented("1.1", "double a number")\n' in text
+    assert region_states(out, EXERCISES) == {
+        "1.1": "to do",
+        "1.2": "not released",
+        "2.1": "written",
+    }
+    assert json.loads((out / "exercises.json").read_text()) == {"released": ["1.1", "2.1"]}
+    assert "double a number" in (out / "README.md").read_text()
+    with pytest.raises(FileNotFoundError, match="not a student tree"):
+        release(src, ["1.1"], exercises=EXERCISES)
+    with pytest.raises(MarkerError, match="unknown exercises 7.7"):
+        release(out, ["7.7"], exercises=EXERCISES)
 
 
 def test_trace_mode_keeps_the_solutions_and_records_each_region_once(tmp_path, monkeypatch):

@@ -15,6 +15,8 @@ from minidl import dist, optim
 from minidl import functional as F
 from minidl import layers as L
 from minidl.dist.pipeline import PipelineTrainer
+from minidl.dist.pipeline.stages import build_stage, partition
+from minidl.reference.dist.pipeline import pipedream_window
 
 STEPS, BATCH, LR = 20, 10, 0.1
 
@@ -100,6 +102,57 @@ def cases(size):
 def check_mlp(comm):
     for options in cases(comm.size):
         assert_same_as_serial(comm, mlp, (6,), **options)
+    # more micro-batches than rows: one micro-batch per row, still the serial step
+    assert_same_as_serial(comm, mlp, (6,), schedule="1f1b", micro_batches=BATCH + 2)
+
+
+class CountingComm:
+    """A communicator that counts the gradient allreduces it starts (blocking or not)."""
+
+    def __init__(self, comm):
+        self.comm, self.allreduces = comm, 0
+
+    def __getattr__(self, name):
+        return getattr(self.comm, name)
+
+    def allreduce(self, *args, **kwargs):
+        self.allreduces += 1
+        return self.comm.allreduce(*args, **kwargs)
+
+    def iallreduce(self, *args, **kwargs):
+        self.allreduces += 1
+        return self.comm.iallreduce(*args, **kwargs)
+
+
+def check_dp_pp(comm):
+    """dp=2 x pp=P/2: each replica pipelines its half of the batch; the ranks of a stage
+    average their gradients in exactly one allreduce per step; the weights equal one process
+    with the whole batch, a short last batch (uneven halves) included."""
+    grid = dist.Grid(comm, dp=2, pp=comm.size // 2)
+    rng = np.random.default_rng(7)
+    rows = [2 * BATCH] * (STEPS - 1) + [7]  # the last: 4 rows on replica 0, 3 on replica 1
+    data = [(rng.standard_normal((n, 6)), rng.integers(0, 5, n)) for n in rows]
+    expected, expected_losses = serial(mlp, data, momentum)
+    for schedule, m in (("gpipe", 3), ("1f1b", 4)):
+        counting = CountingComm(grid.group("dp"))
+        trainer = PipelineTrainer(
+            mlp(), grid.group("pp"), optimizer=momentum, schedule=schedule, micro_batches=m,
+            data_parallel=counting,
+        )  # fmt: skip
+        losses = []
+        for step, (x, y) in enumerate(data):
+            half = np.array_split(np.arange(len(y)), 2)[grid.coords["dp"]]
+            before = counting.allreduces
+            losses.append(trainer.step(x[half], y[half], global_rows=len(y)) * len(half))
+            assert counting.allreduces - before == 1, (schedule, step, counting.allreduces)
+        totals = np.array(losses)
+        grid.group("dp").allreduce(totals, op="sum")
+        np.testing.assert_allclose(totals / rows, expected_losses, rtol=1e-10)
+        state = trainer.full_state_dict()
+        assert list(state) == list(expected)
+        for name, value in expected.items():
+            error = relative_error(state[name], value)
+            assert error < 1e-10, (schedule, m, name, error)
 
 
 def check_stage_choices(comm):
@@ -194,13 +247,88 @@ def check_refusals(comm):
         assert "clip_grad_norm would clip each rank's share" in str(exc), str(exc)
     else:
         raise AssertionError("no error for a clipping optimizer")
-    trainer = PipelineTrainer(mlp(), comm, optimizer=sgd, micro_batches=4)
+
+
+def check_pipedream(comm):
+    """PipeDream on P ranks applies the updates of the one-process reference, which stashes
+    weight copies and recomputes each forward at its backward (another way to the same
+    numbers), with staleness min(m, P-s-1) on stage s; for P > 1 that is not the serial step
+    (on one rank it is M plain SGD steps per batch, not the serial one either)."""
+    p, m = comm.size, 4
+    data = batches((6,))
+    model = mlp()
+    cut = partition(model, p)
+    stages = [build_stage(model, cut, s) for s in range(p)]
+    optimizers = [sgd(stage.parameters()) for stage in stages]
+    for x, y in data:
+        pipedream_window(
+            stages, optimizers, np.array_split(x, m), np.array_split(y, m), F.cross_entropy
+        )
+    expected = model.state_dict()
+    trainer = PipelineTrainer(mlp(), comm, optimizer=sgd, schedule="pipedream", micro_batches=m)
+    for x, y in data:
+        trainer.step(x, y)
+    state = trainer.full_state_dict()
+    for name, value in expected.items():
+        error = relative_error(state[name], value)
+        assert error < 1e-10, (name, error)
+    stale = {k: STEPS * sum(min(i, p - comm.rank - 1) == k for i in range(m)) for k in range(p)}
+    assert trainer.staleness.counts == {k: v for k, v in stale.items() if v}, trainer.staleness
+    synchronous, _ = serial(mlp, data)
+    differs = max(relative_error(state[n], synchronous[n]) for n in synchronous)
+    assert differs > 1e-6 or p == 1, differs  # asynchronous: not the serial step
+
+
+def check_non_finite(comm):
+    """dp=2 x pp: a non-finite value in one replica's rows poisons the averaged gradients;
+    every rank of every stage raises after the batch (none waits for a message), for the
+    synchronous and the asynchronous schedules."""
+    grid = dist.Grid(comm, dp=2, pp=comm.size // 2)
+    for schedule in ("1f1b", "pipedream"):
+        trainer = PipelineTrainer(
+            mlp(), grid.group("pp"), optimizer=sgd, schedule=schedule, micro_batches=3,
+            data_parallel=grid.group("dp"),
+        )  # fmt: skip
+        x, y = batches((6,))[0]
+        if grid.coords["dp"] == 0:
+            x = x.copy()
+            x[4, 2] = np.inf
+        try:
+            with np.errstate(all="ignore"):
+                trainer.step(x, y)
+        except ArithmeticError as exc:
+            assert "not finite" in str(exc) or "refused its update" in str(exc), str(exc)
+        else:
+            raise AssertionError(f"{schedule}: no error for a non-finite gradient")
+        trainer.step(*batches((6,), seed=1)[0])  # the ranks still talk: nothing is left hanging
+
+
+def sgd_per_micro_batch(stages, optimizers, inputs, targets, loss):
+    """Wrong for 10.4: each micro-batch through every stage and updated before the next,
+    so every gradient is fresh; PipeDream's are min(m, P-s-1) updates stale."""
+    model = L.Sequential(*[layer for stage in stages for layer in stage._modules.values()])
+    for x, y in zip(inputs, targets):
+        loss(model(md.Tensor(x)), y).backward()
+        for opt in optimizers:
+            opt.step()
+            opt.zero_grad()
+
+
+def check_exercise_weight_stashing(comm):
+    """Exercise 10.4 passes on the reference and fails on a PipeDream without staleness."""
+    from minidl import exercises
+    from minidl.reference.dist import pipeline as R
+
+    exercises.get("10.4").check(comm)
+    right, R.pipedream_window = R.pipedream_window, sgd_per_micro_batch
     try:
-        trainer.step(np.zeros((3, 6)), np.zeros(3, dtype=int))
-    except ValueError as exc:
-        assert "cannot make 4 micro-batches" in str(exc), str(exc)
+        exercises.get("10.4").check(comm)
+    except exercises.ExerciseFailure as exc:
+        assert "M=3, 4 windows" in str(exc) and "against minidl's executor" in str(exc), str(exc)
     else:
-        raise AssertionError("no error for a batch smaller than the micro-batch count")
+        raise AssertionError("10.4 passed on SGD without staleness")
+    finally:
+        R.pipedream_window = right
 
 
 def main(argv):

@@ -49,5 +49,26 @@ def test_batchnorm_is_per_micro_batch_as_in_one_process_applying_it_per_micro_ba
 
 
 @pytest.mark.timeout(240)
+def test_dp_x_pp_allreduces_once_per_step_and_gives_the_serial_weights():
+    run_checks(4, "dp_pp")
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("nprocs", (2, 4))
+def test_pipedream_applies_the_stashing_reference_updates_with_the_expected_staleness(nprocs):
+    run_checks(nprocs, "pipedream")
+
+
+@pytest.mark.timeout(240)
+def test_the_weight_stashing_exercise_passes_on_the_reference_and_fails_without_staleness():
+    run_checks(2, "exercise_weight_stashing")
+
+
+@pytest.mark.timeout(240)
+def test_a_non_finite_gradient_stops_every_rank_of_dp_x_pp_without_a_hang():
+    run_checks(4, "non_finite")
+
+
+@pytest.mark.timeout(240)
 def test_bad_arguments_are_refused_alike_on_every_rank():
     run_checks(2, "refusals")

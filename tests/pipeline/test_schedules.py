@@ -12,6 +12,7 @@ from minidl.dist.pipeline.simulate import (
     simulate,
     timeline_text,
 )
+from minidl.dist.pipeline.timeline import bubble, simulation_trace
 
 RANKS = range(1, 9)
 MICRO_BATCHES = range(1, 33)
@@ -61,6 +62,42 @@ def test_interleaved_reaches_its_bubble_formula(chunks):
             assert run.peak_live == tuple(expected)
 
 
+def test_synchronous_schedules_update_once_from_the_weights_every_forward_saw():
+    for schedule in ("naive", "gpipe", "1f1b"):
+        for p in RANKS:
+            for m in (1, 5, 32):
+                run = simulate(S.build(schedule, p, m))
+                assert all(set(stale) == {0} for stale in run.staleness)
+                assert run.peak_stashed == (0,) * p
+
+
+def stashed_versions(p, s, m):
+    """Most older weight versions stage s holds after a step: after step j (which follows
+    backward j-1) micro-batches j..min(w+j, M)-1 are in flight, w = P-s-1 the warm-up, and
+    micro-batch i's forward saw version max(0, i-w)."""
+    w = p - s - 1
+    return max(len({max(0, i - w) for i in range(j, min(w + j, m))}) for j in range(1, m + 1))
+
+
+def test_pipedream_is_min_m_p_minus_s_minus_1_stale_and_stashes_that_many_versions():
+    """PipeDream (weight stashing): on stage s micro-batch m's gradient is applied after
+    min(m, P-s-1) other updates, its bubble is 1F1B's, and at most P-s-1 older weight
+    versions are kept besides the live one (exactly that many once M >= 2(P-s-1))."""
+    for p in RANKS:
+        for m in MICRO_BATCHES:
+            programs = S.pipedream(p, m)
+            assert all(sum(i.op == "step" for i in program) == m for program in programs)
+            run = simulate(programs)
+            for s in range(p):
+                assert run.staleness[s] == tuple(min(i, p - s - 1) for i in range(m)), (p, m, s)
+                assert run.peak_stashed[s] == stashed_versions(p, s, m), (p, m, s)
+                assert run.peak_stashed[s] <= p - s - 1
+                if m >= 2 * (p - s - 1):
+                    assert run.peak_stashed[s] == p - s - 1
+            assert run.bubble_fraction == pytest.approx(ideal_bubble(p, m), abs=1e-12)
+            assert run.peak_live == simulate(S.one_f_one_b(p, m)).peak_live
+
+
 def test_unequal_stage_costs_follow_the_slowest_stage():
     run = simulate(S.one_f_one_b(4, 8), forward_costs=[1, 1, 3, 1], backward_costs=[2, 2, 6, 2])
     assert run.makespan >= 8 * (3 + 6)
@@ -95,8 +132,15 @@ def test_a_schedule_that_waits_in_a_circle_is_named_a_deadlock():
 
 def test_broken_schedules_are_named():
     programs = S.gpipe(2, 2)
-    with pytest.raises(ScheduleError, match="end with its one step"):
+    with pytest.raises(ScheduleError, match="must end with a step"):
         check_structure([programs[0][:-1], programs[1]])
+    stepping = S.pipedream(2, 2)
+    early = [i for i in stepping[1] if i != S.Instruction("step", 0)]
+    early.insert(0, S.Instruction("step", 0))
+    with pytest.raises(ScheduleError, match="does not follow its backward"):
+        check_structure([stepping[0], early])
+    with pytest.raises(ScheduleError, match="3 steps; give one at the end, or one after each"):
+        check_structure([stepping[0], [*stepping[1], S.Instruction("step", 1)]])
     swapped = list(programs[0])
     f, b = swapped.index(S.Instruction("backward", 0)), swapped.index(S.Instruction("backward", 1))
     swapped[f], swapped[b] = swapped[b], swapped[f]
@@ -122,7 +166,7 @@ def test_bad_counts_are_refused_with_what_fits():
         S.one_f_one_b(0, 4)
     with pytest.raises(ValueError, match=r"not a multiple of 4 \(try 4, 8, 12\)"):
         S.interleaved(4, 6, 2)
-    with pytest.raises(ValueError, match="choose one of naive, gpipe, 1f1b, interleaved"):
+    with pytest.raises(ValueError, match="choose one of naive, gpipe, 1f1b, interleaved, pipe"):
         S.build("zigzag", 2, 2)
     with pytest.raises(ValueError, match="use chunks=1, or the interleaved schedule"):
         S.build("1f1b", 2, 2, chunks=2)
@@ -137,3 +181,14 @@ def test_the_timeline_reads_as_text():
     assert "F0'" in timeline_text(simulate(S.interleaved(2, 2, 2)))
     with pytest.raises(ValueError, match="whole-number"):
         timeline_text(simulate(S.gpipe(2, 2), forward_costs=[0.5, 1]))
+
+
+@pytest.mark.parametrize("schedule, chunks", [("gpipe", 1), ("1f1b", 1), ("interleaved", 2)])
+def test_the_bubble_read_off_a_simulated_trace_is_the_simulators(schedule, chunks):
+    costs = [1.0, 1.5, 1.0, 2.0] * chunks
+    run = simulate(S.build(schedule, 4, 8, chunks), costs, [2 * c for c in costs])
+    trace = simulation_trace(run, unit_seconds=1e-3)
+    assert bubble(trace) == pytest.approx(run.bubble_fraction, abs=1e-12)
+    computes = [e for e in trace["traceEvents"] if e.get("cat") in ("forward", "backward")]
+    assert len(computes) == 4 * 2 * 8 * chunks
+    assert {e["pid"] for e in computes} == {0, 1, 2, 3}

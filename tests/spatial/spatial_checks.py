@@ -205,6 +205,26 @@ def check_lenet(comm):
     assert {key: sent[key] / STEPS for key in PREDICTED} == per_step, (sent, per_step)
 
 
+def check_alexnet(comm):
+    """AlexNet-small (LRN between the convolutions; dropout in the replicated tail, drawn alike
+    on every rank from the same seed) on 1x28x28 images: 5 float64 steps equal one process."""
+
+    def alexnet():
+        md.manual_seed(13)
+        return md.models.alexnet(10, "small", in_channels=1).to("float64")
+
+    data = batches()[:5]
+    serial = alexnet()
+    md.manual_seed(14)  # the dropout masks
+    expected = train(serial, data, lambda x: x)
+    group = comm.dup()
+    model = spatial_parallel(alexnet(), group, 28)
+    md.manual_seed(14)
+    got = train(model, data, lambda x: local_rows(x, group))
+    for name in expected:
+        close(f"AlexNet-small on {comm.size} row blocks: {name}", got[name], expected[name], 1e-10)
+
+
 def check_grid(comm):
     """dp=2 x spatial=P/2: data-parallel replicas of a row-split LeNet-5 give one process's
     weights for the batch of both replicas (the spatial model's gradients are whole before the

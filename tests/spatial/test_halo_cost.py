@@ -86,3 +86,27 @@ def test_the_plan_splits_lenet5_up_to_the_flatten():
         SplitError, match="3 output rows, fewer than the 4 ranks.*3 blocks would fit"
     ):
         plan_rows(alexnet, 28, 4)
+
+
+class NoMessages:
+    """A stand-in group of 4 ranks: any collective on it would fail the test."""
+
+    size, rank = 4, 0
+
+    def __getattr__(self, name):
+        raise AssertionError(f"a refused split must not communicate (called {name})")
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"cols": 3}, "cols=3 must be a whole number that divides the spatial group's 4 ranks"),
+        ({"cols": 2}, "cols=2 splits the width: pass width="),
+        ({"cols": 4, "width": 12}, "width 12 into 4 blocks: layer 3"),
+    ],
+)
+def test_bad_block_splits_are_refused_before_any_message(kwargs, words):
+    from minidl.dist.spatial import spatial_parallel
+
+    with pytest.raises(SplitError, match=words):
+        spatial_parallel(md.models.lenet5(), NoMessages(), 28, **kwargs)

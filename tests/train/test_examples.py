@@ -214,7 +214,7 @@ def test_fit_example_trains_alone_on_workers_and_under_mpiexec(tmp_path):
 
 
 PIPELINE_ROW = re.compile(
-    r"^(naive|gpipe|1f1b|interleaved)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(?:([\d.]+)\s+)?"
+    r"^(naive|gpipe|1f1b|pipedream|interleaved)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(?:([\d.]+)\s+)?"
     r"\[([\d, ]+)\]\s+\[([\d, ]+)\]$",
     re.MULTILINE,
 )
@@ -232,7 +232,7 @@ def pipeline_rows(out):
             [int(v) for v in peaks.split(",")],
             [int(v) for v in kib.split(",")],
         )
-    assert sorted(rows) == sorted(["naive", "gpipe", "1f1b", "interleaved"]), out
+    assert sorted(rows) == sorted(["naive", "gpipe", "1f1b", "pipedream", "interleaved"]), out
     return rows
 
 
@@ -242,6 +242,7 @@ def assert_textbook_pipeline(rows, p, m, v):
         "naive": (p - 1) / p,
         "gpipe": (p - 1) / (m + p - 1),
         "1f1b": (p - 1) / (m + p - 1),
+        "pipedream": (p - 1) / (m + p - 1),  # 1F1B's order
         "interleaved": (p - 1) / (v * m + p - 1),
     }
     for name, (formula, equal, _, _, _, kib) in rows.items():
@@ -252,7 +253,7 @@ def assert_textbook_pipeline(rows, p, m, v):
         assert rows[name][2] >= rows[name][0] - 1e-4, (name, rows[name])
     assert rows["naive"][4] == [1] * p
     assert rows["gpipe"][4] == [m] * p
-    assert rows["1f1b"][4] == [min(p - s, m) for s in range(p)]
+    assert rows["1f1b"][4] == [min(p - s, m) for s in range(p)] == rows["pipedream"][4]
     assert rows["gpipe"][5][0] > rows["1f1b"][5][0] > rows["naive"][5][0]
 
 
@@ -279,10 +280,42 @@ def test_pipeline_example_under_mpiexec_trains_every_schedule_and_measures_it():
     assert all(0 <= row[3] < 1 for row in rows.values()), out
 
 
+def test_imagenet_folder_example_trains_alexnet_on_a_generated_folder(tmp_path, monkeypatch):
+    pytest.importorskip("PIL")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # the colour statistics' cache
+    out = run_example(
+        "13_imagenet_folder.py", "--demo", "--epochs", "1", "--crop-size", "63", "--resize", "72",
+        "--batch-size", "8",
+    )  # fmt: skip
+    assert "epoch 1/1" in out and "on 12 validation images" in out, out
+    assert "top-5 error 0.0%" in out  # three classes: always in the top five
+
+
+def test_imagenet_example_writes_val_labels_from_the_solution_file(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "imagenet_example", os.path.join(EXAMPLES, "13_imagenet_folder.py")
+    )
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    solution = tmp_path / "LOC_val_solution.csv"
+    solution.write_text(
+        "ImageId,PredictionString\n"
+        "ILSVRC2012_val_00000002,n01440764 12 34 56 78 n01440764 1 2 3 4\n"
+        "ILSVRC2012_val_00000001,n09999999 0 0 10 10\n"
+    )
+    path = example.write_val_labels(solution, tmp_path)
+    assert path.read_text().splitlines() == [
+        "ILSVRC2012_val_00000001.JPEG n09999999",
+        "ILSVRC2012_val_00000002.JPEG n01440764",
+    ]
+
+
 @needs_data
 @pytest.mark.mpi
 def test_model_parallel_layouts_example_trains_one_process_weights_with_the_predicted_bytes():
-    out = run_mpi_example(2, "13_model_parallel_layouts.py", "--steps", 3)
+    out = run_mpi_example(2, "14_model_parallel_layouts.py", "--steps", 3)
     rows = re.findall(r"^(.+\(.+\))\s+[\d.]+\s+([\d,]+)\s+([\d,]+)\s+(\S+)$", out, re.M)
     names = [r[0].split(" (")[0] for r in rows]
     assert names == ["data", "tensor", "spatial", "one weird trick"], out

@@ -352,7 +352,7 @@ def test_files_prepared_by_hand_need_no_verify_data(tmp_path, capsys):
         save_idx(tmp_path / f"{split}-labels-idx1-ubyte", np.arange(n, dtype=np.uint8) % 10)
     flags = ("--model", "mlp", "--epochs", "1", "--no-progress", "--data-dir", str(tmp_path))
     code, _, err = train(capsys, *flags, "--out", str(tmp_path / "refused"))
-    assert code == 1 and "is not the published Fashion-MNIST file" in err
+    assert code == 1 and "decodes but is not Fashion-MNIST's train-images" in err
     assert "pass --no-verify-data" in err
     code, out, err = train(capsys, *flags, "--no-verify-data", "--out", str(tmp_path / "run"))
     assert code == 0, err

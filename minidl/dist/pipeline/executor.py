@@ -12,13 +12,26 @@ the accumulated gradient sum_m (n_m / N) * dL_m/dw equals the full-batch gradien
 Parameter gradients accumulate over micro-batches in the order the schedule runs
 the backwards (micro-batch order for every built-in schedule); ``step`` then
 updates once per batch.
+
+Asynchronous lists (PipeDream) ``step`` after every backward, on that micro-batch's
+own gradient (its loss unscaled: each micro-batch is an SGD batch). Weight
+stashing: a forward leaves the arrays it computed with to its autograd graph and
+gives the stage fresh copies to update; the backward puts the stashed arrays back
+in place while it runs, so it differentiates the weights its forward saw. The
+updates between a micro-batch's forward and its backward are its staleness
+(``staleness``, a ``telemetry.StalenessHistogram``).
 """
+
+import time
+from contextlib import contextmanager
 
 import numpy as np
 
 from minidl import backend
 from minidl.autograd import Tensor
+from minidl.dist.pipeline import timeline
 from minidl.dist.pipeline.schedules import place_of, stage_of
+from minidl.dist.telemetry import StalenessHistogram
 
 DTYPES = ("float16", "float32", "float64")
 MAX_DIMS = 8
@@ -58,26 +71,58 @@ class PipelineExecutor:
 
     ``chunks[c]`` is the module of stage ``c * P + rank``; ``optimizer`` (None when
     the rank holds no parameters) is stepped by the ``step`` instruction;
-    ``loss_fn(output, target)`` must return the mean over its micro-batch.
+    ``loss_fn(output, target)`` must return the mean over its micro-batch;
+    ``metric(output, target)`` (optional), a number the last stage sums over the
+    micro-batches into ``metric_sum``; ``stash``: weight stashing, for lists that update
+    after every backward.
     """
 
-    def __init__(self, comm, chunks, optimizer, loss_fn):
+    def __init__(self, comm, chunks, optimizer, loss_fn, metric=None, stash=False):
         self.comm, self.chunks, self.optimizer, self.loss_fn = comm, chunks, optimizer, loss_fn
+        self.metric, self.stash = metric, stash
+        self.version, self.staleness = 0, StalenessHistogram()
+        self._seen, self._stashed = {}, {}
+        self._tracer, self._trace_skip, self._trace_steps = None, 0, 0
+        self.batches = 0  # batches run so far
+        self.failure = None  # an update refused in the last batch
         self.ranks, self.rank = comm.size, comm.rank
         self.last_stage = self.ranks * len(chunks) - 1
+
+    def trace(self, tracer, skip=0, steps=0):
+        """Record the instructions of ``steps`` batches after ``skip`` more into ``tracer``
+        (``timeline.record``); ``tracer`` None: stop."""
+        self._tracer, self._trace_skip, self._trace_steps = tracer, skip, steps
 
     def run(self, program, inputs, targets, shares):
         """Run ``program`` on the batch's micro-batches; the summed scaled loss (0 off the end).
 
         ``inputs[m]`` (used by stage 0) and ``targets[m]`` (used by the last stage)
-        are micro-batch m's arrays, ``shares[m] = n_m / N``.
+        are micro-batch m's arrays, ``shares[m] = n_m / N``. An update refused for a
+        non-finite gradient does not stop the list (the neighbours wait for its
+        messages): it is kept in ``failure`` for the caller.
         """
         self._inputs, self._outputs, self._received, self._sent = {}, {}, {}, []
         self._batch = (inputs, targets, shares)
-        self.loss = 0.0
+        self.loss = self.metric_sum = 0.0
+        self.failure = None
+        tracer = self._tracer if self._trace_skip == 0 and self._trace_steps > 0 else None
+        if self._tracer is not None:
+            self._trace_steps -= tracer is not None
+            self._trace_skip = max(0, self._trace_skip - 1)
         for instruction in program:
+            start = time.perf_counter()
             getattr(self, "_" + instruction.op)(instruction.micro_batch, instruction.chunk)
+            if tracer is not None:
+                timeline.record(tracer, instruction, start, time.perf_counter(), self.batches)
+        self.comm.wait_all(self._sent)
+        self._sent = []
+        self.batches += 1
         return self.loss
+
+    def step_only(self):
+        """The update of a batch this replica has no rows of (it still joins the average)."""
+        self.failure = None
+        self._step(0, 0)
 
     def _stage(self, chunk):
         return stage_of(self.rank, chunk, self.ranks)
@@ -131,15 +176,27 @@ class PipelineExecutor:
             x = Tensor(self._received.pop((m, c)), requires_grad=True)
         out = self.chunks[c](x)
         if stage == self.last_stage:
-            out = self.loss_fn(out, targets[m]) * shares[m]
-            self.loss += float(out.item())
+            if self.metric is not None:
+                self.metric_sum += float(self.metric(out.data, targets[m]))
+            loss = self.loss_fn(out, targets[m])
+            self.loss += float(loss.item()) * shares[m]
+            out = loss if self.stash else loss * shares[m]
         self._inputs[m, c], self._outputs[m, c] = x, out
+        self._seen[m, c] = self.version
+        if self.stash:  # the graph keeps the arrays it used; the stage updates copies
+            params = list(self.chunks[c].parameters())
+            self._stashed[m, c] = [p.data for p in params]
+            for p in params:
+                p.data = p.data.copy()
 
     def _backward(self, m, c):
         out = self._outputs.pop((m, c))
         grad = None if self._stage(c) == self.last_stage else self._received.pop((m, c))
+        self.staleness.add(self.version - self._seen.pop((m, c)))
+        stashed = self._stashed.pop((m, c), None)
         if out.requires_grad:  # False only for a first stage without parameters
-            out.backward(grad)
+            with _stashed_weights(list(self.chunks[c].parameters()), stashed):
+                out.backward(grad)
         x = self._inputs[m, c]
         if self._stage(c) == 0:
             del self._inputs[m, c]
@@ -147,10 +204,12 @@ class PipelineExecutor:
             x.grad = backend.get_array_module(x.data).zeros_like(x.data)
 
     def _step(self, m, c):
-        self.comm.wait_all(self._sent)
-        self._sent = []
+        self.version += 1
         if self.optimizer is not None:
-            self.optimizer.step()
+            try:
+                self.optimizer.step()
+            except ArithmeticError as exc:  # a non-finite averaged gradient (data parallel)
+                self.failure = self.failure or exc
             self.optimizer.zero_grad()
 
     def _array_module(self):
@@ -158,3 +217,20 @@ class PipelineExecutor:
             for p in chunk.parameters():
                 return backend.get_array_module(p.data)
         return np
+
+
+@contextmanager
+def _stashed_weights(params, arrays):
+    """``params`` hold ``arrays`` (a stashed version) inside the block, their own after it;
+    ``arrays`` None: their own throughout."""
+    if arrays is None:
+        yield
+        return
+    live = [p.data for p in params]
+    for p, array in zip(params, arrays):
+        p.data = array
+    try:
+        yield
+    finally:
+        for p, array in zip(params, live):
+            p.data = array

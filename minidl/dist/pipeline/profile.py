@@ -1,7 +1,7 @@
 """Per-layer costs of a ``Sequential`` for the simulator: measured time and activation bytes.
 
-``layer_times`` times each layer's forward and backward on one micro-batch (the
-median of ``repeats`` rounds after a warm-up one); ``cut_by_cost`` cuts the model
+``layer_times`` times each layer's forward and backward on one micro-batch (with
+``minidl.perf``'s profiler); ``cut_by_cost`` cuts the model
 where the largest stage's cost is smallest; ``stage_costs`` sums the layers'
 times per stage, the ``forward_costs`` and ``backward_costs`` that ``simulate``
 takes. ``activation_bytes`` is what one micro-batch leaves on a stage until its
@@ -10,14 +10,10 @@ graph keeps), and ``peak_bytes`` the most a rank holds at once along a simulated
 timeline.
 """
 
-import time
-
-import numpy as np
-
-from minidl import backend
 from minidl.autograd import Tensor
 from minidl.dist.pipeline.schedules import stage_of
 from minidl.dist.pipeline.stages import Partition, min_max_bounds
+from minidl.perf.profile import profile_model
 
 
 def _trace(model, x):
@@ -32,22 +28,17 @@ def _trace(model, x):
 
 
 def layer_times(model, x, repeats=5):
-    """(forward seconds, backward seconds) per layer of ``model`` on the input array ``x``."""
-    rounds = []
-    for _ in range(repeats + 1):  # the first round warms up (algorithm choice, caches)
-        times, h = [], x
-        for layer in model:
-            inp = Tensor(h, requires_grad=True)
-            start = time.perf_counter()
-            out = layer(inp)
-            middle = time.perf_counter()
-            out.backward(backend.get_array_module(out.data).ones_like(out.data))
-            times.append((middle - start, time.perf_counter() - middle))
-            h = out.data
-        model.zero_grad()
-        rounds.append(times)
-    median = np.median(np.array(rounds[1:]), axis=0)
-    return [(float(f), float(b)) for f, b in median]
+    """(forward seconds, backward seconds) per layer of ``model`` for micro-batches shaped
+    like the array ``x``: the medians ``perf.profile.profile_model`` measures over ``repeats``
+    training steps after a warm-up one, summed per top-level layer. The steps train the
+    model on random data: time a model whose weights do not matter."""
+    found = profile_model(model, x.shape[1:], len(x), steps=repeats, warmup=1, memory=False)
+    times = [[0.0, 0.0] for _ in model]
+    for layer in found.layers:
+        top = times[int(layer.name.split(".")[0])]
+        top[0] += layer.forward_s
+        top[1] += layer.backward_s
+    return [(f, b) for f, b in times]
 
 
 def cut_by_cost(costs, num_stages):

@@ -18,6 +18,12 @@ backwards, into which ``recv_*`` go right before the compute that needs them and
 - ``interleaved``: 1F1B over v chunks per rank in groups of P micro-batches
   (interleaved 1F1B, 2021); needs M a multiple of P; bubble
   (P-1)/(v*M+P-1).
+- ``pipedream``: asynchronous PipeDream (Narayanan et al. 2019): the order of 1F1B,
+  but each stage updates its weights right after every backward (a ``step`` per
+  micro-batch, no flush between them) and keeps, for each micro-batch in flight,
+  the weight version its forward saw (weight stashing), so that its backward uses
+  it. On stage s micro-batch m is then min(m, P-s-1) updates stale; the list of a
+  batch drains the pipeline at its end, so a batch is a window of M updates.
 
 Backwards of each chunk run in micro-batch order 0..M-1 in every schedule, so the
 gradients accumulate in the same order whichever schedule runs.
@@ -60,8 +66,9 @@ def _check_counts(ranks, micro_batches, chunks=1):
             raise ValueError(f"a pipeline schedule needs {name} >= 1 (an int), got {value!r}")
 
 
-def _with_messages(rank, ranks, chunks, compute):
-    """Add the receives before and the sends after each compute of ``compute``; end with step."""
+def _with_messages(rank, ranks, chunks, compute, step_each=False):
+    """Add the receives before and the sends after each compute of ``compute``; end with step
+    (``step_each``: a step after each backward instead, its micro-batch's update)."""
     last = ranks * chunks - 1
     program = []
     for op, m, c in compute:
@@ -75,7 +82,10 @@ def _with_messages(rank, ranks, chunks, compute):
         program.append(Instruction(op, m, c))
         if after[1]:
             program.append(Instruction(after[0], m, c))
-    program.append(Instruction("step"))
+        if step_each and op == "backward":
+            program.append(Instruction("step", m, c))
+    if not step_each:
+        program.append(Instruction("step"))
     return program
 
 
@@ -94,7 +104,7 @@ def gpipe(ranks, micro_batches):
     return [_with_messages(r, ranks, 1, compute) for r in range(ranks)]
 
 
-def one_f_one_b(ranks, micro_batches):
+def one_f_one_b(ranks, micro_batches, step_each=False):
     """1F1B: warm-up w = min(P-s-1, M) forwards on stage s, then F(w+i) B(i), then the rest."""
     _check_counts(ranks, micro_batches)
     programs = []
@@ -104,8 +114,13 @@ def one_f_one_b(ranks, micro_batches):
         for i in range(micro_batches - warmup):
             compute += [("forward", warmup + i, 0), ("backward", i, 0)]
         compute += [("backward", m, 0) for m in range(micro_batches - warmup, micro_batches)]
-        programs.append(_with_messages(s, ranks, 1, compute))
+        programs.append(_with_messages(s, ranks, 1, compute, step_each))
     return programs
+
+
+def pipedream(ranks, micro_batches):
+    """PipeDream: the 1F1B order with an update after every backward (weight stashing)."""
+    return one_f_one_b(ranks, micro_batches, step_each=True)
 
 
 def interleaved(ranks, micro_batches, chunks=2):
@@ -141,7 +156,14 @@ def interleaved(ranks, micro_batches, chunks=2):
     return programs
 
 
-SCHEDULES = {"naive": naive, "gpipe": gpipe, "1f1b": one_f_one_b, "interleaved": interleaved}
+SCHEDULES = {
+    "naive": naive,
+    "gpipe": gpipe,
+    "1f1b": one_f_one_b,
+    "interleaved": interleaved,
+    "pipedream": pipedream,
+}
+ASYNCHRONOUS = ("pipedream",)  # an update per micro-batch: not the serial step
 
 
 def build(name, ranks, micro_batches, chunks=1):

@@ -8,6 +8,11 @@ cost nothing. If no rank can move while some are unfinished, the schedule deadlo
 (``DeadlockError`` names who waits for what); when every list runs to the end, every
 receive met its send, which proves this schedule cannot deadlock for this P and M.
 
+Weight versions: a ``step`` adds one to its rank's version; a forward records the
+version it saw, and its backward's staleness is the version then minus that one
+(0 for every synchronous schedule). A micro-batch in flight whose version is
+older than the live one needs a stashed copy of the weights (``peak_stashed``).
+
 Bubble fraction = idle time / (P * makespan). With equal stages it is
 (P-1)/(M+P-1) for GPipe and 1F1B (the GPipe paper, 2019) and (P-1)/(v*M+P-1) for
 the interleaved schedule with v chunks per rank (interleaved 1F1B, 2021).
@@ -48,6 +53,8 @@ class Simulation:
     makespan: float
     bubble_fraction: float
     peak_live: tuple  # per rank, the most micro-batches (x chunks) whose activations it held
+    staleness: tuple = ()  # per rank, per backward: updates between its forward and its own
+    peak_stashed: tuple = ()  # per rank, the most older weight versions kept at once
 
     @property
     def ideal_bubble(self):
@@ -79,18 +86,46 @@ def _shape(programs):
     return (len(programs), 1 + max(i.chunk for i in ops), 1 + max(i.micro_batch for i in ops))
 
 
+def _check_steps(rank, program):
+    """One ``step`` at the end (synchronous), or one right after each backward and its
+    send (asynchronous: the update of that micro-batch); the list ends with a step."""
+    steps = [n for n, ins in enumerate(program) if ins.op == "step"]
+    if not program or program[-1].op != "step":
+        raise ScheduleError(f"rank {rank}: the list must end with a step")
+    if len(steps) == 1:
+        return
+    backwards = sum(ins.op == "backward" for ins in program)
+    if len(steps) != backwards:
+        raise ScheduleError(
+            f"rank {rank}: {len(steps)} steps; give one at the end, or one after each of "
+            f"its {backwards} backwards"
+        )
+    for n in steps:
+        before = n - 1
+        while before >= 0 and program[before].op.startswith("send"):
+            before -= 1
+        own = program[before] if before >= 0 else None
+        if own is None or (own.op, own.micro_batch, own.chunk) != (
+            "backward",
+            program[n].micro_batch,
+            program[n].chunk,
+        ):
+            raise ScheduleError(f"rank {rank}: {program[n]} does not follow its backward")
+
+
 def check_structure(programs):
     """Each rank: one forward and one backward of every (micro-batch, chunk), backwards
     of a chunk in micro-batch order (a fixed gradient accumulation order), each receive
-    before and each send after its compute, one ``step`` at the end; every send has
+    before and each send after its compute, steps as ``_check_steps`` says; every send has
     exactly one matching receive. Raises ``ScheduleError`` naming the first violation."""
     ranks, chunks, micro_batches = _shape(programs)
     sends, recvs = Counter(), Counter()
     for r, program in enumerate(programs):
-        if not program or program[-1].op != "step" or sum(i.op == "step" for i in program) != 1:
-            raise ScheduleError(f"rank {r}: the list must end with its one step")
+        _check_steps(r, program)
         position = {}
-        for n, ins in enumerate(program[:-1]):
+        for n, ins in enumerate(program):
+            if ins.op == "step":
+                continue
             if (ins.op, ins.micro_batch, ins.chunk) in position:
                 raise ScheduleError(f"rank {r}: {ins} appears twice")
             position[ins.op, ins.micro_batch, ins.chunk] = n
@@ -145,7 +180,8 @@ def simulate(programs, forward_costs=None, backward_costs=None):
         raise ValueError(f"costs need one value per stage ({stages} = P * chunks)")
     pc, clock = [0] * ranks, [0.0] * ranks
     live, peak = [0] * ranks, [0] * ranks
-    forwarded, mailbox = set(), {}
+    mailbox, version, seen = {}, [0] * ranks, {}
+    staleness, stashed = [[] for _ in range(ranks)], [0] * ranks
     timeline = [[] for _ in range(ranks)]
     while True:
         moved = False
@@ -159,18 +195,23 @@ def simulate(programs, forward_costs=None, backward_costs=None):
                     clock[r] = max(clock[r], mailbox.pop(key))
                 elif ins.op.startswith("send"):
                     mailbox[message_key(ins, r, ranks)] = clock[r]
-                elif ins.op in ("forward", "backward"):
+                elif ins.op == "step":
+                    version[r] += 1
+                    older = {v for (rank, _, _), v in seen.items() if rank == r and v < version[r]}
+                    stashed[r] = max(stashed[r], len(older))
+                else:
                     k = stage_of(r, ins.chunk, ranks)
                     cost = (forward_costs if ins.op == "forward" else backward_costs)[k]
                     timeline[r].append(Event(r, clock[r], clock[r] + cost, ins))
                     clock[r] += cost
                     if ins.op == "forward":
-                        forwarded.add((ins.micro_batch, k))
+                        seen[r, ins.micro_batch, k] = version[r]
                         live[r] += 1
                         peak[r] = max(peak[r], live[r])
                     else:
-                        if (ins.micro_batch, k) not in forwarded:
+                        if (r, ins.micro_batch, k) not in seen:
                             raise ScheduleError(f"rank {r}: {ins} runs before its forward")
+                        staleness[r].append(version[r] - seen.pop((r, ins.micro_batch, k)))
                         live[r] -= 1
                 pc[r] += 1
                 moved = True
@@ -189,6 +230,8 @@ def simulate(programs, forward_costs=None, backward_costs=None):
         makespan=makespan,
         bubble_fraction=1 - busy / (ranks * makespan),
         peak_live=tuple(peak),
+        staleness=tuple(tuple(values) for values in staleness),
+        peak_stashed=tuple(stashed),
     )
 
 

@@ -8,7 +8,20 @@
 Every rank builds the same model and passes the same batch (stage 0 reads ``x``,
 the last stage ``y``); the weights start from rank 0's. One step equals one step
 of the serial model on the whole batch (see ``executor.py`` for the loss scaling),
-for any schedule and any number of micro-batches.
+for any schedule and any number of micro-batches. A batch with fewer rows than
+``micro_batches`` (the short last batch of an epoch) runs one micro-batch per row
+(interleaved: the largest multiple of P rows that fits).
+
+Pipeline x data parallelism (``data_parallel=`` the ``dp`` group of a ``Grid``):
+each replica of the pipeline trains on its own batch, and the ranks holding the
+same stage average their gradients in one allreduce per step (one flat buffer,
+after the last backward), so D replicas with batches of b rows equal one process
+with the D*b rows (``DistributedOptimizer``'s batch weighting handles short ones).
+
+PipeDream (``schedule="pipedream"``) is asynchronous: each stage updates after every
+micro-batch's backward with that micro-batch's gradient, from the weights its forward
+saw (weight stashing; ``executor.py``), so a step is M updates, not the serial one;
+``staleness`` counts how many updates each gradient was late.
 
 BatchNorm: statistics are per micro-batch, as GPipe does. Each micro-batch's
 forward normalises by its own mean and variance and updates the running
@@ -23,8 +36,9 @@ import numpy as np
 
 from minidl import backend
 from minidl import functional as F
+from minidl.dist.data_parallel import DistributedOptimizer
 from minidl.dist.pipeline.executor import PipelineExecutor, check_tag_room
-from minidl.dist.pipeline.schedules import SCHEDULES, build, stage_of
+from minidl.dist.pipeline.schedules import ASYNCHRONOUS, SCHEDULES, build, stage_of
 from minidl.dist.pipeline.stages import BALANCE_BY, Partition, build_stage, partition
 
 
@@ -55,7 +69,11 @@ class PipelineTrainer:
     it). ``stages``: how to cut (see ``_partition``).
     ``schedule``: one of ``SCHEDULES``; ``chunks``: model chunks per rank (the
     interleaved schedule; 2 by default there, else 1). ``loss(output, target)``
-    must be the mean over its micro-batch. Construction is collective.
+    must be the mean over its micro-batch. ``metric(output, target)`` (optional) is
+    summed over the micro-batches of a step into ``last_metric`` (e.g. correct
+    predictions). ``data_parallel``: the communicator of the ranks holding the same
+    stages in other replicas (see above), ``allreduce`` its algorithm.
+    Construction is collective.
     """
 
     def __init__(
@@ -69,6 +87,9 @@ class PipelineTrainer:
         schedule="1f1b",
         chunks=None,
         loss=F.cross_entropy,
+        metric=None,
+        data_parallel=None,
+        allreduce="auto",
     ):
         if schedule not in SCHEDULES:
             raise ValueError(
@@ -76,6 +97,7 @@ class PipelineTrainer:
             )
         chunks = (2 if schedule == "interleaved" else 1) if chunks is None else chunks
         self.programs = build(schedule, comm.size, micro_batches, chunks)
+        self._programs = {micro_batches: self.programs}
         check_tag_room(micro_batches, chunks)
         self.partition = _partition(model, stages, comm.size * chunks)
         self.micro_batches, self.schedule = micro_batches, schedule
@@ -97,8 +119,16 @@ class PipelineTrainer:
         problems = [p for p in self.comm.allgather_object(problem) if p]
         if problems:
             raise ValueError(f"PipelineTrainer: the optimizer is refused: {problems[0]}")
+        self.data_parallel = data_parallel if data_parallel and data_parallel.size > 1 else None
+        if self.data_parallel is not None and local_optimizer is not None:
+            local_optimizer = _one_allreduce_per_step(
+                local_optimizer, self.data_parallel, allreduce
+            )
         self.optimizer = local_optimizer
-        self.executor = PipelineExecutor(self.comm, self.chunks, self.optimizer, loss)
+        self.last_metric = 0.0
+        self.executor = PipelineExecutor(
+            self.comm, self.chunks, self.optimizer, loss, metric, stash=schedule in ASYNCHRONOUS
+        )
 
     def _broadcast_weights(self, model):
         """Every rank starts from rank 0's parameters and buffers."""
@@ -113,32 +143,86 @@ class PipelineTrainer:
         """This rank's instruction list."""
         return self.programs[self.comm.rank]
 
-    def step(self, x, y):
-        """Train on one batch (collective); returns its mean loss on every rank."""
+    @property
+    def staleness(self):
+        """This rank's ``StalenessHistogram`` of the updates so far (all 0 unless PipeDream)."""
+        return self.executor.staleness
+
+    def micro_batches_for(self, rows):
+        """How many micro-batches a batch of ``rows`` rows runs (fewer when it is short)."""
+        if rows >= self.micro_batches:
+            return self.micro_batches
+        if self.schedule == "interleaved":
+            return rows - rows % self.comm.size
+        return rows
+
+    def step(self, x, y, global_rows=None):
+        """Train on one batch (collective); returns its mean loss on every rank.
+
+        ``global_rows``: with ``data_parallel``, the rows of this step over every
+        replica (default: this batch's rows times the replicas).
+        """
         if len(x) != len(y):
             raise ValueError(f"step: x has {len(x)} rows but y has {len(y)}")
-        if len(y) < self.micro_batches:
+        m = self.micro_batches_for(len(y))
+        if m < 1 and len(y):
             raise ValueError(
-                f"step: a batch of {len(y)} rows cannot make {self.micro_batches} micro-batches; "
-                f"pass at least {self.micro_batches} rows or fewer micro-batches"
+                f"step: the interleaved schedule needs at least P = {self.comm.size} rows per "
+                f"batch, got {len(y)}; pass more rows or use 1f1b"
             )
-        inputs = np.array_split(x, self.micro_batches)
-        targets = np.array_split(y, self.micro_batches)
-        shares = [len(t) / len(y) for t in targets]
+        if self.data_parallel is not None and self.optimizer is not None:
+            total = len(y) * self.data_parallel.size if global_rows is None else global_rows
+            self.optimizer.set_batch_weight(len(y), total)
         for chunk in self.chunks:
             chunk.zero_grad()
-        loss = self.executor.run(self.program, inputs, targets, shares)
-        last_rank = (self.comm.size * len(self.chunks) - 1) % self.comm.size
-        return float(self.comm.bcast_object(loss, root=last_rank))
+        if m == 0:  # an empty share of a short last batch still joins the replicas' average
+            self.executor.step_only()
+            if self.executor.failure is not None:
+                raise self.executor.failure
+            self.last_metric = 0.0
+            return 0.0
+        if m not in self._programs:
+            self._programs[m] = build(self.schedule, self.comm.size, m, len(self.chunks))
+        inputs, targets = np.array_split(x, m), np.array_split(y, m)
+        shares = [len(t) / len(y) for t in targets]
+        program = self._programs[m][self.comm.rank]
+        loss = self.executor.run(program, inputs, targets, shares)
+        return self._finish_step(loss)
 
-    def state_dict(self):
-        """The whole model's state under its serial names on rank 0 (None elsewhere); collective."""
+    def _finish_step(self, loss):
+        """Every rank gets the last stage's loss and metric, and learns whether any stage's
+        update was refused (a non-finite averaged gradient): then every rank raises."""
+        last_rank = (self.comm.size * len(self.chunks) - 1) % self.comm.size
+        failure = self.executor.failure
+        everyone = self.comm.allgather_object(
+            (loss, self.executor.metric_sum, None if failure is None else str(failure))
+        )
+        refused = [(rank, text) for rank, (_, _, text) in enumerate(everyone) if text]
+        if refused:
+            rank, text = refused[0]
+            raise failure or ArithmeticError(f"pipeline rank {rank} refused its update: {text}")
+        loss, self.last_metric, _ = everyone[last_rank]
+        return float(loss)
+
+    def full_state_dict(self):
+        """The whole model's state under its serial names, on every rank; collective."""
         local = {}
         for chunk in self.chunks:
             local.update((k, backend.to_numpy(v).copy()) for k, v in chunk.state_dict().items())
         merged = {}
         for part in self.comm.allgather_object(local):
             merged.update(part)
-        if self.comm.rank != 0:
-            return None
         return OrderedDict((name, merged[name]) for name in self._names)
+
+    def state_dict(self):
+        """The whole model's state under its serial names on rank 0 (None elsewhere); collective."""
+        state = self.full_state_dict()
+        return state if self.comm.rank == 0 else None
+
+
+def _one_allreduce_per_step(optimizer, comm, allreduce):
+    """``optimizer`` averaging its gradients over ``comm`` in one flat allreduce per step."""
+    nbytes = sum(p.data.nbytes for p in optimizer.params)
+    return DistributedOptimizer(
+        optimizer, comm, allreduce=allreduce, bucket_mb=nbytes / 2**20 + 1, overlap=False
+    )

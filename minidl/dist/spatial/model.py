@@ -165,7 +165,7 @@ class SpatialParallel(L.Sequential):
                 shape = (heights[name], widths.get(name))
                 layer = kind(layer, blocks, shape, self.counters)
             setattr(self, name, layer)
-        self._gather_at, self._blocks = gather_at, blocks
+        self._gather_at = gather_at
         self._gathers = [(2, blocks.down, split_rows(tail_h, blocks.rows))]
         if blocks.across is not None:
             self._gathers.append((3, blocks.across, split_rows(tail_w, cols)))

@@ -4,6 +4,8 @@ The oracle is minidl's own autograd engine (``minidl.Tensor``) on the same
 float64 expression; it shares no code with the exercise regions.
 """
 
+from collections.abc import Iterable
+
 import numpy as np
 
 import minidl as md
@@ -59,11 +61,17 @@ def check_backward():
     ]
     tensors, values = tensors_and_values(arrays)
     loss = expression(*values)
-    order = topological_order(loss)
+    returned = topological_order(loss)
     expect_true(
-        "topological_order returns a list of Values",
-        isinstance(order, list) and all(isinstance(v, Value) for v in order),
-        detail=f"got {type(order).__name__}",
+        "topological_order returns a sequence of Values (a list, a tuple, a deque ...)",
+        isinstance(returned, Iterable) and not isinstance(returned, (str, bytes, Value)),
+        detail=f"got {type(returned).__name__}",
+    )
+    order = list(returned)
+    expect_true(
+        "every item of the order is a Value",
+        all(isinstance(v, Value) for v in order),
+        detail=f"items seen: {sorted({type(v).__name__ for v in order})}",
     )
     expected = reachable(loss)
     expect_equal("number of Values in the order (each Value once)", len(order), len(expected))

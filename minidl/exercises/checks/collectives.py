@@ -6,6 +6,10 @@ the exact sum of every rank's seeded random input (each rank rebuilds all
 ranks' inputs from the seed), the rank idiom (rank r holds r everywhere,
 so the sum is P(P-1)/2 exactly), and minidl's tuned algorithm of the same
 name. Every rank must also end with the same bits.
+
+The algorithms run over a ``StrictComm``: a blocking send is synchronous,
+so an exchange in an unsafe order deadlocks at every size (the grader names
+the line it waits on), and the ring's messages are held to its pattern.
 """
 
 import hashlib
@@ -13,6 +17,12 @@ import hashlib
 import numpy as np
 
 from minidl.exercises import ExerciseFailure, exercise, expect_close, expect_true
+from minidl.exercises.strict_comm import (
+    StrictComm,
+    butterfly_pattern,
+    rabenseifner_pattern,
+    ring_pattern,
+)
 from minidl.reference.dist import allreduce
 
 PATH = "minidl/reference/dist/allreduce.py"
@@ -67,13 +77,20 @@ def expect_on_every_rank(comm, verify):
             )
 
 
-def check_allreduce(comm, algorithm, tuned):
-    """Compare ``algorithm(comm, x)`` with the oracles for every length and dtype, on every rank."""
+def check_allreduce(comm, algorithm, tuned, pattern=None, sizes=None, seed=SEED):
+    """Compare ``algorithm(comm, x)`` with the oracles for every length (default
+    ``lengths(P)``) and dtype, on every rank (over a ``StrictComm``; ``pattern``: a function of
+    the messages sent that lists problems)."""
     rank, size = comm.rank, comm.size
-    comparisons, cases, digests = [], [], []
-    for length in lengths(size):
+    comparisons, cases, digests, problems = [], [], [], []
+    strict = StrictComm(comm)
+    sizes = lengths(size) if sizes is None else sizes
+    for length in sizes:
         x = np.full(length, rank, dtype="float64")
-        algorithm(comm, x)
+        strict.sent.clear()
+        algorithm(strict, x)
+        if pattern is not None and length >= size and not problems:
+            problems += pattern(strict.sent, rank, size, length, x.itemsize)
         comparisons.append(
             (
                 f"each rank holds its rank, {length} elements on {size} ranks: the sum is P(P-1)/2",
@@ -82,12 +99,12 @@ def check_allreduce(comm, algorithm, tuned):
                 0.0,
             )
         )
-    for length in lengths(size):
+    for length in sizes:
         for dtype in DTYPES:
-            inputs = [rank_input(r, length, dtype) for r in range(size)]
+            inputs = [rank_input(r, length, dtype, seed) for r in range(size)]
             exact, tolerance = exact_sum(inputs)
             x = inputs[rank].copy()
-            algorithm(comm, x)
+            algorithm(strict, x)
             y = comm.allreduce(inputs[rank].copy(), "sum", algorithm=tuned)
             case = f"{length} random {dtype} elements on {size} ranks"
             comparisons += [
@@ -98,6 +115,9 @@ def check_allreduce(comm, algorithm, tuned):
             digests.append(digest(x))
 
     def verify():
+        expect_true(
+            f"the messages of {tuned!r} follow its pattern", not problems, "; ".join(problems)
+        )
         for what, got, expected, tolerance in comparisons:
             expect_close(what, got, expected, rtol=0.0, atol=tolerance)
 
@@ -113,14 +133,17 @@ def check_allreduce(comm, algorithm, tuned):
         )
 
 
-def register(exercise_id, name, title, ranks, hint):
+TIMEOUT_S = 20.0  # a right answer takes about 2 s; a deadlock is reported after this
+
+
+def register(exercise_id, name, title, ranks, hint, pattern=None):
     """Register the check of exercise ``exercise_id``: ``allreduce.<name>`` against the oracles."""
 
     def check(comm):
-        check_allreduce(comm, getattr(allreduce, name), name)
+        check_allreduce(comm, getattr(allreduce, name), name, pattern)
 
     check.__name__ = check.__qualname__ = f"check_{name}"
-    exercise(exercise_id, title, path=PATH, hint=hint, ranks=ranks)(check)
+    exercise(exercise_id, title, path=PATH, hint=hint, ranks=ranks, timeout=TIMEOUT_S)(check)
 
 
 register(
@@ -129,7 +152,9 @@ register(
     "Ring allreduce: reduce-scatter, then allgather",
     ranks=3,
     hint="in reduce-scatter step s send block r-s to the right and add block r-s-1 from "
-    "the left; then pass the finished blocks around once more",
+    "the left; then pass the finished blocks around once more; send and receive in one "
+    "call (comm.sendrecv), since every rank sends at the same time",
+    pattern=ring_pattern,
 )
 register(
     "6.2",
@@ -138,6 +163,7 @@ register(
     ranks=4,
     hint="at distances 1, 2, 4, ... below p2 exchange the whole array with rank XOR "
     "distance and add what arrives",
+    pattern=butterfly_pattern,
 )
 register(
     "6.3",
@@ -155,4 +181,5 @@ register(
     hint="halve the segment you share with rank XOR d (d = p2/2 ... 1), keep your "
     "half and add the partner's copy of it; then replay the exchanges "
     "backwards as copies",
+    pattern=rabenseifner_pattern,
 )

@@ -9,7 +9,7 @@ closed forms and expectations.
 import numpy as np
 
 from minidl.dist.compression import QSGD, GradientEncoder, TernGrad, TopK
-from minidl.exercises import exercise, expect_close, expect_equal, expect_true
+from minidl.exercises import call_unchanged, exercise, expect_close, expect_equal, expect_true
 from minidl.reference.dist import compression as reference
 
 PATH = "minidl/reference/dist/compression.py"
@@ -55,7 +55,7 @@ def check_topk_error_feedback():
     n, ratio = 300, 0.05
     k = TopK(ratio).count(n)
     v = gradient_like(rng, n)
-    index, values = reference.topk_encode(v, k)
+    index, values = call_unchanged(f"top-{k} of {n}", reference.topk_encode, {"v": v}, k=k)
     index = np.asarray(index)
     expect_equal(
         f"top-{k} of {n}: how many distinct indices were kept", len(set(index.tolist())), k
@@ -78,7 +78,11 @@ def check_topk_error_feedback():
     for step in range(5):
         g = gradient_like(rng, n)
         corrected = g + residual
-        sent, new_residual = reference.error_feedback(compress, g, residual)
+        sent, new_residual = call_unchanged(
+            f"error feedback, step {step}",
+            lambda gradient, old: reference.error_feedback(compress, gradient, old),
+            {"gradient": g, "residual": residual},
+        )
         expect_close(
             f"step {step}: sent + new residual against gradient + old residual (exactly)",
             sent + new_residual,
@@ -102,6 +106,39 @@ def check_topk_error_feedback():
             atol=0,
         )
         residual = new_residual
+    expect_feedback_rule(rng, n, k)
+
+
+def expect_feedback_rule(rng, n, k):
+    """The residual is e' = (g + e) - C(g + e), not "(g + e) where nothing was sent": with a
+    compressor that rounds the values it keeps (top-k to multiples of 1/4) the two differ
+    at the sent indices too."""
+
+    def rounded_topk(x):
+        kept = np.argsort(-np.abs(x), kind="stable")[:k]
+        out = np.zeros_like(x)
+        out[kept] = np.round(4 * x[kept]) / 4
+        return out
+
+    residual = 0.1 * gradient_like(rng, n)
+    g = gradient_like(rng, n)
+    corrected = g + residual
+    sent, new_residual = reference.error_feedback(rounded_topk, g, residual)
+    expect_close(
+        "error feedback with a compressor that rounds what it keeps: the vector sent, C(g + e)",
+        sent,
+        rounded_topk(corrected),
+        rtol=0,
+        atol=0,
+    )
+    expect_close(
+        "error feedback with a compressor that rounds what it keeps: the new residual "
+        "e' = (g + e) - C(g + e), which also keeps the rounding error of the values sent",
+        new_residual,
+        corrected - rounded_topk(corrected),
+        rtol=0,
+        atol=0,
+    )
 
 
 def expect_like_tuned(what, got, tuned, v, seed):
@@ -125,7 +162,13 @@ def expect_like_tuned(what, got, tuned, v, seed):
 def check_qsgd():
     v = gradient_like(np.random.default_rng(92), LENGTH)
     for s in (1, 4, 127):
-        norm, signed = reference.qsgd_encode(v, s, np.random.default_rng([92, s]))
+        norm, signed = call_unchanged(
+            f"QSGD s={s}",
+            reference.qsgd_encode,
+            {"v": v},
+            levels=s,
+            rng=np.random.default_rng([92, s]),
+        )
         expect_like_tuned(
             f"QSGD s={s}",
             reference.qsgd_decode(norm, signed, s),
@@ -160,7 +203,9 @@ def check_qsgd():
 )
 def check_terngrad():
     v = gradient_like(np.random.default_rng(93), LENGTH)
-    scale, ternary = reference.terngrad_encode(v, np.random.default_rng(930))
+    scale, ternary = call_unchanged(
+        "TernGrad", reference.terngrad_encode, {"v": v}, rng=np.random.default_rng(930)
+    )
     expect_like_tuned(
         "TernGrad", reference.terngrad_decode(scale, ternary), TernGrad(bucket=v.size), v, 930
     )
@@ -189,7 +234,7 @@ def check_terngrad():
 def check_scaled_sign():
     rng = np.random.default_rng(94)
     v = gradient_like(rng, 101).astype(np.float64)
-    scale, signs = reference.scaled_sign_encode(v)
+    scale, signs = call_unchanged("scaled sign", reference.scaled_sign_encode, {"v": v})
     expect_close("scaled sign: the scale ||v||_1 / d", scale, np.abs(v).mean(), rtol=1e-12)
     expect_close(
         "scaled sign: the signs (+1 for v_i >= 0)",

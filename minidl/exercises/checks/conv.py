@@ -10,8 +10,9 @@ that shape back onto the input pixels, one element at a time.
 import numpy as np
 
 from ...conv.geometry import make_geometry
+from ...intmath import ceil_div
 from ...reference.conv import direct, fft, im2col, winograd
-from .. import exercise, expect_close, expect_equal
+from .. import call_unchanged, exercise, expect_close, expect_equal
 
 TOLERANCE = dict(rtol=1e-9, atol=1e-9)  # float64 inputs: only rounding may differ
 
@@ -70,14 +71,13 @@ def _scatter(blocks, geom):
 
 
 def _expect_output(what, algorithm, cases, seed):
-    """``algorithm.forward`` equals the definition on every case."""
+    """``algorithm.forward`` equals the definition on every case and leaves x and w alone."""
     for x, w, geom in _cases(cases, seed):
-        expect_close(
-            f"{what} of {geom.describe()}",
-            algorithm.forward(x, w, geom)[0],
-            _conv(x, w, geom),
-            **TOLERANCE,
+        expected = _conv(x, w, geom)
+        got = call_unchanged(
+            f"{what} of {geom.describe()}", algorithm.forward, {"x": x, "w": w}, geom=geom
         )
+        expect_close(f"{what} of {geom.describe()}", got[0], expected, **TOLERANCE)
 
 
 @exercise(
@@ -90,7 +90,7 @@ def _expect_output(what, algorithm, cases, seed):
 def check_im2col():
     for x, _w, geom in _cases(GENERAL_CASES, seed=31):
         expected = _columns(x, geom)
-        got = im2col.im2col(x, geom)
+        got = call_unchanged(f"im2col(x) for {geom.describe()}", im2col.im2col, {"x": x}, geom=geom)
         expect_equal(
             f"shape of im2col(x) for {geom.describe()}, (C*KH*KW, N*OH*OW)",
             tuple(np.shape(got)),
@@ -155,6 +155,35 @@ def check_fft():
     _expect_output("FFT convolution", fft.FFT_REFERENCE, GENERAL_CASES, seed=36)
 
 
+def _tiles_of(x, padding):
+    """The 4x4 input tiles (N, C, TH, TW, 4, 4), stepping by 2, of x padded for whole tiles."""
+    (ph, pw), (h, w) = padding, x.shape[2:]
+    th, tw = ceil_div(h + 2 * ph - 2, 2), ceil_div(w + 2 * pw - 2, 2)
+    xpad = np.pad(x, ((0, 0), (0, 0), (ph, 2 * th + 2 - h - ph), (pw, 2 * tw + 2 - w - pw)))
+    d = np.empty(x.shape[:2] + (th, tw, 4, 4))
+    for i, j in np.ndindex(th, tw):
+        d[:, :, i, j] = xpad[:, :, 2 * i : 2 * i + 4, 2 * j : 2 * j + 4]
+    return d
+
+
+def _expect_uses(what, name, factor, x, w, geom):
+    """With ``winograd.<name>`` scaled by ``factor``, the output must scale too: it is built
+    from the transformed tiles and kernels, not computed another way."""
+    original = getattr(winograd, name)
+    setattr(winograd, name, lambda *args: factor * original(*args))
+    try:
+        got = winograd.WINOGRAD_REFERENCE.forward(x, w, geom)[0]
+    finally:
+        setattr(winograd, name, original)
+    expect_close(
+        f"{what}: the output with every {name} result times {factor} (the output must be "
+        f"A^T [sum_c U o V] A of the transformed tiles and kernels, not another convolution)",
+        got,
+        factor * _conv(x, w, geom),
+        **TOLERANCE,
+    )
+
+
 @exercise(
     "3.5",
     "Winograd F(2x2, 3x3): the transforms (forward)",
@@ -163,6 +192,24 @@ def check_fft():
     "summing over channels, then map each 4x4 product back to its 2x2 outputs (A^T m A).",
 )
 def check_winograd():
+    b_t, g = winograd.B_T, winograd.G
+    for x, w, geom in _cases(WINOGRAD_CASES, seed=38):
+        d = _tiles_of(x, geom.padding)
+        expect_close(
+            f"transform_tiles: V = B^T d B of the {d.shape} tiles of {geom.describe()}",
+            winograd.transform_tiles(d, b_t),
+            np.einsum("ia,nctsab,jb->nctsij", b_t, d, b_t),
+            **TOLERANCE,
+        )
+        expect_close(
+            f"transform_kernels: U = G g G^T of {w.shape} kernels",
+            winograd.transform_kernels(w, g),
+            np.einsum("ia,kcab,jb->kcij", g, w, g),
+            **TOLERANCE,
+        )
     _expect_output(
         "Winograd F(2x2, 3x3) convolution", winograd.WINOGRAD_REFERENCE, WINOGRAD_CASES, seed=37
     )
+    x, w, geom = next(_cases(WINOGRAD_CASES[1:], seed=39))
+    _expect_uses("Winograd F(2x2, 3x3)", "transform_tiles", 2.0, x, w, geom)
+    _expect_uses("Winograd F(2x2, 3x3)", "transform_kernels", 3.0, x, w, geom)

@@ -12,7 +12,7 @@ import minidl as md
 from minidl import functional as F
 from minidl.reference.functional import activations, batch_norm, linear, loss, lrn, pooling
 
-from .. import exercise, expect_close, expect_true
+from .. import call_unchanged, exercise, expect_close, expect_true
 
 FUNCTIONAL = "minidl/reference/functional/"
 
@@ -26,17 +26,19 @@ def tuned_gradients(fn, arrays, dout):
 
 
 def compare_backward(what, forward, backward, tuned, arrays, names, rng):
-    """``backward(dout, cache)`` after ``forward(*arrays)`` against the tuned op's gradients."""
+    """``backward(dout, cache)`` after ``forward(*arrays)`` against the tuned op's gradients
+    (computed before the backward runs), which must leave ``dout`` and ``cache`` as they were."""
     out, cache = forward(*arrays)
     dout = rng.standard_normal(np.shape(out))
-    got = backward(dout, cache)
+    expected = tuned_gradients(tuned, arrays, dout)
+    got = call_unchanged(f"{what}: backward", backward, {"dout": dout, "cache": cache})
     got = got if isinstance(got, (tuple, list)) else (got,)
     expect_true(
         f"{what}: backward returns one gradient per input ({', '.join(names)})",
         len(got) >= len(names),
         detail=f"got {len(got)}",
     )
-    for name, g, e in zip(names, got, tuned_gradients(tuned, arrays, dout)):
+    for name, g, e in zip(names, got, expected):
         expect_close(f"{what}: d/d{name}", g, e, rtol=1e-8, atol=1e-11)
     return got
 
@@ -49,10 +51,19 @@ def compare_backward(what, forward, backward, tuned, arrays, names, rng):
     "product of dout with x or W (check the shapes), and sum dout over the batch for db",
 )
 def check_linear():
-    rng = np.random.default_rng(21)
-    arrays = [rng.standard_normal((5, 3)), rng.standard_normal((4, 3)), rng.standard_normal(4)]
+    compare_linear(np.random.default_rng(21), batch=5, inputs=3, outputs=4)
+
+
+def compare_linear(rng, batch, inputs, outputs):
+    """The linear backward with and without a bias, on seeded inputs of these sizes."""
+    arrays = [
+        rng.standard_normal((batch, inputs)),
+        rng.standard_normal((outputs, inputs)),
+        rng.standard_normal(outputs),
+    ]
+    shapes = f"x ({batch}, {inputs}), W ({outputs}, {inputs})"
     compare_backward(
-        "linear with x (5, 3), W (4, 3), b (4,)",
+        f"linear with {shapes}, b ({outputs},)",
         linear.linear_forward,
         linear.linear_backward,
         F.linear,
@@ -61,7 +72,7 @@ def check_linear():
         rng,
     )
     db = compare_backward(
-        "linear with x (5, 3), W (4, 3) and no bias",
+        f"linear with {shapes} and no bias",
         linear.linear_forward,
         linear.linear_backward,
         F.linear,

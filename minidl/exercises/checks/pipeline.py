@@ -1,4 +1,5 @@
-"""Checks of the pipeline exercises (10.x): GPipe and 1F1B instruction lists, the bubble formula.
+"""Checks of the pipeline exercises (10.x): GPipe and 1F1B instruction lists, the bubble formula,
+PipeDream's weight stashing.
 
 Oracles that run no exercise region: minidl's tuned schedules
 (``minidl.dist.pipeline.schedules``), whose lists a stage's list must equal, and
@@ -6,10 +7,19 @@ the pipeline simulator (``minidl.dist.pipeline.simulate``), which runs the
 student's lists of all stages together and says whether they deadlock, how much
 of the time is bubble and how many micro-batches each stage holds at once.
 Every check runs several P and M, with M = 1, M < P and M not a multiple of P.
+Weight stashing (10.4) runs on 2 MPI ranks against minidl's PipeDream executor.
 """
 
+import numpy as np
+
+from minidl import functional as F
+from minidl import layers as L
+from minidl import optim
+from minidl import random as md_random
+from minidl.dist.pipeline import PipelineTrainer
 from minidl.dist.pipeline import schedules as tuned
 from minidl.dist.pipeline.simulate import ideal_bubble, simulate
+from minidl.dist.pipeline.stages import build_stage, partition
 from minidl.exercises import ExerciseFailure, exercise, expect_close
 from minidl.reference.dist import pipeline as reference
 
@@ -134,3 +144,47 @@ def check_bubble_fraction():
                     rtol=0,
                     atol=1e-12,
                 )
+
+
+def _stashing_net():
+    md_random.manual_seed(11)
+    return L.Sequential(L.Linear(5, 8), L.Tanh(), L.Linear(8, 8), L.Tanh(), L.Linear(8, 4)).to(
+        "float64"
+    )
+
+
+@exercise(
+    "10.4",
+    "PipeDream's weight stashing: each backward differentiates the weights its forward saw",
+    path=PATH,
+    ranks=2,
+    hint="after a forward keep a copy of the stage's weights (the optimizer updates them in "
+    "place); before the backward put that copy in place, recompute the forward from the kept "
+    "input and backpropagate, then put the live weights back for the update",
+)
+def check_weight_stashing(comm):
+    rng = np.random.default_rng(2)
+    windows = [(rng.standard_normal((12, 5)), rng.integers(0, 4, 12)) for _ in range(4)]
+    for micro_batches in (1, 3, 6):
+        model = _stashing_net()
+        cut = partition(model, comm.size)
+        stages = [build_stage(model, cut, s) for s in range(comm.size)]
+        optimizers = [optim.SGD(stage.parameters(), lr=0.2) for stage in stages]
+        trainer = PipelineTrainer(
+            _stashing_net(), comm, optimizer=lambda ps: optim.SGD(ps, lr=0.2),
+            schedule="pipedream", micro_batches=micro_batches,
+        )  # fmt: skip
+        for x, y in windows:
+            xs, ys = np.array_split(x, micro_batches), np.array_split(y, micro_batches)
+            reference.pipedream_window(stages, optimizers, xs, ys, F.cross_entropy)
+            trainer.step(x, y)
+        expected = trainer.full_state_dict()
+        for name, value in model.state_dict().items():
+            expect_close(
+                f"PipeDream on {comm.size} stages, M={micro_batches}, 4 windows: {name} against "
+                "minidl's executor",
+                value,
+                expected[name],
+                rtol=1e-10,
+                atol=1e-12,
+            )

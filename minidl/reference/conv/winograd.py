@@ -60,15 +60,28 @@ def input_tiles(x, padding):
     return d
 
 
+def transform_tiles(d, b_t):
+    """V = B^T d B for every 4x4 input tile d (N, C, TH, TW, 4, 4)."""
+    # BEGIN EXERCISE 3.5
+    return b_t @ d @ b_t.T
+    # END EXERCISE 3.5
+
+
+def transform_kernels(w, g):
+    """U = G g G^T for every 3x3 kernel g of w (K, C, 3, 3): (K, C, 4, 4)."""
+    # BEGIN EXERCISE 3.5
+    return g @ w @ g.T
+    # END EXERCISE 3.5
+
+
 def winograd_f2x2_3x3(x, w, padding):
     """The stride-1 correlation of x (N, C, H, W), padded by ``padding``, with w (K, C, 3, 3)."""
     xp = get_array_module(x)
     b_t, g, a_t = (xp.asarray(m, dtype=x.dtype) for m in (B_T, G, A_T))
     out_h, out_w = x.shape[2] + 2 * padding[0] - 2, x.shape[3] + 2 * padding[1] - 2
-    d = input_tiles(x, padding)
+    v = transform_tiles(input_tiles(x, padding), b_t)
+    u = transform_kernels(w, g)
     # BEGIN EXERCISE 3.5
-    v = b_t @ d @ b_t.T  # B^T d B for every tile and channel
-    u = g @ w @ g.T  # G g G^T for every kernel: (K, C, 4, 4)
     m = xp.einsum("kcab,nctsab->nktsab", u, v)  # elementwise products summed over c
     y = a_t @ m @ a_t.T  # (N, K, TH, TW, 2, 2)
     n, k, th, tw = y.shape[:4]

@@ -1,4 +1,4 @@
-"""Pipeline schedules: the GPipe and 1F1B instruction lists of one stage, and the bubble.
+"""Pipeline schedules: GPipe and 1F1B lists of one stage, the bubble, PipeDream weight stashing.
 
 A model cut into P stages runs on P workers, stage s on worker s; a batch is split
 into M micro-batches. Stage s computes F(m), the forward of micro-batch m, after
@@ -32,6 +32,15 @@ on stage s: P on the first stage, 1 on the last, whatever M is.
 With v model chunks per worker (interleaved 1F1B, 2021) the same argument gives
 (P - 1)/(v M + P - 1).
 
+**PipeDream** (Narayanan et al. 2019) keeps the 1F1B order but never flushes: stage
+s updates its weights W_s after every backward, with that micro-batch's gradient.
+Micro-batch m's forward on stage s saw version max(0, m - w) of W_s and its backward
+comes after m updates, so its gradient is min(m, w) updates stale. *Weight stashing*
+makes the gradient consistent within a stage: the backward of m differentiates the
+weights its forward used (a stashed copy), not the newer ones, and is applied to the
+newest: W <- W - lr * grad L_m(W_stashed). Stage s keeps up to w = P-s-1 stashed
+versions.
+
 Backwards run in micro-batch order 0, 1, ..., M-1 in both schedules, so the
 gradients add up in the same order as in one process. The lists use minidl's
 ``Instruction`` (``minidl/dist/pipeline/schedules.py``), whose executor runs them:
@@ -39,6 +48,8 @@ gradients add up in the same order as in one process. The lists use minidl's
 send right after the compute that made it, and ``step`` at the end.
 """
 
+from minidl.autograd import Tensor, no_grad
+from minidl.dist.pipeline import schedules
 from minidl.dist.pipeline.schedules import Instruction
 
 
@@ -110,3 +121,59 @@ def peak_activations(schedule, stage, stages, micro_batches):
     if schedule == "1f1b":
         return min(stages - stage, micro_batches)
     raise ValueError(f"peak_activations knows 'gpipe' and '1f1b', got {schedule!r}")
+
+
+def pipedream_window(stages, optimizers, inputs, targets, loss):
+    """PipeDream with weight stashing on ``stages`` (modules) in one process, for the
+    micro-batches ``inputs[m]``/``targets[m]``; ``optimizers[s]`` (None: no parameters)
+    steps after each backward of stage s. ``loss(output, target)``: a micro-batch's mean.
+
+    Stages take turns running their 1F1B order as far as their inputs allow. A forward
+    keeps its input and a copy of the weights it used; its backward puts that copy in
+    place, recomputes the forward from the kept input and differentiates it, puts the
+    live weights back, then updates them. (Recomputing runs batch statistics twice:
+    for models without them.)
+    """
+    count, last = len(stages), len(stages) - 1
+    orders = [  # minidl's 1F1B lists (so that this runs without exercise 10.2 done)
+        [i for i in program if i.op in ("forward", "backward")]
+        for program in schedules.one_f_one_b(count, len(inputs))
+    ]
+    kept, stash, grads, done = {(m, 0): x for m, x in enumerate(inputs)}, {}, {}, [0] * count
+    while any(done[s] < len(orders[s]) for s in range(count)):
+        for s, stage in enumerate(stages):
+            params = list(stage.parameters())
+            while done[s] < len(orders[s]):
+                m, op = orders[s][done[s]].micro_batch, orders[s][done[s]].op
+                if op == "forward":
+                    if (m, s) not in kept:
+                        break
+                    with no_grad():
+                        out = stage(Tensor(kept[m, s])).data
+                    if s < last:
+                        kept[m, s + 1] = out
+                    # BEGIN EXERCISE 10.4
+                    stash[m, s] = [p.data.copy() for p in params]
+                    # END EXERCISE 10.4
+                else:
+                    if s < last and (m, s) not in grads:
+                        break
+                    x = Tensor(kept.pop((m, s)), requires_grad=True)
+                    # BEGIN EXERCISE 10.4
+                    live = [p.data for p in params]
+                    for p, w in zip(params, stash.pop((m, s))):
+                        p.data = w
+                    out = stage(x)
+                    if s == last:
+                        loss(out, targets[m]).backward()
+                    else:
+                        out.backward(grads.pop((m, s)))
+                    for p, w in zip(params, live):
+                        p.data = w
+                    # END EXERCISE 10.4
+                    if s > 0:
+                        grads[m, s - 1] = x.grad
+                    if optimizers[s] is not None:
+                        optimizers[s].step()
+                        optimizers[s].zero_grad()
+                done[s] += 1

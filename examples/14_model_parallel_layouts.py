@@ -1,7 +1,7 @@
 """One model, every layout: data, tensor, spatial, hybrid and Krizhevsky's one weird trick.
 
-    mpiexec -n 4 python examples/13_model_parallel_layouts.py [--steps 20] [--plot layouts.png]
-    mpiexec -n 2 python examples/13_model_parallel_layouts.py --steps 5   # a quick run
+    mpiexec -n 4 python examples/14_model_parallel_layouts.py [--steps 20] [--plot layouts.png]
+    mpiexec -n 2 python examples/14_model_parallel_layouts.py --steps 5   # a quick run
 
 LeNet-5 trains the same steps of Fashion-MNIST (global batch 64, float64, SGD
 momentum) under each layout the job's ranks allow:

@@ -1,0 +1,164 @@
+"""``PipelineEngine``: one epoch of ``minidl train --grid [dp=D,]pp=P`` on this rank.
+
+The ranks form a grid (``grid.py``): each of the D replicas is a pipeline of P
+ranks (``PipelineTrainer`` over the ``pp`` group) that trains on its share of
+the global batch, and the ranks holding the same stage average their gradients
+over the ``dp`` group once per step. After each epoch every rank gathers the
+whole model from its pipeline, so evaluation and the checkpoint (rank 0's, under
+the serial run's names) see the model as one process would.
+"""
+
+import math
+import time
+from collections import Counter
+
+import numpy as np
+
+from ...backend import to_device, to_numpy
+from ...data import DataLoader
+from ...train.config import ConfigError, option
+from ...train.engine import Diverged
+from ...train.setup import augmentation, make_optimizer
+from ..engines import _DistributedEngine, run_callbacks
+from ..grid import Grid
+from ..telemetry import StalenessHistogram
+from .schedules import ASYNCHRONOUS
+from .timeline import PipelineTimeline
+from .trainer import PipelineTrainer
+
+
+def correct_predictions(output, labels):
+    """How many rows of ``output`` have their largest value at the row's label."""
+    return int((to_numpy(output.argmax(axis=1)) == labels).sum())
+
+
+class PipelineEngine(_DistributedEngine):
+    """This rank's stages of the pipeline and its replica's share of each batch."""
+
+    progress_rank = 0
+
+    def __init__(self, config, options, comm, model, train_set):
+        self.config, self.options, self.comm, self.model = config, options, comm, model
+        shape = options.grid
+        self.grid = Grid(comm, dp=shape.dp, pp=shape.pp)
+        self.replicas = self.grid.group("dp")
+        self.callbacks = run_callbacks(options, comm, config.seed)
+        plain = []
+
+        def optimizer(params):
+            plain.append(make_optimizer(config, params))
+            return plain[-1]
+
+        self.trainer = PipelineTrainer(
+            model, self.grid.group("pp"), optimizer=optimizer, stages="layers",
+            micro_batches=options.micro_batches, schedule=options.schedule,
+            chunks=options.chunks, metric=correct_predictions,
+            data_parallel=self.replicas, allreduce=options.allreduce,
+        )  # fmt: skip
+        self.optimizer = self.trainer.optimizer
+        self.schedulable = plain[0] if plain else None  # None: a stage without parameters
+        self.checkpoint_optimizer = None  # each stage holds its part of the optimizer state
+        self.loader = DataLoader(
+            train_set, config.batch_size, shuffle=True, seed=config.seed, drop_last=False,
+            rank=self.replicas.rank, world_size=self.replicas.size,
+            transform=augmentation(config),
+        )  # fmt: skip
+        self._check_last_batch()
+        if comm.rank == 0:
+            part = self.trainer.partition
+            stages = " ".join(f"{a}-{b - 1}" for a, b in part.bounds)
+            print(
+                f"pipeline: {options.schedule}, {options.micro_batches} micro-batches, "
+                f"stages (layers) {stages}, balance {part.balance:.2f} by {part.by}",
+                flush=True,
+            )
+
+    def _check_last_batch(self):
+        """The interleaved schedule needs P rows in each replica's share of the last batch."""
+        if self.options.schedule != "interleaved":
+            return
+        steps = len(self.loader)
+        rows = len(self.loader.rank_indices(0)[steps - 1]) if steps else 0
+        pp = self.grid.shape.pp
+        if 0 < rows < pp:
+            raise ConfigError(
+                f"the last batch leaves {rows} rows to a replica, fewer than the interleaved "
+                f"schedule's P = {pp}: change {option('subset')} or {option('batch_size')}, "
+                "or use 1f1b"
+            )
+
+    def distribute(self):
+        """Nothing to wrap: the trainer averages over the data-parallel group itself."""
+
+    def timeline(self):
+        """What ``--trace`` records: every rank's instructions (``timeline.py``)."""
+        return PipelineTimeline(self.trainer.executor, self.comm.rank)
+
+    def evaluated(self):
+        """Nothing to restore: every rank already holds the whole model."""
+
+    def train(self, epoch, progress):
+        self.loader.set_epoch(epoch - 1)
+        self.model.train()
+        lr = self.schedulable.lr if self.schedulable is not None else self.config.lr
+        dtype = next(self.model.parameters()).dtype
+        loss_sum = correct = seen = 0.0
+        stale_before = Counter(self.trainer.staleness.counts)
+        start = time.perf_counter()
+        for step, (x, y) in enumerate(self.loader):
+            for callback in self.callbacks:
+                callback.before_step(step, len(y))
+            x = to_device(x, self.config.device).astype(dtype, copy=False)
+            try:
+                loss = self.trainer.step(x, y, self.loader.global_batch_size(step))
+            except ArithmeticError as exc:
+                raise Diverged(f"epoch {epoch}, step {step}: {exc}") from None
+            if not math.isfinite(loss):
+                raise Diverged(f"epoch {epoch}, step {step}: the loss is {loss}")
+            for callback in self.callbacks:
+                callback.after_step(f"epoch {epoch}, step {step}")
+            loss_sum += loss * len(y)
+            correct += self.trainer.last_metric
+            seen += len(y)
+        seconds = time.perf_counter() - start
+        totals = np.array([loss_sum, correct, seen], dtype=np.float64)
+        self.replicas.allreduce(totals, op="sum")
+        loss_sum, correct, seen = totals
+        self.model.load_state_dict(self.trainer.full_state_dict())
+        stats = {
+            "loss": loss_sum / max(seen, 1), "acc": correct / max(seen, 1),
+            "images": int(seen), "seconds": seconds, "images_per_s": seen / seconds,
+        }  # fmt: skip
+        records = []
+        if self.options.schedule in ASYNCHRONOUS:
+            records = self._staleness_records(epoch, stale_before)
+        return stats, lr, records
+
+    def _staleness_records(self, epoch, before):
+        """Rank 0: the epoch's ``"dist"`` record of staleness (collective; [] elsewhere)."""
+        counts = dict(Counter(self.trainer.staleness.counts) - before)
+        everyone = self.comm.allgather_object((self.grid.coords["pp"], counts))
+        if self.comm.rank != 0:
+            return []
+        stages = [StalenessHistogram() for _ in range(self.grid.shape.pp)]
+        for stage, part in everyone:
+            stages[stage].merge(StalenessHistogram(part))
+        total = StalenessHistogram()
+        for histogram in stages:
+            total.merge(histogram)
+        return [
+            {
+                "kind": "dist", "epoch": epoch, "mode": self.options.schedule,
+                "updates": total.count, "staleness": total.to_dict(),
+                "stage_staleness_mean": [h.mean for h in stages],
+            }
+        ]  # fmt: skip
+
+    def format_record(self, summary):
+        """One console line of a PipeDream epoch's staleness."""
+        stale = summary["staleness"]
+        stages = " ".join(f"{mean:.2f}" for mean in summary["stage_staleness_mean"])
+        return (
+            f"  {summary['mode']}: {summary['updates']} updates, staleness mean "
+            f"{stale['mean']:.2f} max {stale['max']} (per stage {stages})"
+        )

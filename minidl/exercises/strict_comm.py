@@ -1,0 +1,111 @@
+"""A communicator for checks: blocking sends are synchronous, and every message is counted.
+
+MPI may return from a blocking ``Send`` before the matching receive starts,
+when the message fits the library's eager buffer (MPICH: 64 KiB on shared
+memory). An exchange in which both partners send first and receive second
+then passes on small messages and deadlocks on large ones. ``StrictComm``
+sends with ``Ssend``, which returns only once the receive has started, so
+an unsafe order deadlocks at every size, in the check, where the grader
+reports the line it waits on.
+
+It also records each message a rank sends (``sent``: destination and
+bytes) so a check can hold an algorithm to its pattern: the ring sends
+2(P-1) messages of about n/P elements to one neighbour (Patarasuk & Yuan
+2009), recursive doubling log2 P whole arrays, recursive halving and
+doubling 2 log2 P messages adding up to 2(P-1)/P of the array (Thakur,
+Rabenseifner & Gropp 2005); passing whole arrays around gives the same
+sums with up to P times the bytes.
+"""
+
+import numpy as np
+
+from ..backend import to_numpy
+from ..intmath import ceil_div, ceil_log2
+
+
+class StrictComm:
+    """Wraps a ``minidl.dist`` Communicator: ``send`` is ``Ssend``; ``send``, ``sendrecv`` and
+    ``isend`` are counted; everything else is the wrapped communicator's."""
+
+    def __init__(self, comm):
+        self._comm = comm
+        self.sent = []  # (destination, bytes) of each message, in order
+
+    def __getattr__(self, name):
+        return getattr(self._comm, name)
+
+    def _count(self, array, dest):
+        self.sent.append((int(dest), int(np.asarray(to_numpy(array)).nbytes)))
+
+    def send(self, array, dest, tag=0):
+        self._count(array, dest)
+        self._comm.mpi.Ssend(np.ascontiguousarray(to_numpy(array)), dest, tag)
+
+    def sendrecv(self, send_array, dest, recv_array, source, sendtag=0, recvtag=0):
+        self._count(send_array, dest)
+        return self._comm.sendrecv(send_array, dest, recv_array, source, sendtag, recvtag)
+
+    def isend(self, array, dest, tag=0):
+        self._count(array, dest)
+        return self._comm.isend(array, dest, tag)
+
+
+def ring_pattern(sent, rank, size, length, itemsize):
+    """Problems (a list of text, empty when none) of one rank's messages against the ring's
+    pattern: 2(P-1) messages, each at most ceil(n/P) elements, all to one neighbour."""
+    problems, block = [], ceil_div(length, size) * itemsize
+    if len(sent) != 2 * (size - 1):
+        problems.append(
+            f"rank {rank} sent {len(sent)} messages; the ring sends 2(P-1) = {2 * (size - 1)} "
+            f"(P-1 reduce-scatter steps, then P-1 allgather steps)"
+        )
+    large = [b for _, b in sent if b > block]
+    if large:
+        problems.append(
+            f"rank {rank} sent a message of {max(large)} bytes; the ring sends blocks of "
+            f"n/P elements (at most {block} bytes here, {length} elements on {size} ranks), "
+            "not whole arrays"
+        )
+    targets = {d for d, _ in sent}
+    if len(targets) > 1:
+        problems.append(
+            f"rank {rank} sent to ranks {sorted(targets)}; in a ring each rank sends to "
+            "one neighbour only"
+        )
+    return problems
+
+
+def butterfly_pattern(sent, rank, size, length, itemsize):
+    """Problems of one rank's messages against recursive doubling on a power-of-two P:
+    log2 P exchanges of the whole array, each with a different partner."""
+    steps, whole = ceil_log2(size), length * itemsize
+    problems = []
+    if len(sent) != steps or any(b != whole for _, b in sent):
+        problems.append(
+            f"rank {rank} sent {len(sent)} messages of {sorted({b for _, b in sent})} bytes; "
+            f"recursive doubling on {size} ranks sends log2 P = {steps} whole arrays "
+            f"({whole} bytes each)"
+        )
+    if len({d for d, _ in sent}) != len(sent):
+        problems.append(f"rank {rank} sent twice to one partner; each step pairs rank XOR d")
+    return problems
+
+
+def rabenseifner_pattern(sent, rank, size, length, itemsize):
+    """Problems of one rank's messages against recursive halving then doubling on a
+    power-of-two P: 2 log2 P messages and 2(P-1)/P of the array in all (halves rounded)."""
+    steps = ceil_log2(size)
+    bound = (2 * (size - 1) * length // size + 2 * steps) * itemsize
+    total = sum(b for _, b in sent)
+    problems = []
+    if len(sent) != 2 * steps:
+        problems.append(
+            f"rank {rank} sent {len(sent)} messages; halving then doubling on {size} ranks "
+            f"sends 2 log2 P = {2 * steps}"
+        )
+    if total > bound:
+        problems.append(
+            f"rank {rank} sent {total} bytes; halving then doubling sends about "
+            f"2(P-1)/P of the array (at most {bound} bytes here), not whole arrays"
+        )
+    return problems
