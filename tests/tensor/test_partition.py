@@ -125,4 +125,4 @@ def test_a_tp_layout_without_a_tp_group_is_refused_with_the_fix():
 
     with pytest.raises(ConfigError) as error:
         DistConfig(compressor=TopK(0.1), grid=GridShape(tp=2)).check(TrainConfig())
-    assert "drop compress" in str(error.value)
+    assert "compress applies to data-parallel grids" in str(error.value)
