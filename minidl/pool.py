@@ -62,8 +62,8 @@ def default_limit():
 
 
 def format_bytes(nbytes):
-    """``1.5 GiB``, ``12.0 MiB``, ``512 B``: sizes for error messages."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    """``4.0 TiB``, ``12.0 MiB``, ``512 B``: sizes for error messages."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if nbytes >= scale:
             return f"{nbytes / scale:.1f} {unit}"
     return f"{nbytes} B"
@@ -95,7 +95,8 @@ class BufferPool:
 
     def __init__(self, limit=None):
         self.limit = default_limit() if limit is None else int(limit)
-        self.free = collections.OrderedDict()  # size class -> [blocks], least recent first
+        self.free = {}  # size class -> [blocks]
+        self.recency = collections.OrderedDict()  # id(block) -> block, least recent first
         self.returned = collections.deque()  # blocks whose arrays died, not yet sorted
         self.lock = threading.Lock()
         self.free_bytes = 0  # bytes of the free blocks (bounded by ``limit``)
@@ -118,8 +119,7 @@ class BufferPool:
             blocks = self.free.get(size)
             if blocks:
                 block = blocks.pop()
-                if not blocks:
-                    del self.free[size]
+                del self.recency[id(block)]
                 self.free_bytes -= size
                 self.hits += 1
             else:
@@ -148,13 +148,13 @@ class BufferPool:
             size = block.size - ALIGNMENT
             self.leased_bytes -= size
             self.free.setdefault(size, []).append(block)
-            self.free.move_to_end(size)
+            self.recency[id(block)] = block
             self.free_bytes += size
         while self.free_bytes > self.limit:
-            size, blocks = next(iter(self.free.items()))
-            blocks.pop(0)
-            if not blocks:
-                del self.free[size]
+            _, block = self.recency.popitem(last=False)
+            size = block.size - ALIGNMENT
+            blocks = self.free[size]
+            del blocks[next(i for i, other in enumerate(blocks) if other is block)]
             self.free_bytes -= size
 
     def clear(self):
@@ -162,6 +162,7 @@ class BufferPool:
         with self.lock:
             self._drain()
             self.free.clear()
+            self.recency.clear()
             self.free_bytes = 0
 
     def stats(self):
