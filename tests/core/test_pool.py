@@ -1,5 +1,6 @@
 """The host buffer pool (minidl/pool.py): reuse, bounds, threads, layouts and errors."""
 
+import math
 import threading
 
 import numpy as np
@@ -209,3 +210,38 @@ def test_training_steps_reach_a_steady_state_with_no_new_blocks():
     assert after["misses"] == before["misses"] and after["hits"] > before["hits"]
     assert after["free_bytes"] == before["free_bytes"] <= after["limit"]
     assert after["leased_bytes"] == before["leased_bytes"]
+
+
+def _plain_updates(name, w, grads, lr, wd):
+    """The update rules as whole-array NumPy expressions (a new array per operation)."""
+    b = m = v = None
+    for t, g in enumerate(grads, start=1):
+        g = g + wd * w
+        if name == "sgd":
+            w = w - lr * g
+        elif name in ("momentum", "nesterov"):
+            b = g.copy() if b is None else b * 0.9 + g
+            w = w - lr * (b if name == "momentum" else g + 0.9 * b)
+        else:  # adam
+            m = (0.0 if m is None else m * 0.9) + (1 - 0.9) * g
+            v = (0.0 if v is None else v * 0.999) + (1 - 0.999) * (g * g)
+            w = w - (lr / (1 - 0.9**t)) * m / (np.sqrt(v) * (1.0 / math.sqrt(1 - 0.999**t)) + 1e-8)
+    return w
+
+
+@pytest.mark.parametrize("name", ["sgd", "momentum", "nesterov", "adam"])
+def test_updates_in_pooled_scratch_give_the_bits_of_the_plain_formula(name):
+    rng = np.random.default_rng(3)
+    w0 = rng.standard_normal((300, 400)).astype(np.float32)  # 469 KiB: pooled
+    grads = [rng.standard_normal(w0.shape).astype(np.float32) for _ in range(3)]
+    p = md.Tensor(w0.copy(), requires_grad=True)
+    opt = {
+        "sgd": lambda: md.optim.SGD([p], lr=0.1, weight_decay=0.01),
+        "momentum": lambda: md.optim.Momentum([p], lr=0.1, momentum=0.9, weight_decay=0.01),
+        "nesterov": lambda: md.optim.Nesterov([p], lr=0.1, momentum=0.9, weight_decay=0.01),
+        "adam": lambda: md.optim.Adam([p], lr=0.1, weight_decay=0.01),
+    }[name]()
+    for g in grads:
+        p.grad = g
+        opt.step()
+    np.testing.assert_array_equal(p.data, _plain_updates(name, w0, grads, 0.1, 0.01))
