@@ -8,8 +8,8 @@ goes back to the cache, not to the OS. This is the caching-allocator idea of the
 frameworks (CuPy's memory pool), done for NumPy inside minidl, so nothing process-wide
 changes: other libraries in the process keep glibc's behaviour.
 
-* Blocks come in size classes, 8 per power of two (at most 12.5% unused), and a block
-  serves only requests of its class; arrays under ``MIN_POOLED_BYTES`` come from NumPy,
+* Blocks come in size classes, 8 per power of two (at most 12.5% unused); a request takes
+  a free block of its class, else the smallest free one up to twice its size; arrays under ``MIN_POOLED_BYTES`` come from NumPy,
   whose small blocks glibc keeps anyway.
 * The cache is bounded: free blocks above ``limit`` bytes are released, least recently
   returned first (``MINIDL_POOL_BYTES``, default min(2 GiB, a quarter of the memory)).
@@ -29,6 +29,7 @@ import numpy as np
 MIN_POOLED_BYTES = 128 * 2**10  # glibc's default mmap threshold: smaller blocks stay in its heap
 ALIGNMENT = 64  # bytes: a cache line, the width of an AVX-512 load
 CLASSES_PER_OCTAVE = 8
+REUSE_FACTOR = 2  # a request may take a free block up to this many times its size
 
 
 def physical_memory_bytes():
@@ -116,8 +117,9 @@ class BufferPool:
         size = size_class(nbytes)
         with self.lock:
             self._drain()
-            blocks = self.free.get(size)
+            blocks = self.free.get(size) or self.free.get(self._larger_free_class(size))
             if blocks:
+                size = blocks[-1].size - ALIGNMENT
                 block = blocks.pop()
                 del self.recency[id(block)]
                 self.free_bytes -= size
@@ -129,6 +131,14 @@ class BufferPool:
         if block is None:
             block = np.empty(size + ALIGNMENT, np.uint8)
         return np.asarray(_Lease(block, self, shape, dtype))
+
+    def _larger_free_class(self, size):
+        """The smallest size class with a free block, up to ``REUSE_FACTOR`` times ``size``
+        (None when there is none): the blocks that a backward pass frees then serve its
+        later requests of other sizes, and the cache holds less than one block per size."""
+        fits = [other for other, blocks in self.free.items() if blocks and size < other]
+        best = min(fits, default=None)
+        return best if best is not None and best <= REUSE_FACTOR * size else None
 
     def give_back(self, block):
         """Queue a block whose arrays died (``deque.append`` is atomic: safe from any thread,
