@@ -32,24 +32,6 @@ import time
 RUNS = ("library", "library+torch", "tune_malloc", "minidl train", "PyTorch")
 
 
-def torch_lenet(torch):
-    nn = torch.nn
-    return nn.Sequential(
-        nn.Conv2d(1, 6, 5, padding=2),
-        nn.MaxPool2d(2),
-        nn.ReLU(),
-        nn.Conv2d(6, 16, 5),
-        nn.MaxPool2d(2),
-        nn.ReLU(),
-        nn.Flatten(),
-        nn.Linear(400, 120),
-        nn.ReLU(),
-        nn.Linear(120, 84),
-        nn.ReLU(),
-        nn.Linear(84, 10),
-    )
-
-
 def readme_loop(args):
     """The README's loop, timed from the first batch to the last update."""
     import minidl as md
@@ -70,6 +52,17 @@ def readme_loop(args):
         loss.backward()
         opt.step()
     return time.perf_counter() - start[0], time.process_time() - start[1]
+
+
+def torch_lenet(torch):
+    """PyTorch's LeNet-5 with minidl's initial weights (``bench_lenet_epoch``, this folder:
+    imported here, after PyTorch, so that PyTorch is loaded first where it runs first)."""
+    from bench_lenet_epoch import torch_lenet as with_weights
+
+    import minidl as md
+
+    md.manual_seed(0)
+    return with_weights(torch, md.models.lenet5().state_dict())
 
 
 def torch_loop(args, torch):
@@ -128,9 +121,9 @@ def child(args):
                     net(torch.randn(64, 1, 28, 28)).sum().backward()
                 time.sleep(0.5)  # its OpenMP threads stop busy-waiting
             if args.child == "tune_malloc":
-                import minidl as md
+                from minidl.backend import tune_malloc
 
-                md.backend.tune_malloc()
+                tune_malloc()
             seconds, cpu = readme_loop(args)
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({"seconds": seconds, "cpu_s": cpu, "rss_mib": rss / 1024}))
