@@ -1,6 +1,7 @@
 """The README's training loop as a script of one's own, against `minidl train` and PyTorch.
 
     python benchmarks/bench_library_loop.py [--threads 2] [--rounds 5] [--subset 60000]
+    python benchmarks/bench_library_loop.py --conv [--threads 2] [--rounds 5]
 
 Each run is a fresh process (a process-wide setting such as ``tune_malloc`` cannot
 leak from one run into the next); the runs alternate, round after round:
@@ -17,6 +18,10 @@ Epoch time runs from the first batch to the last update; peak resident memory is
 process's ``ru_maxrss`` (data set and libraries included). ``--subset N`` trains on the
 first N images (all runs alike) for a quicker measurement. Prints medians and the
 ratios of the issue's targets.
+
+``--conv``: the issue's single conv layers, forward+backward, with minidl's buffer pool
+alone against the same after ``tune_malloc()`` (each a fresh process), with the page
+faults per call: what the pool is there to remove.
 """
 
 import argparse
@@ -30,6 +35,14 @@ import tempfile
 import time
 
 RUNS = ("library", "library+torch", "tune_malloc", "minidl train", "PyTorch")
+CONV_RUNS = ("conv", "conv+tune_malloc")
+CONV_LAYERS = {  # name: input, weight, stride, padding, algo (the issue's table)
+    "3x3 64->64 56x56 b16": ((16, 64, 56, 56), (64, 64, 3, 3), 1, 1, "winograd"),
+    "AlexNet conv1 11x11/4 b16": ((16, 3, 224, 224), (64, 3, 11, 11), 4, 2, "auto"),
+    "AlexNet conv3 3x3 192->384 b16": ((16, 192, 13, 13), (384, 192, 3, 3), 1, 1, "auto"),
+    "LeNet conv1 b64": ((64, 1, 28, 28), (6, 1, 5, 5), 1, 2, "auto"),
+    "LeNet conv2 b64": ((64, 6, 14, 14), (16, 6, 5, 5), 1, 0, "auto"),
+}
 
 
 def readme_loop(args):
@@ -98,8 +111,53 @@ def command_epoch(args):
             return [json.loads(line) for line in f][-1]["seconds"], float("nan")
 
 
+def conv_layers(repeats=10):
+    """{layer: {"ms", "cpu_ms", "faults"}}: median forward+backward wall and CPU time of each
+    layer, and its page faults per call, after three warm-up calls."""
+    import numpy as np
+
+    import minidl as md
+    from minidl import functional as F
+
+    rng, results = np.random.default_rng(0), {}
+    for name, (x_shape, w_shape, stride, padding, algo) in CONV_LAYERS.items():
+        x = md.tensor(rng.standard_normal(x_shape).astype(np.float32), requires_grad=True)
+        w = md.tensor(0.1 * rng.standard_normal(w_shape).astype(np.float32), requires_grad=True)
+
+        def call():
+            y = F.conv2d(x, w, stride=stride, padding=padding, algo=algo)
+            y.backward(np.ones(y.shape, np.float32))
+            x.grad = w.grad = None
+
+        for _ in range(3):
+            call()
+        walls, cpus, faults = [], [], resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(repeats):
+            start = time.perf_counter(), time.process_time()
+            call()
+            walls.append(time.perf_counter() - start[0])
+            cpus.append(time.process_time() - start[1])
+        faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / repeats
+        results[name] = {
+            "ms": 1e3 * statistics.median(walls),
+            "cpu_ms": 1e3 * statistics.median(cpus),
+            "faults": faults,
+        }
+    return results
+
+
 def child(args):
-    """One run in this (fresh) process; prints {"seconds", "cpu_s", "rss_mib"} as JSON."""
+    """One run in this (fresh) process; prints {"seconds", "cpu_s", "rss_mib"} as JSON
+    (for the conv runs, ``conv_layers``' results)."""
+    if args.child in CONV_RUNS:
+        from threadpoolctl import threadpool_limits
+
+        limits = threadpool_limits(args.threads)  # noqa: F841
+        if args.child == "conv+tune_malloc":
+            from minidl.backend import tune_malloc
+
+            tune_malloc()
+        return print(json.dumps(conv_layers()))
     if args.child == "minidl train":
         seconds, cpu = command_epoch(args)
         rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
@@ -135,11 +193,12 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--subset", type=int, default=60000, help="training images per epoch")
     parser.add_argument("--runs", default=",".join(RUNS), help="comma-separated, of " + str(RUNS))
+    parser.add_argument("--conv", action="store_true", help="single conv layers instead")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child(args)
-    runs = args.runs.split(",")
+    runs = list(CONV_RUNS) if args.conv else args.runs.split(",")
     results = {run: [] for run in runs}
     for _ in range(args.rounds):
         for run in runs:
@@ -148,6 +207,8 @@ def main():
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
             results[run].append(json.loads(out.strip().splitlines()[-1]))
             time.sleep(1.0)
+    if args.conv:
+        return print_conv(results, args)
     print(
         f"LeNet-5, {args.subset} Fashion-MNIST images, batch 64, Momentum; {args.threads} "
         f"threads; medians of {args.rounds} alternating rounds, each run a fresh process"
@@ -174,6 +235,25 @@ def main():
     if "library" in median and "PyTorch" in median:
         rss = median["library"]["rss_mib"] / median["PyTorch"]["rss_mib"]
         print(f"  {rss:.2f}  peak RSS, README loop / PyTorch (target <= 1.5)")
+
+
+def print_conv(results, args):
+    print(
+        f"conv2d forward+backward, {args.threads} threads; medians over {args.rounds} "
+        "alternating fresh processes of each process's median of 10 calls"
+    )
+    print("  layer                            ms (CPU ms, faults/call)  tune_malloc()   ratio")
+    for layer in CONV_LAYERS:
+        pool, tuned = (
+            {k: statistics.median(r[layer][k] for r in results[run]) for k in ("ms", "cpu_ms")}
+            | {"faults": statistics.median(r[layer]["faults"] for r in results[run])}
+            for run in CONV_RUNS
+        )
+        print(
+            f"  {layer:30s} {pool['ms']:7.1f} ({pool['cpu_ms']:6.1f}, {pool['faults']:5.0f})"
+            f"  {tuned['ms']:7.1f} ({tuned['cpu_ms']:6.1f}, {tuned['faults']:5.0f})"
+            f"  {pool['ms'] / tuned['ms']:5.2f} (target <= 1.05)"
+        )
 
 
 if __name__ == "__main__":
