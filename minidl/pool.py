@@ -9,8 +9,9 @@ frameworks (CuPy's memory pool), done for NumPy inside minidl, so nothing proces
 changes: other libraries in the process keep glibc's behaviour.
 
 * Blocks come in size classes, 8 per power of two (at most 12.5% unused); a request takes
-  a free block of its class, else the smallest free one up to twice its size; arrays under ``MIN_POOLED_BYTES`` come from NumPy,
-  whose small blocks glibc keeps anyway.
+  a free block of its class, else the smallest free one up to twice its size. Arrays
+  under ``MIN_POOLED_BYTES`` come from NumPy, whose small blocks glibc keeps anyway.
+* ``MINIDL_POOL_BYTES=0`` (or ``limit=0``) caches nothing: every array from NumPy.
 * The cache is bounded: free blocks above ``limit`` bytes are released, least recently
   returned first (``MINIDL_POOL_BYTES``, default min(2 GiB, a quarter of the memory)).
   Blocks in use are not counted: they are the program's live arrays.
@@ -21,6 +22,8 @@ changes: other libraries in the process keep glibc's behaviour.
 """
 
 import collections
+import functools
+import math
 import os
 import threading
 
@@ -32,6 +35,7 @@ CLASSES_PER_OCTAVE = 8
 REUSE_FACTOR = 2  # a request may take a free block up to this many times its size
 
 
+@functools.cache
 def physical_memory_bytes():
     """The machine's memory (RAM) in bytes, or None where the OS does not say."""
     try:
@@ -70,6 +74,17 @@ def format_bytes(nbytes):
     return f"{nbytes} B"
 
 
+class _Block:
+    """``size`` bytes of memory from NumPy, from an ``ALIGNMENT``-byte boundary at ``address``."""
+
+    __slots__ = ("memory", "address", "size")
+
+    def __init__(self, size):
+        self.memory = np.empty(size + ALIGNMENT, np.uint8)
+        start = self.memory.__array_interface__["data"][0]
+        self.address, self.size = start + -start % ALIGNMENT, size
+
+
 class _Lease:
     """The owner (``.base``) of the arrays cut from one block; gives the block back when
     the last of them dies."""
@@ -78,10 +93,8 @@ class _Lease:
 
     def __init__(self, block, pool, shape, dtype):
         self.block, self.pool = block, pool
-        address = block.ctypes.data
-        offset = -address % ALIGNMENT
         self.__array_interface__ = {
-            "data": (address + offset, False),
+            "data": (block.address, False),
             "shape": shape,
             "typestr": dtype.str,
             "version": 3,
@@ -97,7 +110,7 @@ class BufferPool:
     def __init__(self, limit=None):
         self.limit = default_limit() if limit is None else int(limit)
         self.free = {}  # size class -> [blocks]
-        self.recency = collections.OrderedDict()  # id(block) -> block, least recent first
+        self.recency = collections.OrderedDict()  # block -> None, least recent first
         self.returned = collections.deque()  # blocks whose arrays died, not yet sorted
         self.lock = threading.Lock()
         self.free_bytes = 0  # bytes of the free blocks (bounded by ``limit``)
@@ -108,9 +121,7 @@ class BufferPool:
         """An uninitialised NumPy array, from a cached block when its size class has one."""
         shape = tuple(int(d) for d in (shape if isinstance(shape, tuple | list) else (shape,)))
         dtype = np.dtype(dtype)
-        nbytes = dtype.itemsize
-        for d in shape:
-            nbytes *= d
+        nbytes = dtype.itemsize * math.prod(shape)
         check_size(nbytes, shape, dtype, op)
         if nbytes < MIN_POOLED_BYTES or self.limit <= 0:  # limit 0: NumPy's arrays, no cache
             return np.empty(shape, dtype)
@@ -119,9 +130,9 @@ class BufferPool:
             self._drain()
             blocks = self.free.get(size) or self.free.get(self._larger_free_class(size))
             if blocks:
-                size = blocks[-1].size - ALIGNMENT
                 block = blocks.pop()
-                del self.recency[id(block)]
+                del self.recency[block]
+                size = block.size
                 self.free_bytes -= size
                 self.hits += 1
             else:
@@ -129,7 +140,7 @@ class BufferPool:
                 self.misses += 1
             self.leased_bytes += size
         if block is None:
-            block = np.empty(size + ALIGNMENT, np.uint8)
+            block = _Block(size)
         return np.asarray(_Lease(block, self, shape, dtype))
 
     def _larger_free_class(self, size):
@@ -155,17 +166,14 @@ class BufferPool:
         recently returned ones above the limit. Called with the lock held."""
         while self.returned:
             block = self.returned.popleft()
-            size = block.size - ALIGNMENT
-            self.leased_bytes -= size
-            self.free.setdefault(size, []).append(block)
-            self.recency[id(block)] = block
-            self.free_bytes += size
+            self.leased_bytes -= block.size
+            self.free.setdefault(block.size, []).append(block)
+            self.recency[block] = None
+            self.free_bytes += block.size
         while self.free_bytes > self.limit:
-            _, block = self.recency.popitem(last=False)
-            size = block.size - ALIGNMENT
-            blocks = self.free[size]
-            del blocks[next(i for i, other in enumerate(blocks) if other is block)]
-            self.free_bytes -= size
+            block, _ = self.recency.popitem(last=False)
+            self.free[block.size].remove(block)  # blocks compare by identity
+            self.free_bytes -= block.size
 
     def clear(self):
         """Release every free block to the OS (blocks in use come back, and stay, later)."""
