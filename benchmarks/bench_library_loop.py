@@ -2,6 +2,7 @@
 
     python benchmarks/bench_library_loop.py [--threads 2] [--rounds 5] [--subset 60000]
     python benchmarks/bench_library_loop.py --conv [--threads 2] [--rounds 5]
+    python benchmarks/bench_library_loop.py --memory-epochs 5 [--subset 60000]
 
 Each run is a fresh process (a process-wide setting such as ``tune_malloc`` cannot
 leak from one run into the next); the runs alternate, round after round:
@@ -45,8 +46,10 @@ CONV_LAYERS = {  # name: input, weight, stride, padding, algo (the issue's table
 }
 
 
-def readme_loop(args):
-    """The README's loop, timed from the first batch to the last update."""
+def readme_loop(args, epochs=1):
+    """The README's loop, timed from the first batch to the last update: (wall, CPU) seconds
+    of the last epoch; with ``epochs`` > 1, prints each epoch's time, resident memory and
+    buffer-pool bytes."""
     import minidl as md
     from minidl import functional as F
     from minidl import optim
@@ -58,13 +61,28 @@ def readme_loop(args):
     if args.subset < len(data):
         data.images, data.labels = data.images[: args.subset], data.labels[: args.subset]
     loader = md.data.DataLoader(data, batch_size=64, shuffle=True)
-    start = time.perf_counter(), time.process_time()
-    for x, y in loader:
-        loss = F.cross_entropy(model(md.Tensor(x)), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return time.perf_counter() - start[0], time.process_time() - start[1]
+    for epoch in range(epochs):
+        start = time.perf_counter(), time.process_time()
+        for x, y in loader:
+            loss = F.cross_entropy(model(md.Tensor(x)), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        seconds = time.perf_counter() - start[0], time.process_time() - start[1]
+        if epochs > 1:
+            pool = md.backend.pool_stats()
+            print(
+                f"  epoch {epoch}: {seconds[0]:6.2f} s, resident {resident_mib():6.1f} MiB, "
+                f"pool free {pool['free_bytes'] / 2**20:5.1f} MiB, leased "
+                f"{pool['leased_bytes'] / 2**20:5.1f} MiB, misses {pool['misses']}"
+            )
+    return seconds
+
+
+def resident_mib():
+    """This process's resident memory now (Linux: /proc/self/statm), in MiB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def torch_lenet(torch):
@@ -194,10 +212,22 @@ def main():
     parser.add_argument("--subset", type=int, default=60000, help="training images per epoch")
     parser.add_argument("--runs", default=",".join(RUNS), help="comma-separated, of " + str(RUNS))
     parser.add_argument("--conv", action="store_true", help="single conv layers instead")
+    parser.add_argument(
+        "--memory-epochs",
+        type=int,
+        help="instead: this many epochs of the README loop in "
+        "this process, with the resident memory after each",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child(args)
+    if args.memory_epochs:
+        print(f"README loop, {args.subset} images an epoch, {args.threads} threads:")
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(args.threads):
+            return readme_loop(args, args.memory_epochs)
     runs = list(CONV_RUNS) if args.conv else args.runs.split(",")
     results = {run: [] for run in runs}
     for _ in range(args.rounds):
