@@ -70,9 +70,9 @@ def contiguous(a):
     return a if a.flags.c_contiguous else contiguous_copy(a)
 
 
-def contiguous_copy(a, op="conv2d layout copy"):
-    """A C-contiguous copy of ``a`` in a pooled buffer (``backend.empty``)."""
-    out = empty(a.shape, a.dtype, get_array_module(a), op)
+def contiguous_copy(a, dtype=None, op="conv2d layout copy"):
+    """A C-contiguous copy of ``a`` (cast to ``dtype``) in a pooled buffer (``backend.empty``)."""
+    out = empty(a.shape, dtype or a.dtype, get_array_module(a), op)
     out[...] = a
     return out
 
