@@ -170,6 +170,8 @@ def child(args):
     if args.child in CONV_RUNS:
         from threadpoolctl import threadpool_limits
 
+        import minidl  # noqa: F401  (NumPy's and SciPy's BLAS loaded: the limit reaches them)
+
         limits = threadpool_limits(args.threads)  # noqa: F841
         if args.child == "conv+tune_malloc":
             from minidl.backend import tune_malloc
@@ -187,6 +189,8 @@ def child(args):
             import torch
 
             torch.set_num_threads(args.threads)
+        import minidl  # noqa: F401  (NumPy's and SciPy's BLAS loaded: the limit reaches them)
+
         limits = threadpool_limits(args.threads)  # noqa: F841  (BLAS and OpenMP pools)
         if args.child == "PyTorch":
             seconds, cpu = torch_loop(args, torch)
@@ -225,6 +229,8 @@ def main():
     if args.memory_epochs:
         print(f"README loop, {args.subset} images an epoch, {args.threads} threads:")
         from threadpoolctl import threadpool_limits
+
+        import minidl  # noqa: F401  (NumPy's and SciPy's BLAS loaded: the limit reaches them)
 
         with threadpool_limits(args.threads):
             return readme_loop(args, args.memory_epochs)
