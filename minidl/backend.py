@@ -178,7 +178,10 @@ def tune_malloc():
     the heap (no mmap) and never trimming it keeps them: the process keeps its
     peak memory, the usual trade of a caching allocator. It changes the whole
     process, so importing minidl never does it: the ``minidl`` command and the
-    benchmarks call it first thing, and a training script may too. Set
+    benchmarks call it first thing, and a training script may too. minidl's
+    own buffer pool (``empty``, ``minidl/pool.py``) now keeps the large arrays
+    of a step without it: measured, the same CPU time per conv layer and per
+    LeNet step with or without this setting (benchmarks/RESULTS.md). Set
     MINIDL_NO_MALLOC_TUNING=1 to leave malloc alone. Returns True when the
     settings were applied.
     """
