@@ -32,8 +32,6 @@ from minidl.backend import tune_malloc
 from minidl.data import DataLoader, FashionMNIST
 from minidl.train.loop import evaluate, train_epoch
 
-tune_malloc()  # as the minidl command does: step temporaries stay in the process
-
 
 def torch_lenet(torch, state):
     nn = torch.nn
@@ -120,6 +118,7 @@ def main():
     parser.add_argument("--conv-algo", default="auto")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args()
+    tune_malloc()  # as the minidl command does: step temporaries stay in the process
     import torch
     from threadpoolctl import threadpool_limits
 

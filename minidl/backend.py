@@ -12,6 +12,8 @@ import sys
 
 import numpy as np
 
+from .pool import HOST_POOL, format_bytes
+
 DEVICES = ("cpu", "cuda")
 
 _cupy = None  # the cupy module once imported
@@ -109,6 +111,53 @@ def scatter_add(target, index, values):
     return target
 
 
+def empty(shape, dtype, xp=np, op="an array"):
+    """An uninitialised array on xp's device, from minidl's buffer pool on the CPU
+    (``minidl/pool.py``: a step's large temporaries reuse the last step's memory) and from
+    CuPy's memory pool on a GPU. ``op`` names the caller in the error for an array larger
+    than the memory."""
+    if xp is np:
+        return HOST_POOL.empty(shape, dtype, op)
+    try:
+        return xp.empty(shape, dtype=dtype)
+    except xp.cuda.memory.OutOfMemoryError as exc:
+        nbytes = np.dtype(dtype).itemsize * int(np.prod(shape))
+        raise MemoryError(
+            f"{op}: an array of shape {tuple(shape)} ({np.dtype(dtype)}) needs "
+            f"{format_bytes(nbytes)}, more than the GPU has free; use a smaller batch"
+        ) from exc
+
+
+def empty_like(a, dtype=None, op="an array"):
+    """``empty`` shaped like ``a`` and in its memory layout (an NHWC array seen as NCHW gives
+    the same view): elementwise passes over matching strides run several times faster."""
+    xp = get_array_module(a)
+    order = sorted(range(a.ndim), key=lambda axis: -abs(a.strides[axis]))  # outermost first
+    out = empty(tuple(a.shape[axis] for axis in order), dtype or a.dtype, xp, op)
+    return out.transpose(tuple(order.index(axis) for axis in range(a.ndim)))
+
+
+def zeros(shape, dtype, xp=np, op="an array"):
+    """``empty`` filled with zeros."""
+    out = empty(shape, dtype, xp, op)
+    out[...] = 0
+    return out
+
+
+def empty_cache():
+    """Release the memory that minidl keeps for reuse: the free blocks of its host buffer
+    pool, and CuPy's cached device memory when CuPy is in use."""
+    HOST_POOL.clear()
+    if _cupy is not None:
+        _cupy.get_default_memory_pool().free_all_blocks()
+        _cupy.get_default_pinned_memory_pool().free_all_blocks()
+
+
+def pool_stats():
+    """The host buffer pool's counters: free and leased bytes, its limit, hits and misses."""
+    return HOST_POOL.stats()
+
+
 def limit_threads(n):
     """Cap the BLAS and FFT thread pools at ``n`` while the returned controller lives
     (None: no cap)."""
@@ -129,7 +178,10 @@ def tune_malloc():
     the heap (no mmap) and never trimming it keeps them: the process keeps its
     peak memory, the usual trade of a caching allocator. It changes the whole
     process, so importing minidl never does it: the ``minidl`` command and the
-    benchmarks call it first thing, and a training script may too. Set
+    benchmarks call it first thing, and a training script may too. minidl's
+    own buffer pool (``empty``, ``minidl/pool.py``) now keeps the large arrays
+    of a step without it: measured, the same CPU time per conv layer and per
+    LeNet step with or without this setting (benchmarks/RESULTS.md). Set
     MINIDL_NO_MALLOC_TUNING=1 to leave malloc alone. Returns True when the
     settings were applied.
     """

@@ -30,6 +30,7 @@ LEVELS = {
     "backend": 0,
     "atomic": 0,
     "chunks": 0,
+    "pool": 0,
     "intmath": 0,
     "random": 0,
     "autograd": 1,

@@ -17,9 +17,9 @@ The gradients follow the same loop (Ben-Nun & Hoefler 2019, App. A.4):
 Multiplies: N*K*C*KH*KW*OH*OW (Table 6); no workspace beyond the padded input.
 """
 
-from ..backend import get_array_module
+from ..backend import get_array_module, zeros
 from .base import ConvAlgorithm
-from .layout import CNHW, padded, symmetric_pads
+from .layout import CNHW, contiguous_copy, padded, symmetric_pads
 
 
 def padded_channels_first(x, geom):
@@ -40,8 +40,7 @@ def shifted(xpad, geom, u, v):
 
 def batch_first(a, h, w):
     """(C, N*H*W) or (C, N, H, W) -> a contiguous (N, C, H, W)."""
-    xp = get_array_module(a)
-    return xp.ascontiguousarray(a.reshape(a.shape[0], -1, h, w).transpose(1, 0, 2, 3))
+    return contiguous_copy(a.reshape(a.shape[0], -1, h, w).transpose(1, 0, 2, 3))
 
 
 class Direct(ConvAlgorithm):
@@ -50,19 +49,19 @@ class Direct(ConvAlgorithm):
     name = "direct"
 
     def forward(self, x, w, geom, keep=False):
-        xp = get_array_module(x)
         xpad = padded_channels_first(x, geom)
-        y = xp.zeros((geom.out_channels, geom.batch * geom.out_h * geom.out_w), dtype=x.dtype)
+        shape = (geom.out_channels, geom.batch * geom.out_h * geom.out_w)
+        y = zeros(shape, x.dtype, get_array_module(x), "direct conv output")
         for u in range(geom.kernel_h):
             for v in range(geom.kernel_w):
                 y += w[:, :, u, v] @ shifted(xpad, geom, u, v)
         return batch_first(y, geom.out_h, geom.out_w), None
 
     def backward_input(self, dy, w, geom, saved=None):
-        xp = get_array_module(dy)
         n, c, h, wd = geom.input_shape
         ph, pw = geom.padding
-        dxpad = xp.zeros((c, n) + geom.padded_size, dtype=dy.dtype)
+        shape = (c, n) + geom.padded_size
+        dxpad = zeros(shape, dy.dtype, get_array_module(dy), "direct conv input gradient")
         dy_rows, tap_shape = gradient_rows(dy), (c, n, geom.out_h, geom.out_w)
         for u in range(geom.kernel_h):
             for v in range(geom.kernel_w):

@@ -24,7 +24,9 @@ import numpy as np
 
 from ..backend import get_array_module
 from .base import ConvAlgorithm
-from .layout import HWNC, padded, symmetric_pads
+from .layout import HWNC, contiguous_copy, padded, symmetric_pads
+
+OUTPUT = "fft conv result"
 
 
 def _fft_module(xp):
@@ -129,7 +131,7 @@ class FFT(ConvAlgorithm):
         w_c = self._conjugate_weight_spectra(w, geom, size)
         y_f = xp.matmul(x_f, w_c.transpose(0, 2, 1))  # (F, N, K)
         y = irfft2_cropped(y_f, size, slice(0, out1[0], sh), slice(0, out1[1], sw))
-        return xp.ascontiguousarray(y, dtype=x.dtype), ((x_f, w_c) if keep else None)
+        return contiguous_copy(y, x.dtype, OUTPUT), ((x_f, w_c) if keep else None)
 
     def _gradient_spectra(self, dy, geom, size):
         """dy on the stride-1 output grid (zeros between strided samples), as (F, N, K) spectra."""
@@ -146,7 +148,7 @@ class FFT(ConvAlgorithm):
         dx = irfft2_cropped(
             xp.conj(dx_f, out=dx_f), size, slice(ph, ph + geom.height), slice(pw, pw + geom.width)
         )
-        return xp.ascontiguousarray(dx, dtype=dy.dtype)
+        return contiguous_copy(dx, dy.dtype, OUTPUT)
 
     def backward_weight(self, dy, x, geom, saved=None):
         xp = get_array_module(dy)
@@ -156,7 +158,7 @@ class FFT(ConvAlgorithm):
         dw_f = xp.matmul(xp.conj(dy_f, out=dy_f).transpose(0, 2, 1), x_f)  # (F, K, C)
         dh, dw = geom.dilation
         grad = irfft2_cropped(dw_f, size, slice(0, kernel[0], dh), slice(0, kernel[1], dw))
-        return xp.ascontiguousarray(grad, dtype=dy.dtype)
+        return contiguous_copy(grad, dy.dtype, OUTPUT)
 
     def multiplies(self, geom):
         size, n, k, c = fft_size(geom), geom.batch, geom.out_channels, geom.in_channels

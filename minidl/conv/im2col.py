@@ -23,10 +23,18 @@ in cache for its GEMM; ``keep=True`` keeps every chunk's columns for the
 weight gradient. Multiplies: N*K*C*KH*KW*OH*OW, as direct (Table 6).
 """
 
-from ..backend import get_array_module
+from ..backend import empty, get_array_module
 from ..chunks import batch_chunks
 from .base import ConvAlgorithm
-from .layout import contiguous, flipped_kernel, nhwc_rows, windows
+from .layout import contiguous, contiguous_copy, flipped_kernel, nhwc_rows, windows
+
+COLUMNS, OUTPUT, INPUT_GRADIENT = "im2col columns", "im2col output", "im2col input gradient"
+
+
+def pooled_matmul(a, b):
+    """a @ b into a pooled buffer (``backend.empty``)."""
+    xp = get_array_module(a)
+    return xp.matmul(a, b, out=empty((a.shape[0], b.shape[1]), a.dtype, xp, "im2col product"))
 
 
 def weight_matrix(w):
@@ -91,13 +99,13 @@ class Im2col(ConvAlgorithm):
         f = weight_matrix(w)
         parts = _chunks(geom, x)
         last = batch_innermost(geom, parts[0].stop)  # one layout for every chunk
-        buffer = xp.empty((n if keep else parts[0].stop) * p * r, dtype=x.dtype)
+        buffer = empty((n if keep else parts[0].stop) * p * r, x.dtype, xp, COLUMNS)
         saved = []  # (part, A) pairs
         if last:  # B = F A, columns (i, j, n): y is batch-innermost in memory, an NCHW view
-            y = xp.empty((k, p, n), dtype=x.dtype)
+            y = empty((k, p, n), x.dtype, xp, OUTPUT)
             for part in parts:
                 a = columns(x[part], geom, buffer[part.start * p * r if keep else 0 :], last)
-                b = y.reshape(k, -1) if len(parts) == 1 else xp.empty((k, a.shape[1]), x.dtype)
+                b = y.reshape(k, -1) if len(parts) == 1 else empty((k, a.shape[1]), x.dtype, xp)
                 for cols in column_blocks(a.shape[1], k, r):
                     xp.matmul(f, a[:, cols], out=b[:, cols])
                 if len(parts) > 1:
@@ -106,7 +114,7 @@ class Im2col(ConvAlgorithm):
             y = y.reshape(k, geom.out_h, geom.out_w, n).transpose(3, 0, 1, 2)
             return y, (saved if keep else None)
         f_t = f.T.copy()
-        y = xp.empty((n * p, k), dtype=x.dtype)  # B^T = A^T F^T, rows (n, i, j): NHWC
+        y = empty((n * p, k), x.dtype, xp, OUTPUT)  # B^T = A^T F^T, rows (n, i, j): NHWC
         for part in parts:
             a = columns(x[part], geom, buffer[part.start * p * r if keep else 0 :], last)
             xp.matmul(a.T, f_t, out=y[part.start * p : part.stop * p])
@@ -128,7 +136,7 @@ class Im2col(ConvAlgorithm):
         for part, a in saved or [(part, None) for part in parts]:
             if a is None:
                 if scratch is None:
-                    scratch = xp.empty((part.stop - part.start) * p * r, dtype=dy.dtype)
+                    scratch = empty((part.stop - part.start) * p * r, dy.dtype, xp, COLUMNS)
                 a = columns(x[part], geom, scratch, last)
             if last:
                 db = output_rows(dy[part])
@@ -137,7 +145,7 @@ class Im2col(ConvAlgorithm):
             else:  # dB^T = dy in NHWC rows
                 dw_t += a @ dy_rows[part.start * p : part.stop * p]
         shape = (geom.kernel_h, geom.kernel_w, geom.in_channels, k)
-        return xp.ascontiguousarray(dw_t.reshape(shape).transpose(3, 2, 0, 1))
+        return contiguous_copy(dw_t.reshape(shape).transpose(3, 2, 0, 1))
 
     def backward_input(self, dy, w, geom, saved=None):
         """dx in the memory layout of the columns: NHWC (an NCHW view) or NCHW.
@@ -153,15 +161,16 @@ class Im2col(ConvAlgorithm):
         parts = _chunks(geom, dy)
         kernel, out = (geom.kernel_h, geom.kernel_w), (geom.out_h, geom.out_w)
         if batch_innermost(geom, parts[0].stop, scatter=True):  # dx batch-innermost in memory
-            dx = xp.empty((c, h, wd, n), dtype=dy.dtype)
+            dx = empty((c, h, wd, n), dy.dtype, xp, INPUT_GRADIENT)
             for part in parts:
-                blocks = (f.T @ output_rows(dy[part])).reshape(*kernel, c, *out, -1)
+                blocks = pooled_matmul(f.T, output_rows(dy[part])).reshape(*kernel, c, *out, -1)
                 dx[..., part] = crop_padding(col2im(blocks, geom), geom)
             return dx.transpose(3, 0, 1, 2)
         dy_rows = nhwc_rows(dy)
-        acc = xp.empty((n, *geom.padded_size, c), dtype=dy.dtype)
+        acc = empty((n, *geom.padded_size, c), dy.dtype, xp, INPUT_GRADIENT)
         for part in parts:  # dA^T = dB^T F, rows (n, i, j)
-            da_t = (dy_rows[part.start * p : part.stop * p] @ f).reshape(-1, *out, *kernel, c)
+            da_t = pooled_matmul(dy_rows[part.start * p : part.stop * p], f)
+            da_t = da_t.reshape(-1, *out, *kernel, c)
             col2im(da_t.transpose(3, 4, 0, 1, 2, 5), geom, out=acc[part])
         return crop_padding(acc, geom).transpose(0, 3, 1, 2)
 
@@ -194,7 +203,7 @@ def col2im(blocks, geom, out=None):
     """
     if out is None:
         shape = (blocks.shape[2], *geom.padded_size, blocks.shape[5])
-        out = get_array_module(blocks).empty(shape, dtype=blocks.dtype)
+        out = empty(shape, blocks.dtype, get_array_module(blocks), INPUT_GRADIENT)
     out[...] = 0
     for u in range(geom.kernel_h):
         for v in range(geom.kernel_w):

@@ -7,7 +7,7 @@ machine (notes: machine-baselines §8). For few channels and many small
 images, the batch innermost (CHWN) gives longer runs still.
 """
 
-from ..backend import get_array_module
+from ..backend import empty, get_array_module
 
 NHWC, CHWN, CNHW, HWNC = (0, 2, 3, 1), (1, 2, 3, 0), (1, 0, 2, 3), (2, 3, 0, 1)
 
@@ -33,7 +33,7 @@ def padded(x, pads, order):
     view, (t, b, l, r) = crop_and_pads(x, pads)
     n, c, h, w = view.shape
     shape = (n, c, t + h + b, l + w + r)
-    out = xp.empty(tuple(shape[axis] for axis in order), dtype=x.dtype)
+    out = empty(tuple(shape[axis] for axis in order), x.dtype, xp, op="conv2d padded input")
     nchw = out.transpose(tuple(order.index(axis) for axis in range(4)))
     nchw[:, :, :t] = 0  # only the frame: the interior is written next
     nchw[:, :, t + h :] = 0
@@ -66,8 +66,15 @@ def windows(x, geom, batch_last=False):
 
 
 def contiguous(a):
-    """``a`` itself when C-contiguous, else a C-contiguous copy."""
-    return a if a.flags.c_contiguous else get_array_module(a).ascontiguousarray(a)
+    """``a`` itself when C-contiguous, else a C-contiguous copy (from the buffer pool)."""
+    return a if a.flags.c_contiguous else contiguous_copy(a)
+
+
+def contiguous_copy(a, dtype=None, op="conv2d layout copy"):
+    """A C-contiguous copy of ``a`` (cast to ``dtype``) in a pooled buffer (``backend.empty``)."""
+    out = empty(a.shape, dtype or a.dtype, get_array_module(a), op)
+    out[...] = a
+    return out
 
 
 def nhwc_rows(a):

@@ -14,7 +14,7 @@ convolution over 48 channels, which Winograd F(4x4, 3x3) computes with about
 from dataclasses import replace
 
 from ..intmath import ceil_div
-from .layout import padded_nchw
+from .layout import contiguous_copy, padded_nchw
 
 
 def phase_geometry(geom):
@@ -44,7 +44,7 @@ def space_to_depth(x, geom):
     hq, wq = inner.height, inner.width
     n, c, h, w = x.shape
     xpad = padded_nchw(x, (ph, sh * hq - h - ph, pw, sw * wq - w - pw))  # exactly s*H' x s*W'
-    phases = xpad.reshape(n, c, hq, sh, wq, sw).transpose(0, 2, 4, 3, 5, 1).copy()
+    phases = contiguous_copy(xpad.reshape(n, c, hq, sh, wq, sw).transpose(0, 2, 4, 3, 5, 1))
     return phases.reshape(n, hq, wq, -1).transpose(0, 3, 1, 2)
 
 
@@ -55,9 +55,11 @@ def depth_to_space(dphases, geom):
     n, c = dphases.shape[0], geom.in_channels
     grid = dphases.reshape(n, sh, sw, c, inner.height, inner.width).transpose(0, 3, 4, 1, 5, 2)
     grid = grid.reshape(n, c, sh * inner.height, sw * inner.width)
-    return padded_nchw(
-        grid, (-ph, ph + geom.height - grid.shape[2], -pw, pw + geom.width - grid.shape[3])
-    ).copy()
+    return contiguous_copy(
+        padded_nchw(
+            grid, (-ph, ph + geom.height - grid.shape[2], -pw, pw + geom.width - grid.shape[3])
+        )
+    )
 
 
 def kernel_to_depth(w, geom):

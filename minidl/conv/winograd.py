@@ -36,7 +36,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..backend import get_array_module
+from ..backend import empty, get_array_module
 from ..chunks import batch_chunks
 from ..intmath import ceil_div
 from .base import ConvAlgorithm
@@ -105,7 +105,7 @@ def _transform_input_chunk(x, pads, tiles, m, out):
     view = as_strided(
         xpad, (alpha, alpha, xpad.shape[0], th, tw, c), (sh, sw, sn, m * sh, m * sw, sc)
     )
-    d = xp.empty(view.shape, dtype=x.dtype)
+    d = empty(view.shape, x.dtype, xp, "winograd input tiles")
     d[...] = view
     xp.matmul(_kron_matrices(m, x.dtype, xp)[0], d.reshape(alpha * alpha, -1), out=out)
 
@@ -116,7 +116,7 @@ def transform_input(x, geom, m):
     xp = get_array_module(x)
     tiles, pads = tile_counts(geom.out_h, geom.out_w, m), full_tile_pads(geom, m)
     a2, t, (n, c) = (m + 2) ** 2, tiles[0] * tiles[1], x.shape[:2]
-    v = xp.empty((a2, n, t, c), dtype=x.dtype)
+    v = empty((a2, n, t, c), x.dtype, xp, "winograd transformed input")
     for part in batch_chunks(n, tile_elements(m + 2, t, c) * x.itemsize, x):
         _transform_input_chunk(x[part], pads, tiles, m, v[:, part].reshape(a2, -1))
     return v
@@ -134,7 +134,10 @@ def _output_chunk(z, tiles, m, out):
     """``out`` (n, m*th, m*tw, K) = A^T Z A for the tiles of z (alpha^2, n, T, K), NHWC."""
     xp = get_array_module(z)
     (th, tw), (a2, k) = tiles, (z.shape[0], z.shape[-1])
-    y_tiles = (_kron_matrices(m, z.dtype, xp)[2] @ z.reshape(a2, -1)).reshape(m, m, -1, th, tw, k)
+    z = z.reshape(a2, -1)
+    y_tiles = empty((m * m, z.shape[1]), z.dtype, xp, "winograd output tiles")
+    xp.matmul(_kron_matrices(m, z.dtype, xp)[2], z, out=y_tiles)
+    y_tiles = y_tiles.reshape(m, m, -1, th, tw, k)
     out.reshape(-1, th, m, tw, m, k)[...] = y_tiles.transpose(2, 3, 0, 4, 1, 5)
 
 
@@ -149,9 +152,10 @@ def winograd_correlation(x, w, geom, m, keep=False):
     th, tw = tile_counts(oh, ow, m)
     v = transform_input(x, geom, m)
     a2 = v.shape[0]
-    z = xp.matmul(v.reshape(a2, n * th * tw, -1), transform_weight(w, m).transpose(0, 2, 1))
+    z = empty((a2, n * th * tw, k), x.dtype, xp, "winograd products")
+    xp.matmul(v.reshape(a2, n * th * tw, -1), transform_weight(w, m).transpose(0, 2, 1), out=z)
     z = z.reshape(a2, n, th * tw, k)  # (alpha^2, N, T, K)
-    y = xp.empty((n, m * th, m * tw, k), dtype=x.dtype)  # NHWC, whole tiles
+    y = empty((n, m * th, m * tw, k), x.dtype, xp, "winograd output")  # NHWC, whole tiles
     for part in batch_chunks(n, tile_elements(m, th * tw, k) * x.itemsize, x):
         _output_chunk(z[:, part], (th, tw), m, y[part])
     return y[:, :oh, :ow].transpose(0, 3, 1, 2), (v if keep else None)
@@ -166,7 +170,7 @@ def _output_gradient_chunk(dy, tiles, m, out):
         block = dy.transpose(NHWC)  # a view, no copy
     else:
         block = padded(dy, (0, m * th - oh, 0, m * tw - ow), NHWC)
-    gathered = xp.empty((m, m, n, th, tw, k), dtype=dy.dtype)
+    gathered = empty((m, m, n, th, tw, k), dy.dtype, xp, "winograd output-gradient tiles")
     gathered[...] = block.reshape(n, th, m, tw, m, k).transpose(2, 4, 0, 1, 3, 5)
     xp.matmul(_kron_matrices(m, dy.dtype, xp)[2].T, gathered.reshape(m * m, -1), out=out)
 
@@ -219,7 +223,7 @@ class Winograd(ConvAlgorithm):
         n, k, oh, ow = dy.shape
         th, tw = tile_counts(oh, ow, m)
         v = transform_input(x, geom, m) if saved is None else saved
-        dz = xp.empty((a2, n, th * tw, k), dtype=dy.dtype)  # A dY A^T per output tile
+        dz = empty((a2, n, th * tw, k), dy.dtype, xp, "winograd output gradient")  # A dY A^T
         for part in batch_chunks(n, tile_elements(self.alpha, th * tw, k) * dy.itemsize, dy):
             _output_gradient_chunk(dy[part], (th, tw), m, dz[:, part].reshape(a2, -1))
         dz = dz.reshape(a2, n * th * tw, k).transpose(0, 2, 1)

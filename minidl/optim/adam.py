@@ -39,11 +39,16 @@ class Adam(Optimizer):
         m = self.buffer(state, "exp_avg", w)
         v = self.buffer(state, "exp_avg_sq", w)
         t = state["step"] = state.get("step", 0) + 1
+        xp, term, denom = get_array_module(w), self.scratch(g), self.scratch(v)
         m *= b1
-        m += (1 - b1) * g
+        m += xp.multiply(g, 1 - b1, out=term)
         v *= b2
-        v += (1 - b2) * (g * g)
-        denom = get_array_module(v).sqrt(v)
+        term = xp.multiply(g, g, out=term)
+        term *= 1 - b2
+        v += term
+        denom = xp.sqrt(v, out=denom)
         denom *= 1.0 / math.sqrt(1 - b2**t)
         denom += self.eps
-        w -= (self.lr / (1 - b1**t)) * m / denom
+        term = xp.multiply(m, self.lr / (1 - b1**t), out=term)
+        term /= denom
+        w -= term

@@ -12,6 +12,7 @@ w + mu v); here the gradient is taken at the current weights and the update
 is PyTorch's reformulation of the standard rule.
 """
 
+from ..backend import get_array_module
 from .optimizer import Optimizer
 
 
@@ -41,7 +42,8 @@ class Momentum(Optimizer):
         return b
 
     def update(self, w, g, state):
-        w -= self.lr * self.velocity(g, state)
+        b = self.velocity(g, state)
+        w -= get_array_module(b).multiply(b, self.lr, out=self.scratch(b))
 
 
 class Nesterov(Momentum):
@@ -49,4 +51,7 @@ class Nesterov(Momentum):
 
     def update(self, w, g, state):
         b = self.velocity(g, state)
-        w -= self.lr * (g + self.momentum * b)
+        step = get_array_module(b).multiply(b, self.momentum, out=self.scratch(b))
+        step += g  # lr (g + mu b), operation by operation: the same bits
+        step *= self.lr
+        w -= step

@@ -17,7 +17,7 @@ import numbers
 import numpy as np
 
 from ..autograd import Tensor, checked_state_value, no_grad
-from ..backend import get_array_module
+from ..backend import empty_like, get_array_module
 
 
 def clip_grad_norm_(params, max_norm: float) -> float:
@@ -85,12 +85,22 @@ class Optimizer:
                 g = p.grad
                 if g is None:
                     continue
-                if self.weight_decay:
-                    g = g + self.weight_decay * p.data
+                if self.weight_decay:  # g + wd * w in scratch memory (+ commutes: same bits)
+                    decayed = get_array_module(g).multiply(
+                        p.data, self.weight_decay, out=self.scratch(g)
+                    )
+                    decayed += g
+                    g = decayed
                 self.update(p.data, g, state)
 
     def update(self, w, g, state):
         raise NotImplementedError(f"{type(self).__name__}.update")
+
+    @staticmethod
+    def scratch(like):
+        """A temporary shaped and laid out like ``like``, from the buffer pool: an update's
+        intermediate products reuse the last step's memory (``minidl/pool.py``)."""
+        return empty_like(like, op="optimizer update")
 
     @staticmethod
     def buffer(state, name, like):

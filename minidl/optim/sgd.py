@@ -3,6 +3,7 @@
 w <- w - lr * g
 """
 
+from ..backend import get_array_module
 from .optimizer import Optimizer
 
 
@@ -10,4 +11,4 @@ class SGD(Optimizer):
     """w <- w - lr * g (with g += weight_decay * w first); PyTorch's ``SGD`` without momentum."""
 
     def update(self, w, g, state):
-        w -= self.lr * g
+        w -= get_array_module(g).multiply(g, self.lr, out=self.scratch(g))

@@ -11,6 +11,7 @@ from minidl.conv import PASSES, make_geometry, multiplies, workspace_bytes
 from minidl.conv.function import run_backward_input, run_backward_weight, run_forward
 from minidl.conv.registry import IMPLEMENTATIONS, implementation
 from minidl.conv.winograd import tile_elements
+from minidl.pool import HOST_POOL
 
 LAYERS = {  # name: (x shape, w shape, conv kwargs)
     "lenet_conv2": ((64, 6, 14, 14), (16, 6, 5, 5), {}),
@@ -56,6 +57,14 @@ def test_fft_pointwise_count_does_not_grow_with_the_kernel():
     lh = lw = 30  # the fast FFT length for 28 + 2 (5 * 3 * 2)
     assert multiplies("fft", small)["pointwise"] == 4 * 4 * 8 * 8 * lh * (lw // 2 + 1)
     assert multiplies("direct", large)["total"] > 5 * multiplies("direct", small)["total"]
+
+
+@pytest.fixture(autouse=True)
+def no_buffer_pool(monkeypatch):
+    """The estimates count every temporary as allocated and freed: the buffer pool's
+    cached blocks would hide them, so it caches nothing here (limit 0)."""
+    monkeypatch.setattr(HOST_POOL, "limit", 0)
+    HOST_POOL.clear()
 
 
 def _traced_peak(fn):
