@@ -81,3 +81,40 @@ def test_sync_on_two_nodes_reading_local_disks_resumes_on_one_process_and_on_thr
     assert_same_weights(weights(on_three), weights(one_process))
     epochs = [json.loads(line)["epoch"] for line in open(os.path.join(on_three, "metrics.jsonl"))]
     assert epochs == [2]  # a resumed copy records the epochs it ran
+
+
+def dist_record(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [r for r in map(json.loads, f) if r["kind"] == "dist"]
+
+
+def test_bsp_with_its_server_on_another_node_equals_one_process(cluster, one_process, tmp_path):
+    """The server (rank 0) on node0, both workers on node1: 2 epochs of 2 x 24 per step.
+
+    The parameter server's messages carry float32 (``minidl/dist/ps.py``): each
+    gradient is rounded to ~6e-8 relative, which leaves ~1e-8 after 20 steps; a lost
+    or repeated gradient would differ by ~1e-2."""
+    out = str(tmp_path / "bsp")
+    train(cluster(2), [1, 2], "--dist", "bsp", "--batch-size", "24", "--epochs", "2", "--out", out)
+    assert_same_weights(weights(out), weights(one_process), tol=1e-6)
+    assert [r["applied_gradients"] for r in dist_record(out)] == [20, 20]
+
+
+@pytest.mark.parametrize(
+    "mode, pushes, max_staleness", [("ssp:2", 20, 2), ("asp", 20, None), ("easgd:0.5:5", 4, None)]
+)
+def test_consistency_models_with_the_server_on_another_node(
+    cluster, tmp_path, mode, pushes, max_staleness
+):
+    """Server on node0, workers on node1: every push crosses the link and is applied once;
+    ssp:2 keeps its bound (asp and easgd have none)."""
+    out = str(tmp_path / "run")
+    train(cluster(2), [1, 2], "--dist", mode, "--batch-size", "24", "--epochs", "1", "--out", out)
+    (record,) = dist_record(out)
+    assert sum(record["per_worker"]["gradients"]) == 20  # asp: a fast worker takes more batches
+    assert record["applied_gradients"] == pushes == record["staleness"]["count"]
+    assert (
+        record["worker_bytes_sent"] >= pushes * 4 * 61706 // 2
+    )  # each push carries weights or gradients
+    if max_staleness is not None:
+        assert record["staleness"]["max"] <= max_staleness
