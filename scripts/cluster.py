@@ -42,6 +42,7 @@ STATE_DIR = "/run/minidl-cluster"
 SUBNET = "198.18.0"
 FIRST_HOST = 10
 KILL_WAIT_S = 5.0
+TCP_RETRIES = 6  # Linux's default 15 (~15 min) would keep a launcher waiting for a lost node
 
 
 def unavailable_reason():
@@ -206,6 +207,8 @@ class Cluster:
             _sh("ip", "-n", ns, "addr", "add", f"{self.address(node)}/24", "dev", "eth0")
             _sh("ip", "-n", ns, "link", "set", "eth0", "up")
             _sh("ip", "-n", ns, "link", "set", "lo", "up")
+            # a connection to a lost node fails after ~10 s of retransmissions, not ~15 min
+            _sh("ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv4.tcp_retries2={TCP_RETRIES}")
             if self.rate:
                 self.set_rate(node, self.rate)
         cases = "\n".join(f"  {n}) ;;" for n in self.nodes)
@@ -286,7 +289,11 @@ class Cluster:
             argv = [mpiexec, "--mca", "plm_rsh_agent", self.agent, "--host", hosts, "-n", total,
                     "--mca", "pml", "ob1", "--mca", "btl", "tcp,sm,self",
                     "--mca", "btl_tcp_if_include", "eth0",
-                    "--mca", "oob_tcp_if_include", "eth0"]  # fmt: skip
+                    "--mca", "oob_tcp_if_include", "eth0",
+                    # notice a lost node's daemon in ~16 s, not the default 480 s
+                    "--prtemca", "oob_tcp_keepalive_time", "10",
+                    "--prtemca", "oob_tcp_keepalive_intvl", "2",
+                    "--prtemca", "oob_tcp_keepalive_probes", "3"]  # fmt: skip
             return argv, {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
         raise ValueError(f"cluster: mpi must be 'mpich' or 'openmpi', got {mpi!r}")
 
@@ -309,9 +316,13 @@ class Cluster:
             output, _ = process.communicate(timeout=timeout)
             timed_out = False
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            output, _ = process.communicate()
             timed_out = True
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.kill_jobs()  # processes on other nodes hold the output pipe open
+            output, _ = process.communicate()
         finally:
             self.kill_jobs()
         return process.returncode, output, timed_out
