@@ -88,3 +88,9 @@ def cluster():
     yield make
     for c in made:
         c.down()
+
+
+@pytest.fixture
+def cluster_tool():
+    """The ``scripts/cluster.py`` module."""
+    return cluster_script
