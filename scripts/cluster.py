@@ -332,6 +332,15 @@ class Cluster:
         return self.finish(self.start(argv, ranks, mpi, mpiexec, env), timeout)
 
 
+def mpi_flavor(mpiexec):
+    """``"openmpi"`` or ``"mpich"``: what ``mpiexec --version`` says it is."""
+    try:
+        text = subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout
+    except OSError:
+        raise SystemExit(f"cluster: no {mpiexec} on PATH: install MPICH or Open MPI") from None
+    return "openmpi" if "Open MPI" in text or "OpenRTE" in text else "mpich"
+
+
 def down_stale():
     """Tear down the clusters whose owner process is gone; returns their names."""
     removed = []
@@ -370,7 +379,10 @@ def main(argv=None):
     up.add_argument("--name", default="demo")
     run = sub.add_parser("mpirun", help="run an MPI job started on node0")
     run.add_argument("--ppn", default="1", help="ranks per node: 2, or one count per node: 1,2")
-    run.add_argument("--mpi", choices=("mpich", "openmpi"), default="mpich")
+    run.add_argument(
+        "--mpi", choices=("auto", "mpich", "openmpi"), default="auto",
+        help="auto: the kind of the mpiexec on PATH",
+    )  # fmt: skip
     run.add_argument("--timeout", type=float, default=3600)
     run.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the command")
     ex = sub.add_parser("exec", help="run a command on one node")
@@ -411,8 +423,9 @@ def main(argv=None):
     cluster = _load(args.name)
     if args.action == "mpirun":
         ranks = [int(r) for r in args.ppn.split(",")]
+        mpi = mpi_flavor("mpiexec") if args.mpi == "auto" else args.mpi
         code, output, timed_out = cluster.mpirun(
-            command, ranks[0] if len(ranks) == 1 else ranks, args.mpi, timeout=args.timeout
+            command, ranks[0] if len(ranks) == 1 else ranks, mpi, timeout=args.timeout
         )
         sys.stdout.write(output)
         return 124 if timed_out else code
