@@ -287,6 +287,7 @@ class Cluster:
             return argv, {"UCX_TLS": "tcp,self"}
         if mpi == "openmpi":
             argv = [mpiexec, "--mca", "plm_rsh_agent", self.agent, "--host", hosts, "-n", total,
+                    "--bind-to", "none",  # the emulated nodes share this machine's cores
                     "--mca", "pml", "ob1", "--mca", "btl", "tcp,sm,self",
                     "--mca", "btl_tcp_if_include", "eth0",
                     "--mca", "oob_tcp_if_include", "eth0",

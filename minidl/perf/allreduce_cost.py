@@ -93,15 +93,20 @@ def choose(nbytes, size, params, algorithms=MODELLED_ALGORITHMS):
     return min(algorithms, key=lambda name: predict(name, nbytes, size, params))
 
 
-def choose_by_rule(nbytes):
-    """The fixed pick of ``algorithm="auto"``: the MPI library's own below 4 MiB, ring above.
+def choose_by_rule(nbytes, nodes=1, ranks_per_node=1):
+    """The fixed pick of ``algorithm="auto"``: the MPI library's own below 4 MiB, ring above,
+    and above it ``hierarchical`` when the ranks span ``nodes`` > 1 with several on a node.
 
     Measured on two ranks of one machine (benchmarks/RESULTS.md): MPICH's
     allreduce is the fastest below ~4 MB, the bandwidth-optimal ring (with
     Rabenseifner) above it, at 0.64x MPICH's time for AlexNet's 244 MB.
+    Across nodes, only one rank per node sends over the network in
+    ``hierarchical`` (``ranks_per_node``: the most ranks on one node).
     Unlike a timed choice it never changes between runs, so results do not.
     """
-    return "mpi" if nbytes < RULE_THRESHOLD_BYTES else "ring"
+    if nbytes < RULE_THRESHOLD_BYTES:
+        return "mpi"
+    return "hierarchical" if nodes > 1 and ranks_per_node > 1 else "ring"
 
 
 def fit_alpha_beta(sizes, times):
@@ -249,7 +254,9 @@ class AutoChoice:
         if comm.size == 1:
             return "mpi"
         if self.mode == "rule":
-            return choose_by_rule(array.nbytes)
+            if array.nbytes < RULE_THRESHOLD_BYTES:  # no need to ask where the ranks are
+                return "mpi"
+            return choose_by_rule(array.nbytes, *comm.node_layout())
         if self.mode == "measure":
             key = (array.nbytes, array.dtype.str, backend.device_of(array))
             if key not in self._measured:

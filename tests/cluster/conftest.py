@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from minidl.dist.launch import MpiRun, mpi_unavailable_reason, mpiexec_flavor, mpiexec_path
+from minidl.dist.launch import MpiRun, mpi_unavailable_reason, mpiexec_flavor, mpiexec_path, run_mpi
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DATA = pathlib.Path("/usr/share/datasets/fashion-mnist")
@@ -31,6 +31,16 @@ cluster_script = _load_script()
 _names = itertools.count()
 
 
+def job_env(extra=None):
+    """A job's environment: this checkout first on the path, one BLAS thread per rank."""
+    path = os.environ.get("PYTHONPATH")
+    return {
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT),
+        "OPENBLAS_NUM_THREADS": "1",
+        **(extra or {}),
+    }
+
+
 class ClusterJobs:
     """A ``scripts/cluster.py`` cluster driven by this test's MPI (the one next to Python)."""
 
@@ -43,12 +53,7 @@ class ClusterJobs:
         return getattr(self.cluster, name)
 
     def env(self, extra=None):
-        path = os.environ.get("PYTHONPATH")
-        return {
-            "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT),
-            "OPENBLAS_NUM_THREADS": "1",
-            **(extra or {}),
-        }
+        return job_env(extra)
 
     def start(self, ranks, *args, env=None):
         """Start ``mpiexec python *args`` on node0 with ``ranks`` ranks per node."""
@@ -94,3 +99,12 @@ def cluster():
 def cluster_tool():
     """The ``scripts/cluster.py`` module."""
     return cluster_script
+
+
+@pytest.fixture
+def mpi_run_here():
+    """``mpi_run_here(nprocs, *args)``: a job on this machine alone (one node), for comparison."""
+    reason = mpi_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    return lambda nprocs, *args, timeout=120: run_mpi(nprocs, args, timeout, job_env())

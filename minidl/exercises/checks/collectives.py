@@ -156,3 +156,11 @@ register(
     "half and add the partner's copy of it; then replay the exchanges "
     "backwards as copies",
 )
+register(
+    "6.5",
+    "hierarchical",
+    "Hierarchical allreduce: within the node, among node leaders, back within the node",
+    ranks=4,
+    hint="non-leaders send their array to the node's leader and receive the result; the "
+    "leader adds what arrives, runs ring() among the leaders (Group), and sends the sum back",
+)

@@ -1,4 +1,5 @@
-"""Allreduce from point-to-point messages: ring, butterfly, binomial tree and Rabenseifner.
+"""Allreduce from point-to-point messages: ring, butterfly, binomial tree, Rabenseifner and
+hierarchical (by node).
 
 P ranks each hold an array x_r of n elements; allreduce leaves on every rank
 
@@ -6,7 +7,8 @@ P ranks each hold an array x_r of n elements; allreduce leaves on every rank
 
 Each function below sums a flat NumPy/CuPy array ``x`` over ``comm``'s ranks
 in place (and returns it) using only ``comm.send``, ``comm.recv`` and
-``comm.sendrecv`` on whole blocks; the mean is the sum divided by P. Their
+``comm.sendrecv`` on whole blocks (``hierarchical`` also asks MPI, through
+``comm.mpi``, which ranks share a node); the mean is the sum divided by P. Their
 alpha-beta-gamma times are in ``minidl/reference/perf/allreduce_cost.py``
 (Ben-Nun & Hoefler 2019, Demystifying Parallel and Distributed Deep
 Learning, §2.5).
@@ -166,4 +168,62 @@ def rabenseifner(comm, x):
             comm.sendrecv(x[keep[0] : keep[1]], partner, x[give[0] : give[1]], partner)
     # END EXERCISE 6.4
     fold_out(comm, x, p2)
+    return x
+
+
+class Group:
+    """Ranks ``ranks`` of ``comm`` as a communicator of their own: its rank i is ``ranks[i]``."""
+
+    def __init__(self, comm, ranks):
+        self.comm, self.ranks = comm, list(ranks)
+        self.rank, self.size = self.ranks.index(comm.rank), len(self.ranks)
+
+    def send(self, x, dest):
+        self.comm.send(x, self.ranks[dest])
+
+    def recv(self, x, source):
+        return self.comm.recv(x, self.ranks[source])
+
+    def sendrecv(self, send_x, dest, recv_x, source):
+        return self.comm.sendrecv(send_x, self.ranks[dest], recv_x, self.ranks[source])
+
+
+def nodes_of(comm):
+    """The ranks of each node, lowest first: the ranks that share memory (MPI's
+    ``COMM_TYPE_SHARED``), as lists ordered by their lowest rank."""
+    from mpi4py import MPI
+
+    node = comm.mpi.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
+    lowest = node.allreduce(comm.rank, op=MPI.MIN)
+    node.Free()
+    lowest_of = comm.mpi.allgather(lowest)
+    return [
+        [r for r in range(comm.size) if lowest_of[r] == first] for first in sorted(set(lowest_of))
+    ]
+
+
+def hierarchical(comm, x):
+    """Two levels: sum on each node's leader, ring among the leaders, copy back within the node.
+
+    The leader of a node is its lowest rank. Messages within a node go
+    through shared memory; only the N leaders talk over the network, each
+    sending 2 (N-1)/N of the array instead of 2 (P-1)/P from all P ranks.
+    """
+    xp = get_array_module(x)
+    nodes = nodes_of(comm)
+    mine = next(node for node in nodes if comm.rank in node)
+    leader = mine[0]
+    # BEGIN EXERCISE 6.5
+    if comm.rank != leader:
+        comm.send(x, leader)
+        comm.recv(x, leader)
+        return x
+    received = xp.empty_like(x)
+    for rank in mine[1:]:
+        comm.recv(received, rank)
+        x += received
+    ring(Group(comm, [node[0] for node in nodes]), x)
+    for rank in mine[1:]:
+        comm.send(x, rank)
+    # END EXERCISE 6.5
     return x
