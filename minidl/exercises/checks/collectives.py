@@ -161,6 +161,7 @@ register(
     "hierarchical",
     "Hierarchical allreduce: within the node, among node leaders, back within the node",
     ranks=4,
-    hint="non-leaders send their array to the node's leader and receive the result; the "
-    "leader adds what arrives, runs ring() among the leaders (Group), and sends the sum back",
+    hint="non-leaders send their array to the node's leader and receive the result; each "
+    "leader adds what arrives, swaps node sums with the other leaders, adds them in node "
+    "order (so all leaders get the same bits), and sends the total back",
 )
