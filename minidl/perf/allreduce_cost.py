@@ -130,24 +130,24 @@ def _round_trips(nbytes):
     return max(3, min(200, (1 << 22) // max(nbytes, 1)))
 
 
-def pingpong(comm, sizes=PINGPONG_SIZES, batches=3):
-    """One-way message time (median of batches, half a round trip) between ranks 0 and 1.
+def pingpong(comm, sizes=PINGPONG_SIZES, batches=3, pair=(0, 1)):
+    """One-way message time (median of batches, half a round trip) between the ranks ``pair``.
 
     Collective over ``comm``, on a duplicate of it (so no other message can
-    match); ranks other than 0 and 1 wait and get None.
+    match); the other ranks wait and get None.
     """
     comm = comm.dup()
     times = None
-    if comm.rank < 2:
+    if comm.rank in pair:
         buffer = np.ones(max(sizes), dtype=np.uint8)
-        peer = 1 - comm.rank
+        peer = pair[1] if comm.rank == pair[0] else pair[0]
         times = []
         for nbytes in sizes:
             message, trips, batch_times = buffer[:nbytes], _round_trips(nbytes), []
             for batch in range(batches + 1):  # batch 0 warms up
                 start = time.perf_counter()
                 for _ in range(trips):
-                    if comm.rank == 0:
+                    if comm.rank == pair[0]:
                         comm.send(message, peer)
                         comm.recv(message, peer)
                     else:
