@@ -13,6 +13,7 @@ import argparse
 import importlib.util
 import os
 import pathlib
+import signal
 import socket
 import sys
 
@@ -65,6 +66,7 @@ def main():
     sizes = [float(s) for s in args.sizes_mb.split(",")]
     if args.job:
         return job(sizes, args.repeats)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still take the nodes down
     spec = importlib.util.spec_from_file_location("cluster", ROOT / "scripts" / "cluster.py")
     cluster = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cluster)

@@ -45,6 +45,17 @@ KILL_WAIT_S = 5.0
 TCP_RETRIES = 6  # Linux's default 15 (~15 min) would keep a launcher waiting for a lost node
 
 
+RATE_UNITS = {"gbit": 1e9, "mbit": 1e6, "kbit": 1e3, "bit": 1.0}
+
+
+def rate_bits(rate):
+    """Bits per second of a ``tc`` rate such as ``1gbit`` or ``200mbit``."""
+    for unit, scale in RATE_UNITS.items():
+        if rate.endswith(unit) and rate[: -len(unit)].replace(".", "", 1).isdigit():
+            return float(rate[: -len(unit)]) * scale
+    raise ValueError(f"cluster: rate {rate!r} must be a number and gbit, mbit, kbit or bit")
+
+
 def unavailable_reason():
     """Why an emulated cluster cannot be built here (None when it can)."""
     if not sys.platform.startswith("linux"):
@@ -236,13 +247,17 @@ class Cluster:
 
     # -- faults and links ----------------------------------------------------------------
     def set_rate(self, node, rate):
-        """Cap ``node``'s link at ``rate`` both ways (token bucket; ``None``: unlimited)."""
+        """Cap ``node``'s link at ``rate`` both ways (token bucket; ``None``: unlimited).
+
+        The bucket holds 10 ms of traffic: a smaller one caps a fast link below its
+        rate (the kernel refills it once per timer tick)."""
         i = self.nodes.index(node)
+        burst = max(32 * 1024, int(rate_bits(rate) / 8 / 100)) if rate else 0
         for ns, dev in ((self.namespace(node), "eth0"), (self.switch, f"port{i}")):
             _sh("tc", "-n", ns, "qdisc", "del", "dev", dev, "root", check=False)
             if rate:
                 _sh("tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf",
-                    "rate", rate, "burst", "256kb", "latency", "100ms")  # fmt: skip
+                    "rate", rate, "burst", str(burst), "latency", "100ms")  # fmt: skip
 
     def link(self, node, state):
         """Cut (``"down"``) or restore (``"up"``) ``node``'s link to the switch."""

@@ -3,14 +3,14 @@
 Ranks of one node share memory; the network between nodes is slower. With N
 nodes of q ranks (P = N q), the two-level allreduce (Thakur, Rabenseifner &
 Gropp 2005 discuss such SMP-aware collectives; Jia et al. 2018 train this
-way at scale) moves only N messages' worth of the array over the network:
+way at scale) lets only one rank per node use the network:
 
 1. each node sums its q arrays on its leader (its lowest rank), by MPI's
    ``Reduce`` on the node's shared-memory communicator (``COMM_TYPE_SHARED``);
 2. the N leaders run the pipelined ``ring`` of ``collectives.py`` among
-   themselves, 2 (N-1)/N m bytes each over the network, instead of
-   2 (P-1)/P m from every one of the P ranks for a flat ring whose
-   neighbours sit on other nodes;
+   themselves: 2 (N-1) network steps carrying 2 (N-1)/N m bytes per link,
+   where a flat ring over all P ranks waits for a network message at each of
+   its 2 (P-1) steps and carries 2 (P-1)/P m (``minidl/perf/level_cost.py``);
 3. each leader broadcasts the result within its node (``Bcast``).
 
 Every rank ends with its leader's bits, and the leaders with identical bits
