@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from minidl.dist.launch import MpiRun, mpi_unavailable_reason, mpiexec_flavor, mpiexec_path, run_mpi
+from minidl.dist.launch import MpiRun, mpi_unavailable_reason, mpiexec_flavor, mpiexec_path
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DATA = pathlib.Path("/usr/share/datasets/fashion-mnist")
@@ -99,12 +99,3 @@ def cluster():
 def cluster_tool():
     """The ``scripts/cluster.py`` module."""
     return cluster_script
-
-
-@pytest.fixture
-def mpi_run_here():
-    """``mpi_run_here(nprocs, *args)``: a job on this machine alone (one node), for comparison."""
-    reason = mpi_unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    return lambda nprocs, *args, timeout=120: run_mpi(nprocs, args, timeout, job_env())
