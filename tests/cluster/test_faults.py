@@ -63,10 +63,12 @@ def test_a_cut_link_ends_the_job_naming_the_rank_and_host_that_stopped_answering
     job = start_and_wait_for_a_checkpoint(c, out)
     c.link("node1", "down")
     cut = time.monotonic()
-    result = c.finish(job, timeout=HANG_TIMEOUT + 40)
+    result = c.finish(job, timeout=HANG_TIMEOUT + 60)
     waited = time.monotonic() - cut
     assert not result.timed_out, f"hung:\n{result.output}"
-    assert waited < HANG_TIMEOUT + 20, f"{waited:.0f} s to end:\n{result.output}"
+    # minidl aborts after HANG_TIMEOUT; Open MPI's launcher then gives up on the lost node's
+    # daemon after its TCP retries (~25 s on the emulated nodes)
+    assert waited < HANG_TIMEOUT + 40, f"{waited:.0f} s to end:\n{result.output}"
     if "PRTE has lost communication" in result.output:
         # Open MPI's launcher may notice the lost node first (then it exits 0)
         assert "Remote daemon" in result.output and "on node node1" in result.output
