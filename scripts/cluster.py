@@ -284,17 +284,17 @@ class Cluster:
     def mpiexec(self, ranks, mpi="mpich", mpiexec="mpiexec"):
         """(argv, environment) of ``mpiexec`` from node0 placing ``ranks[i]`` ranks on node i.
 
-        ``ranks``: a list of counts per node (ranks are numbered node by node), or
-        one count for every node.
+        ``ranks``: a list of counts per node (ranks are numbered node by node; a node
+        with 0 gets none, but node0 still runs ``mpiexec``), or one count for every node.
         """
         if isinstance(ranks, int):
             ranks = [ranks] * len(self.nodes)
-        if len(ranks) > len(self.nodes) or not all(r >= 1 for r in ranks):
+        if len(ranks) > len(self.nodes) or min(ranks) < 0 or sum(ranks) < 1:
             raise ValueError(
-                f"cluster: ranks per node {ranks} must be >= 1 each, for at most "
-                f"{len(self.nodes)} nodes"
+                f"cluster: ranks per node {ranks} must be >= 0 each, some > 0, for at "
+                f"most {len(self.nodes)} nodes"
             )
-        hosts = ",".join(f"{n}:{r}" for n, r in zip(self.nodes, ranks))
+        hosts = ",".join(f"{n}:{r}" for n, r in zip(self.nodes, ranks) if r)
         total = str(sum(ranks))
         if mpi == "mpich":
             argv = [mpiexec, "-launcher", "ssh", "-launcher-exec", self.agent, "-hosts", hosts,
