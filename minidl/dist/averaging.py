@@ -142,7 +142,11 @@ class ElasticAveragingOptimizer(_LocalSteps, ServerClient):
         """x_i <- x_i - d, with d = alpha (x_i - x~) computed and added to x~ by the servers."""
         layout = self.link.layout
         local = self.buffer.gather_weights()
-        headers = self.push([local[layout.shard(k)] for k in range(layout.servers)])
+        # the wire carries float32 (ps.py), whatever the weights' dtype
+        shards = [
+            local[layout.shard(k)].astype(np.float32, copy=False) for k in range(layout.servers)
+        ]
+        headers = self.push(shards)
         for shard, difference in self._replies(headers):
             local[shard] -= difference
         self.buffer.scatter_weights()

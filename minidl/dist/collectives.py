@@ -12,6 +12,8 @@ costed in ``minidl/perf/allreduce_cost.py`` (Ben-Nun & Hoefler 2019, §2.5):
 * ``tree``: binomial reduce to rank 0, then binomial broadcast.
 * ``rabenseifner``: recursive-halving reduce-scatter, recursive-doubling
   allgather; bandwidth-optimal with a logarithmic latency term.
+* ``hierarchical``: reduce within each node, ring among one leader per node,
+  broadcast within the node (``hierarchical.py``); for ranks on several nodes.
 * ``mpi``: the library's own ``Allreduce`` (``MPI_IN_PLACE``).
 
 ``REFERENCE_ALGORITHMS`` (``"ring_reference"``...) are the textbook versions:
@@ -36,7 +38,7 @@ import numpy as np
 from minidl import backend
 from minidl.intmath import largest_power_of_two
 
-ALLREDUCE_ALGORITHMS = ("mpi", "ring", "butterfly", "tree", "rabenseifner")
+ALLREDUCE_ALGORITHMS = ("mpi", "ring", "butterfly", "tree", "rabenseifner", "hierarchical")
 REFERENCE_ALGORITHMS = {}  # "ring_reference": the textbook function (see register_reference)
 
 SEGMENT_BYTES = 1 << 19  # host arrays; tuned with benchmarks/bench_allreduce.py --segments
@@ -59,7 +61,7 @@ class Scratch:
         return buffer[:count]
 
 
-def _ready(array):
+def ready(array):
     """GPU kernels that wrote ``array`` must finish before MPI reads it."""
     if not isinstance(array, np.ndarray):
         backend.synchronize("cuda")
@@ -88,7 +90,7 @@ class Exchange:
     def _move(self, out, dest, part, source, add):
         """One segment: send ``out`` (may be empty) while receiving ``part`` (may be empty)."""
         into = self.tmp[: part.size] if add else part
-        _ready(out)
+        ready(out)
         if out.size and part.size:
             self.comm.Sendrecv(out, dest, 0, into, source, 0)
         elif out.size:
@@ -268,9 +270,16 @@ def mpi_native(comm, x, ex, divide_by=None):
     """The MPI library's ``Allreduce`` with ``MPI_IN_PLACE`` (its own algorithm choice)."""
     from mpi4py import MPI
 
-    _ready(x)
+    ready(x)
     comm.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM)
     divide_in_place(x, divide_by)
+
+
+def hierarchical(comm, x, ex, divide_by=None):
+    """By node: see ``minidl/dist/hierarchical.py`` (imported here, as it builds on ``ring``)."""
+    from minidl.dist.hierarchical import hierarchical as by_node
+
+    by_node(comm, x, ex, divide_by)
 
 
 _IMPLEMENTATIONS = {
@@ -279,6 +288,7 @@ _IMPLEMENTATIONS = {
     "butterfly": butterfly,
     "tree": tree,
     "rabenseifner": rabenseifner,
+    "hierarchical": hierarchical,
 }
 
 
@@ -291,7 +301,7 @@ class PointToPoint:
         self.rank, self.size = mpi_comm.Get_rank(), mpi_comm.Get_size()
 
     def send(self, array, dest, tag=0):
-        _ready(array)
+        ready(array)
         self.mpi.Send(array, dest, tag)
 
     def recv(self, array, source, tag=0):
@@ -299,7 +309,7 @@ class PointToPoint:
         return array
 
     def sendrecv(self, send_array, dest, recv_array, source, sendtag=0, recvtag=0):
-        _ready(send_array)
+        ready(send_array)
         self.mpi.Sendrecv(send_array, dest, sendtag, recv_array, source, recvtag)
         return recv_array
 

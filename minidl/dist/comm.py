@@ -16,6 +16,7 @@ import numpy as np
 
 from minidl import backend
 from minidl.dist import collectives
+from minidl.dist.hierarchical import node_split
 from minidl.dist.job import abort_job, install_abort_hooks, mpi_module
 from minidl.dist.staging import Staging, cuda_aware_mpi
 from minidl.perf.allreduce_cost import AutoChoice
@@ -290,6 +291,11 @@ class Communicator:
         """What ``allreduce`` runs: ``algorithm``, or the same pick on every rank for ``"auto"``."""
         collectives.check_algorithm(algorithm)
         return self._auto.choose(self, array) if algorithm == "auto" else algorithm
+
+    def node_layout(self):
+        """(nodes, most ranks on one node) of this communicator (collective the first time)."""
+        split = node_split(self._collective)
+        return split.nodes, split.largest
 
     def cost_params(self):
         """The ``CostParams`` fitted on this communicator (collective the first time)."""

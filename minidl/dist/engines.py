@@ -16,10 +16,11 @@ from ..train.setup import augmentation, make_optimizer
 from .compressed import CompressedOptimizer
 from .consistency import global_train_stats, make_session
 from .data_parallel import DistributedOptimizer
+from .heartbeat import Heartbeat
 from .ps import TrainingAborted
 from .straggler import Straggler
 from .telemetry import summarize_epoch
-from .watchdog import Watchdog
+from .watchdog import Watchdog, idle
 
 
 class BatchWeighting(Callback):
@@ -36,7 +37,9 @@ def run_callbacks(options, comm, seed, servers=0):
     """The watchdog and this rank's straggler, as ``options`` asks; checks the ranks named."""
     callbacks = []
     if comm.size > 1 and options.hang_timeout > 0:
-        callbacks.append(Watchdog(options.hang_timeout, comm.rank, comm.abort).start())
+        watchdog = Watchdog(options.hang_timeout, comm.rank, comm.abort).start()
+        watchdog.listen(Heartbeat(comm, idle))  # after start: its address exchange may hang too
+        callbacks.append(watchdog)
     for rank in options.stragglers:
         if not servers <= rank < comm.size:
             raise ValueError(

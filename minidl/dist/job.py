@@ -5,12 +5,14 @@ mpi4py is imported (which initialises MPI) by ``mpi_module()`` only, so
 """
 
 import os
+import socket
 import sys
 import threading
 import time
 import traceback
 
 OUTPUT_GRACE_S = 0.5
+ABORT_WAIT_S = 10.0  # an MPI_Abort that cannot reach a lost node may block: exit anyway
 
 
 def mpi_module():
@@ -29,7 +31,7 @@ def install_abort_hooks(mpi_comm):
     instead of leaving the others blocked forever in their next collective."""
     header = (
         f"minidl.dist: uncaught exception on rank {mpi_comm.Get_rank()} "
-        f"of {mpi_comm.Get_size()}, aborting all ranks\n"
+        f"of {mpi_comm.Get_size()} (host {socket.gethostname()}), aborting all ranks\n"
     )
 
     def abort(exc_type, exc, tb):
@@ -45,11 +47,15 @@ def abort_job(mpi_comm, code):
 
     mpiexec discards the output it has not yet forwarded when the job is torn
     down, so the rank flushes and gives it ``OUTPUT_GRACE_S`` first. Never
-    returns, even where ``MPI_Abort`` returns before the teardown (MPICH).
+    returns, even where ``MPI_Abort`` returns before the teardown (MPICH) or
+    blocks because a node's link is cut (the process exits after ``ABORT_WAIT_S``).
     """
     sys.stderr.flush()
     sys.stdout.flush()
     time.sleep(OUTPUT_GRACE_S)
+    exit_anyway = threading.Timer(ABORT_WAIT_S, os._exit, (code or 1,))
+    exit_anyway.daemon = True
+    exit_anyway.start()
     try:
         mpi_comm.Abort(code)
     finally:

@@ -6,10 +6,12 @@ collective, for ever. The training code calls ``progress(where)`` whenever it
 gets something done (a step, an evaluated batch, a served message); each
 rank's ``Watchdog`` thread (which runs while the main thread waits inside
 MPI: mpi4py releases the interpreter lock) aborts the job when ``timeout``
-seconds pass without a call, saying which rank stalled and where.
+seconds pass without a call, saying which rank stalled and where, and (with a
+``Heartbeat``) which ranks and hosts stopped answering.
 """
 
 import os
+import socket
 import sys
 import threading
 import time
@@ -27,6 +29,11 @@ def progress(where=None):
         _last["where"] = where
 
 
+def idle():
+    """(seconds since this rank last called ``progress``, where it was)."""
+    return time.monotonic() - _last["time"], _last["where"]
+
+
 class Watchdog(Callback):
     """Abort the job through ``abort(code)`` (``Communicator.abort``) when ``progress`` was not
     called for ``timeout`` s. As a loop callback, every step and evaluated batch is progress."""
@@ -35,6 +42,7 @@ class Watchdog(Callback):
         if not timeout > 0:
             raise ValueError(f"watchdog timeout must be positive, got {timeout}")
         self.timeout, self.rank, self.abort, self.exit_code = float(timeout), rank, abort, exit_code
+        self.heartbeat = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="minidl-watchdog", daemon=True)
 
@@ -46,22 +54,33 @@ class Watchdog(Callback):
         self._thread.start()
         return self
 
+    def listen(self, heartbeat):
+        """Include ``heartbeat``'s report on the other ranks in the message; it is started
+        here and stopped with the watchdog."""
+        self.heartbeat = heartbeat.start()
+
     def stop(self):
         self._stop.set()
         self._thread.join(timeout=5)
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
 
     def _watch(self):
         while not self._stop.wait(min(1.0, self.timeout / 10)):
-            idle = time.monotonic() - _last["time"]
-            if idle > self.timeout:
-                self._fire(idle)
+            quiet = idle()[0]
+            if quiet > self.timeout:
+                self._fire(quiet)
                 return
 
-    def _fire(self, idle):
+    def _fire(self, quiet):
+        others = self.heartbeat.describe(self.timeout) if self.heartbeat is not None else ""
+        me = f"rank {self.rank} on {socket.gethostname()}"
         sys.stderr.write(
-            f"minidl: rank {self.rank} made no progress for {idle:.0f} s (last: {_last['where']}): "
-            "a rank is stopped, deadlocked or far slower than the others; aborting the job. "
-            f"If a step can really take this long, raise {option('hang_timeout')}\n"
+            f"minidl: {me} made no progress for {quiet:.0f} s "
+            f"(last: {_last['where']}): a rank is stopped, deadlocked or far slower than the "
+            f"others; aborting the job.{others} Once it is fixed, continue from the last "
+            f"checkpoint with {option('resume')} RUN/checkpoint.npz; if a step can really take "
+            f"this long, raise {option('hang_timeout')}\n"
         )
         try:
             self.abort(self.exit_code)

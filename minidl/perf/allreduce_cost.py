@@ -93,15 +93,20 @@ def choose(nbytes, size, params, algorithms=MODELLED_ALGORITHMS):
     return min(algorithms, key=lambda name: predict(name, nbytes, size, params))
 
 
-def choose_by_rule(nbytes):
-    """The fixed pick of ``algorithm="auto"``: the MPI library's own below 4 MiB, ring above.
+def choose_by_rule(nbytes, nodes=1, ranks_per_node=1):
+    """The fixed pick of ``algorithm="auto"``: the MPI library's own below 4 MiB, ring above,
+    and above it ``hierarchical`` when the ranks span ``nodes`` > 1 with several on a node.
 
     Measured on two ranks of one machine (benchmarks/RESULTS.md): MPICH's
     allreduce is the fastest below ~4 MB, the bandwidth-optimal ring (with
     Rabenseifner) above it, at 0.64x MPICH's time for AlexNet's 244 MB.
+    Across nodes, only one rank per node sends over the network in
+    ``hierarchical`` (``ranks_per_node``: the most ranks on one node).
     Unlike a timed choice it never changes between runs, so results do not.
     """
-    return "mpi" if nbytes < RULE_THRESHOLD_BYTES else "ring"
+    if nbytes < RULE_THRESHOLD_BYTES:
+        return "mpi"
+    return "hierarchical" if nodes > 1 and ranks_per_node > 1 else "ring"
 
 
 def fit_alpha_beta(sizes, times):
@@ -125,24 +130,24 @@ def _round_trips(nbytes):
     return max(3, min(200, (1 << 22) // max(nbytes, 1)))
 
 
-def pingpong(comm, sizes=PINGPONG_SIZES, batches=3):
-    """One-way message time (median of batches, half a round trip) between ranks 0 and 1.
+def pingpong(comm, sizes=PINGPONG_SIZES, batches=3, pair=(0, 1)):
+    """One-way message time (median of batches, half a round trip) between the ranks ``pair``.
 
     Collective over ``comm``, on a duplicate of it (so no other message can
-    match); ranks other than 0 and 1 wait and get None.
+    match); the other ranks wait and get None.
     """
     comm = comm.dup()
     times = None
-    if comm.rank < 2:
+    if comm.rank in pair:
         buffer = np.ones(max(sizes), dtype=np.uint8)
-        peer = 1 - comm.rank
+        peer = pair[1] if comm.rank == pair[0] else pair[0]
         times = []
         for nbytes in sizes:
             message, trips, batch_times = buffer[:nbytes], _round_trips(nbytes), []
             for batch in range(batches + 1):  # batch 0 warms up
                 start = time.perf_counter()
                 for _ in range(trips):
-                    if comm.rank == 0:
+                    if comm.rank == pair[0]:
                         comm.send(message, peer)
                         comm.recv(message, peer)
                     else:
@@ -249,7 +254,9 @@ class AutoChoice:
         if comm.size == 1:
             return "mpi"
         if self.mode == "rule":
-            return choose_by_rule(array.nbytes)
+            if array.nbytes < RULE_THRESHOLD_BYTES:  # no need to ask where the ranks are
+                return "mpi"
+            return choose_by_rule(array.nbytes, *comm.node_layout())
         if self.mode == "measure":
             key = (array.nbytes, array.dtype.str, backend.device_of(array))
             if key not in self._measured:

@@ -17,14 +17,7 @@ from .. import functional as F
 from ..autograd import Tensor, no_grad
 from ..backend import get_array_module, to_device, to_numpy
 from .callbacks import STOPPED, NonFiniteLossError, StopOnNonFiniteLoss
-
-
-def _progress(loader, description, enabled):
-    if not enabled:
-        return loader
-    from tqdm import tqdm
-
-    return tqdm(loader, desc=description, leave=False, mininterval=0.5, unit="batch")
+from .progress import progress as progress_bar
 
 
 def _inputs(model, x, device):
@@ -59,7 +52,7 @@ def train_epoch(
     loss_sum = correct = seen = 0.0
     compute = slept = 0.0
     start = time.perf_counter()
-    bar = _progress(loader, f"epoch {epoch}", progress)
+    bar = progress_bar(loader, f"epoch {epoch}", progress)
     for step, (x, y) in enumerate(bar):
         for callback in callbacks:
             callback.before_step(step, len(y))

@@ -183,3 +183,12 @@ register(
     "backwards as copies",
     pattern=rabenseifner_pattern,
 )
+register(
+    "6.5",
+    "hierarchical",
+    "Hierarchical allreduce: within the node, among node leaders, back within the node",
+    ranks=4,
+    hint="non-leaders send their array to the node's leader and receive the result; each "
+    "leader adds what arrives, swaps node sums with the other leaders, adds them in node "
+    "order (so all leaders get the same bits), and sends the total back",
+)

@@ -1,4 +1,5 @@
-"""Allreduce from point-to-point messages: ring, butterfly, binomial tree and Rabenseifner.
+"""Allreduce from point-to-point messages: ring, butterfly, binomial tree, Rabenseifner and
+hierarchical (by node).
 
 P ranks each hold an array x_r of n elements; allreduce leaves on every rank
 
@@ -6,7 +7,8 @@ P ranks each hold an array x_r of n elements; allreduce leaves on every rank
 
 Each function below sums a flat NumPy/CuPy array ``x`` over ``comm``'s ranks
 in place (and returns it) using only ``comm.send``, ``comm.recv`` and
-``comm.sendrecv`` on whole blocks; the mean is the sum divided by P. Their
+``comm.sendrecv`` on whole blocks (``hierarchical`` also asks MPI, through
+``comm.mpi``, which ranks share a node); the mean is the sum divided by P. Their
 alpha-beta-gamma times are in ``minidl/reference/perf/allreduce_cost.py``
 (Ben-Nun & Hoefler 2019, Demystifying Parallel and Distributed Deep
 Learning, §2.5).
@@ -166,4 +168,58 @@ def rabenseifner(comm, x):
             comm.sendrecv(x[keep[0] : keep[1]], partner, x[give[0] : give[1]], partner)
     # END EXERCISE 6.4
     fold_out(comm, x, p2)
+    return x
+
+
+def nodes_of(comm):
+    """The ranks of each node, lowest first: the ranks that share memory (MPI's
+    ``COMM_TYPE_SHARED``), as lists ordered by their lowest rank."""
+    from mpi4py import MPI
+
+    node = comm.mpi.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
+    lowest = node.allreduce(comm.rank, op=MPI.MIN)
+    node.Free()
+    lowest_of = comm.mpi.allgather(lowest)
+    return [
+        [r for r in range(comm.size) if lowest_of[r] == first] for first in sorted(set(lowest_of))
+    ]
+
+
+def hierarchical(comm, x):
+    """Two levels: sum on each node's leader, combine the leaders' sums, copy back in the node.
+
+    The leader of a node is its lowest rank. Messages within a node go
+    through shared memory; only the N leaders talk over the network. Here
+    they simply swap node sums in N-1 shifts (at shift s leader i sends to
+    i+s and receives from i-s) and each adds the N sums in node order, so all
+    agree bit for bit; the tuned version runs a ring among them instead,
+    2 (N-1)/N of the array per leader rather than 2 (P-1)/P from all P ranks.
+    """
+    xp = get_array_module(x)
+    nodes = nodes_of(comm)
+    leaders = [node[0] for node in nodes]
+    mine = next(node for node in nodes if comm.rank in node)
+    # BEGIN EXERCISE 6.5
+    if comm.rank != mine[0]:
+        comm.send(x, mine[0])
+        comm.recv(x, mine[0])
+        return x
+    received = xp.empty_like(x)
+    for rank in mine[1:]:
+        comm.recv(received, rank)
+        x += received
+    i, n = leaders.index(comm.rank), len(leaders)
+    sums = [None] * n
+    sums[i] = x.copy()
+    for shift in range(1, n):
+        sums[(i - shift) % n] = xp.empty_like(x)
+        comm.sendrecv(
+            sums[i], leaders[(i + shift) % n], sums[(i - shift) % n], leaders[(i - shift) % n]
+        )
+    x[...] = sums[0]
+    for node_sum in sums[1:]:
+        x += node_sum
+    for rank in mine[1:]:
+        comm.send(x, rank)
+    # END EXERCISE 6.5
     return x

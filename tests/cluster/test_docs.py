@@ -1,0 +1,44 @@
+"""docs/cluster.md's emulated-cluster commands run as written (with this test's MPI)."""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.mpi
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def documented_commands():
+    """The shell block that follows the marker in docs/cluster.md, one command per entry."""
+    text = (ROOT / "docs" / "cluster.md").read_text()
+    block = re.search(r"tests/cluster/test_docs.py -->\n```sh\n(.*?)```", text, re.S).group(1)
+    return [c.strip() for c in block.replace("\\\n", " ").splitlines() if c.strip()]
+
+
+def test_the_emulated_cluster_commands_of_the_guide_run(cluster, cluster_tool, tmp_path):
+    here = cluster(1)  # skips where a cluster cannot be built
+    name = f"doc{os.getpid()}"
+    env = {
+        **os.environ,
+        **here.env(),
+        "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
+    }
+    try:
+        for command in documented_commands():
+            command = command.replace("sudo ", "").replace("--name demo", f"--name {name}")
+            command = command.replace("/demo/", f"/{name}/")
+            command = command.replace("--mpi openmpi", "")  # --mpi auto: this test's MPI
+            command = command.replace("python scripts/", f"{sys.executable} {ROOT}/scripts/")
+            command = re.sub(r"\bpython -m", f"{sys.executable} -m", command)
+            done = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True,
+                                  text=True, timeout=240)  # fmt: skip
+            assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
+    finally:
+        cluster_tool.Cluster(1, name=name).down()
+    lines = (tmp_path / "runs" / "cluster-demo" / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 2  # the resumed run added its epoch
+    assert not any(ns.startswith(f"minidl-{name}-") for ns in cluster_tool._namespaces())

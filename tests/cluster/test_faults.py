@@ -1,0 +1,94 @@
+"""Node faults on the emulated cluster: a node's link cut mid-run, a node's processes killed.
+
+Either way the job must end (no silent hang), the run's checkpoint and metrics
+must stay readable, and ``--resume`` must continue the run from its checkpoint.
+"""
+
+import json
+import os
+import time
+
+import pytest
+
+from minidl.data import DatasetNotFoundError, FashionMNIST
+from minidl.train.checkpoint import load_checkpoint
+
+pytestmark = pytest.mark.mpi
+
+try:
+    FashionMNIST(train=False)
+except DatasetNotFoundError:
+    pytest.skip("Fashion-MNIST not found (make data)", allow_module_level=True)
+
+HANG_TIMEOUT = 6
+TRAIN = ["-m", "minidl", "train", "--model", "lenet5", "--subset", "1920", "--no-progress",
+         "--batch-size", "32", "--dist", "sync", "--hang-timeout", str(HANG_TIMEOUT)]  # fmt: skip
+
+
+def epochs_done(run_dir):
+    """The epochs of the run's metrics; every line must be whole JSON."""
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [r["epoch"] for r in map(json.loads, f) if r["kind"] == "epoch"]
+
+
+def start_and_wait_for_a_checkpoint(c, out):
+    job = c.start(1, *TRAIN, "--epochs", "50", "--out", out)
+    checkpoint = os.path.join(out, "checkpoint.npz")
+    deadline = time.monotonic() + 120
+    while not os.path.exists(checkpoint):
+        assert job.poll() is None, job.communicate()[0]
+        assert time.monotonic() < deadline, "no checkpoint after 120 s"
+        time.sleep(0.2)
+    return job
+
+
+def assert_intact_and_resumable(c, out):
+    """The files a fault left are whole, and the run continues from its checkpoint."""
+    state = load_checkpoint(os.path.join(out, "checkpoint.npz"))
+    done = epochs_done(out)
+    assert done and done == list(range(1, len(done) + 1)), done
+    result = c.run(1, *TRAIN, "--epochs", str(len(done) + 1),
+                   "--resume", os.path.join(out, "checkpoint.npz"), timeout=120)  # fmt: skip
+    assert result.returncode == 0 and not result.timed_out, result.output
+    assert epochs_done(out) == list(range(1, len(done) + 2))
+    assert (
+        state.model_state.keys()
+        == load_checkpoint(os.path.join(out, "checkpoint.npz")).model_state.keys()
+    )
+
+
+def test_a_cut_link_ends_the_job_naming_the_rank_and_host_that_stopped_answering(cluster, tmp_path):
+    c = cluster(2)
+    out = str(tmp_path / "run")
+    job = start_and_wait_for_a_checkpoint(c, out)
+    c.link("node1", "down")
+    cut = time.monotonic()
+    result = c.finish(job, timeout=HANG_TIMEOUT + 60)
+    waited = time.monotonic() - cut
+    assert not result.timed_out, f"hung:\n{result.output}"
+    # minidl aborts after HANG_TIMEOUT; Open MPI's launcher then gives up on the lost node's
+    # daemon after its TCP retries (~25 s on the emulated nodes)
+    assert waited < HANG_TIMEOUT + 40, f"{waited:.0f} s to end:\n{result.output}"
+    if "PRTE has lost communication" in result.output:
+        # Open MPI's launcher may notice the lost node first (then it exits 0)
+        assert "Remote daemon" in result.output and "on node node1" in result.output
+    else:
+        assert result.returncode != 0, result.output
+        assert "rank 0 on node0 made no progress" in result.output, result.output
+        assert "Not answering: rank 1 on node1" in result.output, result.output
+        assert "check node1" in result.output and "--resume" in result.output
+    c.link("node1", "up")
+    assert_intact_and_resumable(c, out)
+
+
+def test_a_node_whose_processes_die_ends_the_job_within_30_s(cluster, tmp_path):
+    c = cluster(2)
+    out = str(tmp_path / "run")
+    job = start_and_wait_for_a_checkpoint(c, out)
+    c.kill("node1")
+    killed = time.monotonic()
+    result = c.finish(job, timeout=60)
+    assert not result.timed_out, f"hung:\n{result.output}"
+    assert time.monotonic() - killed < 30
+    assert "epoch 50/50" not in result.output  # ended early, whatever the launcher's status
+    assert_intact_and_resumable(c, out)
