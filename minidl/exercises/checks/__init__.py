@@ -12,4 +12,5 @@ MODULES = (
     "compression",
     "pipeline",
     "spatial",
+    "data",
 )
