@@ -53,3 +53,9 @@ def test_an_unreadable_image_on_one_rank_ends_the_job_naming_it(mpi_run, folder,
     assert not result.timed_out, f"hung:\n{result.output}"
     assert result.returncode != 0
     assert f"{made['corrupt']}: cannot decode the image" in result.output
+
+
+def test_rank_zero_alone_measures_the_colour_statistics(run_checks, folder, tmp_path):
+    root, _ = folder
+    env = {"FOLDER": str(root), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    run_checks(2, "colour_stats_once", script="folder_checks.py", env=env, timeout=120)
