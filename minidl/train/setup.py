@@ -58,6 +58,8 @@ def build_model(config, train_set):
     if config.model == "alexnet":
         side = crop_size(config) if config.dataset == "folder" else train_set.images.shape[-1]
         options = dict(variant=config.variant or "torchvision", image_size=side)
+        if config.dropout is not None:
+            options["dropout"] = config.dropout
     model = models.build(
         config.model,
         num_classes=len(train_set.classes),
