@@ -64,14 +64,18 @@ def test_rank_zero_alone_measures_the_colour_statistics(run_checks, folder, tmp_
     run_checks(2, "colour_stats_once", script="folder_checks.py", env=env, timeout=120)
 
 
-def test_two_ranks_equal_one_process_with_the_whole_batch(mpi_run, tmp_path):
-    """float64, 3 steps of momentum SGD with crops, flips and colour noise (drawn per sample
-    index, so the split does not matter) and no dropout (its masks are drawn per rank)."""
+@pytest.mark.parametrize("corrupt", [False, True])
+def test_two_ranks_equal_one_process_with_the_whole_batch(mpi_run, tmp_path, corrupt):
+    """float64, 3 or 4 steps of momentum SGD with crops, flips and colour noise (drawn per
+    sample index, so the split does not matter) and no dropout (its masks are drawn per
+    rank); with a corrupt image skipped, the gradient is the mean over the images used."""
     pytest.importorskip("PIL")
     root = tmp_path / "images"
-    write_image_folder(root, corrupt=False)
+    made = write_image_folder(root, corrupt=corrupt)
+    images = len(made["train"])  # the readable ones
     common = ["-m", "minidl", "train", *SMALL, "--data-dir", str(root), "--dtype", "float64",
-              "--dropout", "0", "--subset", "12", "--lr", "0.02"]  # fmt: skip
+              "--dropout", "0", "--lr", "0.02"]  # fmt: skip
+    common += ["--skip-unreadable"] if corrupt else ["--subset", "12"]
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
     runs = {}
     for ranks, extra in ((1, ["--batch-size", "4"]), (2, ["--batch-size", "2", "--dist", "sync"])):
@@ -82,7 +86,8 @@ def test_two_ranks_equal_one_process_with_the_whole_batch(mpi_run, tmp_path):
         record = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
         runs[ranks] = (checkpoint.model_state, checkpoint.optimizer_state["state"], record)
     (one, one_velocity, one_record), (two, two_velocity, two_record) = runs[1], runs[2]
-    assert one_record["train_images"] == two_record["train_images"] == 12
+    assert one_record["train_images"] == two_record["train_images"] == (images if corrupt else 12)
+    assert one_record.get("skipped_images") == two_record.get("skipped_images")
     assert two_record["train_loss"] == pytest.approx(one_record["train_loss"], rel=1e-12)
     assert sorted(one) == sorted(two)
     for name in one:
