@@ -138,8 +138,7 @@ TRAIN_HELP = {  # the help texts too long to share a line with their option
     "--variant": "alexnet: original (2012 paper, two towers, LRN, 227x227 crops) or torchvision "
     "(one tower, 224x224)",
     "--init": "paper: weights N(0, 0.01), biases 1 in conv2, conv4, conv5, fc6, fc7 (alexnet)",
-    "--dropout": "alexnet: the classifier's dropout probability (default: 0.5); 0 makes "
-    "--dist sync equal one process with the whole batch",
+    "--dropout": "alexnet: the classifier's dropout probability (default: 0.5; 0: none)",
     "--crop-size": "--dataset folder: crop side (default: the variant's 227 or 224)",
     "--resize": "--dataset folder: shorter side and central patch before cropping",
     "--ten-crop": "--dataset folder: evaluate on ten crops (corners, centre, mirrored), softmax "

@@ -19,8 +19,7 @@
 connected layer for other square inputs (the feature map after the last
 pooling, ``features_side``), e.g. small crops in tests; the default is the
 variant's own 227 or 224. ``dropout`` replaces the classifier's dropout
-probability (None: 0.5, ``small`` 0.3); 0 removes the only randomness of the
-forward pass, e.g. to compare data-parallel training with one process exactly.
+probability (None: 0.5, ``small`` 0.3; 0: none).
 ``paper_init`` is the paper's initialisation (Sec. 5).
 """
 

@@ -66,15 +66,15 @@ def test_rank_zero_alone_measures_the_colour_statistics(run_checks, folder, tmp_
 
 @pytest.mark.parametrize("corrupt", [False, True])
 def test_two_ranks_equal_one_process_with_the_whole_batch(mpi_run, tmp_path, corrupt):
-    """float64, 3 or 4 steps of momentum SGD with crops, flips and colour noise (drawn per
-    sample index, so the split does not matter) and no dropout (its masks are drawn per
-    rank); with a corrupt image skipped, the gradient is the mean over the images used."""
+    """float64, 3 or 4 steps of momentum SGD with crops, flips, colour noise and dropout all
+    drawn per sample index, so the split does not matter; with a corrupt image skipped, the
+    gradient is the mean over the images used."""
     pytest.importorskip("PIL")
     root = tmp_path / "images"
     made = write_image_folder(root, corrupt=corrupt)
     images = len(made["train"])  # the readable ones
     common = ["-m", "minidl", "train", *SMALL, "--data-dir", str(root), "--dtype", "float64",
-              "--dropout", "0", "--lr", "0.02"]  # fmt: skip
+              "--lr", "0.02"]  # fmt: skip
     common += ["--skip-unreadable"] if corrupt else ["--subset", "12"]
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
     runs = {}
