@@ -12,6 +12,7 @@ import numpy as np
 from . import backend
 
 _generators = {"cpu": np.random.default_rng()}
+_samples = {"keys": None, "draws": 0}  # the current batch's per-sample keys (set_sample_keys)
 
 
 def manual_seed(seed):
@@ -29,6 +30,25 @@ def get_rng(xp=np):
         seed = int(_generators["cpu"].integers(2**63))
         _generators["cuda"] = backend.xp_for("cuda").random.default_rng(seed)
     return _generators["cuda"]
+
+
+def set_sample_keys(keys):
+    """Draw the per-sample random numbers of the next step (dropout masks) from one stream per
+    row, seeded by the row's key (e.g. ``(seed, epoch, dataset index)``) and the draw's number
+    within the step; ``None``: from the shared generator again. Keyed by sample, the masks do
+    not depend on how a global batch is split over ranks."""
+    _samples.update(keys=None if keys is None else [tuple(int(k) for k in key) for key in keys],
+                    draws=0)  # fmt: skip
+
+
+def sample_generators(rows):
+    """One NumPy Generator per row for the next draw when keys of ``rows`` samples are set
+    (``set_sample_keys``); None otherwise (a batch of another size, e.g. a micro-batch)."""
+    keys = _samples["keys"]
+    if keys is None or len(keys) != rows:
+        return None
+    draw, _samples["draws"] = _samples["draws"], _samples["draws"] + 1
+    return [np.random.default_rng([*key, draw]) for key in keys]
 
 
 def get_state():

@@ -140,6 +140,7 @@ TRAIN_HELP = {  # the help texts too long to share a line with their option
     "--variant": "alexnet: original (2012 paper, two towers, LRN, 227x227 crops) or torchvision "
     "(one tower, 224x224)",
     "--init": "paper: weights N(0, 0.01), biases 1 in conv2, conv4, conv5, fc6, fc7 (alexnet)",
+    "--dropout": "alexnet: the classifier's dropout probability (default: 0.5; 0: none)",
     "--crop-size": "--dataset folder: crop side (default: the variant's 227 or 224)",
     "--resize": "--dataset folder: shorter side and central patch before cropping",
     "--ten-crop": "--dataset folder: evaluate on ten crops (corners, centre, mirrored), softmax "
@@ -214,6 +215,7 @@ def add_train_arguments(p):
     add("--recipe", choices=list(RECIPES))
     add("--variant", choices=("original", "torchvision"))
     add("--init", default="default", choices=INITS)
+    add("--dropout", type=number())
     add("--crop-size", type=positive_int)
     add("--resize", type=positive_int, default=256)
     add("--pca-std", type=number(), default=0.1)

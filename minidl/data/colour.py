@@ -8,12 +8,15 @@ components of the RGB pixel values "throughout the ImageNet training set"
 in float64 over the prepared 256x256 patches of (at most ``max_images``,
 evenly spaced) training images, once: the result is cached in a small
 ``.npz`` named by a SHA-256 of the file list (paths, sizes, modification
-times) and the patch size, so a changed folder is measured again.
+times) and the patch size, so a changed folder is measured again. Under MPI
+(``comm``), rank 0 alone measures or reads the cache and broadcasts the
+result: the other ranks neither decode the images nor touch the cache.
 """
 
 import hashlib
 import io
 import os
+import pickle
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,12 +86,39 @@ def cache_key(paths, resize):
     return digest.hexdigest()
 
 
-def colour_stats(paths, resize=RESIZE, max_images=10000, workers=0, cache=None, **options):
+def on_rank_zero(comm, work):
+    """``work()`` run by rank 0 of ``comm`` alone and its result given to every rank; an
+    exception there is raised on every rank, so that none waits for a result never sent."""
+    outcome = None
+    if comm.rank == 0:
+        try:
+            outcome = (True, work())
+        except Exception as exc:
+            try:
+                error = pickle.loads(pickle.dumps(exc))
+            except Exception:
+                error = RuntimeError(f"{type(exc).__name__}: {exc}")
+            comm.bcast_object((False, error))
+            raise
+    done, value = comm.bcast_object(outcome)
+    if not done:
+        raise value
+    return value
+
+
+def colour_stats(
+    paths, resize=RESIZE, max_images=10000, workers=0, cache=None, comm=None, **options
+):
     """The cached ``ColourStats`` of up to ``max_images`` evenly spaced ``paths``.
 
     ``cache``: the folder of the ``.npz`` files (default ``~/.cache/minidl/image-folders``;
-    False: no cache). ``options`` go to ``measure``.
+    False: no cache). ``comm``: a communicator whose rank 0 alone measures (or reads the
+    cache) and broadcasts (``on_rank_zero``). ``options`` go to ``measure``.
     """
+    if comm is not None and comm.size > 1:
+        return on_rank_zero(
+            comm, lambda: colour_stats(paths, resize, max_images, workers, cache, **options)
+        )
     paths = list(paths)
     if max_images and len(paths) > max_images:
         paths = [paths[i] for i in np.linspace(0, len(paths) - 1, max_images).astype(int)]

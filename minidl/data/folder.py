@@ -96,7 +96,8 @@ class ImageFolder:
     at most ``stats_images`` training images, cached). ``val_labels``: the
     label file of a flat ``val/`` (default ``root/val_labels.txt``). ``workers``
     and ``skip_unreadable`` apply to measuring the colour statistics (the
-    ``DataLoader`` has its own).
+    ``DataLoader`` has its own); under MPI, ``comm`` makes rank 0 alone measure them
+    (``colour.colour_stats``).
     """
 
     def __init__(
@@ -112,6 +113,7 @@ class ImageFolder:
         val_labels=None,
         workers: int = 0,
         skip_unreadable: bool = False,
+        comm=None,
     ):
         self.root, self.train = Path(root), train
         train_dir = self.root / "train"
@@ -132,8 +134,9 @@ class ImageFolder:
             raise FolderError(f"{self.root / split}: no images ({', '.join(IMAGE_SUFFIXES)})")
         if stats is None:
             stats = colour_stats(
-                train_paths, resize, stats_images, workers, skip_unreadable=skip_unreadable
-            )
+                train_paths, resize, stats_images, workers, comm=comm,
+                skip_unreadable=skip_unreadable,
+            )  # fmt: skip
         self.stats = stats
         self.samples = list(paths)
         self.labels = np.asarray(labels, dtype=np.int64)

@@ -35,6 +35,9 @@ class ImageDecodeError(OSError):
         super().__init__(f"{path}: cannot decode the image ({reason})")
         self.path, self.reason = path, reason
 
+    def __reduce__(self):  # picklable, so that rank 0 can send it to the other ranks
+        return type(self), (self.path, self.reason)
+
 
 def pillow():
     """The ``PIL.Image`` module, or an ImportError that names the extra to install."""

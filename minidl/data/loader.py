@@ -19,9 +19,10 @@ samples of the next ``prefetch`` batches while the current one trains
 also stay safe in an MPI rank, where forking is not). Sample ``i`` of epoch
 ``e`` draws its random choices from a generator seeded by ``(seed, e, i)``,
 so its batch is the same whatever the worker count, the rank count or the
-timing. An unreadable file stops the epoch with an ``ImageDecodeError``
-naming it, or, with ``skip_unreadable``, is left out of its batch and
-counted in ``loader.skipped``.
+timing; ``current_sample_keys`` holds ``(seed, e, i)`` of each sample of the
+batch just yielded (the training loop keys dropout by them). An unreadable
+file stops the epoch with an ``ImageDecodeError`` naming it, or, with
+``skip_unreadable``, is left out of its batch and counted in ``loader.skipped``.
 """
 
 import collections
@@ -80,6 +81,7 @@ class DataLoader:
         self.skip_unreadable, self.skipped = bool(skip_unreadable), []
         self.epoch = 0
         self.current_global_batch_size = 0
+        self.current_sample_keys = None  # in-memory datasets: none (dropout draws as usual)
         if hasattr(dataset, "load"):
             self._images, self._labels = None, np.asarray(dataset.labels, dtype=np.int64)
         else:
@@ -162,6 +164,7 @@ class DataLoader:
                 keep = [j for j, sample in enumerate(samples) if not isinstance(sample, Exception)]
                 self.skipped += [sample for sample in samples if isinstance(sample, Exception)]
                 self.current_global_batch_size = self.global_batch_size(step)
+                self.current_sample_keys = [(self.seed, epoch, int(i)) for i in steps[step][keep]]
                 shape = (len(keep), *self.dataset.sample_shape)
                 x = np.stack([samples[j] for j in keep]) if keep else np.zeros(shape, np.float32)
                 yield x, self._labels[steps[step][keep]]

@@ -8,6 +8,8 @@ loop's callbacks, and (sync) the weighting of uneven local batches.
 
 import sys
 
+import numpy as np
+
 from ..train.callbacks import Callback, NonFiniteLossError
 from ..train.config import option
 from ..train.engine import Diverged, LocalEngine
@@ -24,13 +26,21 @@ from .watchdog import Watchdog, idle
 
 
 class BatchWeighting(Callback):
-    """Weigh each rank's gradient by its share of the global batch (uneven last batches)."""
+    """Weigh each rank's gradient by its share of the global batch (uneven last batches).
 
-    def __init__(self, optimizer, loader):
-        self.optimizer, self.loader = optimizer, loader
+    A loader that skips unreadable images may hand a rank fewer than its share: then the
+    ranks sum the images they actually use (one allreduce of a number per step), so that
+    the averaged gradient is the mean over those images, as in one process."""
+
+    def __init__(self, optimizer, loader, comm):
+        self.optimizer, self.loader, self.comm = optimizer, loader, comm
 
     def before_step(self, step, batch_size):
-        self.optimizer.set_batch_weight(batch_size, self.loader.global_batch_size(step))
+        total = self.loader.global_batch_size(step)
+        if getattr(self.loader, "skip_unreadable", False):
+            used = np.array([batch_size], dtype=np.float64)
+            total = int(self.comm.allreduce(used, op="sum")[0])
+        self.optimizer.set_batch_weight(batch_size, total)
 
 
 def run_callbacks(options, comm, seed, servers=0):
@@ -100,7 +110,7 @@ class SyncEngine(_DistributedEngine, LocalEngine):
                 plain, self.comm, allreduce=options.allreduce, bucket_mb=options.bucket_mb,
                 overlap=options.overlap, model=self.model,
             )  # fmt: skip
-        self.callbacks.insert(0, BatchWeighting(self.optimizer, self.loader))
+        self.callbacks.insert(0, BatchWeighting(self.optimizer, self.loader, self.comm))
 
     def epoch_records(self, epoch):
         return [self.optimizer.compression_record(epoch)] if self.options.compressed else []

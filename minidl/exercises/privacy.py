@@ -23,6 +23,7 @@ GIVEN = ("minidl/reference/", "minidl/exercises/")  # given code: its lines are 
 VISIBLE_IN_TUNED_CODE = {
     "3.3": ("minidl/conv/direct.py",),  # the tuned direct convolution: the same loop over taps
     "10.2": ("minidl/dist/pipeline/schedules.py",),  # the tuned 1F1B schedule's phases
+    "13.1": ("minidl/data/colour.py",),  # the tuned colour PCA: the same eigh, sorted
 }
 
 

@@ -1,17 +1,26 @@
 """Inverted dropout (Srivastava et al. 2014): in training, zero each element
 with probability p and scale the survivors by 1/(1-p), so that evaluation is
-the identity. Draws come from ``minidl.random`` (seed it with ``manual_seed``).
+the identity. Draws come from ``minidl.random`` (seed it with ``manual_seed``):
+one stream per sample while the training loop sets the batch's sample keys
+(``random.set_sample_keys``, image folders), else the shared generator.
 """
+
+import numpy as np
 
 from ..autograd import Function, Tensor
 from ..backend import get_array_module
-from ..random import get_rng
+from ..random import get_rng, sample_generators
 
 
 class Dropout(Function):
     def forward(self, x, p):
         xp = get_array_module(x)
-        keep = get_rng(xp).random(x.shape, dtype=x.dtype) >= p
+        rows = sample_generators(x.shape[0])
+        if rows is None:
+            draws = get_rng(xp).random(x.shape, dtype=x.dtype)
+        else:
+            draws = xp.asarray(np.stack([g.random(x.shape[1:], dtype=x.dtype) for g in rows]))
+        keep = draws >= p
         self.mask = keep.astype(x.dtype)
         self.mask *= 1.0 / (1.0 - p)
         return x * self.mask

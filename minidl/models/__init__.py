@@ -13,8 +13,8 @@ MODELS = {
     "alexnet-small": lambda classes, channels, algo, act: alexnet(
         classes, "small", channels, algo, activation=act
     ),
-    "alexnet": lambda classes, channels, algo, act, variant="torchvision", image_size=None: alexnet(
-        classes, variant, channels, algo, act, image_size
+    "alexnet": lambda classes, channels, algo, act, **options: alexnet(
+        classes, in_channels=channels, conv_algo=algo, activation=act, **options
     ),
 }
 
@@ -28,7 +28,7 @@ def build(
     **options,
 ):
     """A model by its CLI name; an unknown name lists the choices. ``options`` (``variant``,
-    ``image_size``) are AlexNet's."""
+    ``image_size``, ``dropout``) are AlexNet's."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}: choose one of {', '.join(MODELS)}")
     if options and name != "alexnet":

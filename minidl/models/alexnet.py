@@ -18,7 +18,9 @@
 ``image_size`` (``original`` and ``torchvision``) sizes the first fully
 connected layer for other square inputs (the feature map after the last
 pooling, ``features_side``), e.g. small crops in tests; the default is the
-variant's own 227 or 224. ``paper_init`` is the paper's initialisation (Sec. 5).
+variant's own 227 or 224. ``dropout`` replaces the classifier's dropout
+probability (None: 0.5, ``small`` 0.3; 0: none).
+``paper_init`` is the paper's initialisation (Sec. 5).
 """
 
 from .. import layers as L
@@ -96,9 +98,11 @@ def alexnet(
     conv_algo: str = "auto",
     activation: str = "relu",
     image_size: int | None = None,
+    dropout: float | None = None,
 ) -> L.Sequential:
     """AlexNet; ``variant`` is one of ``VARIANTS`` (see the module doc)."""
     act = activation_layer(activation, "alexnet")
+    p = (0.3 if variant == "small" else 0.5) if dropout is None else dropout
     if variant in IMAGE_SIZE:
         side = features_side(variant, image_size or IMAGE_SIZE[variant])
 
@@ -126,7 +130,7 @@ def alexnet(
             + conv(384, 384, 3, padding=1, groups=2)
             + conv(384, 256, 3, padding=1, groups=2)
             + [pool()]
-            + _classifier(256 * side * side, 4096, num_classes, 0.5, act)
+            + _classifier(256 * side * side, 4096, num_classes, p, act)
         )
     elif variant == "torchvision":  # pooling before the activation: see the module doc
         layers = (
@@ -135,7 +139,7 @@ def alexnet(
             + conv(192, 384, 3, padding=1)
             + conv(384, 256, 3, padding=1)
             + conv_pool(256, 256, 3, padding=1)
-            + _classifier(256 * side * side, 4096, num_classes, 0.5, act)
+            + _classifier(256 * side * side, 4096, num_classes, p, act)
         )
     elif variant == "small":
         layers = (
@@ -147,7 +151,7 @@ def alexnet(
             + conv(96, 96, 3, padding=1)
             + conv(96, 64, 3, padding=1)
             + [L.MaxPool2d(2)]
-            + _classifier(64 * 3 * 3, 256, num_classes, 0.3, act)
+            + _classifier(64 * 3 * 3, 256, num_classes, p, act)
         )
     else:
         raise ValueError(f"alexnet: variant {variant!r} is not one of {VARIANTS}")

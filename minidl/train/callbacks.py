@@ -7,6 +7,8 @@ weighting of data parallelism and the non-finite loss check are callbacks.
 
 import math
 
+from ..random import set_sample_keys
+
 STOPPED = (
     "training stopped before this update (the last checkpoint is kept). "
     "Lower the learning rate, or clip gradients"
@@ -32,6 +34,21 @@ class Callback:
 
     def after_step(self, where):
         """After the update, or after an evaluated batch; ``where`` says which."""
+
+
+class SampleKeys(Callback):
+    """Key the step's dropout masks by sample (``random.set_sample_keys``) with the keys of
+    the batch the loader just yielded, when it has them (datasets of files), so that a
+    data-parallel step draws the masks one process with the whole batch would."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def before_step(self, step, batch_size):
+        set_sample_keys(getattr(self.loader, "current_sample_keys", None))
+
+    def after_step(self, where):
+        set_sample_keys(None)
 
 
 class StopOnNonFiniteLoss(Callback):

@@ -98,6 +98,7 @@ class TrainConfig:
     # AlexNet on an image folder (--dataset folder): see models.alexnet and data.folder
     variant: str | None = None  # alexnet: original or torchvision (default torchvision)
     init: str = "default"  # paper: Krizhevsky et al.'s N(0, 0.01) weights and 0/1 biases
+    dropout: float | None = None  # alexnet: the classifier's dropout p (None: the variant's)
     crop_size: int | None = None  # folder crops (default: the variant's 227 or 224)
     resize: int = 256  # folder images: shorter side and central patch
     ten_crop: bool = False  # evaluate on the paper's ten crops (softmax averaged)
@@ -138,6 +139,11 @@ class TrainConfig:
             raise ConfigError(f"{option('variant')} applies to {option('model')} alexnet only")
         if self.model == "alexnet":
             check_choice("variant", self.variant or "torchvision", ("original", "torchvision"))
+        if self.dropout is not None and self.model != "alexnet":
+            raise ConfigError(f"{option('dropout')} applies to {option('model')} alexnet only")
+        check_number("dropout", self.dropout, optional=True)
+        if self.dropout is not None and self.dropout >= 1:
+            raise ConfigError(f"{option('dropout')} {self.dropout} must lie in [0, 1)")
         if self.init == "paper" and self.model != "alexnet":
             raise ConfigError(f"{option('init')} paper is AlexNet's: use {option('model')} alexnet")
         if self.lr_schedule == "plateau" and self.warmup_epochs:

@@ -12,7 +12,7 @@ checkpoint); ``record()`` (its options, for the run's configuration);
 """
 
 from ..data import DataLoader
-from .callbacks import NonFiniteLossError, StopOnNonFiniteLoss
+from .callbacks import NonFiniteLossError, SampleKeys, StopOnNonFiniteLoss
 from .loop import train_epoch
 from .setup import augmentation, make_optimizer
 
@@ -47,6 +47,7 @@ class LocalEngine:
             workers=config.data_workers,
             skip_unreadable=config.skip_unreadable,
         )
+        self.callbacks.append(SampleKeys(self.loader))
 
     def distribute(self):
         """Nothing to distribute in a process alone."""

@@ -100,7 +100,7 @@ class TrainingRun:
         if saved is not None:
             check_fixed(saved, config.record())
         md_random.manual_seed(config.seed)
-        self.train_set, self.test_set = load_datasets(config)
+        self.train_set, self.test_set = load_datasets(config, self.comm)
         self.model = build_model(config, self.train_set)
         self.engine = make_engine(config, self.model, self.train_set)
         schedulable = self.engine.schedulable

@@ -58,6 +58,8 @@ def build_model(config, train_set):
     if config.model == "alexnet":
         side = crop_size(config) if config.dataset == "folder" else train_set.images.shape[-1]
         options = dict(variant=config.variant or "torchvision", image_size=side)
+        if config.dropout is not None:
+            options["dropout"] = config.dropout
     model = models.build(
         config.model,
         num_classes=len(train_set.classes),
@@ -71,22 +73,23 @@ def build_model(config, train_set):
     return model.to(config.dtype).to(config.device)
 
 
-def load_split(config, train, stats=None):
+def load_split(config, train, stats=None, comm=None):
     """The training (``train``) or test split of ``config.dataset``; an image folder's
-    validation split takes the training split's colour ``stats``."""
+    validation split takes the training split's colour ``stats``, which under MPI (``comm``)
+    rank 0 alone measures."""
     if config.dataset != "folder":
         cls = DATASETS[config.dataset]
         return cls(root=config.data_dir, train=train, verify=config.verify_data)
     return ImageFolder(
         config.data_dir, train, crop_size(config), config.resize, config.ten_crop,
         config.pca_std, stats, workers=config.data_workers,
-        skip_unreadable=config.skip_unreadable,
+        skip_unreadable=config.skip_unreadable, comm=comm,
     )  # fmt: skip
 
 
-def load_datasets(config):
+def load_datasets(config, comm=None):
     """(train, test) of ``config.dataset``; the training set cut to ``config.subset``."""
-    train = load_split(config, True)
+    train = load_split(config, True, comm=comm)
     test = load_split(config, False, getattr(train, "stats", None))
     return train.first(config.subset), test
 

@@ -134,6 +134,36 @@ def test_dropout_gradient_with_a_fixed_mask(rng):
     assert md.gradcheck(fn, x)
 
 
+def test_dropout_keyed_by_sample_does_not_depend_on_the_split_of_the_batch(rng):
+    from minidl.random import set_sample_keys
+
+    x = md.tensor(1.0 + rng.random((6, 40)), dtype="float64")
+    keys = [(0, 1, index) for index in (9, 2, 7, 4, 0, 5)]
+
+    def masks(rows):
+        set_sample_keys([keys[i] for i in rows])
+        try:
+            first = F.dropout(x[rows], 0.5, training=True).numpy()
+            return first, F.dropout(x[rows], 0.5, training=True).numpy()  # the step's 2nd draw
+        finally:
+            set_sample_keys(None)
+
+    whole = masks(list(range(6)))
+    halves = [masks([0, 1, 2]), masks([3, 4, 5])]
+    for draw in (0, 1):
+        np.testing.assert_array_equal(np.concatenate([h[draw] for h in halves]), whole[draw])
+    assert not np.array_equal(whole[0] == 0, whole[1] == 0)  # each draw of the step its own mask
+    assert 0.3 < (whole[0] == 0).mean() < 0.7
+    md.manual_seed(1)
+    shared = F.dropout(x, 0.5, training=True).numpy()  # no keys: the shared generator
+    md.manual_seed(1)
+    set_sample_keys(keys[:5])  # keys of another batch size are not used
+    try:
+        np.testing.assert_array_equal(F.dropout(x, 0.5, training=True).numpy(), shared)
+    finally:
+        set_sample_keys(None)
+
+
 def test_gradcheck_detects_a_wrong_gradient_and_names_the_element(rng):
     class WrongSquare(md.Function):
         def forward(self, x):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from minidl.data import DataLoader, FolderError, ImageDecodeError, ImageFolder, Preparation
-from minidl.data.colour import colour_stats
+from minidl.data.colour import colour_stats, on_rank_zero
 from minidl.data.imageprep import load_patch, pca_noise
 
 pytest.importorskip("PIL")
@@ -204,3 +204,38 @@ def test_a_subset_holds_every_class(image_folder):
     assert sorted(subset.labels.tolist()) == [0, 0, 1, 2]  # round-robin: 0, 1, 2, then 0
     assert set(subset.samples) <= set(train.samples) and len(subset) == 4
     assert train.first(None) is train
+
+
+class FakeComm:
+    """A rank of a two-rank job whose broadcasts are recorded (rank 0) or given (rank 1)."""
+
+    size = 2
+
+    def __init__(self, rank, received=None):
+        self.rank, self.received, self.sent = rank, received, []
+
+    def bcast_object(self, obj, root=0):
+        self.sent.append(obj)
+        return obj if self.rank == 0 else self.received
+
+
+def test_rank_zero_sends_its_result_or_its_error_and_the_other_ranks_raise_it():
+    root = FakeComm(0)
+    assert on_rank_zero(root, lambda: 42) == 42 and root.sent == [(True, 42)]
+    assert on_rank_zero(FakeComm(1, (True, 42)), lambda: 1 / 0) == 42  # rank 1 never works
+
+    class Unpicklable(ValueError):
+        def __init__(self):
+            super().__init__("bad folder")
+            self.handle = lambda: None  # pickle refuses lambdas
+
+    def fails():
+        raise Unpicklable()
+
+    root = FakeComm(0)
+    with pytest.raises(Unpicklable):
+        on_rank_zero(root, fails)
+    ((done, error),) = root.sent
+    assert not done and isinstance(error, RuntimeError) and str(error) == "Unpicklable: bad folder"
+    with pytest.raises(RuntimeError, match="Unpicklable: bad folder"):
+        on_rank_zero(FakeComm(1, (False, error)), fails)

@@ -13,6 +13,7 @@ from minidl.dist.launch import mpi_unavailable_reason
 from minidl.exercises import get, grader
 from minidl.exercises.student import write_student_tree
 from minidl.reference.conv import winograd
+from minidl.reference.data import colour
 from minidl.reference.dist import compression
 from minidl.reference.functional import linear, loss
 
@@ -222,3 +223,34 @@ def test_os_exit_is_refused_to_the_checked_code_and_left_to_the_graders_threads(
     result = grader.run_in_process(itself)
     assert result.status == "error" and "called os._exit(0)" in result.message
     assert os._exit is grader.EXIT  # put back after each check
+
+
+def test_colour_pca_is_held_to_its_order_and_columns_not_to_the_eigenvectors_signs(monkeypatch):
+    original = colour.colour_pca
+    wrong = {
+        "eigenvalues, largest first": lambda m, v, p: (m, v[::-1], p[:, ::-1]),  # eigh's order
+        "eigenvectors (columns, each up to its sign)": lambda m, v, p: (m, v, p.T),
+        None: lambda m, v, p: (m, v, -p),  # another sign is as right
+    }
+    for named, change in wrong.items():
+        monkeypatch.setattr(colour, "colour_pca", lambda images, c=change: c(*original(images)))
+        result = verdict("13.1")
+        if named is None:
+            assert result.status == "passed", result.message
+        else:
+            assert result.status == "failed" and named in result.message, result.message
+
+
+def test_colour_noise_without_the_square_root_and_top_k_of_the_smallest_fail(monkeypatch):
+    def unscaled(image, eigenvalues, eigenvectors, alpha):
+        return image.astype(np.float64) + (eigenvectors @ (alpha * eigenvalues))[:, None, None]
+
+    monkeypatch.setattr(colour, "pca_lighting", unscaled)
+    result = verdict("13.1")
+    assert result.status == "failed" and "colour noise on a (3, 4, 6) image" in result.message
+    monkeypatch.setattr(colour, "top_k_error", lambda s, y, k=5: np.mean(
+        [label not in np.argsort(row)[:k] for row, label in zip(s, y)]))  # fmt: skip
+    result = verdict("13.2")
+    assert result.status == "failed" and "top-1 error of (40, 9) scores" in result.message, (
+        result.message
+    )

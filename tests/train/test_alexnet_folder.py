@@ -172,3 +172,18 @@ def test_both_variants_against_pytorch_at_a_small_size(variant, size, side):
     np.testing.assert_allclose(loss.item(), reference.item(), rtol=1e-10)
     for mine, other in zip(ours.parameters(), theirs.parameters(), strict=True):
         np.testing.assert_allclose(mine.grad, other.grad.numpy(), rtol=1e-7, atol=1e-12)
+
+
+def test_dropout_option_sets_the_classifier_and_is_refused_elsewhere():
+    from minidl.train.config import ConfigError, TrainConfig
+
+    x = md.tensor(np.random.default_rng(0).normal(size=(2, 3, 63, 63)), dtype="float64")
+    for dropout, same in ((0.0, True), (None, False)):
+        md.random.manual_seed(0)
+        model = alexnet(3, "torchvision", image_size=63, dropout=dropout).to("float64")
+        model.train()
+        assert np.allclose(model(x).data, model(x).data, rtol=1e-10) == same  # new masks, or none
+    with pytest.raises(ConfigError, match="dropout applies to (--)?model alexnet only"):
+        TrainConfig(model="lenet5", dropout=0.2).check()
+    with pytest.raises(ConfigError, match="dropout 1.0 must lie in"):
+        TrainConfig(model="alexnet", dropout=1.0).check()

@@ -13,4 +13,5 @@ MODULES = (
     "pipeline",
     "tensor_parallel",
     "spatial",
+    "data",
 )

@@ -18,28 +18,34 @@ def colour_pca(images):
     """(mean (3,), eigenvalues (3,) decreasing, eigenvectors (3, 3) as columns) of the pixels
     of ``images`` (a list of HWC RGB arrays)."""
     pixels = np.concatenate([image.reshape(-1, 3) for image in images]).astype(np.float64)
+    # BEGIN EXERCISE 13.1
     mean = pixels.mean(axis=0)
     centred = pixels - mean
     cov = centred.T @ centred / len(pixels)
     values, vectors = np.linalg.eigh(cov)
     order = np.argsort(values)[::-1]
     return mean, values[order], vectors[:, order]
+    # END EXERCISE 13.1
 
 
 def pca_lighting(image, eigenvalues, eigenvectors, alpha):
     """``image`` (CHW) with ``sum_i alpha_i sqrt(lambda_i) p_i`` added to every pixel."""
     out = image.astype(np.float64)
+    # BEGIN EXERCISE 13.1
     for i in range(3):
         shift = alpha[i] * np.sqrt(eigenvalues[i]) * eigenvectors[:, i]
         for channel in range(3):
             out[channel] += shift[channel]
     return out
+    # END EXERCISE 13.1
 
 
 def top_k_error(scores, labels, k=5):
     """The fraction of rows of ``scores`` whose label is not among their ``k`` best."""
+    # BEGIN EXERCISE 13.2
     misses = 0
     for row, label in zip(scores, labels):
         best = sorted(range(len(row)), key=lambda c: -row[c])[:k]
         misses += label not in best
     return misses / len(labels)
+    # END EXERCISE 13.2
