@@ -4,9 +4,12 @@
 run: every option not given on the command line takes the value the
 checkpoint's run used, except those of this launch (where the data is, how
 ranks are started and slowed; compression and servers are restored only for
-a ``--dist`` run). What may and may not change, and the notes on changes,
-are the library's (``minidl.train.resume``).
+a ``--dist`` run, micro-batches, schedule and chunks only for a pipeline).
+What may and may not change, and the notes on changes, are the library's
+(``minidl.train.resume``).
 """
+
+from ..dist.grid import GridShape
 
 # how this launch runs, not what the run is
 NOT_RESTORED = (
@@ -16,21 +19,31 @@ NOT_RESTORED = (
 )  # fmt: skip
 # options of a --dist run: restored only when the resumed run has --dist too
 DIST_ONLY = ("compress", "error_feedback", "servers")
+# options of a pipeline: restored only when the resumed run has a pipeline (--grid ...,pp=P)
+PIPELINE_ONLY = ("micro_batches", "schedule", "chunks")
 # saved under the option's own name, typed as its negation
 NEGATED = {"overlap": "no_overlap"}
+
+
+def _pipelined(args):
+    grid = getattr(args, "grid", None)
+    return grid is not None and GridShape.parse(grid).pp > 1
 
 
 def reconcile(saved, args, given, world_size=1):
     """Fill the options of ``args`` not in ``given`` from ``saved`` (the checkpoint's config).
 
-    ``world_size``: the processes that will share each step; the samples per
-    step are kept when it changes and ``--batch-size`` is not given.
+    ``world_size``: the processes that will share each step's samples (a
+    pipeline's replicas); the samples per step are kept when it changes and
+    ``--batch-size`` is not given.
     """
     for key, old in saved.items():
         dest = NEGATED.get(key, key)
         if key in NOT_RESTORED or not hasattr(args, dest) or dest in given:
             continue
         if key in DIST_ONLY and getattr(args, "dist", None) is None:
+            continue
+        if key in PIPELINE_ONLY and not _pipelined(args):
             continue
         if key == "batch_size":
             per_step = saved["batch_size"] * saved.get("world_size", 1)

@@ -279,6 +279,8 @@ def run_train(args):
         saved = load_checkpoint(args.resume).training_config()
         # with --workers, --batch-size here is the whole step's (the workers split it)
         world = 1 if args.workers > 1 else ranks
+        if args.grid:  # the replicas share a step's samples; the other axes share the model
+            world = GridShape.parse(args.grid).dp
         reconcile(saved, args, given_options(args.argv), world)
     if args.workers > 1 and (args.dist or ranks > 1):
         raise ValueError("--workers starts its own processes; under mpiexec use --dist instead")

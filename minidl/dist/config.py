@@ -105,7 +105,7 @@ class DistConfig:
             raise ConfigError(
                 f"{option('grid')} arranges ranks for synchronous training, not for {what}"
             )
-        self._check_pipeline(config, resume)
+        self._check_pipeline(config)
         if self.servers != 1 and not mode.uses_server:
             raise ConfigError(
                 f"{option('servers')} applies to {option('dist')} bsp, ssp:S, asp and easgd, "
@@ -140,7 +140,7 @@ class DistConfig:
         """True when the grid has a pipeline axis (pp > 1)."""
         return self.grid is not None and self.grid.pp > 1
 
-    def _check_pipeline(self, config, resume):
+    def _check_pipeline(self, config):
         if not self.pipelined:
             if (self.micro_batches, self.schedule, self.chunks) != (1, "1f1b", None):
                 raise ConfigError(
@@ -152,8 +152,6 @@ class DistConfig:
         check_pipeline(
             layers, self.grid.pp, self.micro_batches, self.schedule, self.chunks, config.batch_size
         )
-        if resume:
-            raise ConfigError(f"{option('resume')} does not work with a pipeline (pp > 1) yet")
         if config.clip_grad_norm is not None:
             raise ConfigError(
                 f"{option('clip_grad_norm')} needs the whole gradient's norm, which no pipeline "

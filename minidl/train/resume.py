@@ -18,6 +18,7 @@ FIXED = ("model", "activation", "dataset", "optimizer", "subset", "seed", "dtype
 LAUNCH = (
     "out", "overwrite", "progress", "threads", "device", "trace", "data_dir", "verify_data",
     "hang_timeout", "straggler", "jitter", "world_size", "batch_size", "dist",
+    "grid",
 )  # fmt: skip
 
 

@@ -121,7 +121,8 @@ class TrainingRun:
 
     def record(self):
         """The options worth keeping with the run (``config.json`` and the checkpoint)."""
-        return self.config.record() | self.engine.record() | {"world_size": self.size}
+        # world_size: the processes sharing each step's samples (an engine may say fewer)
+        return self.config.record() | {"world_size": self.size} | self.engine.record()
 
     def _load(self, checkpoint, changed):
         """Put the checkpoint's weights, optimizer, schedule and RNG state in place; its epoch."""
@@ -131,8 +132,8 @@ class TrainingRun:
             optimizer.load_state_dict(checkpoint.optimizer_state)
         if self.scheduler is not None and checkpoint.meta.get("scheduler"):
             self.scheduler.load_state_dict(checkpoint.meta["scheduler"])
-        if optimizer is not None:
-            apply_changes(self.config, changed, optimizer, self.scheduler)
+        if self.engine.schedulable is not None:  # the optimizer the schedule drives
+            apply_changes(self.config, changed, self.engine.schedulable, self.scheduler)
         md_random.set_state(checkpoint.meta["rng"])
         return int(checkpoint.meta["epoch"])
 

@@ -72,3 +72,8 @@ def test_a_non_finite_gradient_stops_every_rank_of_dp_x_pp_without_a_hang():
 @pytest.mark.timeout(240)
 def test_bad_arguments_are_refused_alike_on_every_rank():
     run_checks(2, "refusals")
+
+
+@pytest.mark.timeout(240)
+def test_the_gathered_optimizer_state_is_one_process_and_resumes_on_another_schedule():
+    run_checks(4, "optimizer_state")

@@ -4,8 +4,9 @@ The ranks form a grid (``grid.py``): each of the D replicas is a pipeline of P
 ranks (``PipelineTrainer`` over the ``pp`` group) that trains on its share of
 the global batch, and the ranks holding the same stage average their gradients
 over the ``dp`` group once per step. After each epoch every rank gathers the
-whole model from its pipeline, so evaluation and the checkpoint (rank 0's, under
-the serial run's names) see the model as one process would.
+whole model and optimizer state from its pipeline, so evaluation and the
+checkpoint (rank 0's, under the serial run's names and parameter order) see the
+run as one process would, and a checkpoint resumes on any layout.
 """
 
 import math
@@ -30,6 +31,24 @@ from .trainer import PipelineTrainer
 def correct_predictions(output, labels):
     """How many rows of ``output`` have their largest value at the row's label."""
     return int((to_numpy(output.argmax(axis=1)) == labels).sum())
+
+
+class WholeOptimizerState:
+    """What the checkpoint keeps of a pipeline's optimizer: the whole run's state as one
+    process's optimizer holds it. ``gather()`` (collective, at an epoch's end) collects it
+    for ``state_dict()``; ``load_state_dict(state)`` gives each rank its stages' share."""
+
+    def __init__(self, trainer):
+        self.trainer, self._state = trainer, None
+
+    def gather(self):
+        self._state = self.trainer.full_optimizer_state()
+
+    def state_dict(self):
+        return self._state
+
+    def load_state_dict(self, state):
+        self.trainer.load_optimizer_state(state)
 
 
 class PipelineEngine(_DistributedEngine):
@@ -57,7 +76,7 @@ class PipelineEngine(_DistributedEngine):
         )  # fmt: skip
         self.optimizer = self.trainer.optimizer
         self.schedulable = plain[0] if plain else None  # None: a stage without parameters
-        self.checkpoint_optimizer = None  # each stage holds its part of the optimizer state
+        self.checkpoint_optimizer = WholeOptimizerState(self.trainer)
         self.loader = DataLoader(
             train_set, config.batch_size, shuffle=True, seed=config.seed, drop_last=False,
             rank=self.replicas.rank, world_size=self.replicas.size,
@@ -97,6 +116,10 @@ class PipelineEngine(_DistributedEngine):
     def evaluated(self):
         """Nothing to restore: every rank already holds the whole model."""
 
+    def record(self):
+        """The options, and as ``world_size`` the replicas: the ranks sharing a step's samples."""
+        return super().record() | {"world_size": self.grid.shape.dp}
+
     def train(self, epoch, progress):
         self.loader.set_epoch(epoch - 1)
         self.model.train()
@@ -125,6 +148,7 @@ class PipelineEngine(_DistributedEngine):
         self.replicas.allreduce(totals, op="sum")
         loss_sum, correct, seen = totals
         self.model.load_state_dict(self.trainer.full_state_dict())
+        self.checkpoint_optimizer.gather()
         stats = {
             "loss": loss_sum / max(seen, 1), "acc": correct / max(seen, 1),
             "images": int(seen), "seconds": seconds, "images_per_s": seen / seconds,

@@ -1,10 +1,13 @@
 """Run one rank's pipeline instruction list over a ``Communicator``.
 
-Sends are ``isend``s (completed at ``step``); a receive blocks right before the
-forward or backward that needs it. An activation travels as a small header (dtype
-and shape) followed by the array; a gradient needs no header, as it has the shape of
-the output it belongs to. Each forward keeps its input and output until the
-micro-batch's backward; the last stage turns its output into the loss.
+Sends are ``isend``s (completed at the batch's end). A gradient's receive is posted
+early, as soon as the output it belongs to has been sent on (its shape and dtype are
+the output's), so the message can land while the stage computes other micro-batches;
+its ``recv_grad`` only waits for it. An activation travels as a small header (dtype
+and shape) followed by the array, whose buffer cannot exist before the header came:
+``recv_act`` receives both, blocking, right before the forward that needs them.
+Each forward keeps its input and output until the micro-batch's backward; the last
+stage turns its output into the loss.
 
 Loss scaling: micro-batch m holds n_m of the batch's N rows and its loss is the
 mean over them, so L = sum_m (n_m / N) * L_m is the mean over the whole batch and
@@ -102,6 +105,7 @@ class PipelineExecutor:
         messages): it is kept in ``failure`` for the caller.
         """
         self._inputs, self._outputs, self._received, self._sent = {}, {}, {}, []
+        self._posted = {}  # (m, chunk): the gradient's receive, posted by _send_act
         self._batch = (inputs, targets, shares)
         self.loss = self.metric_sum = 0.0
         self.failure = None
@@ -144,6 +148,8 @@ class PipelineExecutor:
         xp = backend.get_array_module(out)
         self._isend(_header(out), rank, self._tag(ACT, m, chunk, HEADER))
         self._isend(xp.ascontiguousarray(out), rank, self._tag(ACT, m, chunk))
+        gradient = xp.empty(out.shape, out.dtype)
+        self._posted[m, c] = self.comm.irecv(gradient, rank, self._tag(GRAD, m, c))
 
     def _recv_act(self, m, c):
         rank, _ = self._peer(c, -1)
@@ -161,10 +167,7 @@ class PipelineExecutor:
         self._isend(grad, rank, self._tag(GRAD, m, chunk))
 
     def _recv_grad(self, m, c):
-        out = self._outputs[m, c].data
-        rank, _ = self._peer(c, +1)
-        buffer = backend.get_array_module(out).empty(out.shape, out.dtype)
-        self._received[m, c] = self.comm.recv(buffer, rank, self._tag(GRAD, m, c))
+        self._received[m, c] = self._posted.pop((m, c)).wait()
 
     # ---- compute --------------------------------------------------------------------
     def _forward(self, m, c):

@@ -4,6 +4,8 @@
                               micro_batches=8, schedule="1f1b")
     loss = trainer.step(x, y)          # on every rank: the batch's mean loss
     state = trainer.state_dict()       # on rank 0: the whole model, serial names
+    whole = trainer.full_optimizer_state()   # every rank: a one-process optimizer's state
+    trainer.load_optimizer_state(whole)      # each rank takes its parameters' share
 
 Every rank builds the same model and passes the same batch (stage 0 reads ``x``,
 the last stage ``y``); the weights start from rank 0's. One step equals one step
@@ -22,6 +24,13 @@ PipeDream (``schedule="pipedream"``) is asynchronous: each stage updates after e
 micro-batch's backward with that micro-batch's gradient, from the weights its forward
 saw (weight stashing; ``executor.py``), so a step is M updates, not the serial one;
 ``staleness`` counts how many updates each gradient was late.
+
+Checkpoints: ``full_state_dict`` and ``full_optimizer_state`` hold the whole run as
+one process holds it (serial names; the optimizer's state listed in the model's
+parameter order), so a checkpoint moves between layouts: one process, data
+parallelism, any pipeline grid. PipeDream's stashed weight versions need no saving:
+every micro-batch's backward runs within its batch, so no version is in flight
+between batches.
 
 BatchNorm: statistics are per micro-batch, as GPipe does. Each micro-batch's
 forward normalises by its own mean and variance and updates the running
@@ -109,6 +118,9 @@ class PipelineTrainer:
             for c in range(chunks)
         ]
         params = [p for chunk in self.chunks for p in chunk.parameters()]
+        serial = {id(p): i for i, p in enumerate(model.parameters())}
+        self._serial_indices = [serial[id(p)] for p in params]
+        self._serial_count = len(serial)
         local_optimizer, problem = None, None
         try:
             local_optimizer = optimizer(params) if params else None
@@ -119,6 +131,7 @@ class PipelineTrainer:
         problems = [p for p in self.comm.allgather_object(problem) if p]
         if problems:
             raise ValueError(f"PipelineTrainer: the optimizer is refused: {problems[0]}")
+        self._stage_optimizer = local_optimizer
         self.data_parallel = data_parallel if data_parallel and data_parallel.size > 1 else None
         if self.data_parallel is not None and local_optimizer is not None:
             local_optimizer = _one_allreduce_per_step(
@@ -218,6 +231,36 @@ class PipelineTrainer:
         """The whole model's state under its serial names on rank 0 (None elsewhere); collective."""
         state = self.full_state_dict()
         return state if self.comm.rank == 0 else None
+
+    def full_optimizer_state(self):
+        """The optimizer state of the whole model as a one-process optimizer's ``state_dict``
+        holds it (per-parameter state in the model's parameter order), on every rank;
+        collective. Every stage has the same hyper-parameters (one schedule drives them)."""
+        hyper, local = None, {}
+        if self._stage_optimizer is not None:
+            state = self._stage_optimizer.state_dict()
+            hyper = state["hyper"]
+            for index, per_param in zip(self._serial_indices, state["state"]):
+                local[index] = {k: np.array(backend.to_numpy(v)) for k, v in per_param.items()}
+        merged, hypers = {}, []
+        for part_hyper, part in self.comm.allgather_object((hyper, local)):
+            merged.update(part)
+            hypers.append(part_hyper)
+        hyper = next(h for h in hypers if h is not None)
+        return {"hyper": hyper, "state": [merged[i] for i in range(self._serial_count)]}
+
+    def load_optimizer_state(self, whole):
+        """Give this rank's optimizer its parameters' share of ``whole`` (a one-process
+        optimizer's ``state_dict``, e.g. from ``full_optimizer_state`` or a checkpoint)."""
+        if len(whole["state"]) != self._serial_count:
+            raise ValueError(
+                f"the optimizer state holds {len(whole['state'])} parameters, the model has "
+                f"{self._serial_count}; load the state of an optimizer over this model's "
+                "parameters"
+            )
+        if self._stage_optimizer is not None:
+            state = [whole["state"][i] for i in self._serial_indices]
+            self._stage_optimizer.load_state_dict({"hyper": whole["hyper"], "state": state})
 
 
 def _one_allreduce_per_step(optimizer, comm, allreduce):

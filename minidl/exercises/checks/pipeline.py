@@ -25,6 +25,7 @@ from minidl.reference.dist import pipeline as reference
 
 PATH = "minidl/reference/dist/pipeline.py"
 CASES = tuple((p, m) for p in (1, 2, 3, 4, 5) for m in (1, 2, 3, 5, 8))  # (P, M)
+INTERLEAVED = tuple((p, v, m) for p in (2, 3, 4) for v in (2, 3) for m in (p, 2 * p))  # (P, V, M)
 
 
 def _describe(programs, p, m):
@@ -41,9 +42,10 @@ def _describe(programs, p, m):
     )
 
 
-def expect_same_lists(name, student, oracle):
-    """Each stage's list from ``student(s, P, M)`` must equal ``oracle(P, M)[s]``."""
-    for p, m in CASES:
+def expect_same_lists(name, student, oracle, cases=CASES):
+    """Each stage's list from ``student(s, P, M)`` must equal ``oracle(P, M)[s]``, for each
+    (P, M) of ``cases``."""
+    for p, m in cases:
         expected_programs = oracle(p, m)
         programs = [student(s, p, m) for s in range(p)]
         for s, (got, expected) in enumerate(zip(programs, expected_programs)):
@@ -72,9 +74,9 @@ def expect_same_lists(name, student, oracle):
             )
 
 
-def expect_textbook_properties(name, build, peaks):
+def expect_textbook_properties(name, build, peaks, cases=CASES):
     """Simulated: no deadlock, bubble (P-1)/(M+P-1), stage s's peak ``peaks(P, M, s)``."""
-    for p, m in CASES:
+    for p, m in cases:
         run = simulate([build(s, p, m) for s in range(p)])
         expect_close(
             f"{name}, P={p}, M={m}: simulated bubble against (P-1)/(M+P-1)",
@@ -97,9 +99,9 @@ def expect_textbook_properties(name, build, peaks):
     hint="the order of one stage is F(0) ... F(M-1) then B(0) ... B(M-1), built with "
     "forward(m) and backward(m); with_messages adds the sends and receives",
 )
-def check_gpipe():
-    expect_same_lists("GPipe", reference.gpipe, tuned.gpipe)
-    expect_textbook_properties("GPipe", reference.gpipe, lambda p, m, s: m)
+def check_gpipe(cases=CASES):
+    expect_same_lists("GPipe", reference.gpipe, tuned.gpipe, cases)
+    expect_textbook_properties("GPipe", reference.gpipe, lambda p, m, s: m, cases)
 
 
 @exercise(
@@ -109,9 +111,9 @@ def check_gpipe():
     hint="stage s first runs min(P-s-1, M) forwards alone; then each forward F(w+i) is "
     "followed by the backward B(i); the backwards left come last, in micro-batch order",
 )
-def check_one_f_one_b():
-    expect_same_lists("1F1B", reference.one_f_one_b, tuned.one_f_one_b)
-    expect_textbook_properties("1F1B", reference.one_f_one_b, lambda p, m, s: min(p - s, m))
+def check_one_f_one_b(cases=CASES):
+    expect_same_lists("1F1B", reference.one_f_one_b, tuned.one_f_one_b, cases)
+    expect_textbook_properties("1F1B", reference.one_f_one_b, lambda p, m, s: min(p - s, m), cases)
 
 
 @exercise(
@@ -121,8 +123,10 @@ def check_one_f_one_b():
     hint="count the time steps of the whole batch, (v M + P - 1), and the P - 1 of them "
     "each stage waits for the pipeline to fill and drain",
 )
-def check_bubble_fraction():
-    for p, m in CASES:
+def check_bubble_fraction(cases=CASES, interleaved=INTERLEAVED):
+    """``reference.bubble_fraction`` against the simulated GPipe and 1F1B of each (P, M) of
+    ``cases`` and the interleaved 1F1B of each (P, V, M) of ``interleaved``."""
+    for p, m in cases:
         for schedule in ("gpipe", "1f1b"):
             run = simulate(tuned.build(schedule, p, m))
             expect_close(
@@ -132,22 +136,20 @@ def check_bubble_fraction():
                 rtol=0,
                 atol=1e-12,
             )
-    for p in (2, 3, 4):
-        for v in (2, 3):
-            for m in (p, 2 * p):
-                run = simulate(tuned.interleaved(p, m, v))
-                expect_close(
-                    f"bubble of P={p} workers with v={v} chunks each, M={m} micro-batches, "
-                    "against the simulated interleaved 1F1B",
-                    reference.bubble_fraction(p, m, v),
-                    run.bubble_fraction,
-                    rtol=0,
-                    atol=1e-12,
-                )
+    for p, v, m in interleaved:
+        run = simulate(tuned.interleaved(p, m, v))
+        expect_close(
+            f"bubble of P={p} workers with v={v} chunks each, M={m} micro-batches, "
+            "against the simulated interleaved 1F1B",
+            reference.bubble_fraction(p, m, v),
+            run.bubble_fraction,
+            rtol=0,
+            atol=1e-12,
+        )
 
 
-def _stashing_net():
-    md_random.manual_seed(11)
+def _stashing_net(seed=11):
+    md_random.manual_seed(seed)
     return L.Sequential(L.Linear(5, 8), L.Tanh(), L.Linear(8, 8), L.Tanh(), L.Linear(8, 4)).to(
         "float64"
     )
@@ -162,16 +164,18 @@ def _stashing_net():
     "place); before the backward put that copy in place, recompute the forward from the kept "
     "input and backpropagate, then put the live weights back for the update",
 )
-def check_weight_stashing(comm):
-    rng = np.random.default_rng(2)
-    windows = [(rng.standard_normal((12, 5)), rng.integers(0, 4, 12)) for _ in range(4)]
-    for micro_batches in (1, 3, 6):
-        model = _stashing_net()
+def check_weight_stashing(comm, micro_batches_tried=(1, 3, 6), seed=2, net_seed=11, rows=12):
+    """``reference.pipedream_window`` on 4 windows of ``rows`` rows against minidl's
+    PipeDream executor on ``comm``'s ranks, for each number of micro-batches tried."""
+    rng = np.random.default_rng(seed)
+    windows = [(rng.standard_normal((rows, 5)), rng.integers(0, 4, rows)) for _ in range(4)]
+    for micro_batches in micro_batches_tried:
+        model = _stashing_net(net_seed)
         cut = partition(model, comm.size)
         stages = [build_stage(model, cut, s) for s in range(comm.size)]
         optimizers = [optim.SGD(stage.parameters(), lr=0.2) for stage in stages]
         trainer = PipelineTrainer(
-            _stashing_net(), comm, optimizer=lambda ps: optim.SGD(ps, lr=0.2),
+            _stashing_net(net_seed), comm, optimizer=lambda ps: optim.SGD(ps, lr=0.2),
             schedule="pipedream", micro_batches=micro_batches,
         )  # fmt: skip
         for x, y in windows:
