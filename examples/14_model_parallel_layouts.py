@@ -99,6 +99,28 @@ def predicted(extents, plan, size):
     return size * volume + (dp * grads if dp > 1 else 0)
 
 
+def plot(rows, ranks, path):
+    """Bars of bytes and time per step for each layout row (name, ms, bytes, predicted, gap)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    names = [r[0] for r in rows]
+    left.barh(names, [r[2] / 1e6 for r in rows], label="counted")
+    left.scatter([r[3] / 1e6 for r in rows], names, color="black", marker="|", s=200,
+                 label="predicted")  # fmt: skip
+    left.set(xlabel="MB sent per step (all ranks)", ylabel="layout", title="communication")
+    left.legend(fontsize=8)
+    right.barh(names, [r[1] for r in rows])
+    right.set(xlabel="time per step (ms)", ylabel="layout", title="step time")
+    fig.suptitle(f"LeNet-5 on {ranks} ranks: one model, five layouts")
+    fig.tight_layout()
+    fig.savefig(path)
+    return fig
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
@@ -133,19 +155,7 @@ def main():
     for name, ms, sent, formula, gap in rows:
         print(f"{name:<28}{ms:>9.1f}{sent:>13,.0f}{formula:>13,.0f}{gap:>14.1e}")
     if args.plot:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-        names = [r[0] for r in rows]
-        left.barh(names, [r[2] / 1e6 for r in rows])
-        left.set_xlabel("MB sent per step (all ranks)")
-        right.barh(names, [r[1] for r in rows])
-        right.set_xlabel("ms per step")
-        fig.tight_layout()
-        fig.savefig(args.plot)
+        plot(rows, comm.size, args.plot)
         print(f"plot: {args.plot}")
 
 

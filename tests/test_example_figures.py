@@ -66,11 +66,18 @@ def pipeline(tmp_path):
     event = Row(instruction=Row(op="forward", chunk=0), start=0.0, end=1.0)
     back = Row(instruction=Row(op="backward", chunk=0), start=1.0, end=3.0)
     measured = Row(timeline=[[event, back], [event, back]], bubble_fraction=0.2, ranks=2)
-    module.draw([("gpipe", None, None, None, measured, None)], tmp_path / "12.png")
+    module.draw([("gpipe", None, None, None, measured, [2.0, 1.0])], tmp_path / "12.png")
     return plt.gcf()
 
 
-@pytest.mark.parametrize("draw", [optimizers, conv_algorithms, allreduce_lab, scaling, pipeline])
+def layouts(tmp_path):
+    rows = [("data (dp=2)", 10.0, 4e5, 4e5, 0.0), ("tensor (tp=2)", 20.0, 9e5, 9e5, 0.0)]
+    return example("14_model_parallel_layouts").plot(rows, 2, tmp_path / "14.png")
+
+
+@pytest.mark.parametrize(
+    "draw", [optimizers, conv_algorithms, allreduce_lab, scaling, pipeline, layouts]
+)
 def test_every_example_figure_has_labelled_axes_units_and_a_title(draw, tmp_path):
     plt.close("all")
     fig = draw(tmp_path)
@@ -90,7 +97,7 @@ def test_every_example_figure_has_labelled_axes_units_and_a_title(draw, tmp_path
 
 
 def test_every_example_that_saves_a_figure_is_drawn_here():
-    drawn = {"04", "05", "06", "10", "12"}
+    drawn = {"04", "05", "06", "10", "12", "14"}
     saving = {
         name[:2]
         for name in os.listdir(EXAMPLES)

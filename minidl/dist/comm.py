@@ -342,6 +342,26 @@ class Communicator:
         """A communicator of the same ranks whose messages never match this one's (collective)."""
         return Communicator(self.mpi.Dup(), auto=self.auto)
 
+    def split(self, color: int, key: int) -> "Communicator":
+        """The ranks that pass the same ``color``, ordered by ``key`` (collective; ``Split``)."""
+        return Communicator(self.mpi.Split(color, key), auto=self.auto)
+
+    def cartesian(self, extents) -> tuple:
+        """These ranks as a grid of ``extents``, row-major, rank order kept (collective).
+
+        Returns this rank's coordinates and, per dimension, the ``Communicator``
+        of the ranks that differ from this one only along it (``Create_cart``, ``Sub``).
+        """
+        dims = len(extents)
+        cart = self.mpi.Create_cart(list(extents), periods=[False] * dims, reorder=False)
+        coords = tuple(cart.Get_coords(cart.Get_rank()))
+        groups = [
+            Communicator(cart.Sub([other == axis for other in range(dims)]), auto=self.auto)
+            for axis in range(dims)
+        ]
+        cart.Free()
+        return coords, groups
+
     # ---- completing requests -------------------------------------------------------------
     @staticmethod
     def wait_any(requests):

@@ -119,13 +119,9 @@ class Grid:
         self.shape = GridShape(dp=dp, pp=pp, spatial=spatial, tp=tp)
         self.shape.check_fits(comm.size)
         self.world = comm
-        cart = comm.mpi.Create_cart(list(self.shape.extents), periods=[False] * len(AXES))
-        self.coords = dict(zip(AXES, cart.Get_coords(cart.Get_rank())))
-        self._groups = {
-            axis: Communicator(cart.Sub([other == axis for other in AXES]), auto=comm.auto)
-            for axis in AXES
-        }
-        cart.Free()
+        coords, groups = comm.cartesian(self.shape.extents)
+        self.coords = dict(zip(AXES, coords))
+        self._groups = dict(zip(AXES, groups))
 
     @classmethod
     def parse(cls, comm: Communicator, text: str) -> "Grid":

@@ -129,7 +129,7 @@ class GridEngine(_DistributedEngine, LocalEngine):
                 self.plain, self.comm, allreduce=options.allreduce, bucket_mb=options.bucket_mb,
                 overlap=options.overlap, model=self.model,
             )  # fmt: skip
-            self.callbacks.insert(0, BatchWeighting(self.optimizer, self.loader))
+            self.callbacks.insert(0, BatchWeighting(self.optimizer, self.loader, self.comm))
 
     def train(self, epoch, progress):
         """One epoch on the blocks; then the serial model and state are made whole again."""

@@ -20,7 +20,7 @@ sums with up to P times the bytes.
 import numpy as np
 
 from ..backend import to_numpy
-from ..intmath import ceil_div, ceil_log2
+from ..intmath import ceil_div, ceil_log2, largest_power_of_two
 
 
 class StrictComm:
@@ -75,15 +75,42 @@ def ring_pattern(sent, rank, size, length, itemsize):
     return problems
 
 
+def _folded(sent, rank, size, whole):
+    """For P not a power of two, the ranks above p2 (the largest power of two <= P) fold
+    into the lower ones first and get the result back last. Returns (p2, the problems of a
+    folded rank, the messages left for the power-of-two part): a rank >= p2 sends one
+    whole array; a rank i < P - p2 also sends the result back to p2 + i at the end."""
+    p2 = largest_power_of_two(size)
+    if rank >= p2:
+        if len(sent) != 1 or sent[0][1] != whole:
+            return (
+                p2,
+                [
+                    f"rank {rank} sent {len(sent)} messages; on {size} ranks rank {rank} folds its "
+                    f"whole array into rank {rank - p2} and only receives the result back"
+                ],
+                [],
+            )
+        return p2, [], []
+    if rank + p2 < size:
+        if not sent or sent[-1] != (rank + p2, whole):
+            return p2, [f"rank {rank} did not send the result back to rank {rank + p2} last"], []
+        sent = sent[:-1]
+    return p2, [], sent
+
+
 def butterfly_pattern(sent, rank, size, length, itemsize):
-    """Problems of one rank's messages against recursive doubling on a power-of-two P:
-    log2 P exchanges of the whole array, each with a different partner."""
-    steps, whole = ceil_log2(size), length * itemsize
-    problems = []
+    """Problems of one rank's messages against recursive doubling: log2 p2 exchanges of the
+    whole array, each with a different partner (plus the folding of ``_folded``)."""
+    whole = length * itemsize
+    p2, problems, sent = _folded(sent, rank, size, whole)
+    if problems or rank >= p2:
+        return problems
+    steps = ceil_log2(p2)
     if len(sent) != steps or any(b != whole for _, b in sent):
         problems.append(
             f"rank {rank} sent {len(sent)} messages of {sorted({b for _, b in sent})} bytes; "
-            f"recursive doubling on {size} ranks sends log2 P = {steps} whole arrays "
+            f"recursive doubling among {p2} ranks sends log2 P = {steps} whole arrays "
             f"({whole} bytes each)"
         )
     if len({d for d, _ in sent}) != len(sent):
@@ -92,15 +119,18 @@ def butterfly_pattern(sent, rank, size, length, itemsize):
 
 
 def rabenseifner_pattern(sent, rank, size, length, itemsize):
-    """Problems of one rank's messages against recursive halving then doubling on a
-    power-of-two P: 2 log2 P messages and 2(P-1)/P of the array in all (halves rounded)."""
-    steps = ceil_log2(size)
-    bound = (2 * (size - 1) * length // size + 2 * steps) * itemsize
+    """Problems of one rank's messages against recursive halving then doubling: 2 log2 p2
+    messages and 2(p2-1)/p2 of the array in all, halves rounded (plus the folding of
+    ``_folded``)."""
+    p2, problems, sent = _folded(sent, rank, size, length * itemsize)
+    if problems or rank >= p2:
+        return problems
+    steps = ceil_log2(p2)
+    bound = (2 * (p2 - 1) * length // p2 + 2 * steps) * itemsize
     total = sum(b for _, b in sent)
-    problems = []
     if len(sent) != 2 * steps:
         problems.append(
-            f"rank {rank} sent {len(sent)} messages; halving then doubling on {size} ranks "
+            f"rank {rank} sent {len(sent)} messages; halving then doubling among {p2} ranks "
             f"sends 2 log2 P = {2 * steps}"
         )
     if total > bound:

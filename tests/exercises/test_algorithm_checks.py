@@ -184,7 +184,7 @@ def test_whole_arrays_passed_around_are_held_to_the_algorithms_pattern(ring_tree
     assert "the messages of 'ring' follow its pattern" in ring["message"]
     assert "not whole arrays" in ring["message"]
     assert halving["status"] == "failed"
-    assert "halving then doubling on 4 ranks sends 2 log2 P = 4" in halving["message"]
+    assert "halving then doubling among 4 ranks sends 2 log2 P = 4" in halving["message"]
 
 
 def test_a_compressor_that_overwrites_its_input_is_named(monkeypatch):

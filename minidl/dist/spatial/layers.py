@@ -20,7 +20,6 @@ import math
 from minidl import functional as F
 from minidl import layers as L
 from minidl.conv.geometry import pair
-from minidl.dist.comm import Communicator
 from minidl.dist.spatial.exchange import HaloExchange, SumOverGroup
 from minidl.perf.halo_cost import SplitError, needed_rows, split_rows
 
@@ -64,8 +63,8 @@ class Blocks:
         if cols == 1:
             self.down, self.across = group.dup(), None
         else:
-            self.down = Communicator(group.mpi.Split(self.j, self.i), auto=group.auto)
-            self.across = Communicator(group.mpi.Split(self.i, self.j), auto=group.auto)
+            self.down = group.split(self.j, self.i)
+            self.across = group.split(self.i, self.j)
 
     def splits(self):
         """[(axis, communicator, parts)] of the split axes, height first."""
