@@ -38,7 +38,7 @@ def fit(
         if options.pipelined and options.grid.size != options.grid.dp * options.grid.pp:
             raise ConfigError(
                 f"{option('grid')} {options.grid}: a pipeline (pp) trains through fit with data "
-                "parallelism (dp) alone; tensor and spatial axes train with dp"
+                "parallelism (dp) alone; tensor and spatial axes train with dp and with each other"
             )
         if options.pipelined:
             engine = PipelineEngine

@@ -322,6 +322,44 @@ def check_two_column_training(comm):
             assert err <= 1e-10, f"dp={dp},tp={tp_size} {name}: {err:.2e}"
 
 
+def check_spatial_tp_training(comm):
+    """spatial=2 x tp=P/2 (the grid engine's placement): LeNet-5's conv/pool front on halves of
+    each image's rows, its fully connected tail split over tp; 20 steps equal one process, the
+    tp bytes counted equal tensor_volume's, and a plan splitting the front is refused."""
+    from minidl.dist.hybrid import SpatialTensorPlacement, local_rows
+
+    data = [
+        (replicated((10, 1, 28, 28), 40 + s), np.random.default_rng(s).integers(0, 10, 10))
+        for s in range(STEPS)
+    ]
+    want = dict(train_serial(lenet, data).named_parameters())
+    grid = dist.Grid(comm, spatial=2, tp=comm.size // 2)
+    parallel = SpatialTensorPlacement(lenet(), grid, 28)
+    assert parallel.plan[:7] == [""] * 7 and parallel.plan[7] == "column", parallel.plan
+    plain = optim.Momentum(parallel.module.parameters(), lr=LR, momentum=0.9)
+    opt = dist.DistributedOptimizer(plain, grid.group("dp"), model=parallel.module)
+    tp.TRAFFIC.clear()
+    for x, y in data:
+        opt.zero_grad()
+        F.cross_entropy(parallel.module(md.Tensor(x)), y).backward()
+        opt.step()
+    check_counted_volume(parallel, opt, data, grid, 1, grid.shape.tp)
+    parallel.gather()
+    state = parallel.gather_state(plain.state_dict())["state"]
+    for (name, p), mine in zip(parallel.serial.named_parameters(), state, strict=True):
+        err = np.abs(p.data - want[name].data).max()
+        assert err <= 1e-10, f"spatial=2,tp={grid.shape.tp} {name}: {err:.2e}"
+        assert mine["momentum_buffer"].shape == p.shape, name
+    assert local_rows(data[0][0], grid.group("spatial")).shape[2] == 14
+    try:
+        SpatialTensorPlacement(lenet(), grid, 28, tp.plan(lenet()))
+    except tp.PlacementError as error:
+        message = str(error)
+    else:
+        message = ""
+    assert "the first 6 layers run split over image rows (spatial)" in message, message
+
+
 def check_grid_refusals(comm):
     """The grid engine's placement refuses what cannot run, in one line saying what fits."""
     from minidl.dist.hybrid import place_on_grid
