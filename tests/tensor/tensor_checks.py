@@ -323,9 +323,10 @@ def check_two_column_training(comm):
 
 
 def check_spatial_tp_training(comm):
-    """spatial=2 x tp=P/2 (the grid engine's placement): LeNet-5's conv/pool front on halves of
-    each image's rows, its fully connected tail split over tp; 20 steps equal one process, the
-    tp bytes counted equal tensor_volume's, and a plan splitting the front is refused."""
+    """dp=P/4 x spatial=2 x tp=2 (the grid engine's placement): LeNet-5's conv/pool front on
+    halves of each image's rows, its fully connected tail split over tp, each replica on its
+    share of the batch; 20 steps equal one process with the whole batch, the tp and dp bytes
+    counted equal tensor_volume's, and a plan splitting the front is refused."""
     from minidl.dist.hybrid import SpatialTensorPlacement, local_rows
 
     data = [
@@ -333,22 +334,24 @@ def check_spatial_tp_training(comm):
         for s in range(STEPS)
     ]
     want = dict(train_serial(lenet, data).named_parameters())
-    grid = dist.Grid(comm, spatial=2, tp=comm.size // 2)
+    dp = comm.size // 4
+    grid = dist.Grid(comm, dp=dp, spatial=2, tp=2)
     parallel = SpatialTensorPlacement(lenet(), grid, 28)
     assert parallel.plan[:7] == [""] * 7 and parallel.plan[7] == "column", parallel.plan
     plain = optim.Momentum(parallel.module.parameters(), lr=LR, momentum=0.9)
     opt = dist.DistributedOptimizer(plain, grid.group("dp"), model=parallel.module)
     tp.TRAFFIC.clear()
     for x, y in data:
+        share = Partition(len(x), dp).slice(grid.coords["dp"])
         opt.zero_grad()
-        F.cross_entropy(parallel.module(md.Tensor(x)), y).backward()
+        F.cross_entropy(parallel.module(md.Tensor(x[share])), y[share]).backward()
         opt.step()
-    check_counted_volume(parallel, opt, data, grid, 1, grid.shape.tp)
+    check_counted_volume(parallel, opt, data, grid, dp, 2)
     parallel.gather()
     state = parallel.gather_state(plain.state_dict())["state"]
     for (name, p), mine in zip(parallel.serial.named_parameters(), state, strict=True):
         err = np.abs(p.data - want[name].data).max()
-        assert err <= 1e-10, f"spatial=2,tp={grid.shape.tp} {name}: {err:.2e}"
+        assert err <= 1e-10, f"{grid.shape} {name}: {err:.2e}"
         assert mine["momentum_buffer"].shape == p.shape, name
     assert local_rows(data[0][0], grid.group("spatial")).shape[2] == 14
     try:
