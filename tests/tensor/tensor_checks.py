@@ -326,8 +326,10 @@ def check_spatial_tp_training(comm):
     """dp=P/4 x spatial=2 x tp=2 (the grid engine's placement): LeNet-5's conv/pool front on
     halves of each image's rows, its fully connected tail split over tp, each replica on its
     share of the batch; 20 steps equal one process with the whole batch, the tp and dp bytes
-    counted equal tensor_volume's, and a plan splitting the front is refused."""
-    from minidl.dist.hybrid import SpatialTensorPlacement, local_rows
+    counted equal tensor_volume's; a plan splitting the front, and pp with tp or spatial, are
+    refused in one line."""
+    from minidl.dist.hybrid import SpatialTensorPlacement, local_rows, place_on_grid
+    from minidl.train.config import ConfigError
 
     data = [
         (replicated((10, 1, 28, 28), 40 + s), np.random.default_rng(s).integers(0, 10, 10))
@@ -361,6 +363,15 @@ def check_spatial_tp_training(comm):
     else:
         message = ""
     assert "the first 6 layers run split over image rows (spatial)" in message, message
+    refused_with_pp = "fit trains pipeline grids with dp alone; pp with tp or spatial runs from"
+    for axis in ("tp", "spatial"):
+        try:
+            place_on_grid(lenet(), dist.Grid(comm, pp=2, **{axis: comm.size // 2}), None, 28)
+        except ConfigError as error:
+            message = str(error)
+        else:
+            message = ""
+        assert refused_with_pp in message and "\n" not in message, message
 
 
 def check_grid_refusals(comm):
