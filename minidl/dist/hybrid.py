@@ -116,8 +116,8 @@ def place_on_grid(model, grid, plan, height):
     shape = grid.shape
     if shape.pp > 1:
         raise ConfigError(
-            f"{option('grid')} {shape}: fit trains pipeline grids with dp alone; pp with tp "
-            "or spatial runs from Python (minidl.dist.pipeline)"
+            f"{option('grid')} {shape}: pipeline grids (pp) train in minidl.dist.pipeline's "
+            "engine (with dp and tp), not on this placement"
         )
     try:
         if shape.spatial > 1 and shape.tp > 1:
@@ -165,7 +165,7 @@ class GridEngine(_DistributedEngine, LocalEngine):
                 self.plain, self.comm, allreduce=options.allreduce, bucket_mb=options.bucket_mb,
                 overlap=options.overlap, model=self.model,
             )  # fmt: skip
-            self.callbacks.insert(0, BatchWeighting(self.optimizer, self.loader))
+            self.callbacks.insert(0, BatchWeighting(self.optimizer, self.loader, self.comm))
 
     def train(self, epoch, progress):
         """One epoch on the blocks; then the serial model and state are made whole again."""

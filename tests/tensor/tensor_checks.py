@@ -326,7 +326,7 @@ def check_spatial_tp_training(comm):
     """dp=P/4 x spatial=2 x tp=2 (the grid engine's placement): LeNet-5's conv/pool front on
     halves of each image's rows, its fully connected tail split over tp, each replica on its
     share of the batch; 20 steps equal one process with the whole batch, the tp and dp bytes
-    counted equal tensor_volume's; a plan splitting the front, and pp with tp or spatial, are
+    counted equal tensor_volume's; a plan splitting the front, and pp on this placement, are
     refused in one line."""
     from minidl.dist.hybrid import SpatialTensorPlacement, local_rows, place_on_grid
     from minidl.train.config import ConfigError
@@ -363,7 +363,7 @@ def check_spatial_tp_training(comm):
     else:
         message = ""
     assert "the first 6 layers run split over image rows (spatial)" in message, message
-    refused_with_pp = "fit trains pipeline grids with dp alone; pp with tp or spatial runs from"
+    refused_with_pp = "pipeline grids (pp) train in minidl.dist.pipeline's engine (with dp"
     for axis in ("tp", "spatial"):
         try:
             place_on_grid(lenet(), dist.Grid(comm, pp=2, **{axis: comm.size // 2}), None, 28)
@@ -372,6 +372,37 @@ def check_spatial_tp_training(comm):
         else:
             message = ""
         assert refused_with_pp in message and "\n" not in message, message
+
+
+def check_pipeline_tp_training(comm):
+    """pp=2 x tp=P/2 from Python: ``PipelineTrainer`` over the pp group runs the stages of
+    ``TensorParallel(model, tp group).module``, each tp rank sending its block of a split
+    activation to the same tp rank of the next stage; 20 steps of LeNet-5 and of an MLP,
+    2 micro-batches, 1f1b, equal one process on each stage's parameters."""
+    from minidl.dist.pipeline import PipelineTrainer
+
+    data = [
+        (replicated((10, 1, 28, 28), 50 + s), np.random.default_rng(s).integers(0, 10, 10))
+        for s in range(STEPS)
+    ]
+    flat = [(x[:, :, :6, :6].copy(), y) for x, y in data]
+    for make, batches in ((lenet, data), (mlp, flat)):
+        want = dict(train_serial(make, batches).named_parameters())
+        grid = dist.Grid(comm, pp=2, tp=comm.size // 2)
+        parallel = tp.TensorParallel(make(), grid.group("tp"))
+        trainer = PipelineTrainer(
+            parallel.module, grid.group("pp"), micro_batches=2, schedule="1f1b",
+            optimizer=lambda ps: optim.Momentum(ps, lr=LR, momentum=0.9),
+        )  # fmt: skip
+        for x, y in batches:
+            trainer.step(x, y)
+        parallel.gather()
+        mine = {name for chunk in trainer.chunks for name, _ in chunk.named_parameters()}
+        assert mine, "every stage of these models holds parameters"
+        for name, p in parallel.serial.named_parameters():
+            if name in mine:
+                err = np.abs(p.data - want[name].data).max()
+                assert err <= 1e-10, f"{grid.shape} {make.__name__} {name}: {err:.2e}"
 
 
 def check_grid_refusals(comm):
