@@ -378,8 +378,19 @@ def check_pipeline_tp_training(comm):
     """pp=2 x tp=P/2 from Python: ``PipelineTrainer`` over the pp group runs the stages of
     ``TensorParallel(model, tp group).module``, each tp rank sending its block of a split
     activation to the same tp rank of the next stage; 20 steps of LeNet-5 and of an MLP,
-    2 micro-batches, 1f1b, equal one process on each stage's parameters."""
+    2 micro-batches, 1f1b, equal one process on each stage's parameters. ``fit`` refuses pp
+    with spatial in one line before any work."""
+    from minidl.dist.grid import GridShape
     from minidl.dist.pipeline import PipelineTrainer
+    from minidl.train.config import ConfigError, TrainConfig
+
+    try:
+        dist.fit(TrainConfig(model="lenet5"), dist.DistConfig(grid=GridShape(pp=2, spatial=2)))
+    except ConfigError as error:
+        message = str(error)
+    else:
+        message = ""
+    assert "a pipeline (pp) trains through fit with dp and tp; spatial trains" in message, message
 
     data = [
         (replicated((10, 1, 28, 28), 50 + s), np.random.default_rng(s).integers(0, 10, 10))
