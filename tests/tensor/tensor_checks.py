@@ -375,17 +375,21 @@ def check_spatial_tp_training(comm):
 
 
 def check_pipeline_tp_training(comm):
-    """pp=2 x tp=P/2 from Python: ``PipelineTrainer`` over the pp group runs the stages of
-    ``TensorParallel(model, tp group).module``, each tp rank sending its block of a split
-    activation to the same tp rank of the next stage; 20 steps of LeNet-5 and of an MLP,
-    2 micro-batches, 1f1b, equal one process on each stage's parameters. ``fit`` refuses pp
+    """dp=P/4 x pp=2 x tp=2 from Python: ``PipelineTrainer`` over the pp group runs the stages
+    of ``TensorParallel(model, tp group).module``, each tp rank sending its block of a split
+    activation to the same tp rank of the next stage, each replica on its share of the batch;
+    20 steps of LeNet-5 and of an MLP, 2 micro-batches, 1f1b, equal one process with the whole
+    batch on each stage's parameters. ``fit`` refuses pp
     with spatial in one line before any work."""
     from minidl.dist.grid import GridShape
     from minidl.dist.pipeline import PipelineTrainer
     from minidl.train.config import ConfigError, TrainConfig
 
     try:
-        dist.fit(TrainConfig(model="lenet5"), dist.DistConfig(grid=GridShape(pp=2, spatial=2)))
+        dist.fit(
+            TrainConfig(model="lenet5"),
+            dist.DistConfig(grid=GridShape(pp=2, spatial=comm.size // 2)),
+        )
     except ConfigError as error:
         message = str(error)
     else:
@@ -399,14 +403,17 @@ def check_pipeline_tp_training(comm):
     flat = [(x[:, :, :6, :6].copy(), y) for x, y in data]
     for make, batches in ((lenet, data), (mlp, flat)):
         want = dict(train_serial(make, batches).named_parameters())
-        grid = dist.Grid(comm, pp=2, tp=comm.size // 2)
+        dp = comm.size // 4
+        grid = dist.Grid(comm, dp=dp, pp=2, tp=2)
         parallel = tp.TensorParallel(make(), grid.group("tp"))
         trainer = PipelineTrainer(
             parallel.module, grid.group("pp"), micro_batches=2, schedule="1f1b",
             optimizer=lambda ps: optim.Momentum(ps, lr=LR, momentum=0.9),
+            data_parallel=grid.group("dp"),
         )  # fmt: skip
         for x, y in batches:
-            trainer.step(x, y)
+            share = Partition(len(x), dp).slice(grid.coords["dp"])
+            trainer.step(x[share], y[share], len(x))
         parallel.gather()
         mine = {name for chunk in trainer.chunks for name, _ in chunk.named_parameters()}
         assert mine, "every stage of these models holds parameters"

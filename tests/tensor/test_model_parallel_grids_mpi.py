@@ -13,6 +13,9 @@ def test_lenet5_on_dp_x_spatial2_x_tp2_trains_20_steps_to_the_serial_weights(run
 
 
 @pytest.mark.timeout(200)
-def test_pipeline_stages_of_tensor_parallel_layers_train_20_steps_to_the_serial_weights(run_checks):
-    """pp=2,tp=2 from Python: LeNet-5 and an MLP through PipelineTrainer, 2 micro-batches."""
-    run_checks(4, "pipeline_tp_training", timeout=150)
+@pytest.mark.parametrize("nprocs", (4, 8))
+def test_pipeline_stages_of_tensor_parallel_layers_train_20_steps_to_the_serial_weights(
+    run_checks, nprocs
+):
+    """4 ranks: pp=2,tp=2; 8: dp=2,pp=2,tp=2. LeNet-5 and an MLP, 2 micro-batches."""
+    run_checks(nprocs, "pipeline_tp_training", timeout=150)
