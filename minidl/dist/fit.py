@@ -35,10 +35,10 @@ def fit(
     engine = SyncEngine if options.mode.name == "sync" else SessionEngine
     if options.grid is not None:
         options.grid.check_fits(comm.size)
-        if options.pipelined and options.grid.size != options.grid.dp * options.grid.pp:
+        if options.pipelined and options.grid.spatial > 1:
             raise ConfigError(
-                f"{option('grid')} {options.grid}: a pipeline (pp) trains through fit with data "
-                "parallelism (dp) alone; tensor and spatial axes train with dp"
+                f"{option('grid')} {options.grid}: a pipeline (pp) trains through fit with dp "
+                "and tp; spatial trains with dp and tp, without pp"
             )
         if options.pipelined:
             engine = PipelineEngine

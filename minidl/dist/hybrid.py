@@ -1,5 +1,5 @@
-"""Data x tensor (or x spatial) parallelism on a process grid (``--grid dp=D,tp=T`` or
-``dp=D,spatial=S``): the engine of ``fit``.
+"""Data x tensor (or x spatial, or x spatial x tensor) parallelism on a process grid
+(``--grid dp=D,tp=T``, ``dp=D,spatial=S`` or ``dp=D,spatial=S,tp=T``): the engine of ``fit``.
 
 The ranks form a ``Grid``; each tensor-parallel group (T neighbouring ranks)
 holds one replica of the model, its layers split by ``TensorParallel``'s rule
@@ -9,7 +9,9 @@ and the gradients of each block are averaged over the data-parallel group (the
 ranks holding the same block), as ``--dist sync`` does over all ranks. With
 equal shards this is minibatch SGD on the serial model with batch D * b. With
 ``spatial=S`` in place of ``tp``, each replica is split over image rows instead
-(``minidl.dist.spatial``), every rank holding the whole weights.
+(``minidl.dist.spatial``), every rank holding the whole weights. With both, the
+conv/pool front is split over rows and the fully connected tail over tp
+(``SpatialTensorPlacement``): a replica is S * T ranks.
 
 The serial model stays on every rank: after each epoch the blocks are gathered
 into it (weights and optimizer state), so evaluation, the checkpoint, ``minidl
@@ -30,8 +32,8 @@ from ..train.setup import make_optimizer
 from .data_parallel import DistributedOptimizer
 from .engines import BatchWeighting, _DistributedEngine, run_callbacks
 from .grid import Grid
-from .spatial import local_rows, spatial_parallel
-from .tensor import TRAFFIC, PlacementError, TensorParallel, one_weird_trick_plan
+from .spatial import local_rows, plan_rows, spatial_parallel
+from .tensor import TRAFFIC, PlacementError, TensorParallel, one_weird_trick_plan, tail_plan
 
 
 class BatchSizes(Callback):
@@ -76,16 +78,50 @@ class SpatialPlacement:
     scatter_state = gather_state
 
 
+class SpatialTensorPlacement:
+    """Spatial x tensor parallelism: the conv/pool front split over image rows on the spatial
+    group, the tail (from the first layer after the front, e.g. the ``Flatten`` and the fully
+    connected layers) split by ``TensorParallel``'s rule on the tp group.
+
+    Every rank of a tp group computes the same front on the same rows (replicated work); the
+    tail's first split layer takes a replicated input, so the gradient it returns to the
+    front is whole on every tp rank, and the front's weights get the same gradient there. The
+    tail runs on the gathered activation, the same on every rank of a spatial group. So the
+    gradients of each rank's parameters are the serial ones (or their blocks) before the
+    data-parallel average. ``gather``/``scatter`` and the state maps are the tail's
+    ``TensorParallel``'s: the front's parameters are the serial model's own.
+    """
+
+    def __init__(self, model, grid, height, plan_words=None):
+        rows, tp = grid.group("spatial"), grid.group("tp")
+        _, front, _ = plan_rows(model, height, rows.size)
+        if plan_words is None:
+            plan_words = tail_plan(model, front, tp.size)
+        elif any(plan_words[:front]):
+            raise PlacementError(
+                f"the first {front} layers run split over image rows (spatial); give them the "
+                "word '' and split only the layers after them over tp"
+            )
+        self.tensor = TensorParallel(model, tp, plan_words)
+        self.serial, self.plan = model, self.tensor.plan
+        self.module = RowBlocks(spatial_parallel(self.tensor.module, rows, height), rows)
+        self.gather, self.scatter = self.tensor.gather, self.tensor.scatter
+        self.gather_state, self.scatter_state = self.tensor.gather_state, self.tensor.scatter_state
+
+
 def place_on_grid(model, grid, plan, height):
-    """``TensorParallel`` over the tp axis, or ``SpatialPlacement`` over the spatial one;
-    a layout that cannot run raises ``ConfigError`` in one line saying what would fit."""
+    """``TensorParallel`` over the tp axis, ``SpatialPlacement`` over the spatial one, or
+    ``SpatialTensorPlacement`` over both; a layout that cannot run raises ``ConfigError`` in
+    one line saying what would fit."""
     shape = grid.shape
-    if shape.pp > 1 or (shape.spatial > 1 and shape.tp > 1):
+    if shape.pp > 1:
         raise ConfigError(
-            f"{option('grid')} {shape}: fit trains dp x tp and dp x spatial grids; pipeline "
-            "grids, and tp with spatial together, run from Python (minidl.dist.pipeline)"
+            f"{option('grid')} {shape}: pipeline grids (pp) train in minidl.dist.pipeline's "
+            "engine (with dp and tp), not on this placement"
         )
     try:
+        if shape.spatial > 1 and shape.tp > 1:
+            return SpatialTensorPlacement(model, grid, height, plan)
         if shape.spatial > 1:
             return SpatialPlacement(model, grid.group("spatial"), height)
         return TensorParallel(model, grid.group("tp"), plan)
@@ -94,8 +130,8 @@ def place_on_grid(model, grid, plan, height):
 
 
 class GridEngine(_DistributedEngine, LocalEngine):
-    """One rank of a dp x tp or dp x spatial grid: its part of one replica, averaged over its
-    dp group."""
+    """One rank of a dp x tp, dp x spatial or dp x spatial x tp grid: its part of one replica,
+    averaged over its dp group."""
 
     def __init__(self, config, options, comm, model, train_set, plan=None):
         shape = options.grid

@@ -322,6 +322,107 @@ def check_two_column_training(comm):
             assert err <= 1e-10, f"dp={dp},tp={tp_size} {name}: {err:.2e}"
 
 
+def check_spatial_tp_training(comm):
+    """dp=P/4 x spatial=2 x tp=2 (the grid engine's placement): LeNet-5's conv/pool front on
+    halves of each image's rows, its fully connected tail split over tp, each replica on its
+    share of the batch; 20 steps equal one process with the whole batch, the tp and dp bytes
+    counted equal tensor_volume's; a plan splitting the front, and pp on this placement, are
+    refused in one line."""
+    from minidl.dist.hybrid import SpatialTensorPlacement, local_rows, place_on_grid
+    from minidl.train.config import ConfigError
+
+    data = [
+        (replicated((10, 1, 28, 28), 40 + s), np.random.default_rng(s).integers(0, 10, 10))
+        for s in range(STEPS)
+    ]
+    want = dict(train_serial(lenet, data).named_parameters())
+    dp = comm.size // 4
+    grid = dist.Grid(comm, dp=dp, spatial=2, tp=2)
+    parallel = SpatialTensorPlacement(lenet(), grid, 28)
+    assert parallel.plan[:7] == [""] * 7 and parallel.plan[7] == "column", parallel.plan
+    plain = optim.Momentum(parallel.module.parameters(), lr=LR, momentum=0.9)
+    opt = dist.DistributedOptimizer(plain, grid.group("dp"), model=parallel.module)
+    tp.TRAFFIC.clear()
+    for x, y in data:
+        share = Partition(len(x), dp).slice(grid.coords["dp"])
+        opt.zero_grad()
+        F.cross_entropy(parallel.module(md.Tensor(x[share])), y[share]).backward()
+        opt.step()
+    check_counted_volume(parallel, opt, data, grid, dp, 2)
+    parallel.gather()
+    state = parallel.gather_state(plain.state_dict())["state"]
+    for (name, p), mine in zip(parallel.serial.named_parameters(), state, strict=True):
+        err = np.abs(p.data - want[name].data).max()
+        assert err <= 1e-10, f"{grid.shape} {name}: {err:.2e}"
+        assert mine["momentum_buffer"].shape == p.shape, name
+    assert local_rows(data[0][0], grid.group("spatial")).shape[2] == 14
+    try:
+        SpatialTensorPlacement(lenet(), grid, 28, tp.plan(lenet()))
+    except tp.PlacementError as error:
+        message = str(error)
+    else:
+        message = ""
+    assert "the first 6 layers run split over image rows (spatial)" in message, message
+    refused_with_pp = "pipeline grids (pp) train in minidl.dist.pipeline's engine (with dp"
+    for axis in ("tp", "spatial"):
+        try:
+            place_on_grid(lenet(), dist.Grid(comm, pp=2, **{axis: comm.size // 2}), None, 28)
+        except ConfigError as error:
+            message = str(error)
+        else:
+            message = ""
+        assert refused_with_pp in message and "\n" not in message, message
+
+
+def check_pipeline_tp_training(comm):
+    """dp=P/4 x pp=2 x tp=2 from Python: ``PipelineTrainer`` over the pp group runs the stages
+    of ``TensorParallel(model, tp group).module``, each tp rank sending its block of a split
+    activation to the same tp rank of the next stage, each replica on its share of the batch;
+    20 steps of LeNet-5 and of an MLP, 2 micro-batches, 1f1b, equal one process with the whole
+    batch on each stage's parameters. ``fit`` refuses pp
+    with spatial in one line before any work."""
+    from minidl.dist.grid import GridShape
+    from minidl.dist.pipeline import PipelineTrainer
+    from minidl.train.config import ConfigError, TrainConfig
+
+    try:
+        dist.fit(
+            TrainConfig(model="lenet5"),
+            dist.DistConfig(grid=GridShape(pp=2, spatial=comm.size // 2)),
+        )
+    except ConfigError as error:
+        message = str(error)
+    else:
+        message = ""
+    assert "a pipeline (pp) trains through fit with dp and tp; spatial trains" in message, message
+
+    data = [
+        (replicated((10, 1, 28, 28), 50 + s), np.random.default_rng(s).integers(0, 10, 10))
+        for s in range(STEPS)
+    ]
+    flat = [(x[:, :, :6, :6].copy(), y) for x, y in data]
+    for make, batches in ((lenet, data), (mlp, flat)):
+        want = dict(train_serial(make, batches).named_parameters())
+        dp = comm.size // 4
+        grid = dist.Grid(comm, dp=dp, pp=2, tp=2)
+        parallel = tp.TensorParallel(make(), grid.group("tp"))
+        trainer = PipelineTrainer(
+            parallel.module, grid.group("pp"), micro_batches=2, schedule="1f1b",
+            optimizer=lambda ps: optim.Momentum(ps, lr=LR, momentum=0.9),
+            data_parallel=grid.group("dp"),
+        )  # fmt: skip
+        for x, y in batches:
+            share = Partition(len(x), dp).slice(grid.coords["dp"])
+            trainer.step(x[share], y[share], len(x))
+        parallel.gather()
+        mine = {name for chunk in trainer.chunks for name, _ in chunk.named_parameters()}
+        assert mine, "every stage of these models holds parameters"
+        for name, p in parallel.serial.named_parameters():
+            if name in mine:
+                err = np.abs(p.data - want[name].data).max()
+                assert err <= 1e-10, f"{grid.shape} {make.__name__} {name}: {err:.2e}"
+
+
 def check_grid_refusals(comm):
     """The grid engine's placement refuses what cannot run, in one line saying what fits."""
     from minidl.dist.hybrid import place_on_grid

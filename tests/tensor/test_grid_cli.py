@@ -31,6 +31,16 @@ def checkpoint(run_dir):
     return load_checkpoint(os.path.join(run_dir, "checkpoint.npz"))
 
 
+def assert_serial_weights_and_momentum(run_dir, serial_dir):
+    """The checkpoints of both runs hold the same weights and momentum, to 1e-10."""
+    a, b = checkpoint(run_dir), checkpoint(serial_dir)
+    for k in b.model_state:
+        assert np.abs(a.model_state[k] - b.model_state[k]).max() <= 1e-10, k
+    for mine, theirs in zip(a.optimizer_state["state"], b.optimizer_state["state"], strict=True):
+        buf = "momentum_buffer"
+        assert np.abs(mine[buf] - theirs[buf]).max() <= 1e-10
+
+
 @pytest.fixture(scope="module")
 def serial_run(tmp_path_factory):
     """One epoch of one process with batch 64: the run every grid is compared with."""
@@ -79,6 +89,34 @@ def test_a_spatial_grid_trains_the_serial_weights(mpi_run, tmp_path, serial_run)
     a, b = checkpoint(out), checkpoint(serial_run)
     for k in b.model_state:
         assert np.abs(a.model_state[k] - b.model_state[k]).max() <= 1e-10, k
+
+
+@pytest.mark.timeout(200)
+def test_a_spatial_by_tp_grid_trains_the_serial_weights_and_counts_the_tp_bytes(
+    mpi_run, tmp_path, serial_run
+):
+    """--grid spatial=2,tp=2 on 4 ranks: conv/pool on half of every image's rows, the fully
+    connected layers split over tp; the checkpoint holds the serial weights and momentum."""
+    out = str(tmp_path / "spatial_tp")
+    train_mpi(mpi_run, 4, "--grid", "spatial=2,tp=2", "--batch-size", "64", "--epochs", "1",
+              "--out", out)  # fmt: skip
+    assert_serial_weights_and_momentum(out, serial_run)
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        (counted,) = [r for r in map(json.loads, f) if r["kind"] == "grid"]
+    assert counted["plan"][:7] == [""] * 7 and counted["plan"][7] == "column"
+    assert counted["tp_bytes"] == counted["tp_predicted_bytes"] and min(counted["tp_bytes"]) > 0
+
+
+@pytest.mark.timeout(200)
+def test_a_pipeline_by_tp_grid_trains_the_serial_weights_and_momentum(
+    mpi_run, tmp_path, serial_run
+):
+    """--grid pp=2,tp=2 on 4 ranks (2 micro-batches, 1f1b): stages of tensor-parallel layers;
+    the checkpoint holds the serial weights and momentum."""
+    out = str(tmp_path / "pp_tp")
+    train_mpi(mpi_run, 4, "--grid", "pp=2,tp=2", "--micro-batches", "2", "--batch-size", "64",
+              "--epochs", "1", "--out", out)  # fmt: skip
+    assert_serial_weights_and_momentum(out, serial_run)
 
 
 @pytest.mark.timeout(200)

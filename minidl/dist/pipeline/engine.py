@@ -7,6 +7,12 @@ over the ``dp`` group once per step. After each epoch every rank gathers the
 whole model and optimizer state from its pipeline, so evaluation and the
 checkpoint (rank 0's, under the serial run's names and parameter order) see the
 run as one process would, and a checkpoint resumes on any layout.
+
+With ``tp=T`` too (``--grid [dp=D,]pp=P,tp=T``), the pipeline's layers are
+``TensorParallel``'s (the rule of ``tensor/placement.py`` over the ``tp`` group)
+and each rank of a stage sends its block of a split activation to the rank of
+the next stage with the same tp coordinate; the epoch's end gathers the blocks
+into the serial model and state (``TensorParallel.gather``/``gather_state``).
 """
 
 import math
@@ -23,6 +29,7 @@ from ...train.setup import augmentation, make_optimizer
 from ..engines import _DistributedEngine, run_callbacks
 from ..grid import Grid
 from ..telemetry import StalenessHistogram
+from ..tensor import PlacementError, TensorParallel
 from .schedules import ASYNCHRONOUS
 from .timeline import PipelineTimeline
 from .trainer import PipelineTrainer
@@ -36,18 +43,23 @@ def correct_predictions(output, labels):
 class WholeOptimizerState:
     """What the checkpoint keeps of a pipeline's optimizer: the whole run's state as one
     process's optimizer holds it. ``gather()`` (collective, at an epoch's end) collects it
-    for ``state_dict()``; ``load_state_dict(state)`` gives each rank its stages' share."""
+    for ``state_dict()``; ``load_state_dict(state)`` gives each rank its stages' share
+    (through ``tensor``, a ``TensorParallel``, where the layers are split over tp)."""
 
-    def __init__(self, trainer):
-        self.trainer, self._state = trainer, None
+    def __init__(self, trainer, tensor=None):
+        self.trainer, self.tensor, self._state = trainer, tensor, None
 
     def gather(self):
         self._state = self.trainer.full_optimizer_state()
+        if self.tensor is not None:
+            self._state = self.tensor.gather_state(self._state)
 
     def state_dict(self):
         return self._state
 
     def load_state_dict(self, state):
+        if self.tensor is not None:
+            state = self.tensor.scatter_state(state)
         self.trainer.load_optimizer_state(state)
 
 
@@ -59,8 +71,9 @@ class PipelineEngine(_DistributedEngine):
     def __init__(self, config, options, comm, model, train_set):
         self.config, self.options, self.comm, self.model = config, options, comm, model
         shape = options.grid
-        self.grid = Grid(comm, dp=shape.dp, pp=shape.pp)
+        self.grid = Grid(comm, dp=shape.dp, pp=shape.pp, tp=shape.tp)
         self.replicas = self.grid.group("dp")
+        self.tensor = self._split_over_tp(model)
         self.callbacks = run_callbacks(options, comm, config.seed)
         plain = []
 
@@ -68,15 +81,16 @@ class PipelineEngine(_DistributedEngine):
             plain.append(make_optimizer(config, params))
             return plain[-1]
 
+        layers = self.tensor.module if self.tensor else model
         self.trainer = PipelineTrainer(
-            model, self.grid.group("pp"), optimizer=optimizer, stages="layers",
+            layers, self.grid.group("pp"), optimizer=optimizer, stages="layers",
             micro_batches=options.micro_batches, schedule=options.schedule,
             chunks=options.chunks, metric=correct_predictions,
             data_parallel=self.replicas, allreduce=options.allreduce,
         )  # fmt: skip
         self.optimizer = self.trainer.optimizer
         self.schedulable = plain[0] if plain else None  # None: a stage without parameters
-        self.checkpoint_optimizer = WholeOptimizerState(self.trainer)
+        self.checkpoint_optimizer = WholeOptimizerState(self.trainer, self.tensor)
         self.loader = DataLoader(
             train_set, config.batch_size, shuffle=True, seed=config.seed, drop_last=False,
             rank=self.replicas.rank, world_size=self.replicas.size,
@@ -91,6 +105,22 @@ class PipelineEngine(_DistributedEngine):
                 f"stages (layers) {stages}, balance {part.balance:.2f} by {part.by}",
                 flush=True,
             )
+
+    def _split_over_tp(self, model):
+        """``TensorParallel`` over the tp group (None without one); the rule's layout only, as
+        a pipeline stage runs its layers one by one (one-weird-trick's batch blocks would not)."""
+        shape = self.grid.shape
+        if shape.tp == 1:
+            return None
+        if self.options.tp_layout != "rule":
+            raise ConfigError(
+                f"{option('grid')} {shape}: a pipeline splits its layers over tp by the rule; "
+                f"drop {option('tp_layout')} {self.options.tp_layout}"
+            )
+        try:
+            return TensorParallel(model, self.grid.group("tp"))
+        except PlacementError as exc:
+            raise ConfigError(f"{option('grid')} {shape}: {exc}") from None
 
     def _check_last_batch(self):
         """The interleaved schedule needs P rows in each replica's share of the last batch."""
@@ -107,7 +137,10 @@ class PipelineEngine(_DistributedEngine):
             )
 
     def distribute(self):
-        """Nothing to wrap: the trainer averages over the data-parallel group itself."""
+        """Nothing to wrap: the trainer averages over the data-parallel group itself; with tp,
+        each rank takes its blocks of the (maybe resumed) serial model."""
+        if self.tensor is not None:
+            self.tensor.scatter()
 
     def timeline(self):
         """What ``--trace`` records: every rank's instructions (``timeline.py``)."""
@@ -147,7 +180,11 @@ class PipelineEngine(_DistributedEngine):
         totals = np.array([loss_sum, correct, seen], dtype=np.float64)
         self.replicas.allreduce(totals, op="sum")
         loss_sum, correct, seen = totals
-        self.model.load_state_dict(self.trainer.full_state_dict())
+        if self.tensor is None:
+            self.model.load_state_dict(self.trainer.full_state_dict())
+        else:
+            self.tensor.module.load_state_dict(self.trainer.full_state_dict())
+            self.tensor.gather()
         self.checkpoint_optimizer.gather()
         stats = {
             "loss": loss_sum / max(seen, 1), "acc": correct / max(seen, 1),

@@ -28,7 +28,14 @@ from .layers import (
 )
 from .loss import class_parallel_cross_entropy
 from .partition import Partition
-from .placement import BatchParallel, PlacementError, TensorParallel, one_weird_trick_plan, plan
+from .placement import (
+    BatchParallel,
+    PlacementError,
+    TensorParallel,
+    one_weird_trick_plan,
+    plan,
+    tail_plan,
+)
 
 __all__ = [
     "TRAFFIC",
@@ -53,4 +60,5 @@ __all__ = [
     "reduce_scatter",
     "send",
     "split_to_group",
+    "tail_plan",
 ]

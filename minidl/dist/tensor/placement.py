@@ -76,6 +76,13 @@ def one_weird_trick_plan(model) -> list:
     return ["batch"] * first + _rule(layers[first:])
 
 
+def tail_plan(model, first, size=None) -> list:
+    """The first ``first`` leaf layers as they are (``""``: another axis, such as a spatial
+    front, splits them), the rule from there on."""
+    layers = [layer for _, layer in leaves(model)]
+    return [""] * first + _rule(layers[first:], size)
+
+
 def _rule(layers, size=None):
     words, split, last = [], False, None
     for index, layer in enumerate(layers):
