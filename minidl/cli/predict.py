@@ -48,7 +48,7 @@ PREDICT_HELP = {  # the help texts too long to share a line with their option
     "inside one",
     "--levels": "the links measured by fit_levels (a JSON file of save_levels) instead of "
     "--network and --intra-network; implies --ppn 1 unless given",
-    "--intra-network": "the link between two ranks of one node (with --ppn or --levels)",
+    "--intra-network": "the link between two ranks of one node (with --ppn)",
     "--grids": "rank the dp x tp grids of this many ranks (layers placed by the tensor-parallel "
     "rule) instead of scaling data parallelism",
 }
@@ -93,7 +93,13 @@ def levels_from_args(args):
     if args.levels:
         try:
             return load_levels(args.levels), f"links fitted in {args.levels}"
-        except (OSError, ValueError) as e:
+        except OSError as e:
+            raise SystemExit(
+                f"minidl predict: cannot read --levels {args.levels} ({e.strerror}); write one "
+                "with benchmarks/bench_cluster_allreduce.py --save-levels FILE, or give the "
+                "links with --network and --intra-network"
+            ) from None
+        except ValueError as e:
             raise SystemExit(f"minidl predict: {e}") from None
     intra, inter = network_from_args(args, "intra_"), network_from_args(args)
     words = lambda n: f"{n.bandwidth / 1e9:g} GB/s, {n.latency_s * 1e6:g} us"  # noqa: E731
