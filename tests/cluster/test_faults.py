@@ -22,7 +22,8 @@ except DatasetNotFoundError:
 
 HANG_TIMEOUT = 6
 TRAIN = ["-m", "minidl", "train", "--model", "lenet5", "--subset", "1920", "--no-progress",
-         "--batch-size", "32", "--dist", "sync", "--hang-timeout", str(HANG_TIMEOUT)]  # fmt: skip
+         "--batch-size", "32", "--dist", "sync", "--hang-timeout", str(HANG_TIMEOUT),
+         "--test-subset", "500"]  # fmt: skip
 
 
 def epochs_done(run_dir):
