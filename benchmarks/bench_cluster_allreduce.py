@@ -7,6 +7,9 @@ the model's prediction (and the ratio predicted / measured)::
 
     sudo .venv/bin/python benchmarks/bench_cluster_allreduce.py --nodes 2 --ppn 2 \\
         --rates 1gbit,10gbit,none --sizes-mb 1,16
+
+``--save-levels FILE`` also writes each rate's fit (``FILE`` with the rate before
+its suffix, e.g. ``levels-1gbit.json``) for ``minidl predict --levels FILE``.
 """
 
 import argparse
@@ -24,18 +27,20 @@ ALGORITHMS = ("mpi", "ring", "butterfly", "tree", "rabenseifner", "hierarchical"
 FIT_SIZES = (8, 1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 22)
 
 
-def job(sizes_mb, repeats):
+def job(sizes_mb, repeats, save_levels_to=None):
     """The MPI side: fit the levels, time every algorithm, print one table row per case."""
     from minidl import dist
     from minidl.dist import collectives
     from minidl.perf.allreduce_cost import time_allreduce
-    from minidl.perf.level_cost import fit_levels, predict_across_nodes
+    from minidl.perf.level_cost import fit_levels, predict_across_nodes, save_levels
 
     comm = dist.init()
     hosts = comm.allgather_object(socket.gethostname())
     node_of = [sorted(set(hosts), key=hosts.index).index(h) for h in hosts]
     nodes, ppn = len(set(hosts)), hosts.count(hosts[0])
     levels = fit_levels(comm, node_of, collectives.SEGMENT_BYTES, FIT_SIZES)
+    if comm.rank == 0 and save_levels_to:
+        save_levels(save_levels_to, levels)
     if comm.rank == 0:
         for level, p in levels.items():
             if p is not None:
@@ -61,11 +66,12 @@ def main():
     parser.add_argument("--rates", default="1gbit,10gbit,none")
     parser.add_argument("--sizes-mb", default="1,16")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--save-levels", metavar="FILE", help="write each rate's fit here")
     parser.add_argument("--job", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sizes = [float(s) for s in args.sizes_mb.split(",")]
     if args.job:
-        return job(sizes, args.repeats)
+        return job(sizes, args.repeats, args.save_levels)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still take the nodes down
     spec = importlib.util.spec_from_file_location("cluster", ROOT / "scripts" / "cluster.py")
     cluster = importlib.util.module_from_spec(spec)
@@ -80,6 +86,9 @@ def main():
             env = {"PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1"}
             command = [sys.executable, __file__, "--job", "--sizes-mb", args.sizes_mb,
                        "--repeats", str(args.repeats)]  # fmt: skip
+            if args.save_levels:
+                stem, suffix = os.path.splitext(os.path.abspath(args.save_levels))
+                command += ["--save-levels", f"{stem}-{rate or 'unlimited'}{suffix}"]
             code, output, timed_out = c.mpirun(command, args.ppn, mpi, mpiexec, env, timeout=1800)
             print(output, end="")
             if code or timed_out:

@@ -6,6 +6,7 @@ import math
 from ..backend import limit_threads
 from ..perf.compute_model import RooflineCompute, measure_compute
 from ..perf.grid_predict import format_grids, rank_grids
+from ..perf.level_cost import LEVEL_ALGORITHMS, load_levels, predict_levels
 from ..perf.machine import machine_named
 from ..perf.model_costs import count_model
 from ..perf.network import NETWORKS, SCHEMES, Network
@@ -42,6 +43,12 @@ PREDICT_HELP = {  # the help texts too long to share a line with their option
     "batch",
     "--max-measured-batch": "measure local batches up to this size, extrapolate beyond",
     "--steps": "profiled steps per measured batch size",
+    "--ppn": "ranks per node: predict each allreduce algorithm's time (hierarchical included) "
+    "on --nodes nodes of this many ranks, with --network between nodes and --intra-network "
+    "inside one",
+    "--levels": "the links measured by fit_levels (a JSON file of save_levels) instead of "
+    "--network and --intra-network; implies --ppn 1 unless given",
+    "--intra-network": "the link between two ranks of one node (with --ppn)",
     "--grids": "rank the dp x tp grids of this many ranks (layers placed by the tensor-parallel "
     "rule) instead of scaling data parallelism",
 }
@@ -65,13 +72,67 @@ def add_predict_arguments(p):
     add("--max-measured-batch", type=positive_int, default=64)
     add("--steps", type=positive_int, default=3)
     add("--grids", type=positive_int, metavar="RANKS")
+    add("--ppn", type=positive_int, metavar="K")
+    add("--levels", metavar="FILE")
+    add("--intra-network", default="shared-memory", choices=list(NETWORKS))
+    add("--intra-latency-us", type=float, help="overrides the intra-node latency")
+    add("--intra-bandwidth-gbs", type=float, help="overrides the intra-node bandwidth (GB/s)")
 
 
-def network_from_args(args):
-    base = NETWORKS[args.network]
-    latency = base.latency_s if args.latency_us is None else args.latency_us * 1e-6
-    bandwidth = base.bandwidth if args.bandwidth_gbs is None else args.bandwidth_gbs * 1e9
+def network_from_args(args, prefix=""):
+    """The ``--network`` (``prefix="intra_"``: ``--intra-network``) with its overrides."""
+    base = NETWORKS[getattr(args, prefix + "network")]
+    latency_us, gbs = getattr(args, prefix + "latency_us"), getattr(args, prefix + "bandwidth_gbs")
+    latency = base.latency_s if latency_us is None else latency_us * 1e-6
+    bandwidth = base.bandwidth if gbs is None else gbs * 1e9
     return Network(latency, bandwidth, base.reduce_s_per_byte)
+
+
+def levels_from_args(args):
+    """({"intra", "inter"}: CostParams, a phrase saying where they come from)."""
+    if args.levels:
+        try:
+            return load_levels(args.levels), f"links fitted in {args.levels}"
+        except OSError as e:
+            raise SystemExit(
+                f"minidl predict: cannot read --levels {args.levels} ({e.strerror}); write one "
+                "with benchmarks/bench_cluster_allreduce.py --save-levels FILE, or give the "
+                "links with --network and --intra-network"
+            ) from None
+        except ValueError as e:
+            raise SystemExit(f"minidl predict: {e}") from None
+    intra, inter = network_from_args(args, "intra_"), network_from_args(args)
+    words = lambda n: f"{n.bandwidth / 1e9:g} GB/s, {n.latency_s * 1e6:g} us"  # noqa: E731
+    text = f"between nodes {words(inter)}; inside a node {words(intra)}"
+    return {"intra": intra.cost_params(), "inter": inter.cost_params()}, text
+
+
+def format_levels(rows, ranks_per_node):
+    """One row per node count: ranks, each algorithm's milliseconds, the fastest."""
+    head = ("nodes", "ranks") + LEVEL_ALGORITHMS + ("fastest",)
+    table = [
+        (str(n), str(n * ranks_per_node))
+        + tuple(f"{1e3 * times[a]:.3f}" for a in LEVEL_ALGORITHMS)
+        + (min(LEVEL_ALGORITHMS, key=times.get) if n * ranks_per_node > 1 else "-",)
+        for n, times in rows
+    ]
+    widths = [max(len(r[i]) for r in table + [head]) for i in range(len(head))]
+    fmt = lambda r: "  ".join(c.rjust(w) for c, w in zip(r, widths))  # noqa: E731
+    return "\n".join([fmt(head), "-" * len(fmt(head))] + [fmt(r) for r in table])
+
+
+def run_level_prediction(args, model):
+    """``--ppn``/``--levels``: each allreduce algorithm's time (ms) per node count."""
+    levels, source = levels_from_args(args)
+    ppn = args.ppn or 1
+    nbytes = model.num_parameters() * next(model.parameters()).dtype.itemsize / args.compression
+    nodes = args.nodes or [1, 2, 4, 8]
+    print(
+        f"{args.model}: one allreduce of {human_bytes(nbytes)} (compression "
+        f"{args.compression:g}) on N nodes x {ppn} ranks, ms; {source}"
+    )
+    print(format_levels(predict_levels(nbytes, nodes, ppn, levels), ppn))
+    return 0
 
 
 def compute_from_args(args, model, shape, nodes):
@@ -98,6 +159,8 @@ def run_predict(args):
     model, shape = build_named(args.model, args.input)
     if args.grids:
         return run_grid_ranking(args, model, shape)
+    if args.ppn or args.levels:
+        return run_level_prediction(args, model)
     nodes = args.nodes or default_nodes(args.batch)
     compute, source = compute_from_args(args, model, shape, nodes)
     nbytes = model.num_parameters() * next(model.parameters()).dtype.itemsize / args.compression

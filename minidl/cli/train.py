@@ -185,6 +185,7 @@ def add_train_arguments(p):
     add("--device", default="cpu", choices=("cpu", "cuda"))
     add("--augment", action="store_true", help="random crop (pad 2) and flips")
     add("--subset", type=positive_int, help="train on the first N training images only")
+    add("--test-subset", type=positive_int, help="evaluate on the first N test images only")
     add_data_arguments(add)
     add("--dtype", default="float32", choices=("float32", "float64"))
     add("--deterministic", default=True, action=argparse.BooleanOptionalAction)

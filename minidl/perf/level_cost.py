@@ -15,11 +15,24 @@ inside the node (Thakur, Rabenseifner & Gropp 2005):
     T_hier = L (a_in + m b_in + m g)          reduce on the node's leader
            + T_ring(N; a_out, b_out, g)       ring among the N leaders
            + L (a_in + m b_in)                broadcast in the node
+
+``save_levels`` writes a fit to a JSON file that ``load_levels`` (and
+``minidl predict --levels FILE``) reads back; ``predict_levels`` tabulates
+every algorithm's time for several node counts.
 """
+
+import json
 
 from minidl.intmath import ceil_log2
 
-from .allreduce_cost import PINGPONG_SIZES, CostParams, fit_alpha_beta, measure_gamma, pingpong
+from .allreduce_cost import (
+    MODELLED_ALGORITHMS,
+    PINGPONG_SIZES,
+    CostParams,
+    fit_alpha_beta,
+    measure_gamma,
+    pingpong,
+)
 from .allreduce_cost import predict as predict_flat
 
 
@@ -61,4 +74,43 @@ def predict_across_nodes(algorithm, nbytes, nodes, ranks_per_node, levels):
     by node, with ``levels`` from ``fit_levels``."""
     if algorithm == "hierarchical":
         return predict_hierarchical(nbytes, nodes, ranks_per_node, levels["intra"], levels["inter"])
+    if nodes == 1:  # every message stays inside the node
+        return predict_flat(algorithm, nbytes, ranks_per_node, levels["intra"])
     return predict_flat(algorithm, nbytes, nodes * ranks_per_node, levels["inter"])
+
+
+LEVEL_ALGORITHMS = MODELLED_ALGORITHMS + ("hierarchical",)
+
+
+def predict_levels(nbytes, node_counts, ranks_per_node, levels, algorithms=LEVEL_ALGORITHMS):
+    """[(nodes, {algorithm: seconds})] for each count in ``node_counts``
+    (``predict_across_nodes`` with ``ranks_per_node`` ranks on each node)."""
+    return [
+        (n, {a: predict_across_nodes(a, nbytes, n, ranks_per_node, levels) for a in algorithms})
+        for n in node_counts
+    ]
+
+
+def save_levels(path, levels):
+    """Write ``levels`` (from ``fit_levels``) as JSON: {level: {alpha, beta, gamma} or null}."""
+    with open(path, "w") as f:
+        json.dump({k: None if p is None else p._asdict() for k, p in levels.items()}, f, indent=1)
+
+
+def load_levels(path):
+    """The levels ``save_levels`` wrote; a clear error when a level is missing or malformed."""
+    with open(path) as f:
+        raw = json.load(f)
+    levels = {}
+    for level in ("intra", "inter"):
+        entry = raw.get(level) if isinstance(raw, dict) else None
+        try:
+            levels[level] = CostParams(**{k: float(entry[k]) for k in CostParams._fields})
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(
+                f"{path}: no {level!r} level with alpha, beta and gamma (seconds, s/byte, "
+                "s/byte); write the file with save_levels after fit_levels on ranks spanning "
+                "at least 2 nodes with 2 ranks on a node (e.g. bench_cluster_allreduce.py "
+                "--save-levels FILE --ppn 2), or give the links with --network/--intra-* options"
+            ) from None
+    return levels

@@ -36,6 +36,8 @@ NETWORKS = {
     "fdr-infiniband": Network(1.5e-6, 6.0e9),  # 4x FDR: 54.5 Gb/s of data, as in Keuper & Pfreundt
     "10gbe": Network(10e-6, 1.25e9),
     "1gbe": Network(50e-6, 0.125e9),
+    # inside one node: MPI's shared-memory copies (a typical small-message time and copy rate)
+    "shared-memory": Network(0.5e-6, 10e9),
 }
 
 

@@ -92,6 +92,7 @@ class TrainConfig:
     device: str = "cpu"
     augment: bool = False  # random crops (pad 2) and flips
     subset: int | None = None  # the first N training images only
+    test_subset: int | None = None  # evaluate on the first N test images only
     data_dir: str | None = None  # the only folder looked in, when given
     verify_data: bool = True  # the files must be the dataset's published ones
     dtype: str = "float32"
@@ -154,7 +155,7 @@ class TrainConfig:
         check_number("data_workers", self.data_workers, integer=True)
         for field in ("epochs", "batch_size", "test_batch_size"):
             check_number(field, getattr(self, field), positive=True, integer=True)
-        for field in ("subset", "threads"):
+        for field in ("subset", "test_subset", "threads"):
             check_number(field, getattr(self, field), positive=True, integer=True, optional=True)
         check_number("warmup_epochs", self.warmup_epochs, integer=True)
         check_number("seed", self.seed, integer=True)

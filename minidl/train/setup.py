@@ -88,10 +88,11 @@ def load_split(config, train, stats=None, comm=None):
 
 
 def load_datasets(config, comm=None):
-    """(train, test) of ``config.dataset``; the training set cut to ``config.subset``."""
+    """(train, test) of ``config.dataset``; each cut to ``config.subset`` and
+    ``config.test_subset``."""
     train = load_split(config, True, comm=comm)
     test = load_split(config, False, getattr(train, "stats", None))
-    return train.first(config.subset), test
+    return train.first(config.subset), test.first(config.test_subset)
 
 
 def augmentation(config):

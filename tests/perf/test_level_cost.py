@@ -2,8 +2,14 @@
 
 import pytest
 
+from minidl.cli import main
 from minidl.perf.allreduce_cost import CostParams, predict
-from minidl.perf.level_cost import predict_across_nodes, predict_hierarchical
+from minidl.perf.level_cost import (
+    load_levels,
+    predict_across_nodes,
+    predict_hierarchical,
+    save_levels,
+)
 
 INTRA = CostParams(alpha=2e-6, beta=1e-10, gamma=3e-11)  # shared memory: ~80 Gbit/s
 INTER = CostParams(alpha=50e-6, beta=8e-9, gamma=3e-11)  # a 1 Gbit/s link
@@ -34,3 +40,69 @@ def test_flat_algorithms_across_nodes_pay_the_network_at_every_step():
     for m in (1e3, 1e6, 64e6):
         flat = predict_across_nodes("ring", m, 4, 4, levels)
         assert predict_across_nodes("hierarchical", m, 4, 4, levels) < flat
+
+
+def test_one_node_keeps_every_message_inside_it():
+    levels = {"intra": INTRA, "inter": INTER}
+    m, q = 1e6, 4  # the ring on one node: 2 (q-1) intra messages of m/q, (q-1) m/q added
+    ring = 2 * (q - 1) * (INTRA.alpha + m / q * INTRA.beta) + (q - 1) * m / q * INTRA.gamma
+    assert predict_across_nodes("ring", m, 1, q, levels) == pytest.approx(ring, rel=1e-12)
+
+
+def test_saved_levels_load_back_and_a_bad_file_names_the_fix(tmp_path):
+    path = tmp_path / "levels.json"
+    save_levels(path, {"intra": INTRA, "inter": INTER})
+    assert load_levels(path) == {"intra": INTRA, "inter": INTER}
+    save_levels(path, {"intra": None, "inter": INTER})  # one rank per node: no intra level
+    with pytest.raises(ValueError, match="no 'intra' level.*save_levels"):
+        load_levels(path)
+
+
+def predicted_table(capsys, *argv):
+    """{(nodes, algorithm): ms} from ``minidl predict --ppn``'s table."""
+    assert main(["predict", "--model", "lenet5", *argv]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = lines[1].split()
+    assert head[:2] == ["nodes", "ranks"] and head[-1] == "fastest"
+    table = {}
+    for line in lines[3:]:
+        cells = line.split()
+        for name, cell in zip(head[2:-1], cells[2:-1]):
+            table[int(cells[0]), name] = float(cell)
+        table[int(cells[0]), "fastest"] = cells[-1]
+    return table
+
+
+LENET_BYTES = 61706 * 4
+
+
+def test_predict_cli_prints_each_algorithm_from_named_networks(capsys):
+    """10 GbE between nodes (10 us, 1.25 GB/s), shared memory inside (0.5 us, 10 GB/s), no
+    gamma: the flat ring pays the network at each step, hierarchical only among the leaders."""
+    table = predicted_table(capsys, "--ppn", "4", "--nodes", "1,2,4", "--network", "10gbe")
+    m = LENET_BYTES
+    a_in, b_in, a_out, b_out = 0.5e-6, 1 / 10e9, 10e-6, 1 / 1.25e9
+    for n in (2, 4):
+        p = 4 * n
+        ring = 2 * (p - 1) * (a_out + m / p * b_out)
+        hier = 2 * 2 * (a_in + m * b_in) + 2 * (n - 1) * (a_out + m / n * b_out)
+        assert table[n, "ring"] == pytest.approx(1e3 * ring, abs=1e-3)
+        assert table[n, "hierarchical"] == pytest.approx(1e3 * hier, abs=1e-3)
+        tree = 2 * 4 * (a_out + m * b_out) if n == 4 else 2 * 3 * (a_out + m * b_out)
+        assert table[n, "tree"] == pytest.approx(1e3 * tree, abs=1e-3)
+    assert table[1, "ring"] == pytest.approx(1e3 * 2 * 3 * (a_in + m / 4 * b_in), abs=1e-3)
+    assert table[2, "fastest"] == "hierarchical"
+
+
+def test_predict_cli_reads_fitted_levels_and_overrides(capsys, tmp_path):
+    path = tmp_path / "levels.json"
+    save_levels(path, {"intra": INTRA, "inter": INTER})
+    table = predicted_table(capsys, "--levels", str(path), "--ppn", "2", "--nodes", "4")
+    m = LENET_BYTES
+    want = predict_hierarchical(m, 4, 2, INTRA, INTER)
+    assert table[4, "hierarchical"] == pytest.approx(1e3 * want, abs=1e-3)
+    assert table[4, "ring"] == pytest.approx(1e3 * predict("ring", m, 8, INTER), abs=1e-3)
+    slow = predicted_table(capsys, "--ppn", "2", "--nodes", "4", "--intra-bandwidth-gbs", "0.01")
+    assert slow[4, "fastest"] != "hierarchical"  # a slow node inside makes the tree-in-node cost
+    with pytest.raises(SystemExit, match="cannot read --levels .*No such file.*--save-levels"):
+        main(["predict", "--model", "lenet5", "--levels", str(tmp_path / "missing.json")])
