@@ -54,7 +54,9 @@ def test_forward_and_backward_time_go_to_the_layer_that_spends_it():
     assert BACKWARD_S <= slow.backward_s < BACKWARD_S + SLACK
     for name in ("0", "2", "3"):  # neighbours do not inherit the sleeps
         assert by_name[name].total_s < SLACK
-    assert profile.rows_s() <= profile.profiled_step_s  # disjoint pieces of one step
+    # disjoint pieces of one step; a sum of medians may exceed the median of the sums by the
+    # steps' spread, here far below 1% of a step that sleeps 150 ms
+    assert profile.rows_s() <= 1.01 * profile.profiled_step_s
     assert 2 * (FORWARD_S + BACKWARD_S) > profile.step_s >= FORWARD_S + BACKWARD_S
 
 
