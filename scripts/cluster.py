@@ -177,9 +177,10 @@ class Cluster:
         return f"{self.prefix}switch"
 
     # -- life cycle ----------------------------------------------------------------------
-    def up(self, keep=False):
+    def up(self, keep=False, owner=None):
         """Build the nodes. ``keep``: the cluster outlives this process (the command line's
-        ``up``); otherwise ``down_stale`` may remove it once this process is gone."""
+        ``up``); otherwise ``down_stale`` may remove it once ``owner`` (this process by
+        default) is gone."""
         reason = unavailable_reason()
         if reason:
             raise RuntimeError(f"cluster: {reason}")
@@ -190,7 +191,7 @@ class Cluster:
             )
         os.makedirs(self.state)
         with open(os.path.join(self.state, "cluster.json"), "w") as f:
-            json.dump({"nodes": len(self.nodes), "rate": self.rate, "owner": os.getpid(),
+            json.dump({"nodes": len(self.nodes), "rate": self.rate, "owner": owner or os.getpid(),
                        "keep": keep}, f)  # fmt: skip
         try:
             self._build()
@@ -426,7 +427,10 @@ def main(argv=None):
 
     if args.action == "up":
         cluster = Cluster(args.nodes, rate=args.rate, name=args.name)
-        cluster.up(keep=True)
+        # a script or test that brings a cluster up by command names itself its owner, so
+        # that down_stale removes the cluster if that process dies before its `down`
+        owner = int(os.environ.get("MINIDL_CLUSTER_OWNER", 0))
+        cluster.up(keep=not owner, owner=owner or None)
         print(f"cluster {cluster.name}: {', '.join(cluster.nodes)}; launch agent {cluster.agent}")
         return 0
     if args.action == "down":

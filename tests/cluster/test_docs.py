@@ -25,6 +25,7 @@ def test_the_emulated_cluster_commands_of_the_guide_run(cluster, cluster_tool, t
     env = {
         **os.environ,
         **here.env(),
+        "MINIDL_CLUSTER_OWNER": str(os.getpid()),  # down_stale's if this test is killed
         "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
     }
     try:
@@ -42,3 +43,27 @@ def test_the_emulated_cluster_commands_of_the_guide_run(cluster, cluster_tool, t
     lines = (tmp_path / "runs" / "cluster-demo" / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 2  # the resumed run added its epoch
     assert not any(ns.startswith(f"minidl-{name}-") for ns in cluster_tool._namespaces())
+
+
+def test_a_cluster_brought_up_by_command_for_an_owner_goes_stale_when_the_owner_dies(
+    cluster, cluster_tool
+):
+    cluster(1)  # skips where a cluster cannot be built
+    owner = subprocess.Popen(["sleep", "60"])
+    name = f"own{os.getpid()}"
+    try:
+        up = subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / "cluster.py"), "up", "--nodes", "1",
+             "--name", name],
+            env={**os.environ, "MINIDL_CLUSTER_OWNER": str(owner.pid)},
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert up.returncode == 0, up.stderr
+        assert name not in cluster_tool.down_stale()  # its owner lives
+        owner.kill()
+        owner.wait()
+        assert name in cluster_tool.down_stale()
+        assert not any(ns.startswith(f"minidl-{name}-") for ns in cluster_tool._namespaces())
+    finally:
+        owner.kill()
+        cluster_tool.Cluster(1, name=name).down()
