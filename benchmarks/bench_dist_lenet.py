@@ -66,6 +66,7 @@ def ddp_worker(rank, size, port, results):
     """One DDP rank: its shard of every global batch, then the epoch time."""
     import torch
     import torch.distributed as tdist
+    from bench_lenet_epoch import torch_lenet_layers
 
     from minidl.data import DataLoader, FashionMNIST
 
@@ -74,22 +75,8 @@ def ddp_worker(rank, size, port, results):
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size
     )
     torch.manual_seed(0)
-    nn = torch.nn
-    net = nn.Sequential(
-        nn.Conv2d(1, 6, 5, padding=2),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Conv2d(6, 16, 5),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Flatten(),
-        nn.Linear(400, 120),
-        nn.ReLU(),
-        nn.Linear(120, 84),
-        nn.ReLU(),
-        nn.Linear(84, 10),
-    )
-    model = nn.parallel.DistributedDataParallel(net)
+    net = torch_lenet_layers(torch)
+    model = torch.nn.parallel.DistributedDataParallel(net)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loader = DataLoader(
         FashionMNIST(train=True), 64, shuffle=True, seed=0, rank=rank, world_size=size
@@ -97,7 +84,7 @@ def ddp_worker(rank, size, port, results):
     tdist.barrier()
     start = time.perf_counter()
     for x, y in loader:
-        loss = nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y))
+        loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y))
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -33,9 +33,10 @@ from minidl.data import DataLoader, FashionMNIST
 from minidl.train.loop import evaluate, train_epoch
 
 
-def torch_lenet(torch, state):
+def torch_lenet_layers(torch):
+    """LeNet-5 in PyTorch with minidl's layer order (its own initialisation)."""
     nn = torch.nn
-    net = nn.Sequential(
+    return nn.Sequential(
         nn.Conv2d(1, 6, 5, padding=2),
         nn.ReLU(),
         nn.MaxPool2d(2),
@@ -49,6 +50,11 @@ def torch_lenet(torch, state):
         nn.ReLU(),
         nn.Linear(84, 10),
     )
+
+
+def torch_lenet(torch, state):
+    """``torch_lenet_layers`` holding minidl's weights ``state``."""
+    net = torch_lenet_layers(torch)
     net.load_state_dict({k: torch.tensor(np.array(v)) for k, v in state.items()})
     return net
 
