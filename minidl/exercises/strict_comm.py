@@ -25,11 +25,17 @@ from ..intmath import ceil_div, ceil_log2, largest_power_of_two
 
 class StrictComm:
     """Wraps a ``minidl.dist`` Communicator: ``send`` is ``Ssend``; ``send``, ``sendrecv`` and
-    ``isend`` are counted; everything else is the wrapped communicator's."""
+    ``isend`` are counted, and so are allreduces; everything else is the wrapped
+    communicator's."""
 
     def __init__(self, comm):
         self._comm = comm
         self.sent = []  # (destination, bytes) of each message, in order
+        self.allreduces = 0
+
+    def allreduce(self, array, op="sum", algorithm="auto"):
+        self.allreduces += 1
+        return self._comm.allreduce(array, op=op, algorithm=algorithm)
 
     def __getattr__(self, name):
         return getattr(self._comm, name)

@@ -16,23 +16,12 @@ from minidl import layers as L
 from minidl.dist import tensor as tp
 from minidl.exercises import exercise, expect_close, expect_equal
 from minidl.exercises.checks.collectives import expect_on_every_rank
+from minidl.exercises.strict_comm import StrictComm
 from minidl.reference.dist import tensor_parallel as reference
 
 PATH = "minidl/reference/dist/tensor_parallel.py"
 N, C_IN, HIDDEN, C_OUT = 4, 5, 7, 3
 TOL = 1e-12
-
-
-class CountingComm:
-    """``comm`` that counts the allreduces it is asked for."""
-
-    def __init__(self, comm):
-        self.comm, self.allreduces = comm, 0
-        self.rank, self.size = comm.rank, comm.size
-
-    def allreduce(self, array, op="sum", algorithm="auto"):
-        self.allreduces += 1
-        return self.comm.allreduce(array, op=op, algorithm=algorithm)
 
 
 def serial_pair():
@@ -64,7 +53,7 @@ def expect_one_allreduce(counting, way):
 def check_column_row_forward(comm):
     first, second, x, _ = serial_pair()
     column, row, w1, b1, w2 = blocks(comm, first, second)
-    counting = CountingComm(comm)
+    counting = StrictComm(comm)
     y, h = reference.column_row_forward(counting, x, w1, b1, w2, second.bias.data)
     want = second(F.tanh(first(md.Tensor(x)))).data
     tuned_h = F.tanh(column(md.Tensor(x)))
@@ -93,7 +82,7 @@ def check_column_row_backward(comm):
     xt = md.Tensor(x.copy(), requires_grad=True)
     second(F.tanh(first(xt))).backward(g)
     h = np.tanh(x @ w1.T + b1)
-    counting = CountingComm(comm)
+    counting = StrictComm(comm)
     dx, dw1, db1, dw2, db2 = reference.column_row_backward(counting, x, w1, w2, h, g)
     rows = tp.Partition(HIDDEN, comm.size).slice(comm.rank)
 
