@@ -25,7 +25,6 @@ def main():
     parser.add_argument("--subset", type=int, default=None, help="train on the first N images")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args()
-    md.backend.tune_malloc()  # optional: steps ~1.4x faster (see minidl/backend.py)
 
     md.manual_seed(0)
     train, test = FashionMNIST(args.data_dir, train=True), FashionMNIST(args.data_dir, train=False)

@@ -62,7 +62,6 @@ def main():
     parser.add_argument("--out", default="optimizers.png")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args()
-    md.backend.tune_malloc()  # optional: steps ~1.4x faster (see minidl/backend.py)
     train, test = FashionMNIST(args.data_dir, train=True), FashionMNIST(args.data_dir, train=False)
     test = test.first(args.test_subset)
     curves = {}
