@@ -28,7 +28,7 @@ from .config import TrainConfig, option
 from .engine import Diverged, LocalEngine
 from .loop import evaluate
 from .resume import apply_changes, changes, check_fixed
-from .run_status import when_aborted
+from .run_status import job_aborted, when_aborted
 from .rundir import RunDirectory
 from .setup import build_model, default_run_dir, load_datasets, make_scheduler
 
@@ -202,6 +202,7 @@ class TrainingRun:
                 if self._last_good
                 else "no checkpoint was written"
             )
+            job_aborted(f"{exc}; {kept}")
             raise Diverged(f"{exc}; {kept}") from None
         finally:
             self.engine.close()

@@ -8,8 +8,8 @@ instead:
 
 - **finished**: its last epoch record is the ``epochs`` of its ``config.json``;
 - **aborted**: its last record is ``"kind": "aborted"``, written by rank 0
-  when minidl itself ended the job (the hang watchdog), with the reason
-  (which ranks and hosts stopped answering);
+  when minidl itself ended the run, with the reason (the hang watchdog:
+  which ranks and hosts stopped answering; a diverged run: which epoch);
 - **stopped**: neither; its processes were killed from outside (a lost node
   taken down by the launcher, the batch system, a kill signal).
 
