@@ -109,7 +109,7 @@ def test_a_node_whose_processes_die_ends_the_job_within_30_s(cluster, tmp_path):
     assert not result.timed_out, f"hung:\n{result.output}"
     assert time.monotonic() - killed < 30
     assert "epoch 50/50" not in result.output  # ended early, whatever the launcher's status
-    # the launcher kills the surviving ranks within milliseconds (MPICH: SIGKILL; Open MPI:
+    # the launcher kills the surviving ranks within 50 ms (MPICH: SIGKILL; Open MPI:
     # they exit inside MPI), so only the launcher speaks, and only the run folder tells
     # that the run did not finish where the launcher exits 0 (Open MPI)
     code, line = check(c, out)
