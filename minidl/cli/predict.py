@@ -49,6 +49,8 @@ PREDICT_HELP = {  # the help texts too long to share a line with their option
     "--levels": "the links measured by fit_levels (a JSON file of save_levels) instead of "
     "--network and --intra-network; implies --ppn 1 unless given",
     "--intra-network": "the link between two ranks of one node (with --ppn)",
+    "--scaling": "with --ppn or --levels: also the data-parallel scaling table (n = nodes x "
+    "ranks per node), each n with the fastest allreduce of the per-level model",
     "--grids": "rank the dp x tp grids of this many ranks (layers placed by the tensor-parallel "
     "rule) instead of scaling data parallelism",
 }
@@ -74,6 +76,7 @@ def add_predict_arguments(p):
     add("--grids", type=positive_int, metavar="RANKS")
     add("--ppn", type=positive_int, metavar="K")
     add("--levels", metavar="FILE")
+    add("--scaling", action="store_true")
     add("--intra-network", default="shared-memory", choices=list(NETWORKS))
     add("--intra-latency-us", type=float, help="overrides the intra-node latency")
     add("--intra-bandwidth-gbs", type=float, help="overrides the intra-node bandwidth (GB/s)")
@@ -121,7 +124,7 @@ def format_levels(rows, ranks_per_node):
     return "\n".join([fmt(head), "-" * len(fmt(head))] + [fmt(r) for r in table])
 
 
-def run_level_prediction(args, model):
+def run_level_prediction(args, model, shape):
     """``--ppn``/``--levels``: each allreduce algorithm's time (ms) per node count."""
     levels, source = levels_from_args(args)
     ppn = args.ppn or 1
@@ -131,8 +134,32 @@ def run_level_prediction(args, model):
         f"{args.model}: one allreduce of {human_bytes(nbytes)} (compression "
         f"{args.compression:g}) on N nodes x {ppn} ranks, ms; {source}"
     )
-    print(format_levels(predict_levels(nbytes, nodes, ppn, levels), ppn))
+    rows = predict_levels(nbytes, nodes, ppn, levels)
+    print(format_levels(rows, ppn))
+    if args.scaling:
+        print_level_scaling(args, model, shape, nbytes, rows, ppn)
     return 0
+
+
+def print_level_scaling(args, model, shape, nbytes, rows, ppn):
+    """``--scaling``: the scaling table over n = nodes x ``ppn`` ranks, each n's gradient
+    exchange the fastest algorithm of ``rows`` (``predict_levels``)."""
+    fastest = {n * ppn: min(times.values()) for n, times in rows}
+    ranks = sorted(fastest)
+    compute, source = compute_from_args(args, model, shape, ranks)
+    points = predict_scaling(
+        compute, args.batch, ranks, nbytes, None, serial_fraction=args.serial_fraction,
+        overlap=args.overlap, comm=fastest.get,
+    )  # fmt: skip
+    print(
+        f"\n{args.model}, B={args.batch} on n = nodes x {ppn} ranks, each n with its fastest "
+        f"allreduce above; compute: {source}"
+    )
+    print(format_prediction(points))
+    print(
+        "- on the emulated cluster this model predicted about half the measured time of a "
+        "bandwidth-bound allreduce (benchmarks/RESULTS.md): read the speedups as upper bounds"
+    )
 
 
 def compute_from_args(args, model, shape, nodes):
@@ -160,7 +187,7 @@ def run_predict(args):
     if args.grids:
         return run_grid_ranking(args, model, shape)
     if args.ppn or args.levels:
-        return run_level_prediction(args, model)
+        return run_level_prediction(args, model, shape)
     nodes = args.nodes or default_nodes(args.batch)
     compute, source = compute_from_args(args, model, shape, nodes)
     nbytes = model.num_parameters() * next(model.parameters()).dtype.itemsize / args.compression

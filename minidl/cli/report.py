@@ -6,7 +6,9 @@ runs, also one comparison line per run. It draws ``report.png`` (in the
 first run directory, or ``--out``): test accuracy against training wall time
 and against gradients computed, and the staleness histogram of each run. A
 pipeline run traced with ``--trace`` also gets ``pipeline_timeline.png`` in its
-folder (``pipeline_plot.py``) and its measured bubble printed.
+folder (``pipeline_plot.py``) and its measured bubble printed. ``--check``
+prints instead whether each run finished (``train/run_status.py``) and exits
+1 unless all did.
 """
 
 import itertools
@@ -16,6 +18,7 @@ import os
 from minidl.dist.pipeline.timeline import bubble
 from minidl.dist.telemetry import StalenessHistogram, format_table
 from minidl.train.metrics import read_metrics
+from minidl.train.run_status import run_status
 
 from .pipeline_plot import is_pipeline_trace, plot_timeline
 
@@ -188,9 +191,20 @@ def add_report_arguments(p):
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories of minidl train")
     plot = "where to write the plot (default RUN_DIR/report.png of the first run)"
     p.add_argument("--out", help=plot)
+    p.add_argument(
+        "--check", action="store_true",
+        help="only say whether each run finished, aborted or was stopped (one line each); "
+        "exit 1 unless every run finished: for batch scripts, as a launcher may exit 0 "
+        "after losing a node",
+    )  # fmt: skip
 
 
 def run_report(args):
+    if args.check:
+        finished = [run_status(path) for path in args.runs]
+        for _, line in finished:
+            print(line)
+        return 0 if all(done for done, _ in finished) else 1
     runs = [load_run(path) for path in args.runs]
     for run in runs:
         print(f"{run['label']}  ({run['path']})")

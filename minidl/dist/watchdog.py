@@ -7,7 +7,8 @@ gets something done (a step, an evaluated batch, a served message); each
 rank's ``Watchdog`` thread (which runs while the main thread waits inside
 MPI: mpi4py releases the interpreter lock) aborts the job when ``timeout``
 seconds pass without a call, saying which rank stalled and where, and (with a
-``Heartbeat``) which ranks and hosts stopped answering.
+``Heartbeat``) which ranks and hosts stopped answering; rank 0 records that
+reason in its run folder (``train/run_status.py``).
 """
 
 import os
@@ -18,6 +19,7 @@ import time
 
 from ..train.callbacks import Callback
 from ..train.config import option
+from ..train.run_status import job_aborted
 
 _last = {"time": time.monotonic(), "where": "start-up"}
 
@@ -75,14 +77,17 @@ class Watchdog(Callback):
     def _fire(self, quiet):
         others = self.heartbeat.describe(self.timeout) if self.heartbeat is not None else ""
         me = f"rank {self.rank} on {socket.gethostname()}"
+        reason = (
+            f"{me} made no progress for {quiet:.0f} s (last: {_last['where']}): a rank is "
+            f"stopped, deadlocked or far slower than the others; aborting the job.{others}"
+        )
         sys.stderr.write(
-            f"minidl: {me} made no progress for {quiet:.0f} s "
-            f"(last: {_last['where']}): a rank is stopped, deadlocked or far slower than the "
-            f"others; aborting the job.{others} Once it is fixed, continue from the last "
-            f"checkpoint with {option('resume')} RUN/checkpoint.npz; if a step can really take "
-            f"this long, raise {option('hang_timeout')}\n"
+            f"minidl: {reason} Once it is fixed, continue from the last checkpoint with "
+            f"{option('resume')} RUN/checkpoint.npz; if a step can really take this long, "
+            f"raise {option('hang_timeout')}\n"
         )
         try:
+            job_aborted(reason)
             self.abort(self.exit_code)
         finally:
             os._exit(self.exit_code)

@@ -51,9 +51,13 @@ class ScalingPoint:
 
 
 def predict_scaling(
-    compute, global_batch, nodes, nbytes, network, scheme="ring", serial_fraction=0.0, overlap=0.0
-):
-    """``ScalingPoint`` per node count (see the module doc); ``compute`` has ``step_time(b)``."""
+    compute, global_batch, nodes, nbytes, network, scheme="ring", serial_fraction=0.0, overlap=0.0,
+    comm=None,
+):  # fmt: skip
+    """``ScalingPoint`` per node count (see the module doc); ``compute`` has ``step_time(b)``.
+
+    ``comm(n)``: seconds of the gradient exchange among n workers, when another model than
+    ``scheme`` over one ``network`` gives it (``minidl predict --levels``: per level)."""
     if not 0.0 <= serial_fraction < 1.0 or not 0.0 <= overlap <= 1.0:
         raise ValueError(
             f"predict: the serial fraction ({serial_fraction}) must lie in [0, 1) and "
@@ -71,8 +75,8 @@ def predict_scaling(
         b = math.ceil(global_batch / n)
         step = compute.step_time(b)
         t_comp = s * single + (1 - s) * step.total_s
-        comm = comm_time(scheme, nbytes, n, network)
-        visible = comm - min(overlap * comm, (1 - s) * step.backward_s)
+        exchange = comm(n) if comm is not None else comm_time(scheme, nbytes, n, network)
+        visible = exchange - min(overlap * exchange, (1 - s) * step.backward_s)
         total = t_comp + visible
         losses = {
             "serial fraction": s * single * (1 - 1 / n),

@@ -28,6 +28,7 @@ from .config import TrainConfig, option
 from .engine import Diverged, LocalEngine
 from .loop import evaluate
 from .resume import apply_changes, changes, check_fixed
+from .run_status import job_aborted, when_aborted
 from .rundir import RunDirectory
 from .setup import build_model, default_run_dir, load_datasets, make_scheduler
 
@@ -169,9 +170,17 @@ class TrainingRun:
         a loss, the test loss or a weight stopped being finite. The run
         folder's lock is given up at the end, however the run ends.
         """
+        self._last_good = self.start_epoch
+        forget = (
+            when_aborted(lambda reason: self.run_dir.record_abort(self._last_good, reason))
+            if self.rank == 0
+            else None
+        )
         try:
             return self._run()
         finally:
+            if forget is not None:
+                forget()
             self.run_dir.close()
 
     def _run(self):
@@ -193,6 +202,7 @@ class TrainingRun:
                 if self._last_good
                 else "no checkpoint was written"
             )
+            job_aborted(f"{exc}; {kept}")
             raise Diverged(f"{exc}; {kept}") from None
         finally:
             self.engine.close()
@@ -222,7 +232,6 @@ class TrainingRun:
     def _epochs(self):
         config, engine = self.config, self.engine
         result = first_loss = None
-        self._last_good = self.start_epoch
         for epoch in range(self.start_epoch + 1, config.epochs + 1):
             progress = self.rank == engine.progress_rank and config.progress
             stats, lr, records = engine.train(epoch, progress)

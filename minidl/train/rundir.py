@@ -2,7 +2,8 @@
 
 Files: ``config.json`` (the options and the run id), ``checkpoint.npz``
 (after every good epoch), ``metrics.jsonl`` (one record per epoch, plus
-distributed and compression records), ``curves.png`` and, with ``--trace``,
+distributed and compression records, and an ``"aborted"`` record when minidl
+ended the job: ``run_status.py``), ``curves.png`` and, with ``--trace``,
 ``trace.json``; ``.minidl.lock`` is the folder's lock (``runlock``).
 
 Rules:
@@ -23,8 +24,9 @@ Rules:
   records, then the plot: a crash between the two leaves a checkpoint
   whose epoch has no record yet, never a record whose weights are lost.
 - Resuming from epoch E drops the records of later epochs (they were
-  trained again from E) and a line a crash cut, so no epoch is recorded
-  twice; temporary files of interrupted writes (minidl's own) are removed.
+  trained again from E), a line a crash cut and the record of how the
+  last attempt was aborted, so no epoch is recorded twice; temporary
+  files of interrupted writes (minidl's own) are removed.
 """
 
 import json
@@ -125,7 +127,8 @@ class RunDirectory:
         metrics = self.file("metrics.jsonl")
         if os.path.exists(metrics):
             records = read_metrics(metrics, drop_torn_tail=True)
-            rewrite_metrics(metrics, [r for r in records if r.get("epoch", 0) <= epoch])
+            kept = [r for r in records if r.get("epoch", 0) <= epoch and r.get("kind") != "aborted"]
+            rewrite_metrics(metrics, kept)
         self.write_config(config, run_id)
 
     def write_config(self, config, run_id):
@@ -138,6 +141,12 @@ class RunDirectory:
         metrics = self.file("metrics.jsonl")
         append_metrics(metrics, *records)
         plot_curves(read_metrics(metrics), self.file("curves.png"))
+
+    def record_abort(self, epoch, reason):
+        """The run ends after ``epoch`` for ``reason``: a last ``"aborted"`` record (one
+        whole line; ``run_status`` reads it)."""
+        record = {"kind": "aborted", "epoch": epoch, "reason": reason}
+        append_metrics(self.file("metrics.jsonl"), record)
 
     def _check_locked(self):
         if not self.lock.held:

@@ -1,11 +1,15 @@
 """Node faults on the emulated cluster: a node's link cut mid-run, a node's processes killed.
 
 Either way the job must end (no silent hang), the run's checkpoint and metrics
-must stay readable, and ``--resume`` must continue the run from its checkpoint.
+must stay readable, ``minidl report --check`` must say that the run did not
+finish (and why, where minidl itself ended the job) and exit 1, also when the
+launcher exits 0, and ``--resume`` must continue the run from its checkpoint.
 """
 
 import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -43,6 +47,13 @@ def start_and_wait_for_a_checkpoint(c, out):
     return job
 
 
+def check(c, out):
+    """``minidl report --check OUT``: (exit status, its line)."""
+    argv = [sys.executable, "-m", "minidl", "report", "--check", out]
+    done = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **c.env()})
+    return done.returncode, done.stdout + done.stderr
+
+
 def assert_intact_and_resumable(c, out):
     """The files a fault left are whole, and the run continues from its checkpoint."""
     state = load_checkpoint(os.path.join(out, "checkpoint.npz"))
@@ -52,6 +63,7 @@ def assert_intact_and_resumable(c, out):
                    "--resume", os.path.join(out, "checkpoint.npz"), timeout=120)  # fmt: skip
     assert result.returncode == 0 and not result.timed_out, result.output
     assert epochs_done(out) == list(range(1, len(done) + 2))
+    assert check(c, out) == (0, f"{out}: finished, {len(done) + 1} epochs\n")
     assert (
         state.model_state.keys()
         == load_checkpoint(os.path.join(out, "checkpoint.npz")).model_state.keys()
@@ -70,14 +82,19 @@ def test_a_cut_link_ends_the_job_naming_the_rank_and_host_that_stopped_answering
     # minidl aborts after HANG_TIMEOUT; Open MPI's launcher then gives up on the lost node's
     # daemon after its TCP keepalives and retries (~8-15 s on the emulated nodes)
     assert waited < HANG_TIMEOUT + 40, f"{waited:.0f} s to end:\n{result.output}"
+    code, line = check(c, out)
+    assert code == 1, line
     if "PRTE has lost communication" in result.output:
-        # Open MPI's launcher may notice the lost node first (then it exits 0)
+        # Open MPI's launcher may notice the lost node first (then it exits 0, and kills
+        # rank 0 before minidl's watchdog fires): the run folder still tells
         assert "Remote daemon" in result.output and "on node node1" in result.output
+        assert "did not finish: stopped after epoch" in line and "--resume" in line, line
     else:
         assert result.returncode != 0, result.output
         assert "rank 0 on node0 made no progress" in result.output, result.output
         assert "Not answering: rank 1 on node1" in result.output, result.output
         assert "check node1" in result.output and "--resume" in result.output
+        assert "aborted after epoch" in line and "Not answering: rank 1 on node1" in line, line
     c.link("node1", "up")
     assert_intact_and_resumable(c, out)
 
@@ -92,4 +109,10 @@ def test_a_node_whose_processes_die_ends_the_job_within_30_s(cluster, tmp_path):
     assert not result.timed_out, f"hung:\n{result.output}"
     assert time.monotonic() - killed < 30
     assert "epoch 50/50" not in result.output  # ended early, whatever the launcher's status
+    # the launcher kills the surviving ranks within 50 ms (MPICH: SIGKILL; Open MPI:
+    # they exit inside MPI), so only the launcher speaks, and only the run folder tells
+    # that the run did not finish where the launcher exits 0 (Open MPI)
+    code, line = check(c, out)
+    assert code == 1 and "did not finish: stopped after epoch" in line, line
+    assert f"--resume {out}/checkpoint.npz" in line, line
     assert_intact_and_resumable(c, out)

@@ -106,3 +106,28 @@ def test_predict_cli_reads_fitted_levels_and_overrides(capsys, tmp_path):
     assert slow[4, "fastest"] != "hierarchical"  # a slow node inside makes the tree-in-node cost
     with pytest.raises(SystemExit, match="cannot read --levels .*No such file.*--save-levels"):
         main(["predict", "--model", "lenet5", "--levels", str(tmp_path / "missing.json")])
+
+
+def test_predict_scaling_uses_each_node_counts_fastest_allreduce_of_the_levels(capsys, tmp_path):
+    """--scaling: n = nodes x ppn workers, each exchanging by the fastest algorithm of the
+    per-level table; with the roofline calibrated to T(B) = 0.1 s, speedup = 0.1 s / T(n)."""
+    path = tmp_path / "levels.json"
+    save_levels(path, {"intra": INTRA, "inter": INTER})
+    argv = ["predict", "--model", "lenet5", "--levels", str(path), "--ppn", "2", "--nodes",
+            "1,2,4", "--scaling", "--compute", "roofline", "--time-per-iteration", "0.1",
+            "--batch", "64"]  # fmt: skip
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    blank = lines.index("")
+    head = lines[1].split()
+    fastest = {}
+    for line in lines[3:blank]:
+        cells = line.split()
+        fastest[int(cells[1])] = min(float(c) for c in cells[2:-1])
+    scaling = [line.split() for line in lines[blank + 4 : blank + 7]]
+    assert head[-1] == "fastest" and [int(r[0]) for r in scaling] == [2, 4, 8]
+    for n, b, compute_ms, comm_ms, iteration_ms, speedup, *_ in scaling:
+        assert int(b) == 64 // int(n)
+        assert float(comm_ms) == pytest.approx(fastest[int(n)], abs=0.006)
+        assert float(iteration_ms) == pytest.approx(float(compute_ms) + float(comm_ms), abs=0.02)
+        assert float(speedup) == pytest.approx(100 / float(iteration_ms), abs=0.006)

@@ -19,6 +19,7 @@ from minidl.data import DatasetNotFoundError, FashionMNIST
 from minidl.train import rundir as rundir_module
 from minidl.train.checkpoint import load_checkpoint, save_checkpoint
 from minidl.train.run import divergence
+from minidl.train.run_status import run_status
 
 try:
     FashionMNIST(train=False)
@@ -227,6 +228,8 @@ def test_a_non_finite_test_loss_keeps_the_last_good_checkpoint(tmp_path, capsys,
     assert "epoch 2: the test loss is inf" in err and "checkpoint of epoch 1 is kept" in err
     assert (run / "checkpoint.npz").read_bytes() == before
     assert epochs_recorded(run) == [1]
+    finished, line = run_status(run)  # the folder says why the run ended
+    assert not finished and line.startswith(f"{run}: aborted after epoch 1 of 2: epoch 2: the")
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-0.1", "0", "x"])
