@@ -15,9 +15,12 @@ CuPy batch is one chunk.
 import numpy as np
 
 from .backend import get_array_module
+from .parallel import parallel_for
 
 CHUNK_BYTES = 4 * 2**20  # target size of the largest per-chunk temporary
 SHARED_MIN_BYTES = 16 * 2**20  # a batch's temporaries from which its chunks go to threads
+ELEMENTWISE_MIN_BYTES = 4 * 2**20  # an array from which one elementwise pass goes to threads
+ROW_PIECES = 8  # pieces of such a pass (a fixed count: bits do not depend on threads)
 
 
 def chunk_length(batch, item_bytes, gpu=False):
@@ -45,3 +48,20 @@ def chunk_threads(batch, item_bytes):
     1.4-1.6x faster (benchmarks/RESULTS.md, "Both cores").
     """
     return 1 if batch * int(item_bytes) < SHARED_MIN_BYTES else None
+
+
+def by_rows(fn, *arrays):
+    """``fn(*arrays)``, or ``fn`` on ``ROW_PIECES`` matching pieces of ``arrays`` along axis 0
+    on ``parallel_for``'s threads when ``arrays[0]`` has ``ELEMENTWISE_MIN_BYTES`` or more
+    (NumPy). ``fn`` must be elementwise, writing its result into its last argument: each
+    element then gets the same bits however the rows are cut. Measured on 2 cores, one
+    ``maximum`` over 300k float32 per thread ran 2.0x faster than over both halves on one;
+    over 100k, not faster (waking a thread costs 30-100 us)."""
+    first = arrays[0]
+    if get_array_module(first) is not np or first.nbytes < ELEMENTWISE_MIN_BYTES:
+        fn(*arrays)
+        return
+    n = first.shape[0]
+    pieces = [slice(n * i // ROW_PIECES, n * (i + 1) // ROW_PIECES) for i in range(ROW_PIECES)]
+    pieces = [rows for rows in pieces if rows.stop > rows.start]
+    parallel_for(lambda rows: fn(*(a[rows] for a in arrays)), pieces)

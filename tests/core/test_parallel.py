@@ -175,3 +175,45 @@ def test_im2col_has_the_same_bits_on_1_2_and_3_threads(threads, monkeypatch, lay
     for grad in (dw, dw_again):  # one product of all kept columns, or one per chunk
         np.testing.assert_allclose(grad, dw64, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(dx, dx64, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("n", THREADS)
+def test_relu_by_rows_on_threads_is_its_definition(threads, monkeypatch, n):
+    """Rows on threads (``ELEMENTWISE_MIN_BYTES`` 0), a channels-last input: max(x, 0) and
+    g * (y > 0), bit for bit."""
+    import minidl as md
+    from minidl import functional as F
+
+    monkeypatch.setattr(chunks, "ELEMENTWISE_MIN_BYTES", 0)
+    threads(n)
+    rng = np.random.default_rng(1)
+    data = rng.standard_normal((6, 5, 4, 3)).astype(np.float32).transpose(0, 3, 1, 2)
+    x = md.tensor(data, requires_grad=True)
+    g = rng.standard_normal(data.shape).astype(np.float32)
+    y = F.relu(x)
+    y.backward(g)
+    assert y.data.tobytes() == np.maximum(data, 0).tobytes()
+    assert x.grad.tobytes() == (g * (data > 0)).tobytes()
+
+
+@pytest.mark.parametrize("rule", ["Momentum", "Adam"])
+def test_optimizer_steps_have_the_same_bits_on_1_2_and_3_threads(threads, monkeypatch, rule):
+    """Parameters updated on threads (``SHARED_MIN_BYTES`` 0), three steps with weight decay."""
+    import minidl as md
+    from minidl import optim
+
+    monkeypatch.setattr(chunks, "SHARED_MIN_BYTES", 0)
+    shapes = [(7, 5), (5,), (3, 2, 3, 3), (11,)]
+    results = []
+    for n in THREADS:
+        threads(n)
+        rng = np.random.default_rng(2)
+        params = [md.tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True)
+                  for s in shapes]  # fmt: skip
+        opt = getattr(optim, rule)(params, lr=0.1, weight_decay=0.01)
+        for _ in range(3):
+            for p in params:
+                p.grad = rng.standard_normal(p.shape).astype(np.float32)
+            opt.step()
+        results.append([p.data.tobytes() for p in params])
+    assert results[1] == results[0] and results[2] == results[0]
