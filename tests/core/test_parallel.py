@@ -217,3 +217,32 @@ def test_optimizer_steps_have_the_same_bits_on_1_2_and_3_threads(threads, monkey
             opt.step()
         results.append([p.data.tobytes() for p in params])
     assert results[1] == results[0] and results[2] == results[0]
+
+
+POOLS = {  # op, kernel, stride, padding: overlapping windows with padding, and tiling ones
+    "max 3/2 pad 1": ("max_pool2d", 3, 2, 1),
+    "max 2/2 tiles": ("max_pool2d", 2, 2, 0),
+    "avg 3/2 pad 1": ("avg_pool2d", 3, 2, 1),
+}
+
+
+@pytest.mark.parametrize("pool", POOLS)
+def test_pooling_has_the_same_bits_on_1_2_and_3_threads(threads, monkeypatch, pool):
+    """Images in pieces on threads (``ELEMENTWISE_MIN_BYTES`` 0): forward and input gradient
+    bit for bit as on one thread (ties included: a coarse grid of values)."""
+    import minidl as md
+    from minidl import functional as F
+
+    monkeypatch.setattr(chunks, "ELEMENTWISE_MIN_BYTES", 0)
+    op, kernel, stride, padding = POOLS[pool]
+    rng = np.random.default_rng(3)
+    data = rng.integers(-3, 4, (9, 4, 8, 8)).astype(np.float32)  # many ties
+    g = rng.standard_normal((9, 4, 4, 4)).astype(np.float32)
+    results = []
+    for n in THREADS:
+        threads(n)
+        x = md.tensor(data, requires_grad=True)
+        y = getattr(F, op)(x, kernel, stride, padding)
+        y.backward(g)
+        results.append((y.data.tobytes(), x.grad.tobytes()))
+    assert results[1] == results[0] and results[2] == results[0]
