@@ -129,14 +129,12 @@ def empty(shape, dtype, xp=np, op="an array"):
         ) from exc
 
 
-def empty_like(a, dtype=None, op="an array", shape=None):
-    """``empty`` shaped like ``a`` (or ``shape``, of as many axes) and in its memory layout (an
-    NHWC array seen as NCHW gives the same view): elementwise passes over matching strides
-    run several times faster."""
+def empty_like(a, dtype=None, op="an array"):
+    """``empty`` shaped like ``a`` and in its memory layout (an NHWC array seen as NCHW gives
+    the same view): elementwise passes over matching strides run several times faster."""
     xp = get_array_module(a)
-    shape = a.shape if shape is None else shape
     order = sorted(range(a.ndim), key=lambda axis: -abs(a.strides[axis]))  # outermost first
-    out = empty(tuple(shape[axis] for axis in order), dtype or a.dtype, xp, op)
+    out = empty(tuple(a.shape[axis] for axis in order), dtype or a.dtype, xp, op)
     return out.transpose(tuple(order.index(axis) for axis in range(a.ndim)))
 
 

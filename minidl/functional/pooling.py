@@ -9,7 +9,7 @@ pooling spreads it evenly (padding counts as zeros in the average).
 """
 
 from ..autograd import Function, ShapeError, Tensor
-from ..backend import empty_like, get_array_module
+from ..backend import get_array_module
 from ..chunks import by_rows
 from ..conv.geometry import output_size, pair, window_slices
 
@@ -90,8 +90,8 @@ class MaxPool2d(Function):
         xp = get_array_module(x)
         k, s, p, out = pool_geometry(x.shape, kernel_size, stride, padding, "max_pool2d")
         shape = (*x.shape[:2], *out)  # y and arg in the input's memory layout (layout note)
-        y = empty_like(x, op="max_pool2d", shape=shape)
-        arg = empty_like(x, xp.uint8, "max_pool2d argmax", shape)
+        y = xp.empty_like(x, shape=shape)
+        arg = xp.empty_like(x, dtype=xp.uint8, shape=shape)
 
         def pool(x_rows, y_rows, arg_rows):
             xpad = pad_hw(x_rows, p, -xp.inf)
@@ -100,7 +100,7 @@ class MaxPool2d(Function):
             for view in views[1:]:
                 xp.maximum(y_rows, view, out=y_rows)
             arg_rows[...] = 0
-            before_max = xp.ones(y_rows.shape, dtype=bool)
+            before_max = xp.ones_like(y_rows, dtype=bool)
             for view in views[:-1]:
                 xp.logical_and(before_max, view != y_rows, out=before_max)
                 arg_rows += before_max
