@@ -130,7 +130,7 @@ class Im2col(ConvAlgorithm):
                     xp.matmul(f, a[:, cols], out=b[:, cols])
                 if len(parts) > 1:
                     y[:, :, part] = b.reshape(k, p, -1)
-                return part, a
+                return (part, a) if keep else None  # unkept columns go back to the pool
 
             saved = _for_chunks(forward_chunk, parts, geom, x)
             y = y.reshape(k, geom.out_h, geom.out_w, n).transpose(3, 0, 1, 2)
