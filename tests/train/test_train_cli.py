@@ -147,7 +147,8 @@ def test_diverging_run_exits_nonzero_and_keeps_the_last_good_checkpoint(tmp_path
     assert "the loss is" in err and "the checkpoint of epoch 1 is kept" in err
     assert open(checkpoint, "rb").read() == before
     records = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
-    assert [r["epoch"] for r in records] == [1]
+    assert [r["epoch"] for r in records if r["kind"] == "epoch"] == [1]
+    assert records[-1]["kind"] == "aborted" and "the loss is" in records[-1]["reason"]
 
 
 @pytest.mark.parametrize(
