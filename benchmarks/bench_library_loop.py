@@ -4,7 +4,8 @@
     python benchmarks/bench_library_loop.py --conv [--threads 2] [--rounds 5]
     python benchmarks/bench_library_loop.py --memory-epochs 5 [--subset 60000]
 
-Each run is a fresh process (a process-wide setting such as ``tune_malloc`` cannot
+``--threads T`` sets BLAS's threads, PyTorch's and minidl's own
+(``md.backend.set_num_threads``). Each run is a fresh process (a process-wide setting such as ``tune_malloc`` cannot
 leak from one run into the next); the runs alternate, round after round:
 
 * ``library``: the README's loop (LeNet-5, Momentum lr 0.01 mu 0.9, batch 64, shuffled);
@@ -170,9 +171,10 @@ def child(args):
     if args.child in CONV_RUNS:
         from threadpoolctl import threadpool_limits
 
-        import minidl  # noqa: F401  (NumPy's and SciPy's BLAS loaded: the limit reaches them)
+        import minidl  # (NumPy's and SciPy's BLAS loaded: the limit reaches them)
 
         limits = threadpool_limits(args.threads)  # noqa: F841
+        minidl.backend.set_num_threads(args.threads)  # minidl's own chunk threads
         if args.child == "conv+tune_malloc":
             from minidl.backend import tune_malloc
 
@@ -189,9 +191,10 @@ def child(args):
             import torch
 
             torch.set_num_threads(args.threads)
-        import minidl  # noqa: F401  (NumPy's and SciPy's BLAS loaded: the limit reaches them)
+        import minidl  # (NumPy's and SciPy's BLAS loaded: the limit reaches them)
 
         limits = threadpool_limits(args.threads)  # noqa: F841  (BLAS and OpenMP pools)
+        minidl.backend.set_num_threads(args.threads)  # minidl's own chunk threads
         if args.child == "PyTorch":
             seconds, cpu = torch_loop(args, torch)
         else:
@@ -230,8 +233,9 @@ def main():
         print(f"README loop, {args.subset} images an epoch, {args.threads} threads:")
         from threadpoolctl import threadpool_limits
 
-        import minidl  # noqa: F401  (NumPy's and SciPy's BLAS loaded: the limit reaches them)
+        import minidl  # (NumPy's and SciPy's BLAS loaded: the limit reaches them)
 
+        minidl.backend.set_num_threads(args.threads)  # minidl's own chunk threads
         with threadpool_limits(args.threads):
             return readme_loop(args, args.memory_epochs)
     runs = list(CONV_RUNS) if args.conv else args.runs.split(",")

@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 
+from .parallel import get_num_threads, set_num_threads  # noqa: F401  (md.backend's API)
 from .pool import HOST_POOL, format_bytes
 
 DEVICES = ("cpu", "cuda")
@@ -159,11 +160,13 @@ def pool_stats():
 
 
 def limit_threads(n):
-    """Cap the BLAS and FFT thread pools at ``n`` while the returned controller lives
-    (None: no cap)."""
+    """Cap the BLAS and FFT thread pools at ``n`` while the returned controller lives, and
+    run minidl's own chunked ops on ``n`` threads (``set_num_threads``; None: no cap)."""
     if n is None:
         return None
     from threadpoolctl import threadpool_limits
+
+    set_num_threads(n)
 
     return threadpool_limits(limits=n)
 

@@ -194,7 +194,7 @@ def add_train_arguments(p):
     add("--resume", metavar="CKPT")
     add("--seed", type=int, default=0)
     add("--workers", type=positive_int, default=1)
-    add("--threads", type=positive_int, help="BLAS/FFT threads (default: all cores)")
+    add("--threads", type=positive_int, help="BLAS/FFT and minidl threads (default: all cores)")
     add("--no-progress", action="store_true", help="no progress bar")
     add("--dist", type=dist_mode, metavar="MODE")
     add("--servers", type=positive_int, default=1)

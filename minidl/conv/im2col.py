@@ -19,12 +19,16 @@ Passes, each computed in the order A is stored:
   not larger, a forward pass of dy with the flipped kernel instead (one gather).
 
 The batch runs in chunks (``minidl/chunks.py``) so that a chunk's columns are still
-in cache for its GEMM; ``keep=True`` keeps every chunk's columns for the
-weight gradient. Multiplies: N*K*C*KH*KW*OH*OW, as direct (Table 6).
+in cache for its GEMM; when the columns are large (``chunk_threads``) the chunks run on
+the threads of ``minidl/parallel.py``, each into its own part of the result. The weight
+gradient adds the chunks' products in chunk order: the bits do not depend on the threads.
+``keep=True`` keeps every chunk's columns for the weight gradient.
+Multiplies: N*K*C*KH*KW*OH*OW, as direct (Table 6).
 """
 
 from ..backend import empty, get_array_module
-from ..chunks import batch_chunks
+from ..chunks import batch_chunks, chunk_threads
+from ..parallel import parallel_for, sum_in_order
 from .base import ConvAlgorithm
 from .layout import contiguous, contiguous_copy, flipped_kernel, nhwc_rows, windows
 
@@ -86,6 +90,12 @@ def _chunks(geom, like):
     return batch_chunks(geom.batch, per_image * like.itemsize, like)
 
 
+def _for_chunks(fn, parts, geom, like):
+    """``parallel_for`` over the batch's chunks, on threads when the columns are large."""
+    per_image = geom.out_h * geom.out_w * row_length(geom) * like.itemsize
+    return parallel_for(fn, parts, chunk_threads(geom.batch, per_image))
+
+
 class Im2col(ConvAlgorithm):
     """Unroll + GEMM; supports every stride, padding, dilation and kernel size."""
 
@@ -93,62 +103,80 @@ class Im2col(ConvAlgorithm):
     reuses = frozenset({"backward_weight"})  # the column matrices
 
     def forward(self, x, w, geom, keep=False):
-        """y in NHWC memory (an NCHW view) for channel-innermost A, NCHW for batch-innermost."""
+        """y in NHWC memory (an NCHW view) for channel-innermost A, NCHW for batch-innermost.
+
+        The chunks run on ``parallel_for``'s threads, each gathering its own columns and
+        writing its own rows (or columns) of y."""
         xp = get_array_module(x)
         n, k, p, r = geom.batch, geom.out_channels, geom.out_h * geom.out_w, row_length(geom)
         f = weight_matrix(w)
         parts = _chunks(geom, x)
         last = batch_innermost(geom, parts[0].stop)  # one layout for every chunk
-        buffer = empty((n if keep else parts[0].stop) * p * r, x.dtype, xp, COLUMNS)
-        saved = []  # (part, A) pairs
+        whole = empty(n * p * r, x.dtype, xp, COLUMNS) if keep else None
+
+        def gather(part):
+            """A of the chunk: in its own place in ``whole`` when kept, else a pooled buffer."""
+            size = (part.stop - part.start) * p * r
+            own = whole[part.start * p * r :] if keep else empty(size, x.dtype, xp, COLUMNS)
+            return columns(x[part], geom, own, last)
+
         if last:  # B = F A, columns (i, j, n): y is batch-innermost in memory, an NCHW view
             y = empty((k, p, n), x.dtype, xp, OUTPUT)
-            for part in parts:
-                a = columns(x[part], geom, buffer[part.start * p * r if keep else 0 :], last)
+
+            def forward_chunk(part):
+                a = gather(part)
                 b = y.reshape(k, -1) if len(parts) == 1 else empty((k, a.shape[1]), x.dtype, xp)
                 for cols in column_blocks(a.shape[1], k, r):
                     xp.matmul(f, a[:, cols], out=b[:, cols])
                 if len(parts) > 1:
                     y[:, :, part] = b.reshape(k, p, -1)
-                saved.append((part, a))
+                return (part, a) if keep else None  # unkept columns go back to the pool
+
+            saved = _for_chunks(forward_chunk, parts, geom, x)
             y = y.reshape(k, geom.out_h, geom.out_w, n).transpose(3, 0, 1, 2)
             return y, (saved if keep else None)
         f_t = f.T.copy()
         y = empty((n * p, k), x.dtype, xp, OUTPUT)  # B^T = A^T F^T, rows (n, i, j): NHWC
-        for part in parts:
-            a = columns(x[part], geom, buffer[part.start * p * r if keep else 0 :], last)
-            xp.matmul(a.T, f_t, out=y[part.start * p : part.stop * p])
+
+        def forward_rows(part):
+            xp.matmul(gather(part).T, f_t, out=y[part.start * p : part.stop * p])
+
+        _for_chunks(forward_rows, parts, geom, x)
         if keep:  # the chunks' NHWC columns are consecutive: one matrix, one GEMM later
-            saved = [(slice(0, n), buffer.reshape(n * p, -1).T)]
+            saved = [(slice(0, n), whole.reshape(n * p, -1).T)]
         y = y.reshape(n, geom.out_h, geom.out_w, k).transpose(0, 3, 1, 2)
         return y, (saved if keep else None)
 
     def backward_weight(self, dy, x, geom, saved=None):
+        """dF summed over the batch: one product per chunk (or per kept matrix), on
+        ``parallel_for``'s threads, then added in chunk order (``sum_in_order``)."""
         xp = get_array_module(dy)
         k, r, p = geom.out_channels, row_length(geom), geom.out_h * geom.out_w
         parts = _chunks(geom, dy)
         last = batch_innermost(geom, parts[0].stop)  # the forward's layout
-        scratch = None
-        # dF^T = A dB^T (R x K): OpenBLAS runs this orientation ~1.7x faster than
-        # dF = dB A^T when the shared dimension (the positions) is long
-        dw_t = xp.zeros((r, k), dtype=dy.dtype)
         dy_rows = None if last else nhwc_rows(dy)
-        for part, a in saved or [(part, None) for part in parts]:
+
+        def product(item):
+            """This chunk's share of dF^T = A dB^T (R x K): OpenBLAS runs this orientation
+            ~1.7x faster than dF = dB A^T when the shared dimension (the positions) is long."""
+            part, a = item
             if a is None:
-                if scratch is None:
-                    scratch = empty((part.stop - part.start) * p * r, dy.dtype, xp, COLUMNS)
-                a = columns(x[part], geom, scratch, last)
-            if last:
-                db = output_rows(dy[part])
-                for cols in column_blocks(a.shape[1], k, r):
-                    dw_t += a[:, cols] @ db[:, cols].T
-            else:  # dB^T = dy in NHWC rows
-                dw_t += a @ dy_rows[part.start * p : part.stop * p]
+                size = (part.stop - part.start) * p * r
+                a = columns(x[part], geom, empty(size, dy.dtype, xp, COLUMNS), last)
+            if not last:  # dB^T = dy in NHWC rows
+                return a @ dy_rows[part.start * p : part.stop * p]
+            db = output_rows(dy[part])
+            blocks = [a[:, cols] @ db[:, cols].T for cols in column_blocks(a.shape[1], k, r)]
+            return sum_in_order(blocks)
+
+        items = saved or [(part, None) for part in parts]
+        dw_t = sum_in_order(_for_chunks(product, items, geom, dy))
         shape = (geom.kernel_h, geom.kernel_w, geom.in_channels, k)
         return contiguous_copy(dw_t.reshape(shape).transpose(3, 2, 0, 1))
 
     def backward_input(self, dy, w, geom, saved=None):
-        """dx in the memory layout of the columns: NHWC (an NCHW view) or NCHW.
+        """dx in the memory layout of the columns: NHWC (an NCHW view) or NCHW; each chunk
+        of images on ``parallel_for``'s threads, into its own part of dx.
 
         At stride 1, when its column matrix (H*W*K per image) is not larger than col2im's
         (OH*OW*C), a forward pass of dy with the flipped kernel (``ConvGeometry.transposed``).
@@ -162,16 +190,22 @@ class Im2col(ConvAlgorithm):
         kernel, out = (geom.kernel_h, geom.kernel_w), (geom.out_h, geom.out_w)
         if batch_innermost(geom, parts[0].stop, scatter=True):  # dx batch-innermost in memory
             dx = empty((c, h, wd, n), dy.dtype, xp, INPUT_GRADIENT)
-            for part in parts:
+
+            def scatter_columns(part):
                 blocks = pooled_matmul(f.T, output_rows(dy[part])).reshape(*kernel, c, *out, -1)
                 dx[..., part] = crop_padding(col2im(blocks, geom), geom)
+
+            _for_chunks(scatter_columns, parts, geom, dy)
             return dx.transpose(3, 0, 1, 2)
         dy_rows = nhwc_rows(dy)
         acc = empty((n, *geom.padded_size, c), dy.dtype, xp, INPUT_GRADIENT)
-        for part in parts:  # dA^T = dB^T F, rows (n, i, j)
+
+        def scatter_rows(part):  # dA^T = dB^T F, rows (n, i, j)
             da_t = pooled_matmul(dy_rows[part.start * p : part.stop * p], f)
             da_t = da_t.reshape(-1, *out, *kernel, c)
             col2im(da_t.transpose(3, 4, 0, 1, 2, 5), geom, out=acc[part])
+
+        _for_chunks(scatter_rows, parts, geom, dy)
         return crop_padding(acc, geom).transpose(0, 3, 1, 2)
 
     def multiplies(self, geom):

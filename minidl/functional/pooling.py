@@ -10,6 +10,7 @@ pooling spreads it evenly (padding counts as zeros in the average).
 
 from ..autograd import Function, ShapeError, Tensor
 from ..backend import get_array_module
+from ..chunks import by_rows
 from ..conv.geometry import output_size, pair, window_slices
 
 
@@ -56,16 +57,23 @@ def same_layout(a, like):
     return out
 
 
-def scatter_windows(fn, g, part):
-    """The input gradient: ``part(offset)`` summed into each offset's window, padding cropped."""
+def scatter_windows(fn, g, aux, part):
+    """The input gradient: ``part(g_rows, aux_rows, offset)`` summed into each offset's
+    window, padding cropped; images in pieces on threads when large (``chunks.by_rows``)."""
     xp = get_array_module(g)
     k, s, p, out = fn.geometry
     if p == (0, 0):  # the input's memory layout: the adds then run along matching strides
         gpad = xp.zeros_like(fn.x, dtype=g.dtype)
     else:
         gpad = xp.zeros(fn.padded_shape, dtype=g.dtype)
-    for offset in range(k[0] * k[1]):
-        window(gpad, offset // k[1], offset % k[1], s, out)[...] += part(offset)
+
+    def scatter(g_rows, aux_rows, gpad_rows):
+        for offset in range(k[0] * k[1]):
+            window(gpad_rows, offset // k[1], offset % k[1], s, out)[...] += part(
+                g_rows, aux_rows, offset
+            )
+
+    by_rows(scatter, g, aux, gpad)
     h, w = fn.x.shape[2:]
     return gpad[:, :, p[0] : p[0] + h, p[1] : p[1] + w]
 
@@ -75,22 +83,31 @@ class MaxPool2d(Function):
 
     ``arg`` counts the leading offsets whose value is not the maximum, built
     with whole-array comparisons (a masked assignment per offset is ~5x slower).
+    Images run in pieces on threads when large (``chunks.by_rows``).
     """
 
     def forward(self, x, kernel_size, stride, padding):
         xp = get_array_module(x)
         k, s, p, out = pool_geometry(x.shape, kernel_size, stride, padding, "max_pool2d")
-        xpad = pad_hw(x, p, -xp.inf)
-        views = [window(xpad, o // k[1], o % k[1], s, out) for o in range(k[0] * k[1])]
-        y = views[0].copy(order="K")  # keep the input's memory layout (see layout note)
-        for view in views[1:]:
-            xp.maximum(y, view, out=y)
-        arg = xp.zeros_like(y, dtype=xp.uint8)
-        before_max = xp.ones_like(y, dtype=bool)
-        for view in views[:-1]:
-            xp.logical_and(before_max, view != y, out=before_max)
-            arg += before_max
-        self.geometry, self.arg, self.padded_shape, self.x = (k, s, p, out), arg, xpad.shape, x
+        shape = (*x.shape[:2], *out)  # y and arg in the input's memory layout (layout note)
+        y = xp.empty_like(x, shape=shape)
+        arg = xp.empty_like(x, dtype=xp.uint8, shape=shape)
+
+        def pool(x_rows, y_rows, arg_rows):
+            xpad = pad_hw(x_rows, p, -xp.inf)
+            views = [window(xpad, o // k[1], o % k[1], s, out) for o in range(k[0] * k[1])]
+            y_rows[...] = views[0]
+            for view in views[1:]:
+                xp.maximum(y_rows, view, out=y_rows)
+            arg_rows[...] = 0
+            before_max = xp.ones_like(y_rows, dtype=bool)
+            for view in views[:-1]:
+                xp.logical_and(before_max, view != y_rows, out=before_max)
+                arg_rows += before_max
+
+        by_rows(pool, x, y, arg)
+        self.geometry, self.arg, self.x = (k, s, p, out), arg, x
+        self.padded_shape = (*x.shape[:2], x.shape[2] + 2 * p[0], x.shape[3] + 2 * p[1])
         return y
 
     def backward(self, g):
@@ -103,14 +120,18 @@ class MaxPool2d(Function):
             and self.x.shape[3] == k[1] * out[1]
         )
         if not tiles:
-            return scatter_windows(self, g, lambda offset: g * (self.arg == offset))
+            return scatter_windows(self, g, self.arg, lambda g_rows, arg, o: g_rows * (arg == o))
         # Non-overlapping windows that tile the input: each input element is in exactly
         # one window, so each offset's view is written once, without accumulation.
         xp = get_array_module(g)
         gx = xp.empty_like(self.x, dtype=g.dtype)
-        for offset in range(k[0] * k[1]):
-            view = window(gx, offset // k[1], offset % k[1], s, out)
-            xp.multiply(g, self.arg == offset, out=view)
+
+        def route(g_rows, arg_rows, gx_rows):
+            for offset in range(k[0] * k[1]):
+                view = window(gx_rows, offset // k[1], offset % k[1], s, out)
+                xp.multiply(g_rows, arg_rows == offset, out=view)
+
+        by_rows(route, g, self.arg, gx)
         return gx
 
 
@@ -128,7 +149,7 @@ class AvgPool2d(Function):
     def backward(self, g):
         k = self.geometry[0]
         share = g * (1.0 / (k[0] * k[1]))
-        return scatter_windows(self, g, lambda offset: share)
+        return scatter_windows(self, g, share, lambda g_rows, share_rows, offset: share_rows)
 
 
 def max_pool2d(

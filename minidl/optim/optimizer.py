@@ -18,6 +18,8 @@ import numpy as np
 
 from ..autograd import Tensor, checked_state_value, no_grad
 from ..backend import empty_like, get_array_module
+from ..chunks import chunk_threads
+from ..parallel import parallel_for
 
 
 def clip_grad_norm_(params, max_norm: float) -> float:
@@ -77,21 +79,29 @@ class Optimizer:
             p.grad = None
 
     def step(self):
-        """Apply one update to every parameter that has a gradient."""
+        """Apply one update to every parameter that has a gradient; when the parameters are
+        large (``chunks.chunk_threads``), several at once on ``parallel_for``'s threads,
+        largest first (each parameter's update is independent: the same bits)."""
         with no_grad():
             if self.clip_grad_norm is not None:
                 clip_grad_norm_(self.params, self.clip_grad_norm)
-            for p, state in zip(self.params, self.state):
-                g = p.grad
-                if g is None:
-                    continue
-                if self.weight_decay:  # g + wd * w in scratch memory (+ commutes: same bits)
-                    decayed = get_array_module(g).multiply(
-                        p.data, self.weight_decay, out=self.scratch(g)
-                    )
-                    decayed += g
-                    g = decayed
-                self.update(p.data, g, state)
+            pairs = [(p, state) for p, state in zip(self.params, self.state) if p.grad is not None]
+            nbytes = sum(p.data.nbytes for p, _ in pairs)
+            if pairs and get_array_module(pairs[0][0].data) is np:
+                pairs.sort(key=lambda pair: -pair[0].data.nbytes)
+                parallel_for(self._update_one, pairs, chunk_threads(1, nbytes))
+            else:
+                for pair in pairs:
+                    self._update_one(pair)
+
+    def _update_one(self, pair):
+        p, state = pair
+        g = p.grad
+        if self.weight_decay:  # g + wd * w in scratch memory (+ commutes: same bits)
+            decayed = get_array_module(g).multiply(p.data, self.weight_decay, out=self.scratch(g))
+            decayed += g
+            g = decayed
+        self.update(p.data, g, state)
 
     def update(self, w, g, state):
         raise NotImplementedError(f"{type(self).__name__}.update")

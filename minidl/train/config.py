@@ -109,7 +109,7 @@ class TrainConfig:
     dtype: str = "float32"
     deterministic: bool = True  # 'auto' algorithms by a fixed rule, not by timing
     seed: int = 0
-    threads: int | None = None  # BLAS/FFT threads (None: all cores)
+    threads: int | None = None  # BLAS/FFT threads and minidl's own (None: all cores)
     progress: bool = True  # a progress bar per epoch
     trace: bool = False  # a Chrome-trace timeline (trace.json) in the run folder
     out: str | None = None  # the run folder (None: runs/MODEL-DATASET-TIME)
