@@ -31,6 +31,7 @@ LEVELS = {
     "atomic": 0,
     "chunks": 0,
     "pool": 0,
+    "parallel": 0,
     "intmath": 0,
     "random": 0,
     "autograd": 1,
