@@ -5,8 +5,10 @@ neighbouring tiles overlap by 2):
 
     Y = A^T [ sum_c (G w_kc G^T) o (B^T d_c B) ] A
 
-Both transforms are applied to all tiles at once as one GEMM with a Kronecker matrix
-(``(B^T kron B^T) vec(d)``), so the elementwise stage is alpha^2 independent (K x C) @ (C x P)
+Stage by stage (many channels), both transforms are applied to all tiles at once as one GEMM
+with a Kronecker matrix (``(B^T kron B^T) vec(d)``); with few channels (``blocked``), blocks
+of 64 tiles go through every stage while in cache, the transforms one dimension at a time
+(``blocked_correlation``). Either way the elementwise stage is alpha^2 independent (K x C) @ (C x P)
 products over the P = N*ceil(OH/m)*ceil(OW/m) tiles: alpha^2*K*C*P multiplies instead of the
 direct 9*m^2*K*C*P, 2.25x fewer for F(2x2,3x3) (alpha=4) and 4x fewer for F(4x4,3x3)
 (alpha=6). (Ben-Nun & Hoefler 2019, Table 6's Winograd work formula counts each transform
