@@ -5,8 +5,9 @@
     python benchmarks/bench_library_loop.py --memory-epochs 5 [--subset 60000]
 
 ``--threads T`` sets BLAS's threads, PyTorch's and minidl's own
-(``md.backend.set_num_threads``). Each run is a fresh process (a process-wide setting such as ``tune_malloc`` cannot
-leak from one run into the next); the runs alternate, round after round:
+(``md.backend.set_num_threads``). Each run is a fresh process (a process-wide setting
+such as ``tune_malloc`` cannot leak from one run into the next); the runs alternate,
+round after round:
 
 * ``library``: the README's loop (LeNet-5, Momentum lr 0.01 mu 0.9, batch 64, shuffled);
 * ``library+torch``: the same loop in a process that imported PyTorch and trained a few
