@@ -5,8 +5,10 @@ neighbouring tiles overlap by 2):
 
     Y = A^T [ sum_c (G w_kc G^T) o (B^T d_c B) ] A
 
-Both transforms are applied to all tiles at once as one GEMM with a Kronecker matrix
-(``(B^T kron B^T) vec(d)``), so the elementwise stage is alpha^2 independent (K x C) @ (C x P)
+Stage by stage (many channels), both transforms are applied to all tiles at once as one GEMM
+with a Kronecker matrix (``(B^T kron B^T) vec(d)``); with few channels (``blocked``), blocks
+of 64 tiles go through every stage while in cache, the transforms one dimension at a time
+(``blocked_correlation``). Either way the elementwise stage is alpha^2 independent (K x C) @ (C x P)
 products over the P = N*ceil(OH/m)*ceil(OW/m) tiles: alpha^2*K*C*P multiplies instead of the
 direct 9*m^2*K*C*P, 2.25x fewer for F(2x2,3x3) (alpha=4) and 4x fewer for F(4x4,3x3)
 (alpha=6). (Ben-Nun & Hoefler 2019, Table 6's Winograd work formula counts each transform
@@ -37,10 +39,11 @@ from fractions import Fraction
 import numpy as np
 
 from ..backend import empty, get_array_module
-from ..chunks import batch_chunks
+from ..chunks import CHUNK_BYTES, batch_chunks
 from ..intmath import ceil_div
+from ..parallel import get_num_threads, parallel_for
 from .base import ConvAlgorithm
-from .layout import NHWC, as_strided, flipped_kernel, padded
+from .layout import NHWC, as_strided, contiguous, contiguous_copy, flipped_kernel, padded
 from .space_to_depth import (
     depth_to_space,
     kernel_from_depth,
@@ -63,12 +66,22 @@ _MATRICES = {  # m: (B^T, G, A^T), exact, rows separated by ";"
 }
 
 
+BLOCK_TILES = 64  # tiles per block of ``blocked_correlation``
+BLOCK_GEMM_SIZE = 2**18  # M*N*K up to which OpenBLAS runs a GEMM on the calling thread
+
+
 def winograd_matrices(m):
     """(B^T, G, A^T) of F(m, 3) as float64 NumPy arrays."""
     return tuple(
         np.array([[float(Fraction(v)) for v in row.split()] for row in matrix.split(";")])
         for matrix in _MATRICES[m]
     )
+
+
+@functools.cache
+def _matrices(m, dtype, xp):
+    """(B^T, G, A^T) in ``dtype`` on xp's device."""
+    return tuple(xp.asarray(a, dtype=dtype) for a in winograd_matrices(m))
 
 
 @functools.cache
@@ -127,7 +140,20 @@ def transform_weight(w, m):
     xp = get_array_module(w)
     k, c = w.shape[:2]
     kron_g = _kron_matrices(m, w.dtype, xp)[1]
-    return (kron_g @ w.transpose(2, 3, 0, 1).reshape(9, k * c)).reshape(-1, k, c)
+    u = empty((kron_g.shape[0], k * c), w.dtype, xp, "winograd transformed kernels")
+    single_thread_matmul(kron_g, contiguous(w.transpose(2, 3, 0, 1)).reshape(9, k * c), u)
+    return u.reshape(-1, k, c)
+
+
+def single_thread_matmul(a, b, out):
+    """``out = a @ b`` in column slices small enough (``BLOCK_GEMM_SIZE``) that OpenBLAS
+    computes each on the calling thread: a GEMM on its threads leaves them spinning for
+    a while after it (measured ~0.1 s), slowing the blocks that two threads of
+    ``parallel_for`` then run."""
+    xp = get_array_module(a)
+    width = max(1, BLOCK_GEMM_SIZE // (a.shape[0] * a.shape[1]))
+    for start in range(0, b.shape[1], width):
+        xp.matmul(a, b[:, start : start + width], out=out[:, start : start + width])
 
 
 def _output_chunk(z, tiles, m, out):
@@ -145,8 +171,11 @@ def winograd_correlation(x, w, geom, m, keep=False):
     """Stride-1 3x3 correlation of x (N, C, H, W): ``(y, V if keep else None)``.
 
     y is NCHW-indexed but NHWC in memory, as the GEMMs give the tiles; writing them NCHW
-    would cost a transposing copy (measured: 9 of 31 ms on 16x64x56x56).
+    would cost a transposing copy (measured: 9 of 31 ms on 16x64x56x56). Few channels
+    (``blocked``): tile block by tile block through every stage, else stage by stage.
     """
+    if blocked(geom, x):
+        return blocked_correlation(x, w, geom, m, keep)
     xp = get_array_module(x)
     n, k, oh, ow = geom.output_shape
     th, tw = tile_counts(oh, ow, m)
@@ -159,6 +188,96 @@ def winograd_correlation(x, w, geom, m, keep=False):
     for part in batch_chunks(n, tile_elements(m, th * tw, k) * x.itemsize, x):
         _output_chunk(z[:, part], (th, tw), m, y[part])
     return y[:, :oh, :ow].transpose(0, 3, 1, 2), (v if keep else None)
+
+
+def blocked(geom, like):
+    """Whether ``blocked_correlation`` computes this stride-1 geometry: on the CPU (``like``
+    a NumPy array), for ``blocked_channels``."""
+    return get_array_module(like) is np and blocked_channels(geom)
+
+
+def blocked_channels(geom):
+    """Few enough channels that a block's products, 64 x C by C x K, stay below
+    ``BLOCK_GEMM_SIZE`` (and U, alpha^2 x C x K, in L2: 590 KB for 64 -> 64)."""
+    return BLOCK_TILES * geom.in_channels * geom.out_channels <= BLOCK_GEMM_SIZE
+
+
+def on_cpu(chunk):
+    """Whether a workspace estimate's ``chunk`` function is the CPU's: on a GPU the whole
+    batch is one chunk, however large an image (``minidl/chunks.py``)."""
+    return chunk(2, CHUNK_BYTES) == 1
+
+
+def tile_blocks(n, th, tw):
+    """Blocks of about ``BLOCK_TILES`` tiles, as (images, tile rows) slices: tile rows of one
+    image when an image has that many tiles, else whole images."""
+    per_image = th * tw
+    if per_image >= BLOCK_TILES:
+        step = max(1, BLOCK_TILES // tw)
+        return [
+            (slice(i, i + 1), slice(r, min(r + step, th)))
+            for i in range(n)
+            for r in range(0, th, step)
+        ]
+    step = max(1, BLOCK_TILES // per_image)
+    return [(slice(i, min(i + step, n)), slice(0, th)) for i in range(0, n, step)]
+
+
+def blocked_correlation(x, w, geom, m, keep=False):
+    """``winograd_correlation`` one block of tiles at a time, every stage of a block while
+    its data is in the core's cache, the blocks on the threads of ``minidl/parallel.py``.
+
+    Stage by stage, the batch's tiles V, products Z and output tiles go through main
+    memory between the passes (~29 MB each on 16x64x56x56, the transforms then bound by
+    memory bandwidth); a block of 64 tiles keeps them in L2, and each GEMM of a block is
+    small enough that OpenBLAS runs it on the calling thread (M*N*K <= 2^18), so two
+    blocks run at once on two cores. Per block (P tiles): the input rows, padded, NHWC;
+    the P alpha x alpha tiles d; V = B^T d B as two GEMMs with B^T (alpha x alpha) over
+    views, one dimension at a time (3x fewer multiplies than the Kronecker form); the
+    alpha^2 products Z = V U^T; Y = A^T Z A, again one dimension at a time; the m x m
+    tiles of Y into y. Each block writes its own tiles of y (and of V when ``keep``).
+    """
+    xp = get_array_module(x)
+    n, k, oh, ow = geom.output_shape
+    c, alpha = x.shape[1], m + 2
+    th, tw = tile_counts(oh, ow, m)
+    bt, _, at = _matrices(m, x.dtype, xp)
+    u_t = contiguous_copy(transform_weight(w, m).transpose(0, 2, 1))  # (alpha^2, C, K)
+    xpad = padded(x, full_tile_pads(geom, m), NHWC)  # (N, m*th + 2, m*tw + 2, C)
+    sn, sh, sw, sc = xpad.strides
+    y = empty((n, m * th, m * tw, k), x.dtype, xp, "winograd output")  # NHWC, whole tiles
+    a2 = alpha * alpha
+    v = empty((a2, n * th, tw * c), x.dtype, xp, "winograd transformed input") if keep else None
+
+    def block(part):
+        images, rows = part
+        nb, r = images.stop - images.start, rows.stop - rows.start
+        p = nb * r * tw
+        sizes = (max(a2 * p * c, m * m * p * k), max(a2 * p * c, alpha * m * p * k), a2 * p * k)
+        scratch = empty(sum(sizes), x.dtype, xp, "winograd block")
+        first_region, second_region = scratch[: sizes[0]], scratch[sizes[0] : sum(sizes[:2])]
+        d = first_region[: a2 * p * c].reshape(alpha, alpha, p * c)
+        e = second_region[: a2 * p * c].reshape(alpha, alpha, p * c)
+        z = scratch[sum(sizes[:2]) :].reshape(a2, p, k)
+        origin = xpad[images.start, m * rows.start :]  # the block's first tile
+        d.reshape(alpha, alpha, nb, r, tw, c)[...] = as_strided(
+            origin, (alpha, alpha, nb, r, tw, c), (sh, sw, sn, m * sh, m * sw, sc)
+        )
+        xp.matmul(bt, d.transpose(1, 0, 2), out=e.transpose(1, 0, 2))  # B^T d, per column
+        start = images.start * th + rows.start  # the block's tile rows, counted over the batch
+        tiles = d if v is None else v[:, start : start + nb * r].reshape(alpha, alpha, p * c)
+        xp.matmul(bt, e, out=tiles)  # (B^T d) B, per row of B^T d: V
+        xp.matmul(tiles.reshape(a2, p, c), u_t, out=z)
+        f = second_region[: alpha * m * p * k].reshape(alpha, m, p * k)
+        xp.matmul(at, z.reshape(alpha, alpha, p * k), out=f)  # Z A, per row of Z
+        out = first_region[: m * m * p * k].reshape(m, m, p * k)
+        xp.matmul(at, f.transpose(1, 0, 2), out=out.transpose(1, 0, 2))  # A^T (Z A): Y
+        y.reshape(n, th, m, tw, m, k)[images, rows] = out.reshape(m, m, nb, r, tw, k).transpose(
+            2, 3, 0, 4, 1, 5
+        )
+
+    parallel_for(block, tile_blocks(n, th, tw))
+    return y[:, :oh, :ow].transpose(0, 3, 1, 2), (v.reshape(a2, n, th * tw, c) if keep else None)
 
 
 def _output_gradient_chunk(dy, tiles, m, out):
@@ -266,12 +385,32 @@ class Winograd(ConvAlgorithm):
     def _tiles(self, geom):
         return tile_counts(geom.out_h, geom.out_w, self.m)
 
+    def _blocked_peak(self, geom):
+        """Peak elements of ``blocked_correlation``, its result included: the kernels' copy and
+        U, then U^T; then U^T, the padded input, y in whole tiles and one block's scratch on
+        each thread that runs blocks (``parallel.get_num_threads``)."""
+        n, c, k, m, alpha = geom.batch, geom.in_channels, geom.out_channels, self.m, self.alpha
+        th, tw = self._tiles(geom)
+        blocks = tile_blocks(n, th, tw)
+        images, rows = blocks[0]
+        p = (images.stop - images.start) * (rows.stop - rows.start) * tw
+        a2 = alpha * alpha
+        scratch = max(a2 * c, m * m * k) * p + max(a2 * c, alpha * m * k) * p + a2 * k * p
+        padded_input = n * (m * th + 2) * (m * tw + 2) * c
+        y = n * m * th * m * tw * k
+        threads = min(get_num_threads(), len(blocks))
+        kernels = max(9 * k * c + a2 * k * c, 2 * a2 * k * c)
+        return max(kernels, a2 * k * c + padded_input + y + threads * scratch)
+
     def _correlation_peak(self, geom, chunk):
-        """Peak elements of ``winograd_correlation``, C -> K channels, its result included.
+        """Peak elements of ``winograd_correlation``, C -> K channels, its result included
+        (``_blocked_peak`` when ``blocked``).
 
         In turn: V and one input chunk; V, U and the kernels' copy (9KC), then
         V, U and Z; V, Z, the whole-tile output Y and one chunk of output tiles.
         """
+        if on_cpu(chunk) and blocked_channels(geom):
+            return self._blocked_peak(geom)
         n, c, k, alpha = geom.batch, geom.in_channels, geom.out_channels, self.alpha
         t = math.prod(self._tiles(geom))
         v, z = n * tile_elements(alpha, t, c), n * tile_elements(alpha, t, k)

@@ -6,8 +6,9 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from minidl import parallel
 from minidl.chunks import batch_chunks
-from minidl.conv import PASSES, make_geometry, multiplies, workspace_bytes
+from minidl.conv import PASSES, make_geometry, multiplies, winograd, workspace_bytes
 from minidl.conv.function import run_backward_input, run_backward_weight, run_forward
 from minidl.conv.registry import IMPLEMENTATIONS, implementation
 from minidl.conv.winograd import tile_elements
@@ -126,8 +127,12 @@ WINOGRAD_LAYERS = {  # (x shape, w shape, conv kwargs): a batch in several chunk
 @pytest.mark.parametrize("name", WINOGRAD_LAYERS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("algo", ["winograd_f2x2_3x3", "winograd_f4x4_3x3"])
-def test_winograd_workspace_is_what_the_kernel_allocates(algo, dtype, name):
-    """The estimate follows the kernel's chunks for the dtype's item size: it is the traced peak."""
+def test_winograd_workspace_is_what_the_kernel_allocates(algo, dtype, name, monkeypatch):
+    """The estimate follows the kernel's chunks for the dtype's item size: it is the traced peak
+    (stage by stage: these few-channel layers otherwise go by blocks, tested below; on one
+    thread: a second thread's copies move the traced peak by ~1.2 MB)."""
+    monkeypatch.setattr(winograd, "BLOCK_GEMM_SIZE", 0)
+    monkeypatch.setattr(parallel, "_requested", 1)
     x_shape, w_shape, kwargs = WINOGRAD_LAYERS[name]
     geom = make_geometry(x_shape, w_shape, **kwargs)
     rng = np.random.default_rng(1)
@@ -149,6 +154,33 @@ def test_winograd_workspace_is_what_the_kernel_allocates(algo, dtype, name):
         measured = _traced_peak(run) - result_bytes
         estimate = workspace_bytes(algo, geom, pass_, dtype)
         assert abs(measured - estimate) <= 0.01 * estimate + 4096, (pass_, measured, estimate)
+
+
+@pytest.mark.parametrize("name", WINOGRAD_LAYERS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_blocked_winograd_workspace_bounds_its_peak(name, threads, monkeypatch):
+    """By blocks, the peak depends on when the threads' blocks overlap: the estimate (every
+    thread holding a block) covers it, and is not far above it."""
+    monkeypatch.setattr(parallel, "_requested", threads)
+    x_shape, w_shape, kwargs = WINOGRAD_LAYERS[name]
+    geom = make_geometry(x_shape, w_shape, **kwargs)
+    assert winograd.blocked_channels(winograd.phase_geometry(geom))
+    rng = np.random.default_rng(1)
+    x, w, dy = (
+        rng.standard_normal(shape).astype(np.float32)
+        for shape in (geom.input_shape, geom.weight_shape, geom.output_shape)
+    )
+    impl = implementation("winograd_f4x4_3x3")
+    runs = {
+        "forward": (lambda: run_forward(impl, x, w, geom), dy.nbytes),
+        "backward_input": (lambda: run_backward_input(impl, dy, w, geom), x.nbytes),
+    }
+    for pass_, (run, result_bytes) in runs.items():
+        run()
+        measured = _traced_peak(run) - result_bytes
+        estimate = workspace_bytes("winograd_f4x4_3x3", geom, pass_)
+        assert measured <= 1.05 * estimate + 4096, (pass_, measured, estimate)
+        assert estimate <= 1.5 * measured, (pass_, measured, estimate)
 
 
 def test_a_gpu_batch_is_one_chunk():
