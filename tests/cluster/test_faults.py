@@ -36,8 +36,8 @@ def epochs_done(run_dir):
         return [r["epoch"] for r in map(json.loads, f) if r["kind"] == "epoch"]
 
 
-def start_and_wait_for_a_checkpoint(c, out):
-    job = c.start(1, *TRAIN, "--epochs", "50", "--out", out)
+def start_and_wait_for_a_checkpoint(c, out, **launch):
+    job = c.start(1, *TRAIN, "--epochs", "50", "--out", out, **launch)
     checkpoint = os.path.join(out, "checkpoint.npz")
     deadline = time.monotonic() + 120
     while not os.path.exists(checkpoint):
@@ -115,4 +115,28 @@ def test_a_node_whose_processes_die_ends_the_job_within_30_s(cluster, tmp_path):
     code, line = check(c, out)
     assert code == 1 and "did not finish: stopped after epoch" in line, line
     assert f"--resume {out}/checkpoint.npz" in line, line
+    assert_intact_and_resumable(c, out)
+
+
+def test_a_dead_rank_is_named_by_minidl_where_mpich_keeps_the_survivors(cluster, tmp_path):
+    """MPICH's ``-disable-auto-cleanup`` keeps the other ranks running when one dies (OFI
+    netmod over TCP: with UCX's TCP transport rank 0 segfaults at once, benchmarks/RESULTS.md),
+    so rank 0's watchdog names the dead rank and its host and records why."""
+    c = cluster(2)
+    if c.mpi != "mpich":
+        pytest.skip("-disable-auto-cleanup is MPICH's; Open MPI kills the survivors")
+    out = str(tmp_path / "run")
+    ofi = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"}
+    job = start_and_wait_for_a_checkpoint(c, out, env=ofi, flags=["-disable-auto-cleanup"])
+    assert c.kill("node1", command="minidl train") == []  # the rank; its node's proxy lives
+    killed = time.monotonic()
+    result = c.finish(job, timeout=60)
+    assert not result.timed_out, f"hung:\n{result.output}"
+    assert time.monotonic() - killed < 30, result.output
+    assert result.returncode == 124, result.output  # the watchdog's status: minidl ended it
+    assert "Not answering: rank 1 on node1" in result.output, result.output
+    assert "check node1" in result.output and "--resume RUN/checkpoint.npz" in result.output
+    code, line = check(c, out)
+    assert code == 1 and "aborted after epoch" in line, line
+    assert "Not answering: rank 1 on node1" in line, line
     assert_intact_and_resumable(c, out)
