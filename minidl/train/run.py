@@ -170,7 +170,7 @@ class TrainingRun:
         a loss, the test loss or a weight stopped being finite. The run
         folder's lock is given up at the end, however the run ends. MPI's report
         that a peer's process died ends the job here, naming it in the run folder
-        (``dist.job.abort_if_peer_failed``).
+        (``Communicator.abort_if_peer_failed``).
         """
         self._last_good = self.start_epoch
         forget = (
@@ -182,9 +182,7 @@ class TrainingRun:
             return self._run()
         except BaseException as exc:
             if self.comm is not None:  # a dead peer: say which while the folder is open
-                from ..dist.job import abort_if_peer_failed
-
-                abort_if_peer_failed(exc)
+                self.comm.abort_if_peer_failed(exc)
             raise
         finally:
             if forget is not None:
