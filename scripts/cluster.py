@@ -47,6 +47,14 @@ TCP_RETRIES = 5  # Linux's default 15 (~15 min) would keep a launcher waiting fo
 
 RATE_UNITS = {"gbit": 1e9, "mbit": 1e6, "kbit": 1e3, "bit": 1.0}
 
+# (environment, launcher flags) that keep the other ranks running when one dies, so that
+# minidl names it (docs/cluster.md, When a node fails): MPICH's OFI netmod over TCP (with
+# UCX over TCP the survivor segfaults), Open MPI's fault-tolerant MPI (ULFM)
+KEEP_SURVIVORS = {
+    "mpich": ({"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"}, ["-disable-auto-cleanup"]),
+    "openmpi": ({}, ["--with-ft", "ulfm"]),
+}
+
 
 def rate_bits(rate):
     """Bits per second of a ``tc`` rate such as ``1gbit`` or ``200mbit``."""
@@ -360,9 +368,10 @@ class Cluster:
             self.kill_jobs()
         return process.returncode, output, timed_out
 
-    def mpirun(self, argv, ranks, mpi="mpich", mpiexec="mpiexec", env=None, timeout=120):
+    def mpirun(self, argv, ranks, mpi="mpich", mpiexec="mpiexec", env=None, timeout=120,
+               flags=()):  # fmt: skip
         """``start`` then ``finish``: (exit status, output, timed out)."""
-        return self.finish(self.start(argv, ranks, mpi, mpiexec, env), timeout)
+        return self.finish(self.start(argv, ranks, mpi, mpiexec, env, flags), timeout)
 
 
 def mpi_flavor(mpiexec):

@@ -120,29 +120,27 @@ def test_a_node_whose_processes_die_ends_the_job_within_30_s(cluster, tmp_path):
     assert_intact_and_resumable(c, out)
 
 
-# How each MPI keeps the other ranks running when one dies (benchmarks/RESULTS.md):
-# MPICH with -disable-auto-cleanup (OFI netmod over TCP: with UCX's TCP transport rank 0
-# segfaults at once), then rank 0's watchdog finds rank 1 silent; Open MPI with ULFM, then
-# rank 0's next collective fails with MPI_ERR_PROC_FAILED. "status": the launcher's exit
-# status (None: Open MPI's under ULFM exits 0 after rank 0's MPI_Abort(1); the run folder tells)
-SURVIVORS_KEPT = {
-    "mpich": {"env": {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"},
-              "flags": ["-disable-auto-cleanup"], "status": 124},
-    "openmpi": {"env": {}, "flags": ["--with-ft", "ulfm"], "status": None},
-}  # fmt: skip
+# the launcher's exit status once minidl ended the job (None: Open MPI's launcher under ULFM
+# exits 0 after rank 0's MPI_Abort(1); the run folder tells)
+STATUS_WHEN_KEPT = {"mpich": 124, "openmpi": None}
 
 
-def test_a_dead_rank_is_named_by_minidl_where_the_launcher_keeps_the_survivors(cluster, tmp_path):
+def test_a_dead_rank_is_named_by_minidl_where_the_launcher_keeps_the_survivors(
+    cluster, cluster_tool, tmp_path
+):
+    """Launched with ``KEEP_SURVIVORS``' settings, the other ranks outlive a killed rank
+    (MPICH: rank 0 waits until its watchdog finds rank 1 silent; Open MPI: its next
+    collective fails with ``MPI_ERR_PROC_FAILED``) and minidl names the dead rank."""
     c = cluster(2)
     out = str(tmp_path / "run")
-    kept = SURVIVORS_KEPT[c.mpi]
-    job = start_and_wait_for_a_checkpoint(c, out, env=kept["env"], flags=kept["flags"])
+    env, flags = cluster_tool.KEEP_SURVIVORS[c.mpi]
+    job = start_and_wait_for_a_checkpoint(c, out, env=env, flags=flags)
     assert c.kill("node1", command="minidl train") == []  # the rank; its node's launcher lives
     killed = time.monotonic()
     result = c.finish(job, timeout=60)
     assert not result.timed_out, f"hung:\n{result.output}"
     assert time.monotonic() - killed < 30, result.output
-    assert kept["status"] in (None, result.returncode), result.output
+    assert STATUS_WHEN_KEPT[c.mpi] in (None, result.returncode), result.output
     assert "Not answering: rank 1 on node1" in result.output, result.output
     assert "check node1" in result.output and "--resume RUN/checkpoint.npz" in result.output
     code, line = check(c, out)
