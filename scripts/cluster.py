@@ -24,7 +24,7 @@ Needs root and iproute2. Command line (``python scripts/cluster.py -h``)::
     mpirun --name NAME --ppn 2 [--mpi openmpi] -- python -m minidl train ...
     exec --name NAME node1 -- COMMAND             run a command on one node
     link --name NAME node1 down|up                cut or restore a node's link
-    kill --name NAME node1                        kill every process of a node
+    kill --name NAME node1 [--command TEXT]       kill every process of a node (or its ranks)
     down --name NAME | down --stale | down --all  tear down
 """
 
@@ -46,6 +46,14 @@ TCP_RETRIES = 5  # Linux's default 15 (~15 min) would keep a launcher waiting fo
 
 
 RATE_UNITS = {"gbit": 1e9, "mbit": 1e6, "kbit": 1e3, "bit": 1.0}
+
+# (environment, launcher flags) that keep the other ranks running when one dies, so that
+# minidl names it (docs/cluster.md, When a node fails): MPICH's OFI netmod over TCP (with
+# UCX over TCP the survivor segfaults), Open MPI's fault-tolerant MPI (ULFM)
+KEEP_SURVIVORS = {
+    "mpich": ({"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"}, ["-disable-auto-cleanup"]),
+    "openmpi": ({}, ["--with-ft", "ulfm"]),
+}
 
 
 def rate_bits(rate):
@@ -93,11 +101,22 @@ def _pid_alive(pid):
     return True
 
 
-def _kill_namespace_processes(namespace):
-    """SIGKILL every process in ``namespace``; wait (``KILL_WAIT_S`` at most) for them to go."""
+def _command_line(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:  # gone already
+        return ""
+
+
+def _kill_namespace_processes(namespace, command=None):
+    """SIGKILL every process in ``namespace`` (only those whose command line contains
+    ``command`` if given); wait (``KILL_WAIT_S`` at most) for them to go."""
     deadline = time.monotonic() + KILL_WAIT_S
     while True:
         pids = [int(p) for p in _sh("ip", "netns", "pids", namespace, check=False).split()]
+        if command is not None:
+            pids = [pid for pid in pids if command in _command_line(pid)]
         if not pids or time.monotonic() > deadline:
             return pids
         for pid in pids:
@@ -266,9 +285,10 @@ class Cluster:
             raise ValueError(f"cluster: link state must be 'up' or 'down', got {state!r}")
         _sh("ip", "-n", self.namespace(node), "link", "set", "eth0", state)
 
-    def kill(self, node):
-        """SIGKILL every process running on ``node`` (a node that dies)."""
-        return _kill_namespace_processes(self.namespace(node))
+    def kill(self, node, command=None):
+        """SIGKILL every process running on ``node`` (a node that dies), or only those whose
+        command line contains ``command`` (ranks that die while the launcher's process lives)."""
+        return _kill_namespace_processes(self.namespace(node), command)
 
     def kill_jobs(self):
         """SIGKILL every process on every node (what a finished or killed job left behind)."""
@@ -282,11 +302,12 @@ class Cluster:
                 'hostname "$1" && mount --bind "$2" "$3" && shift 3 && exec "$@"',
                 "sh", node, self.disk(node), self.local, *argv]  # fmt: skip
 
-    def mpiexec(self, ranks, mpi="mpich", mpiexec="mpiexec"):
+    def mpiexec(self, ranks, mpi="mpich", mpiexec="mpiexec", flags=()):
         """(argv, environment) of ``mpiexec`` from node0 placing ``ranks[i]`` ranks on node i.
 
         ``ranks``: a list of counts per node (ranks are numbered node by node; a node
         with 0 gets none, but node0 still runs ``mpiexec``), or one count for every node.
+        ``flags``: more launcher options (``-disable-auto-cleanup``), put first.
         """
         if isinstance(ranks, int):
             ranks = [ranks] * len(self.nodes)
@@ -298,11 +319,12 @@ class Cluster:
         hosts = ",".join(f"{n}:{r}" for n, r in zip(self.nodes, ranks) if r)
         total = str(sum(ranks))
         if mpi == "mpich":
-            argv = [mpiexec, "-launcher", "ssh", "-launcher-exec", self.agent, "-hosts", hosts,
-                    "-n", total]  # fmt: skip
+            argv = [mpiexec, *flags, "-launcher", "ssh", "-launcher-exec", self.agent,
+                    "-hosts", hosts, "-n", total]  # fmt: skip
             return argv, {"UCX_TLS": "tcp,self"}
         if mpi == "openmpi":
-            argv = [mpiexec, "--mca", "plm_rsh_agent", self.agent, "--host", hosts, "-n", total,
+            argv = [mpiexec, *flags, "--mca", "plm_rsh_agent", self.agent, "--host", hosts,
+                    "-n", total,
                     "--bind-to", "none",  # the emulated nodes share this machine's cores,
                     # so a waiting rank must yield its core (spinning made jobs ~4x slower)
                     "--mca", "mpi_yield_when_idle", "1",
@@ -316,9 +338,9 @@ class Cluster:
             return argv, {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
         raise ValueError(f"cluster: mpi must be 'mpich' or 'openmpi', got {mpi!r}")
 
-    def start(self, argv, ranks, mpi="mpich", mpiexec="mpiexec", env=None):
+    def start(self, argv, ranks, mpi="mpich", mpiexec="mpiexec", env=None, flags=()):
         """Start ``mpiexec ... argv`` on node0 in its own session; returns the ``Popen``."""
-        prefix, mpi_env = self.mpiexec(ranks, mpi, mpiexec)
+        prefix, mpi_env = self.mpiexec(ranks, mpi, mpiexec, flags)
         return subprocess.Popen(
             self.on(self.nodes[0], [*prefix, *argv]),
             stdout=subprocess.PIPE,
@@ -346,9 +368,10 @@ class Cluster:
             self.kill_jobs()
         return process.returncode, output, timed_out
 
-    def mpirun(self, argv, ranks, mpi="mpich", mpiexec="mpiexec", env=None, timeout=120):
+    def mpirun(self, argv, ranks, mpi="mpich", mpiexec="mpiexec", env=None, timeout=120,
+               flags=()):  # fmt: skip
         """``start`` then ``finish``: (exit status, output, timed out)."""
-        return self.finish(self.start(argv, ranks, mpi, mpiexec, env), timeout)
+        return self.finish(self.start(argv, ranks, mpi, mpiexec, env, flags), timeout)
 
 
 def mpi_flavor(mpiexec):
@@ -415,6 +438,7 @@ def main(argv=None):
     rate.add_argument("rate", nargs="?")
     kill = sub.add_parser("kill", help="kill every process on a node")
     kill.add_argument("node")
+    kill.add_argument("--command", help="only the processes whose command line contains this")
     down = sub.add_parser("down", help="tear a cluster down")
     which = down.add_mutually_exclusive_group()
     which.add_argument("--stale", action="store_true", help="the clusters of dead processes")
@@ -458,7 +482,7 @@ def main(argv=None):
     elif args.action == "rate":
         cluster.set_rate(args.node, args.rate)
     elif args.action == "kill":
-        cluster.kill(args.node)
+        cluster.kill(args.node, args.command)
     return 0
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from minidl import backend
 from minidl.dist import collectives
 from minidl.dist.hierarchical import node_split
-from minidl.dist.job import abort_job, install_abort_hooks, mpi_module
+from minidl.dist.job import abort_if_peer_failed, abort_job, install_abort_hooks, mpi_module
 from minidl.dist.staging import Staging, cuda_aware_mpi
 from minidl.perf.allreduce_cost import AutoChoice
 
@@ -183,6 +183,11 @@ class Communicator:
     def abort(self, code=1):
         """End every rank of the job with exit status ``code`` (see ``abort_job``)."""
         abort_job(self.mpi, code)
+
+    def abort_if_peer_failed(self, exc):
+        """End the job, naming the dead ranks and hosts, if ``exc`` is MPI's report that a
+        peer's process failed; else return (see ``job.abort_if_peer_failed``)."""
+        abort_if_peer_failed(exc)
 
     def barrier(self) -> None:
         """Wait until every rank got here."""

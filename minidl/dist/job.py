@@ -11,6 +11,9 @@ import threading
 import time
 import traceback
 
+from ..train.config import option
+from ..train.run_status import job_aborted
+
 OUTPUT_GRACE_S = 0.5
 ABORT_WAIT_S = 10.0  # an MPI_Abort that cannot reach a lost node may block: exit anyway
 
@@ -26,20 +29,70 @@ def mpi_module():
     return MPI
 
 
+_job = {}  # the world communicator and every rank's host (install_abort_hooks)
+
+
 def install_abort_hooks(mpi_comm):
     """Make an uncaught exception (any thread) print its traceback once and abort every rank,
-    instead of leaving the others blocked forever in their next collective."""
+    instead of leaving the others blocked forever in their next collective.
+
+    Collective: it gathers every rank's host, which ``abort_if_peer_failed`` names.
+    """
+    rank, hosts = mpi_comm.Get_rank(), mpi_comm.allgather(socket.gethostname())
+    _job.update(comm=mpi_comm, hosts=hosts)
     header = (
-        f"minidl.dist: uncaught exception on rank {mpi_comm.Get_rank()} "
-        f"of {mpi_comm.Get_size()} (host {socket.gethostname()}), aborting all ranks\n"
+        f"minidl.dist: uncaught exception on rank {rank} "
+        f"of {mpi_comm.Get_size()} (host {hosts[rank]}), aborting all ranks\n"
     )
 
     def abort(exc_type, exc, tb):
+        abort_if_peer_failed(exc)
         sys.stderr.write(header + "".join(traceback.format_exception(exc_type, exc, tb)))
         abort_job(mpi_comm, 1)
 
     sys.excepthook = abort
     threading.excepthook = lambda hook: abort(hook.exc_type, hook.exc_value, hook.exc_traceback)
+
+
+def abort_if_peer_failed(exc):
+    """End the job if ``exc`` is MPI's report that a peer's process failed; else return.
+
+    MPI raises ``MPI_ERR_PROC_FAILED`` where the launcher keeps the other ranks
+    running when one dies (Open MPI run with ``--with-ft ulfm``). The message names
+    the dead ranks and their hosts and what to do, and ``job_aborted`` records it
+    (rank 0 in its run folder, so call this before the run folder is closed).
+    """
+    reason = _failed_peers_reason(exc) if _job else None
+    if reason is None:
+        return
+    sys.stderr.write(
+        f"minidl: {reason} Once it is fixed, continue from the last checkpoint with "
+        f"{option('resume')} RUN/checkpoint.npz\n"
+    )
+    try:
+        job_aborted(reason)
+    finally:
+        abort_job(_job["comm"], 1)
+
+
+def _failed_peers_reason(exc):
+    MPI = mpi_module()
+    failed_class = getattr(MPI, "ERR_PROC_FAILED", None)
+    if not (isinstance(exc, MPI.Exception) and exc.Get_error_class() == failed_class):
+        return None
+    comm, hosts = _job["comm"], _job["hosts"]
+    try:
+        failed = comm.Get_failed()
+        dead = MPI.Group.Translate_ranks(failed, range(failed.Get_size()), comm.Get_group())
+    except (MPI.Exception, NotImplementedError):  # an MPI without MPIX_Comm_get_failed
+        dead = []
+    names = ", ".join(f"rank {r} on {hosts[r]}" for r in dead) or "a rank"
+    where = ", ".join(sorted({hosts[r] for r in dead})) or "the nodes"
+    return (
+        f"rank {comm.Get_rank()} on {hosts[comm.Get_rank()]}: MPI reports that a peer's "
+        f"process failed; aborting the job. Not answering: {names}: its process died; "
+        f"check {where}."
+    )
 
 
 def abort_job(mpi_comm, code):

@@ -168,7 +168,9 @@ class TrainingRun:
 
         Raises ``Diverged`` (its message says which checkpoint is kept) when
         a loss, the test loss or a weight stopped being finite. The run
-        folder's lock is given up at the end, however the run ends.
+        folder's lock is given up at the end, however the run ends. MPI's report
+        that a peer's process died ends the job here, naming it in the run folder
+        (``Communicator.abort_if_peer_failed``).
         """
         self._last_good = self.start_epoch
         forget = (
@@ -178,6 +180,10 @@ class TrainingRun:
         )
         try:
             return self._run()
+        except BaseException as exc:
+            if self.comm is not None:  # a dead peer: say which while the folder is open
+                self.comm.abort_if_peer_failed(exc)
+            raise
         finally:
             if forget is not None:
                 forget()

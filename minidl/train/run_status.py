@@ -4,7 +4,8 @@ A launcher does not always say that a job failed: Open MPI's exits 0 when it
 loses a node's daemon, and a node that dies takes its ranks' messages with
 it, while the surviving ranks are killed by the launcher at once (within
 50 ms on the emulated cluster, ``benchmarks/RESULTS.md``), before they can
-write anything. The run folder says it instead:
+write anything (unless launched to keep them: ``docs/cluster.md``, When a node
+fails). The run folder says it instead:
 
 - **finished**: its last epoch record is the ``epochs`` of its ``config.json``;
 - **aborted**: its last record is ``"kind": "aborted"``, written by rank 0

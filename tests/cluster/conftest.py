@@ -55,10 +55,10 @@ class ClusterJobs:
     def env(self, extra=None):
         return job_env(extra)
 
-    def start(self, ranks, *args, env=None):
-        """Start ``mpiexec python *args`` on node0 with ``ranks`` ranks per node."""
+    def start(self, ranks, *args, env=None, flags=()):
+        """Start ``mpiexec [flags] python *args`` on node0 with ``ranks`` ranks per node."""
         argv = [sys.executable, *map(str, args)]
-        return self.cluster.start(argv, ranks, self.mpi, self.mpiexec, self.env(env))
+        return self.cluster.start(argv, ranks, self.mpi, self.mpiexec, self.env(env), flags)
 
     def finish(self, process, timeout=120):
         code, output, timed_out = self.cluster.finish(process, timeout)

@@ -36,8 +36,8 @@ def epochs_done(run_dir):
         return [r["epoch"] for r in map(json.loads, f) if r["kind"] == "epoch"]
 
 
-def start_and_wait_for_a_checkpoint(c, out):
-    job = c.start(1, *TRAIN, "--epochs", "50", "--out", out)
+def start_and_wait_for_a_checkpoint(c, out, **launch):
+    job = c.start(1, *TRAIN, "--epochs", "50", "--out", out, **launch)
     checkpoint = os.path.join(out, "checkpoint.npz")
     deadline = time.monotonic() + 120
     while not os.path.exists(checkpoint):
@@ -85,10 +85,12 @@ def test_a_cut_link_ends_the_job_naming_the_rank_and_host_that_stopped_answering
     code, line = check(c, out)
     assert code == 1, line
     if "PRTE has lost communication" in result.output:
-        # Open MPI's launcher may notice the lost node first (then it exits 0, and kills
-        # rank 0 before minidl's watchdog fires): the run folder still tells
+        # Open MPI's launcher gave up on the lost node's daemon too: it exits 0 and kills
+        # rank 0, before or after its watchdog fired; the run folder tells either way
         assert "Remote daemon" in result.output and "on node node1" in result.output
-        assert "did not finish: stopped after epoch" in line and "--resume" in line, line
+        assert "Not answering: rank 1 on node1" in line or (
+            "did not finish: stopped after epoch" in line and "--resume" in line
+        ), line
     else:
         assert result.returncode != 0, result.output
         assert "rank 0 on node0 made no progress" in result.output, result.output
@@ -115,4 +117,33 @@ def test_a_node_whose_processes_die_ends_the_job_within_30_s(cluster, tmp_path):
     code, line = check(c, out)
     assert code == 1 and "did not finish: stopped after epoch" in line, line
     assert f"--resume {out}/checkpoint.npz" in line, line
+    assert_intact_and_resumable(c, out)
+
+
+# the launcher's exit status once minidl ended the job (None: Open MPI's launcher under ULFM
+# exits 0 after rank 0's MPI_Abort(1); the run folder tells)
+STATUS_WHEN_KEPT = {"mpich": 124, "openmpi": None}
+
+
+def test_a_dead_rank_is_named_by_minidl_where_the_launcher_keeps_the_survivors(
+    cluster, cluster_tool, tmp_path
+):
+    """Launched with ``KEEP_SURVIVORS``' settings, the other ranks outlive a killed rank
+    (MPICH: rank 0 waits until its watchdog finds rank 1 silent; Open MPI: its next
+    collective fails with ``MPI_ERR_PROC_FAILED``) and minidl names the dead rank."""
+    c = cluster(2)
+    out = str(tmp_path / "run")
+    env, flags = cluster_tool.KEEP_SURVIVORS[c.mpi]
+    job = start_and_wait_for_a_checkpoint(c, out, env=env, flags=flags)
+    assert c.kill("node1", command="minidl train") == []  # the rank; its node's launcher lives
+    killed = time.monotonic()
+    result = c.finish(job, timeout=60)
+    assert not result.timed_out, f"hung:\n{result.output}"
+    assert time.monotonic() - killed < 30, result.output
+    assert STATUS_WHEN_KEPT[c.mpi] in (None, result.returncode), result.output
+    assert "Not answering: rank 1 on node1" in result.output, result.output
+    assert "check node1" in result.output and "--resume RUN/checkpoint.npz" in result.output
+    code, line = check(c, out)
+    assert code == 1 and "aborted after epoch" in line, line
+    assert "Not answering: rank 1 on node1" in line, line
     assert_intact_and_resumable(c, out)
