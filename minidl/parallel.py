@@ -142,6 +142,7 @@ def _serve(tasks):
             job.work()
         finally:
             job.done.put(None)
+            del job  # not kept until the next job: its chunks' arrays go back to the pool now
 
 
 _pool = _Pool()
