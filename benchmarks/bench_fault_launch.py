@@ -11,7 +11,6 @@ root (``scripts/cluster.py``)::
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import pathlib
@@ -20,14 +19,9 @@ import statistics
 import sys
 import tempfile
 
+from bench_cluster_training import load_cluster  # the same folder: a script's sys.path[0]
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def load_cluster():
-    spec = importlib.util.spec_from_file_location("cluster", ROOT / "scripts" / "cluster.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def training_seconds(out):
