@@ -15,13 +15,14 @@ step (``--nodes`` workers); ssp and asp add their server on one more node. An ep
 
 import argparse
 import importlib.util
-import json
 import os
 import pathlib
 import signal
 import sys
 import tempfile
 import time
+
+from minidl.train.metrics import read_metrics
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RUNS = {  # name: (--dist, --compress, uses a server)
@@ -48,11 +49,9 @@ def load_cluster():
 def records(out):
     """The run's whole records so far (a line being written is left for later)."""
     try:
-        with open(os.path.join(out, "metrics.jsonl")) as f:
-            lines = f.read().split("\n")[:-1]
+        return read_metrics(os.path.join(out, "metrics.jsonl"), drop_torn_tail=True)
     except FileNotFoundError:
         return []
-    return [json.loads(line) for line in lines if line.strip()]
 
 
 def reached(out, target):

@@ -23,16 +23,18 @@ ELEMENTWISE_MIN_BYTES = 4 * 2**20  # an array from which one elementwise pass go
 ROW_PIECES = 8  # pieces of such a pass (a fixed count: bits do not depend on threads)
 
 
-def chunk_length(batch, item_bytes, gpu=False):
-    """Items per chunk: about ``CHUNK_BYTES`` of per-item temporaries (the whole batch on a GPU)."""
+def chunk_length(batch, item_bytes, gpu=False, chunk_bytes=None):
+    """Items per chunk: about ``chunk_bytes`` (None: ``CHUNK_BYTES``) of per-item temporaries
+    (the whole batch on a GPU)."""
     if gpu:
         return batch
-    return max(1, min(batch, CHUNK_BYTES // max(int(item_bytes), 1)))
+    target = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+    return max(1, min(batch, target // max(int(item_bytes), 1)))
 
 
-def batch_chunks(batch, item_bytes, like):
+def batch_chunks(batch, item_bytes, like, chunk_bytes=None):
     """Slices covering range(batch), chunked for the device of the array ``like``."""
-    size = chunk_length(batch, item_bytes, gpu=get_array_module(like) is not np)
+    size = chunk_length(batch, item_bytes, get_array_module(like) is not np, chunk_bytes)
     return [slice(start, min(start + size, batch)) for start in range(0, batch, size)]
 
 

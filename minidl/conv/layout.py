@@ -10,7 +10,7 @@ images, the batch innermost (CHWN) gives longer runs still.
 import math
 
 from ..backend import empty, get_array_module
-from ..chunks import CHUNK_BYTES, batch_chunks, chunk_threads
+from ..chunks import batch_chunks, chunk_threads
 from ..parallel import parallel_for
 
 NHWC, CHWN, CNHW, HWNC = (0, 2, 3, 1), (1, 2, 3, 0), (1, 0, 2, 3), (2, 3, 0, 1)
@@ -55,7 +55,7 @@ def padded(x, pads, order):
         nchw[part, :, t : t + h, l : l + w] = view[part]
 
     image_bytes = math.prod(shape[1:]) * x.itemsize
-    parts = batch_chunks(n, image_bytes * CHUNK_BYTES // PAD_CHUNK_BYTES, x)
+    parts = batch_chunks(n, image_bytes, x, chunk_bytes=PAD_CHUNK_BYTES)
     parallel_for(fill, parts, threads=chunk_threads(n, image_bytes))
     return out
 
