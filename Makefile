@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 MINIDL := $(VENV)/bin/minidl
 RUN    ?=
 
-.PHONY: install setup setup-openmpi data lint train test bench clean
+.PHONY: install setup setup-openmpi data slurm lint train test bench clean
 
 # minidl itself, with MPI and plotting: what `make train` needs.
 install: $(VENV)/.minidl-installed
@@ -41,6 +41,16 @@ data: install
 		$(MINIDL) data download fashion-mnist; \
 	fi
 
+# SLURM for the emulated cluster's tests (Debian's packages, as root); elsewhere they skip.
+SLURM_PACKAGES := slurm-wlm munge libpmix-dev
+slurm:
+	@if dpkg -s $(SLURM_PACKAGES) >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get install -y -qq $(SLURM_PACKAGES) >/dev/null 2>&1 || \
+		(apt-get update -qq && apt-get install -y -qq $(SLURM_PACKAGES) >/dev/null) || \
+		echo "SLURM not installed: its emulated-cluster tests will skip"; \
+	else echo "SLURM not installed (needs root and apt-get): its emulated-cluster tests will skip"; fi
+
 # The main job: LeNet-5 on Fashion-MNIST, into a new runs/lenet5-fashion-mnist-TIME each
 # time (RUN=DIR names the folder; one that holds a run is refused, never overwritten).
 train: install data
@@ -52,7 +62,7 @@ lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-test: lint setup-openmpi data
+test: lint setup-openmpi data slurm
 	$(PY) -m pytest -q
 	$(OMPI)/bin/python -m pytest -q -m mpi
 

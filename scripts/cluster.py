@@ -18,11 +18,18 @@ finds shared memory across the namespaces); Open MPI: ``--mca plm_rsh_agent
 AGENT`` with the TCP BTL on ``eth0``. Ranks on one node share memory as on a
 real node.
 
-Needs root and iproute2. Command line (``python scripts/cluster.py -h``)::
+A command run on a node with ``exec`` finds the other nodes as on a cluster with ssh
+(``ssh`` on its ``PATH`` is the agent) and MPI set to use the links (``node_env``), so a
+real cluster's ``mpiexec -hosts ...`` runs as written. ``up --slurm`` adds SLURM: munge,
+slurmctld on node0 and slurmd on every node (``Slurm``), so ``salloc``, ``srun`` and
+``sbatch`` run on node0 as on a login node.
 
-    up --nodes 2 [--rate 1gbit] [--name NAME]     bring a cluster up, print how to use it
+Needs root and iproute2 (and for ``--slurm``, Debian's slurm-wlm, munge and libpmix-dev).
+Command line (``python scripts/cluster.py -h``)::
+
+    up --nodes 2 [--rate 1gbit] [--slurm] [--name NAME]   bring a cluster up
     mpirun --name NAME --ppn 2 [--mpi openmpi] -- python -m minidl train ...
-    exec --name NAME node1 -- COMMAND             run a command on one node
+    exec --name NAME node0 -- COMMAND             run a command on one node (as its login)
     link --name NAME node1 down|up                cut or restore a node's link
     kill --name NAME node1 [--command TEXT]       kill every process of a node (or its ranks)
     down --name NAME | down --stale | down --all  tear down
@@ -56,6 +63,20 @@ KEEP_SURVIVORS = {
 }
 
 
+# Open MPI's settings for the emulated links: TCP on eth0 between nodes, shared memory
+# within one; waiting ranks yield their core (the nodes share this machine's cores)
+OPENMPI_MCA = {
+    "pml": "ob1",
+    "btl": "tcp,sm,self",
+    "btl_tcp_if_include": "eth0",
+    "oob_tcp_if_include": "eth0",
+    "mpi_yield_when_idle": "1",
+}
+OPENMPI_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+SLURM_PACKAGES = "slurm-wlm munge libpmix-dev"  # Debian's, for `up --slurm`
+SLURM_START_S = 30.0  # how long the daemons may take to report every node idle
+
+
 def rate_bits(rate):
     """Bits per second of a ``tc`` rate such as ``1gbit`` or ``200mbit``."""
     for unit, scale in RATE_UNITS.items():
@@ -76,12 +97,29 @@ def unavailable_reason():
     return None
 
 
-def _sh(*argv, check=True):
+def slurm_unavailable_reason():
+    """Why ``up --slurm`` cannot work here (None when it can)."""
+    for tool in ("munged", "slurmctld", "slurmd", "srun"):
+        if shutil.which(tool) is None:
+            return f"needs `{tool}` on PATH (Debian: apt-get install {SLURM_PACKAGES})"
+    return None
+
+
+def _sh(*argv, check=True, env=None):
     """Run a system command quietly; on failure raise with its stderr."""
-    done = subprocess.run(argv, capture_output=True, text=True)
+    done = subprocess.run(argv, capture_output=True, text=True, env=env)
     if check and done.returncode != 0:
         raise RuntimeError(f"cluster: `{' '.join(argv)}` failed: {done.stderr.strip()}")
     return done.stdout
+
+
+def _daemon(argv):
+    """Start a daemon that forks into the background (its output goes to its log, not to a
+    pipe that would stay open); raise if its start fails."""
+    code = subprocess.call(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)  # fmt: skip
+    if code != 0:
+        raise RuntimeError(f"cluster: `{' '.join(argv)}` failed (exit status {code})")
 
 
 def _namespaces():
@@ -154,6 +192,43 @@ exec ip netns exec "{prefix}$host" unshare --uts sh -c \\
 """
 
 
+SLURM_CONF = """# SLURM on the emulated cluster {name} (scripts/cluster.py); node0 leads
+ClusterName=minidl
+SlurmctldHost=node0({controller})
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={folder}/munge.socket
+CredType=cred/munge
+StateSaveLocation={folder}
+SlurmdSpoolDir={folder}/spool-%n
+SlurmctldPidFile={folder}/slurmctld.pid
+SlurmdPidFile={folder}/slurmd-%n.pid
+SlurmctldLogFile={folder}/slurmctld.log
+SlurmdLogFile={folder}/slurmd-%n.log
+# each node's own temporary folder (PMIx makes one per job step in it)
+TmpFS={local}/tmp
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+MpiDefault=none
+ReturnToService=2
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmdParameters=config_overrides
+{nodes}
+PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+"""
+SLURM_NODE = "NodeName={node} NodeAddr={address} CPUs={cpus} State=UNKNOWN"
+SLURM_CPUS = 4  # slots per emulated node
+# slurmd needs cgroup (v1) hierarchies at /sys/fs/cgroup, which `ip netns exec` hides
+SLURMD = (
+    "mount -t tmpfs cgroup /sys/fs/cgroup && for c in freezer cpuset memory devices; do "
+    "mkdir /sys/fs/cgroup/$c && mount -t cgroup -o $c cgroup /sys/fs/cgroup/$c; done && "
+    'exec slurmd -f "$0" -N "$1"'
+)
+
+
 class Cluster:
     """N emulated nodes; ``with Cluster(2) as c: c.mpirun(["python", ...], ppn=2)``.
 
@@ -174,6 +249,8 @@ class Cluster:
         self.prefix = f"{PREFIX}{self.name}-"
         self.state = os.path.join(STATE_DIR, self.name)
         self.agent = os.path.join(self.state, "agent")
+        self.bin = os.path.join(self.state, "bin")  # ``ssh``: the agent, for node_env's PATH
+        self.slurm = os.path.join(self.state, "slurm")  # SLURM's configuration and state
         # every node sees its own disk, self.disks/NODE, at the path self.local
         self.disks, self.local = (
             os.path.join(self.state, "disks"),
@@ -251,6 +328,8 @@ class Cluster:
                 )
             )  # fmt: skip
         os.chmod(self.agent, 0o755)
+        os.makedirs(self.bin)
+        os.symlink(self.agent, os.path.join(self.bin, "ssh"))
 
     def down(self):
         """Kill every process on the nodes, remove the namespaces, links and files."""
@@ -264,6 +343,63 @@ class Cluster:
 
     def __exit__(self, *exc):
         self.down()
+
+    def start_slurm(self):
+        """SLURM on the nodes: munge and slurmctld on node0, slurmd on every node, configured
+        in ``self.slurm`` (``node_env`` names it in SLURM_CONF); returns once every node is
+        idle. The daemons live in the nodes' namespaces, so ``down`` ends them."""
+        reason = slurm_unavailable_reason()
+        if reason:
+            raise RuntimeError(f"cluster: {reason}")
+        folder, conf = self.slurm, os.path.join(self.slurm, "slurm.conf")
+        os.makedirs(folder)
+        nodes = [SLURM_NODE.format(node=n, address=self.address(n), cpus=SLURM_CPUS)
+                 for n in self.nodes]  # fmt: skip
+        with open(conf, "w") as f:
+            controller = self.address(self.nodes[0])
+            f.write(SLURM_CONF.format(name=self.name, controller=controller, folder=folder,
+                                      local=self.local, nodes="\n".join(nodes)))  # fmt: skip
+        with open(os.path.join(folder, "cgroup.conf"), "w") as f:
+            f.write("CgroupPlugin=cgroup/v1\n")
+        key = os.path.join(folder, "munge.key")
+        with open(os.open(key, os.O_WRONLY | os.O_CREAT, 0o400), "wb") as f:
+            f.write(os.urandom(1024))
+        for node in self.nodes:
+            os.makedirs(os.path.join(folder, f"spool-{node}"))
+            os.makedirs(os.path.join(self.disk(node), "tmp"))
+        munged = ["munged", "--force", f"--socket={folder}/munge.socket", f"--key-file={key}",
+                  f"--pid-file={folder}/munged.pid", f"--log-file={folder}/munged.log",
+                  f"--seed-file={folder}/munged.seed"]  # fmt: skip
+        _daemon(self.on(self.nodes[0], munged))
+        _daemon(self.on(self.nodes[0], ["slurmctld", "-f", conf]))
+        for node in self.nodes:
+            _daemon(self.on(node, ["sh", "-c", SLURMD, conf, node]))
+        deadline = time.monotonic() + SLURM_START_S
+        while time.monotonic() < deadline:
+            states = _sh(*self.on(self.nodes[0], ["sinfo", "-h", "-N", "-o", "%t"]), check=False,
+                         env={**os.environ, "SLURM_CONF": conf}).split()  # fmt: skip
+            if len(states) == len(self.nodes) and set(states) == {"idle"}:
+                return
+            time.sleep(0.5)
+        raise RuntimeError(
+            f"cluster: SLURM's nodes were not idle after {SLURM_START_S:.0f} s (sinfo: "
+            f"{' '.join(states) or 'no answer'}); its logs are in {folder}"
+        )
+
+    def node_env(self):
+        """The environment of a command on a node, as on a cluster's login node: ``ssh``
+        reaches the other nodes (the agent, first on PATH), SLURM_CONF names the cluster's
+        SLURM (``start_slurm``), and MPI uses the links (MPICH's UCX over TCP, Open MPI's
+        ``OPENMPI_MCA``), as a real cluster's MPI configuration would say."""
+        env = {
+            "PATH": f"{self.bin}{os.pathsep}{os.environ.get('PATH', '')}",
+            "UCX_TLS": "tcp,self",
+            **OPENMPI_ROOT,
+            **{f"OMPI_MCA_{key}": value for key, value in OPENMPI_MCA.items()},
+        }
+        if os.path.isdir(self.slurm):
+            env["SLURM_CONF"] = os.path.join(self.slurm, "slurm.conf")
+        return env
 
     # -- faults and links ----------------------------------------------------------------
     def set_rate(self, node, rate):
@@ -327,15 +463,12 @@ class Cluster:
                     "-n", total,
                     "--bind-to", "none",  # the emulated nodes share this machine's cores,
                     # so a waiting rank must yield its core (spinning made jobs ~4x slower)
-                    "--mca", "mpi_yield_when_idle", "1",
-                    "--mca", "pml", "ob1", "--mca", "btl", "tcp,sm,self",
-                    "--mca", "btl_tcp_if_include", "eth0",
-                    "--mca", "oob_tcp_if_include", "eth0",
+                    *[arg for key, value in OPENMPI_MCA.items() for arg in ("--mca", key, value)],
                     # notice a lost node's daemon in ~8 s, not the default 480 s
                     "--prtemca", "oob_tcp_keepalive_time", "5",
                     "--prtemca", "oob_tcp_keepalive_intvl", "1",
                     "--prtemca", "oob_tcp_keepalive_probes", "3"]  # fmt: skip
-            return argv, {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+            return argv, dict(OPENMPI_ROOT)
         raise ValueError(f"cluster: mpi must be 'mpich' or 'openmpi', got {mpi!r}")
 
     def start(self, argv, ranks, mpi="mpich", mpiexec="mpiexec", env=None, flags=()):
@@ -419,6 +552,7 @@ def main(argv=None):
     up.add_argument("--nodes", type=int, default=2)
     up.add_argument("--rate", help="link rate for tc, e.g. 1gbit (default: unlimited)")
     up.add_argument("--name", default="demo")
+    up.add_argument("--slurm", action="store_true", help="run SLURM on the nodes (node0 leads)")
     run = sub.add_parser("mpirun", help="run an MPI job started on node0")
     run.add_argument("--ppn", default="1", help="ranks per node: 2, or one count per node: 1,2")
     run.add_argument(
@@ -455,7 +589,14 @@ def main(argv=None):
         # that down_stale removes the cluster if that process dies before its `down`
         owner = int(os.environ.get("MINIDL_CLUSTER_OWNER", 0))
         cluster.up(keep=not owner, owner=owner or None)
-        print(f"cluster {cluster.name}: {', '.join(cluster.nodes)}; launch agent {cluster.agent}")
+        if args.slurm:
+            try:
+                cluster.start_slurm()
+            except BaseException:
+                cluster.down()
+                raise
+        print(f"cluster {cluster.name}: {', '.join(cluster.nodes)}; launch agent {cluster.agent}"
+              + ("; SLURM on every node" if args.slurm else ""))  # fmt: skip
         return 0
     if args.action == "down":
         if args.stale or args.all:
@@ -476,7 +617,8 @@ def main(argv=None):
         sys.stdout.write(output)
         return 124 if timed_out else code
     if args.action == "exec":
-        return subprocess.call(cluster.on(args.node, command))
+        env = {**os.environ, **cluster.node_env()}
+        return subprocess.call(cluster.on(args.node, command), env=env)
     if args.action == "link":
         cluster.link(args.node, args.state)
     elif args.action == "rate":

@@ -77,18 +77,25 @@ class ClusterJobs:
 
 @pytest.fixture
 def cluster():
-    """``cluster(nodes, rate=None)`` -> a ``ClusterJobs`` that is up; skips with the reason
-    where it cannot be built (not root, no iproute2, no MPI)."""
+    """``cluster(nodes, rate=None, slurm=False)`` -> a ``ClusterJobs`` that is up (with SLURM
+    on its nodes if ``slurm``); skips with the reason where it cannot be built (not root, no
+    iproute2, no MPI, no SLURM)."""
     reason = cluster_script.unavailable_reason() or mpi_unavailable_reason()
     if reason:
         pytest.skip(f"emulated cluster: {reason}")
     cluster_script.down_stale()
     made = []
 
-    def make(nodes, rate=None):
+    def make(nodes, rate=None, slurm=False):
+        reason = cluster_script.slurm_unavailable_reason() if slurm else None
+        if reason:
+            pytest.skip(f"emulated cluster with SLURM: {reason}")
         name = f"t{os.getpid()}x{next(_names)}"
         made.append(cluster_script.Cluster(nodes, rate=rate, name=name))
-        return ClusterJobs(made[-1].up())
+        made[-1].up()
+        if slurm:
+            made[-1].start_slurm()
+        return ClusterJobs(made[-1])
 
     yield make
     for c in made:

@@ -1,5 +1,6 @@
 """docs/cluster.md's emulated-cluster commands run as written (with this test's MPI)."""
 
+import json
 import os
 import pathlib
 import re
@@ -17,6 +18,37 @@ def documented_commands():
     text = (ROOT / "docs" / "cluster.md").read_text()
     block = re.search(r"tests/cluster/test_docs.py -->\n```sh\n(.*?)```", text, re.S).group(1)
     return [c.strip() for c in block.replace("\\\n", " ").splitlines() if c.strip()]
+
+
+def guide_blocks(mpi, slurm):
+    """The shell blocks of docs/cluster.md marked ``runs this block: MPI[ slurm]``."""
+    text = (ROOT / "docs" / "cluster.md").read_text()
+    pattern = r"tests/cluster/test_docs.py runs this block: (\w+)( slurm)? -->\n```sh\n(.*?)```"
+    return [block for kind, on_slurm, block in re.findall(pattern, text, re.S)
+            if kind == mpi and bool(on_slurm) == slurm]  # fmt: skip
+
+
+@pytest.mark.parametrize("slurm", [False, True], ids=["ssh", "slurm"])
+def test_the_real_cluster_commands_of_the_guide_run_on_emulated_nodes(cluster, tmp_path, slurm):
+    here = cluster(2, slurm=slurm)  # skips where a cluster (with SLURM) cannot be built
+    blocks = guide_blocks(here.mpi, slurm)
+    assert blocks, f"docs/cluster.md has no block for {here.mpi}{' under SLURM' if slurm else ''}"
+    env = {
+        **os.environ,
+        **here.node_env(),
+        **here.env(),
+        "PATH": f"{here.bin}:{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
+    }
+    for block in blocks:
+        done = subprocess.run(here.on("node0", ["sh", "-ec", block]), cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=240)  # fmt: skip
+        assert done.returncode == 0, f"{block}\n{done.stdout}\n{done.stderr}"
+    runs = re.findall(r"--out (\S+)", "".join(blocks))
+    assert len(runs) >= 2
+    for run in runs:  # every run trained its epoch on 4 ranks
+        config = json.loads((tmp_path / run / "config.json").read_text())
+        records = (tmp_path / run / "metrics.jsonl").read_text().splitlines()
+        assert (config["world_size"], len(records)) == (4, 1), run
 
 
 def test_the_emulated_cluster_commands_of_the_guide_run(cluster, cluster_tool, tmp_path):
