@@ -4,7 +4,8 @@ A solution line is a statement of an exercise region (comments and spaces
 dropped) of at least ``MIN_CHARS`` characters that the instructor's
 ``minidl/reference/`` and ``minidl/exercises/`` do not also hold outside the
 regions (a helper call the given code makes too is no secret). The search
-reads every ``.py``, ``.md`` and ``.ipynb`` file of a student tree.
+reads every ``.py``, ``.md`` and ``.ipynb`` file of a student tree, outside hidden
+folders (``.venv``, ``.git``: a virtual environment's packages are not the tree's code).
 
 The tuned library implements some exercises in the same form: those places
 stay visible on purpose (the examples and training need them) and are listed
@@ -35,7 +36,8 @@ def normalise(line):
 
 def _python_files(root, under):
     for folder, dirs, files in os.walk(os.path.join(root, under)):
-        dirs[:] = sorted(d for d in dirs if d not in IGNORED(folder, dirs))
+        skip = IGNORED(folder, dirs)
+        dirs[:] = sorted(d for d in dirs if d not in skip and not d.startswith("."))
         for name in sorted(files):
             if name.endswith(SEARCHED):
                 yield os.path.join(folder, name)

@@ -43,6 +43,18 @@ def test_the_search_finds_the_solutions_in_the_instructors_tree():
     assert len(found) >= 25  # the oracle of the privacy test below sees what it looks for
 
 
+def test_the_search_reads_the_trees_code_and_not_its_hidden_folders(tmp_path):
+    solutions = solution_lines(ROOT, ids={"1.1"})
+    line, _ = next(iter(solutions.items()))
+    for folder in ("examples", ".venv/lib"):
+        os.makedirs(tmp_path / folder)
+        (tmp_path / folder / "copied.py").write_text(f"{line}\n")
+    found = find_solutions(tmp_path, solutions)
+    assert [(os.path.dirname(path), exercise) for path, _, exercise in found] == [
+        ("examples", "1.1")
+    ]
+
+
 def test_a_student_tree_holds_no_solution_of_an_exercise_it_does_not_hand_out(week_1):
     found = leaks(week_1)
     assert found == [], (
