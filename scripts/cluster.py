@@ -213,6 +213,8 @@ TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 MpiDefault=none
 ReturnToService=2
+# a step's tasks get SIGKILL 5 s after SIGTERM, and srun waits as long for a lost node's
+KillWait=5
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SlurmdParameters=config_overrides

@@ -37,7 +37,10 @@ def epochs_done(run_dir):
 
 
 def start_and_wait_for_a_checkpoint(c, out, **launch):
-    job = c.start(1, *TRAIN, "--epochs", "50", "--out", out, **launch)
+    return wait_for_a_checkpoint(c.start(1, *TRAIN, "--epochs", "50", "--out", out, **launch), out)
+
+
+def wait_for_a_checkpoint(job, out):
     checkpoint = os.path.join(out, "checkpoint.npz")
     deadline = time.monotonic() + 120
     while not os.path.exists(checkpoint):
@@ -160,4 +163,38 @@ def test_a_dead_rank_is_named_by_minidl_where_the_launcher_keeps_the_survivors(
     code, line = check(c, out)
     assert code == 1 and "aborted after epoch" in line, line
     assert "Not answering: rank 1 on node1" in line, line
+    assert_intact_and_resumable(c, out)
+
+
+def test_under_slurm_a_dead_node_ends_the_job_and_the_run_folder_says_why(
+    cluster, cluster_tool, tmp_path
+):
+    """``srun`` keeps a step's other tasks running when a node dies (SLURM's default): with
+    MPICH over OFI (``KEEP_SURVIVORS``' environment) rank 0 blocks until its watchdog names
+    the dead node's rank; Open MPI's ranks exit at once (status 14), and the run folder
+    tells. Either way srun ends the step within SLURM's KillWait."""
+    c = cluster(2, slurm=True)
+    out = str(tmp_path / "run")
+    over_ofi = cluster_tool.KEEP_SURVIVORS["mpich"][0] if c.mpi == "mpich" else None
+    env = {**os.environ, **c.node_env(), **c.env(over_ofi)}
+    env["PATH"] = f"{os.path.dirname(sys.executable)}:{env['PATH']}"
+    plugin = "pmi2" if c.mpi == "mpich" else "pmix"
+    srun = ["srun", "-N", "2", "--ntasks-per-node=1", f"--mpi={plugin}", sys.executable, *TRAIN,
+            "--epochs", "50", "--out", out]  # fmt: skip
+    job = subprocess.Popen(c.on("node0", srun), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, env=env, start_new_session=True)  # fmt: skip
+    wait_for_a_checkpoint(job, out)
+    c.kill("node1")  # its slurmd and the rank
+    killed = time.monotonic()
+    result = c.finish(job, timeout=90)
+    assert not result.timed_out, f"hung:\n{result.output}"
+    assert time.monotonic() - killed < HANG_TIMEOUT + 30, result.output
+    assert "epoch 50/50" not in result.output
+    code, line = check(c, out)
+    assert code == 1, line
+    if c.mpi == "mpich":
+        assert "Not answering: rank 1 on node1" in result.output, result.output
+        assert "aborted after epoch" in line and "Not answering: rank 1 on node1" in line, line
+    else:
+        assert "did not finish: stopped after epoch" in line, line
     assert_intact_and_resumable(c, out)
