@@ -24,7 +24,7 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ALGORITHMS = ("mpi", "ring", "butterfly", "tree", "rabenseifner", "hierarchical")
-FIT_SIZES = (8, 1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 22)
+FIT_SIZES = (8, 1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24)  # beta: 4 to 16 MiB
 
 
 def job(sizes_mb, repeats, save_levels_to=None):

@@ -407,10 +407,12 @@ class Cluster:
     def set_rate(self, node, rate):
         """Cap ``node``'s link at ``rate`` both ways (token bucket; ``None``: unlimited).
 
-        The bucket holds 10 ms of traffic: a smaller one caps a fast link below its
-        rate (the kernel refills it once per timer tick)."""
+        The bucket holds 1 ms of traffic (32 KiB at least): measured here, TCP then gets
+        95-97% of the rate at 1 and 10 Gbit/s (93% with 0.2 ms), while a bucket of 10 ms
+        let messages of up to 1.25 MB through a 1 Gbit/s link at once, so that a ping-pong
+        fit found the link 1.8-2x faster than it is."""
         i = self.nodes.index(node)
-        burst = max(32 * 1024, int(rate_bits(rate) / 8 / 100)) if rate else 0
+        burst = max(32 * 1024, int(rate_bits(rate) / 8 / 1000)) if rate else 0
         for ns, dev in ((self.namespace(node), "eth0"), (self.switch, f"port{i}")):
             _sh("tc", "-n", ns, "qdisc", "del", "dev", dev, "root", check=False)
             if rate:

@@ -9,7 +9,7 @@ from minidl import dist
 from minidl.dist import collectives
 from minidl.perf.level_cost import fit_levels
 
-SIZES = (8, 1 << 12, 1 << 16, 1 << 20, 1 << 22)  # 4 MiB: the burst of the bucket is small
+SIZES = (8, 1 << 12, 1 << 16, 1 << 20, 1 << 22)  # beta: the slope from 1 to 4 MiB
 
 comm = dist.init()
 hosts = comm.allgather_object(socket.gethostname())

@@ -1,10 +1,12 @@
 """The per-level cost model: the hierarchical allreduce's time, term by term."""
 
+import numpy as np
 import pytest
 
 from minidl.cli import main
-from minidl.perf.allreduce_cost import CostParams, predict
+from minidl.perf.allreduce_cost import PINGPONG_SIZES, CostParams, fit_alpha_beta, predict
 from minidl.perf.level_cost import (
+    fit_link,
     load_levels,
     predict_across_nodes,
     predict_hierarchical,
@@ -13,6 +15,20 @@ from minidl.perf.level_cost import (
 
 INTRA = CostParams(alpha=2e-6, beta=1e-10, gamma=3e-11)  # shared memory: ~80 Gbit/s
 INTER = CostParams(alpha=50e-6, beta=8e-9, gamma=3e-11)  # a 1 Gbit/s link
+
+
+def test_a_link_fit_sees_through_what_the_link_lets_through_at_once():
+    """Ping-pong times of a 1 Gbit/s link whose token bucket passes 125 KB at once: the
+    link fit finds its latency and rate, where a least-squares fit counts the fast short
+    messages as bandwidth."""
+    sizes = np.array(PINGPONG_SIZES, dtype=float)
+    times = INTER.alpha + INTER.beta * np.maximum(sizes - 125e3, 0)
+    alpha, beta = fit_link(list(sizes), list(times))
+    assert alpha == pytest.approx(INTER.alpha) and beta == pytest.approx(INTER.beta)
+    assert fit_alpha_beta(sizes, times)[1] < 0.8 * INTER.beta  # what the link fit is for
+    assert fit_link([1e3, 1e6, 1e7], [1e-5, 1e-3, 0.9e-3])[1] == 0.0  # noise: never negative
+    with pytest.raises(ValueError, match="3 sizes or more"):
+        fit_link([1e3, 1e6], [1e-5, 1e-3])
 
 
 @pytest.mark.parametrize("nodes, ranks_per_node", [(2, 4), (4, 2), (3, 3), (4, 1)])
