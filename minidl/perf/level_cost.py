@@ -34,13 +34,7 @@ import json
 
 from minidl.intmath import ceil_log2
 
-from .allreduce_cost import (
-    MODELLED_ALGORITHMS,
-    PINGPONG_SIZES,
-    CostParams,
-    measure_gamma,
-    pingpong,
-)
+from .allreduce_cost import MODELLED_ALGORITHMS, PINGPONG_SIZES, CostParams, measure_gamma, pingpong
 from .allreduce_cost import predict as predict_flat
 
 
