@@ -21,7 +21,7 @@ real node.
 A command run on a node with ``exec`` finds the other nodes as on a cluster with ssh
 (``ssh`` on its ``PATH`` is the agent) and MPI set to use the links (``node_env``), so a
 real cluster's ``mpiexec -hosts ...`` runs as written. ``up --slurm`` adds SLURM: munge,
-slurmctld on node0 and slurmd on every node (``Slurm``), so ``salloc``, ``srun`` and
+slurmctld on node0 and slurmd on every node (``start_slurm``), so ``salloc``, ``srun`` and
 ``sbatch`` run on node0 as on a login node.
 
 Needs root and iproute2 (and for ``--slurm``, Debian's slurm-wlm, munge and libpmix-dev).
@@ -63,6 +63,9 @@ KEEP_SURVIVORS = {
 }
 
 
+# MPICH's setting for the emulated links: UCX over TCP (else it finds the namespaces' shared
+# memory and no byte crosses the links)
+MPICH_ENV = {"UCX_TLS": "tcp,self"}
 # Open MPI's settings for the emulated links: TCP on eth0 between nodes, shared memory
 # within one; waiting ranks yield their core (the nodes share this machine's cores)
 OPENMPI_MCA = {
@@ -376,7 +379,7 @@ class Cluster:
         _daemon(self.on(self.nodes[0], ["slurmctld", "-f", conf]))
         for node in self.nodes:
             _daemon(self.on(node, ["sh", "-c", SLURMD, conf, node]))
-        deadline = time.monotonic() + SLURM_START_S
+        deadline, states = time.monotonic() + SLURM_START_S, []
         while time.monotonic() < deadline:
             states = _sh(*self.on(self.nodes[0], ["sinfo", "-h", "-N", "-o", "%t"]), check=False,
                          env={**os.environ, "SLURM_CONF": conf}).split()  # fmt: skip
@@ -395,7 +398,7 @@ class Cluster:
         ``OPENMPI_MCA``), as a real cluster's MPI configuration would say."""
         env = {
             "PATH": f"{self.bin}{os.pathsep}{os.environ.get('PATH', '')}",
-            "UCX_TLS": "tcp,self",
+            **MPICH_ENV,
             **OPENMPI_ROOT,
             **{f"OMPI_MCA_{key}": value for key, value in OPENMPI_MCA.items()},
         }
@@ -461,7 +464,7 @@ class Cluster:
         if mpi == "mpich":
             argv = [mpiexec, *flags, "-launcher", "ssh", "-launcher-exec", self.agent,
                     "-hosts", hosts, "-n", total]  # fmt: skip
-            return argv, {"UCX_TLS": "tcp,self"}
+            return argv, dict(MPICH_ENV)
         if mpi == "openmpi":
             argv = [mpiexec, *flags, "--mca", "plm_rsh_agent", self.agent, "--host", hosts,
                     "-n", total,
