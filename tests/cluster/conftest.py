@@ -55,6 +55,13 @@ class ClusterJobs:
     def env(self, extra=None):
         return job_env(extra)
 
+    def login_env(self, extra=None):
+        """The whole environment of a command run on node0 as on a login node: the cluster's
+        (``node_env``: ssh, SLURM, MPI on the links), the job's, and this Python first."""
+        env = {**os.environ, **self.cluster.node_env(), **self.env(extra)}
+        env["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{env['PATH']}"
+        return env
+
     def start(self, ranks, *args, env=None, flags=()):
         """Start ``mpiexec [flags] python *args`` on node0 with ``ranks`` ranks per node."""
         argv = [sys.executable, *map(str, args)]

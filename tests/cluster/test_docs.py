@@ -33,14 +33,9 @@ def test_the_real_cluster_commands_of_the_guide_run_on_emulated_nodes(cluster, t
     here = cluster(2, slurm=slurm)  # skips where a cluster (with SLURM) cannot be built
     blocks = guide_blocks(here.mpi, slurm)
     assert blocks, f"docs/cluster.md has no block for {here.mpi}{' under SLURM' if slurm else ''}"
-    env = {
-        **os.environ,
-        **here.node_env(),
-        **here.env(),
-        "PATH": f"{here.bin}:{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
-    }
     for block in blocks:
-        done = subprocess.run(here.on("node0", ["sh", "-ec", block]), cwd=tmp_path, env=env,
+        done = subprocess.run(here.on("node0", ["sh", "-ec", block]), cwd=tmp_path,
+                              env=here.login_env(),
                               capture_output=True, text=True, timeout=240)  # fmt: skip
         assert done.returncode == 0, f"{block}\n{done.stdout}\n{done.stderr}"
     runs = re.findall(r"--out (\S+)", "".join(blocks))

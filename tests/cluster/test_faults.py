@@ -176,13 +176,13 @@ def test_under_slurm_a_dead_node_ends_the_job_and_the_run_folder_says_why(
     c = cluster(2, slurm=True)
     out = str(tmp_path / "run")
     over_ofi = cluster_tool.KEEP_SURVIVORS["mpich"][0] if c.mpi == "mpich" else None
-    env = {**os.environ, **c.node_env(), **c.env(over_ofi)}
-    env["PATH"] = f"{os.path.dirname(sys.executable)}:{env['PATH']}"
     plugin = "pmi2" if c.mpi == "mpich" else "pmix"
     srun = ["srun", "-N", "2", "--ntasks-per-node=1", f"--mpi={plugin}", sys.executable, *TRAIN,
             "--epochs", "50", "--out", out]  # fmt: skip
-    job = subprocess.Popen(c.on("node0", srun), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, env=env, start_new_session=True)  # fmt: skip
+    job = subprocess.Popen(
+        c.on("node0", srun), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env=c.login_env(over_ofi), text=True, start_new_session=True,
+    )  # fmt: skip
     wait_for_a_checkpoint(job, out)
     c.kill("node1")  # its slurmd and the rank
     killed = time.monotonic()
