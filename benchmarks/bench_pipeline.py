@@ -36,9 +36,9 @@ from minidl import layers as L
 from minidl.backend import limit_threads
 from minidl.cli.pipeline_plot import plot_timeline
 from minidl.dist.pipeline import build, partition
-from minidl.dist.pipeline import profile as prof
-from minidl.dist.pipeline.simulate import ideal_bubble, simulate
-from minidl.dist.pipeline.timeline import simulation_trace
+from minidl.perf import pipeline_profile as prof
+from minidl.perf.pipeline_simulate import ideal_bubble, simulate
+from minidl.perf.pipeline_timeline import simulation_trace
 
 SCHEDULES = ("naive", "gpipe", "1f1b", "interleaved")
 BALANCED_SCHEDULES = ("gpipe", "1f1b", "interleaved", "pipedream")

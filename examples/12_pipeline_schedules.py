@@ -14,7 +14,7 @@ For each schedule the script prints
 
 Alone (``python examples/12_pipeline_schedules.py``) everything is simulated.
 Under ``mpiexec -n 4`` the ranks also train a few steps with each schedule
-(``PipelineTrainer``, random images), trace them (``timeline.py``) and print the
+(``PipelineTrainer``, random images), trace them (``perf.pipeline_timeline``) and print the
 bubble measured in wall-clock time beside it; with more ranks than cores, that
 figure measures the operating system's scheduler as much as the pipeline.
 ``--png FILE`` draws the simulated timelines and each rank's peak activation
@@ -31,9 +31,9 @@ import minidl as md
 from minidl import optim
 from minidl.dist.launch import mpiexec_ranks
 from minidl.dist.pipeline import PipelineTrainer, build
-from minidl.dist.pipeline import profile as prof
-from minidl.dist.pipeline.simulate import ideal_bubble, simulate
-from minidl.dist.pipeline.timeline import bubble
+from minidl.perf import pipeline_profile as prof
+from minidl.perf.pipeline_simulate import ideal_bubble, simulate
+from minidl.perf.pipeline_timeline import bubble
 from minidl.perf.trace import Tracer, merge
 
 SCHEDULES = ("naive", "gpipe", "1f1b", "pipedream", "interleaved")

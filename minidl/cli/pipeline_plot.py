@@ -8,7 +8,7 @@ benchmark and the example draw simulated timelines the same way.
 import json
 import os
 
-from minidl.dist.pipeline.timeline import bubble
+from minidl.perf.pipeline_timeline import bubble
 
 COLOURS = {
     "forward": "tab:blue",

@@ -15,8 +15,8 @@ import itertools
 import json
 import os
 
-from minidl.dist.pipeline.timeline import bubble
 from minidl.dist.telemetry import StalenessHistogram, format_table
+from minidl.perf.pipeline_timeline import bubble
 from minidl.train.metrics import read_metrics
 from minidl.train.run_status import run_status
 

@@ -4,7 +4,7 @@ before backward, the textbook bubble and the textbook peak of live activations."
 import pytest
 
 from minidl.dist.pipeline import schedules as S
-from minidl.dist.pipeline.simulate import (
+from minidl.perf.pipeline_simulate import (
     DeadlockError,
     ScheduleError,
     check_structure,
@@ -12,7 +12,7 @@ from minidl.dist.pipeline.simulate import (
     simulate,
     timeline_text,
 )
-from minidl.dist.pipeline.timeline import bubble, simulation_trace
+from minidl.perf.pipeline_timeline import bubble, simulation_trace
 
 RANKS = range(1, 9)
 MICRO_BATCHES = range(1, 33)

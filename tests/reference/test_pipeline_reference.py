@@ -10,8 +10,8 @@ import pytest
 
 from minidl import exercises
 from minidl.dist.pipeline import schedules as S
-from minidl.dist.pipeline.simulate import DeadlockError, ideal_bubble, simulate
 from minidl.exercises import ExerciseFailure
+from minidl.perf.pipeline_simulate import DeadlockError, ideal_bubble, simulate
 from minidl.reference.dist import pipeline as R
 
 RANKS = range(1, 9)

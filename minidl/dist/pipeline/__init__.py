@@ -1,16 +1,21 @@
-"""Pipeline parallelism (layer pipelining; the survey, §5.3): stages, schedules, simulator, trainer.
+"""Pipeline parallelism (layer pipelining; the survey, §5.3): stages, schedules, trainer.
 
 ``partition`` cuts a ``Sequential`` into stages; ``schedules`` lists, per rank, the
-instructions of naive, GPipe, 1F1B and interleaved 1F1B pipelines;
-``simulate.simulate`` runs them without MPI (deadlock freedom, bubble, live activations);
+instructions of naive, GPipe, 1F1B, interleaved 1F1B and PipeDream pipelines;
 ``PipelineTrainer`` runs them over a ``Communicator`` with the serial result.
+The performance tools of pipelines live in ``minidl.perf``: the simulator
+(``pipeline_simulate``; here also as ``simulate``, so ``simulate.simulate`` runs the
+lists without MPI: deadlock freedom, bubble, live activations), the timelines
+(``pipeline_timeline``) and the measured per-layer costs (``pipeline_profile``, home
+of ``Partition``).
 """
 
-from minidl.dist.pipeline import simulate
 from minidl.dist.pipeline.schedules import SCHEDULES, Instruction, build
-from minidl.dist.pipeline.simulate import DeadlockError, ScheduleError, ideal_bubble
-from minidl.dist.pipeline.stages import Partition, Stage, partition
+from minidl.dist.pipeline.stages import Stage, partition
 from minidl.dist.pipeline.trainer import PipelineTrainer
+from minidl.perf import pipeline_simulate as simulate
+from minidl.perf.pipeline_profile import Partition
+from minidl.perf.pipeline_simulate import DeadlockError, ScheduleError, ideal_bubble
 
 __all__ = [
     "SCHEDULES",

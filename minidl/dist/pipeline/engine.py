@@ -23,6 +23,7 @@ import numpy as np
 
 from ...backend import to_device, to_numpy
 from ...data import DataLoader
+from ...perf.pipeline_timeline import PipelineTimeline
 from ...train.config import ConfigError, option
 from ...train.engine import Diverged
 from ...train.setup import augmentation, make_optimizer
@@ -31,7 +32,6 @@ from ..grid import Grid
 from ..telemetry import StalenessHistogram
 from ..tensor import PlacementError, TensorParallel
 from .schedules import ASYNCHRONOUS
-from .timeline import PipelineTimeline
 from .trainer import PipelineTrainer
 
 

@@ -32,9 +32,9 @@ import numpy as np
 
 from minidl import backend
 from minidl.autograd import Tensor
-from minidl.dist.pipeline import timeline
-from minidl.dist.pipeline.schedules import place_of, stage_of
 from minidl.dist.telemetry import StalenessHistogram
+from minidl.perf import pipeline_timeline
+from minidl.perf.pipeline_simulate import place_of, stage_of
 
 DTYPES = ("float16", "float32", "float64")
 MAX_DIMS = 8
@@ -93,7 +93,7 @@ class PipelineExecutor:
 
     def trace(self, tracer, skip=0, steps=0):
         """Record the instructions of ``steps`` batches after ``skip`` more into ``tracer``
-        (``timeline.record``); ``tracer`` None: stop."""
+        (``pipeline_timeline.record``); ``tracer`` None: stop."""
         self._tracer, self._trace_skip, self._trace_steps = tracer, skip, steps
 
     def run(self, program, inputs, targets, shares):
@@ -117,7 +117,9 @@ class PipelineExecutor:
             start = time.perf_counter()
             getattr(self, "_" + instruction.op)(instruction.micro_batch, instruction.chunk)
             if tracer is not None:
-                timeline.record(tracer, instruction, start, time.perf_counter(), self.batches)
+                pipeline_timeline.record(
+                    tracer, instruction, start, time.perf_counter(), self.batches
+                )
         self.comm.wait_all(self._sent)
         self._sent = []
         self.batches += 1

@@ -2,10 +2,11 @@
 
 A batch is split into M micro-batches; P ranks hold the stages. With v model chunks
 per rank (``interleaved``) there are S = v*P stages and stage k = c*P + r lives on
-rank r as its chunk c, so activations go round the ranks v times (the interleaved
-1F1B schedule, 2021). Every schedule is built the same way: a per-rank order of forwards and
-backwards, into which ``recv_*`` go right before the compute that needs them and
-``send_*`` right after the compute that made them; ``step`` ends the list.
+rank r as its chunk c (``stage_of``, from ``minidl.perf.pipeline_simulate``), so
+activations go round the ranks v times (the interleaved 1F1B schedule, 2021). Every
+schedule is built the same way: a per-rank order of forwards and backwards, into which
+``recv_*`` go right before the compute that needs them and ``send_*`` right after the
+compute that made them; ``step`` ends the list.
 
 - ``naive``: one micro-batch at a time through the whole pipeline (forward, backward,
   then the next): what model parallelism without micro-batching does; bubble (P-1)/P.
@@ -31,6 +32,8 @@ gradients accumulate in the same order whichever schedule runs.
 
 from dataclasses import dataclass
 
+from minidl.perf.pipeline_simulate import stage_of
+
 OPS = ("forward", "backward", "send_act", "recv_act", "send_grad", "recv_grad", "step")
 
 
@@ -48,16 +51,6 @@ class Instruction:
 
     def __str__(self):
         return self.op if self.op == "step" else f"{self.op}({self.micro_batch}, c{self.chunk})"
-
-
-def stage_of(rank, chunk, ranks):
-    """The global stage index of ``rank``'s chunk ``chunk``: k = chunk * P + rank."""
-    return chunk * ranks + rank
-
-
-def place_of(stage, ranks):
-    """(rank, chunk) holding global stage ``stage`` (the inverse of ``stage_of``)."""
-    return stage % ranks, stage // ranks
 
 
 def _check_counts(ranks, micro_batches, chunks=1):

@@ -5,13 +5,15 @@ uniform by layer count (stage sizes differ by at most one), by parameter count (
 contiguous cut that minimises the largest stage, a linear-partition dynamic programme),
 or at user-given cut points. A pipeline runs at the pace of its slowest stage, so the
 cut is reported with its balance = max_k cost_k / mean_k cost_k (1.0 is perfect).
+The cut (``Partition``) and the programme (``min_max_bounds``) live with the pipeline
+profile in ``minidl.perf.pipeline_profile``, which also cuts by measured time; this
+module builds the ``Stage`` modules of a cut.
 """
-
-from dataclasses import dataclass
 
 import numpy as np
 
 from minidl.layers import Module, Sequential
+from minidl.perf.pipeline_profile import Partition, min_max_bounds
 
 BALANCE_BY = ("layers", "parameters")
 
@@ -21,24 +23,6 @@ def layer_costs(model, by="parameters"):
     if by not in BALANCE_BY:
         raise ValueError(f"unknown stage cost {by!r}; choose one of {', '.join(BALANCE_BY)}")
     return [1 if by == "layers" else layer.num_parameters() for layer in model]
-
-
-@dataclass(frozen=True)
-class Partition:
-    """Where a model is cut: ``bounds[k] = (start, stop)`` layers of stage k and its cost."""
-
-    bounds: tuple
-    costs: tuple
-    by: str
-
-    @property
-    def balance(self):
-        """max / mean of the per-stage cost (1.0: every stage costs the same)."""
-        mean = sum(self.costs) / len(self.costs)
-        return max(self.costs) / mean if mean > 0 else 1.0
-
-    def __len__(self):
-        return len(self.bounds)
 
 
 class Stage(Module):
@@ -81,32 +65,6 @@ def _uniform_bounds(num_layers, num_stages):
     sizes = [len(chunk) for chunk in np.array_split(np.arange(num_layers), num_stages)]
     stops = np.cumsum(sizes).tolist()
     return [(stop - size, stop) for size, stop in zip(sizes, stops)]
-
-
-def min_max_bounds(costs, num_stages):
-    """The contiguous cut into non-empty stages with the smallest largest-stage cost.
-
-    best[k][j]: the least max-cost of cutting layers 0..j-1 into k stages;
-    best[k][j] = min_i max(best[k-1][i], sum(costs[i:j])). Ties keep the earliest cut.
-    """
-    n = len(costs)
-    prefix = np.concatenate([[0], np.cumsum(costs)]).tolist()
-    inf = float("inf")
-    best = [[inf] * (n + 1) for _ in range(num_stages + 1)]
-    cut = [[0] * (n + 1) for _ in range(num_stages + 1)]
-    best[0][0] = 0
-    for k in range(1, num_stages + 1):
-        for j in range(k, n - (num_stages - k) + 1):
-            for i in range(k - 1, j):
-                value = max(best[k - 1][i], prefix[j] - prefix[i])
-                if value < best[k][j]:
-                    best[k][j], cut[k][j] = value, i
-    bounds, stop = [], n
-    for k in range(num_stages, 0, -1):
-        start = cut[k][stop]
-        bounds.append((start, stop))
-        stop = start
-    return bounds[::-1]
 
 
 def _cut_bounds(num_layers, num_stages, cuts):

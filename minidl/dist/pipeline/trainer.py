@@ -47,8 +47,10 @@ from minidl import backend
 from minidl import functional as F
 from minidl.dist.data_parallel import DistributedOptimizer
 from minidl.dist.pipeline.executor import PipelineExecutor, check_tag_room
-from minidl.dist.pipeline.schedules import ASYNCHRONOUS, SCHEDULES, build, stage_of
-from minidl.dist.pipeline.stages import BALANCE_BY, Partition, build_stage, partition
+from minidl.dist.pipeline.schedules import ASYNCHRONOUS, SCHEDULES, build
+from minidl.dist.pipeline.stages import BALANCE_BY, build_stage, partition
+from minidl.perf.pipeline_profile import Partition
+from minidl.perf.pipeline_simulate import stage_of
 
 
 def _partition(model, stages, num_stages):

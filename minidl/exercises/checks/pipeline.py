@@ -3,7 +3,7 @@ PipeDream's weight stashing.
 
 Oracles that run no exercise region: minidl's tuned schedules
 (``minidl.dist.pipeline.schedules``), whose lists a stage's list must equal, and
-the pipeline simulator (``minidl.dist.pipeline.simulate``), which runs the
+the pipeline simulator (``minidl.perf.pipeline_simulate``), which runs the
 student's lists of all stages together and says whether they deadlock, how much
 of the time is bubble and how many micro-batches each stage holds at once.
 Every check runs several P and M, with M = 1, M < P and M not a multiple of P.
@@ -18,9 +18,9 @@ from minidl import optim
 from minidl import random as md_random
 from minidl.dist.pipeline import PipelineTrainer
 from minidl.dist.pipeline import schedules as tuned
-from minidl.dist.pipeline.simulate import ideal_bubble, simulate
 from minidl.dist.pipeline.stages import build_stage, partition
 from minidl.exercises import ExerciseFailure, exercise, expect_close
+from minidl.perf.pipeline_simulate import ideal_bubble, simulate
 from minidl.reference.dist import pipeline as reference
 
 PATH = "minidl/reference/dist/pipeline.py"

@@ -1,5 +1,5 @@
 """Pipeline timelines as Chrome traces: measured (``minidl train --grid pp=P --trace``) or
-simulated, and the bubble read off either.
+simulated (``pipeline_simulate``), and the bubble read off either.
 
 Each instruction a rank runs is one complete event of the trace (``perf.trace``):
 category ``forward`` or ``backward`` (named ``F3``, ``B3``: the micro-batch;
@@ -8,7 +8,7 @@ the wait for its message) and ``update`` (``step``). ``pid`` is the rank.
 
 Bubble of a timeline = 1 - compute / (P x span): the share of the P ranks' time
 between the first event and the last that no forward or backward fills (the
-simulator's definition, ``simulate.py``; the formula for balanced stages is
+simulator's definition, ``pipeline_simulate``; the formula for balanced stages is
 (P-1)/(v*M+P-1)).
 """
 
@@ -66,7 +66,8 @@ def bubble(trace):
 class PipelineTimeline:
     """``--trace`` of a pipeline run: the instructions of ``TRACED_STEPS`` steps after the
     first, on every rank, written as one ``trace.json`` (the interface of
-    ``perf.training_trace.TrainingTrace``)."""
+    ``perf.training_trace.TrainingTrace``). ``executor`` is the rank's pipeline executor
+    (``minidl.dist.pipeline.executor``), which records into a tracer it is given."""
 
     def __init__(self, executor, rank):
         self.executor, self.tracer = executor, Tracer(rank)

@@ -1,6 +1,13 @@
-"""Run pipeline schedules without MPI: prove them deadlock-free, measure memory and the bubble.
+"""The pipeline simulator: runs pipeline schedules without MPI, proves them deadlock-free,
+measures their memory and bubble.
 
-The simulator follows the executor's rules: a ``send_*`` never blocks (it is an
+Its input is what ``minidl.dist.pipeline.schedules`` builds: per rank, a list of
+instructions (``op``, ``micro_batch``, ``chunk``). With v model chunks per rank,
+stage k = chunk * P + rank lives on rank ``rank`` as its chunk ``chunk``
+(``stage_of``; ``place_of`` is the inverse), the one home of that formula for the
+schedules, the executor and the trainer.
+
+The simulator follows the pipeline executor's rules: a ``send_*`` never blocks (it is an
 ``isend``), a ``recv_*`` blocks until its neighbour's matching send ran. Each rank
 runs its list in order, as early as its messages allow; a forward of stage k costs
 ``forward_costs[k]`` and a backward ``backward_costs[k]`` (1 by default), messages
@@ -21,7 +28,15 @@ the interleaved schedule with v chunks per rank (interleaved 1F1B, 2021).
 from collections import Counter
 from dataclasses import dataclass
 
-from minidl.dist.pipeline.schedules import stage_of
+
+def stage_of(rank, chunk, ranks):
+    """The global stage index of ``rank``'s chunk ``chunk``: k = chunk * P + rank."""
+    return chunk * ranks + rank
+
+
+def place_of(stage, ranks):
+    """(rank, chunk) holding global stage ``stage`` (the inverse of ``stage_of``)."""
+    return stage % ranks, stage // ranks
 
 
 class DeadlockError(RuntimeError):
