@@ -58,7 +58,7 @@ class Layout:
         self.opt = optim.Momentum(self.model.parameters(), lr=0.01, momentum=0.9)
         if dp > 1:
             self.opt = dist.DistributedOptimizer(self.opt, self.replicas)
-        self.share = tp.Partition(batch, dp).slice(self.replicas.rank)
+        self.share = tp.Split(batch, dp).slice(self.replicas.rank)
         plan, rank = self.parallel.plan, self.grid.coords["tp"]
         self.shape = SHAPES[model_name]
         volume = tensor_volume(serial, plan, self.shape, batch // dp, tp_size)

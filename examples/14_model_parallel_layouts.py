@@ -68,7 +68,7 @@ def train(comm, extents, plan, data):
     opt = optim.Momentum(model.parameters(), lr=0.05, momentum=0.9)
     if dp.size > 1:
         opt = dist.DistributedOptimizer(opt, dp)
-    share = tensor.Partition(BATCH, dp.size).slice(dp.rank)
+    share = tensor.Split(BATCH, dp.size).slice(dp.rank)
     tensor.TRAFFIC.clear()
     comm.barrier()
     start = time.perf_counter()

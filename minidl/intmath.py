@@ -1,4 +1,5 @@
-"""Integer formulas that several packages share: ceiling division, ceil(log2 n), powers of two.
+"""Integer formulas that several packages share: ceiling division, ceil(log2 n), powers of two,
+the block sizes of n elements split over p parts.
 
 Exact on Python ints of any size (no floating-point ``log2``).
 """
@@ -20,3 +21,10 @@ def largest_power_of_two(n):
     if n < 1:
         raise ValueError(f"largest_power_of_two: n must be >= 1, got {n}")
     return 1 << (n.bit_length() - 1)
+
+
+def block_sizes(n, parts):
+    """``n`` elements over ``parts`` parts: n // parts each, one more on the first n % parts
+    (sizes differ by at most one; every part gets one when n >= parts)."""
+    base, extra = divmod(n, parts)
+    return tuple(base + (r < extra) for r in range(parts))

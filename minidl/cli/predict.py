@@ -209,11 +209,16 @@ def run_predict(args):
 def run_grid_ranking(args, model, shape):
     """``--grids N``: every dp x tp grid of N ranks, fastest predicted step first."""
     from ..dist.tensor import plan
+    from ..dist.tensor.placement import split_widths
 
     dps = [args.grids // t for t in range(1, args.grids + 1) if args.grids % t == 0]
     compute, source = compute_from_args(args, model, shape, dps)
     network = network_from_args(args)
-    points = rank_grids(model, shape, plan, args.grids, args.batch, compute, network, args.scheme)
+    words = plan(model)
+    narrowest = min((w for w, _, _ in split_widths(model, words)), default=args.grids)
+    points = rank_grids(
+        model, shape, words, narrowest, args.grids, args.batch, compute, network, args.scheme
+    )
     print(
         f"{args.model}, B={args.batch} on {args.grids} ranks, {args.scheme} over "
         f"{network.bandwidth / 1e9:g} GB/s, {network.latency_s * 1e6:g} us; compute: {source}"

@@ -7,7 +7,7 @@ from .conv import Conv2d
 from .dropout import Dropout
 from .flatten import Flatten
 from .linear import Linear
-from .module import Module, Parameter, Sequential
+from .module import Module, Parameter, Sequential, leaves
 from .normalization import BatchNorm1d, BatchNorm2d, LocalResponseNorm
 from .pooling import AvgPool2d, MaxPool2d
 
@@ -15,6 +15,7 @@ __all__ = [
     "Module",
     "Parameter",
     "Sequential",
+    "leaves",
     "Linear",
     "Conv2d",
     "ReLU",

@@ -1,4 +1,4 @@
-"""``Module``, ``Parameter`` and ``Sequential``: the containers models are made of.
+"""``Module``, ``Parameter`` and ``Sequential``: the containers models are made of; ``leaves``.
 
 A Module registers the Parameters, sub-Modules and buffers (non-trained state
 such as batch-norm running statistics) assigned to its attributes, in
@@ -183,6 +183,12 @@ class Module:
         ]
         head = f"{type(self).__name__}({self.extra_repr()}"
         return head + ("\n" + "\n".join(lines) + "\n)" if lines else ")")
+
+
+def leaves(model):
+    """(path, layer) of the modules below ``model`` that hold no others, in order (for a
+    ``Sequential``, the order they run in)."""
+    return [(path, m) for path, m in model.named_modules() if not m._modules]
 
 
 class Sequential(Module):

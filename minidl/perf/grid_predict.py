@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 from .network import comm_time
-from .tensor_volume import gradient_bytes, split_widths, tensor_volume
+from .tensor_volume import gradient_bytes, tensor_volume
 
 
 @dataclass
@@ -38,14 +38,13 @@ class GridPoint:
         return self.compute_s + self.comm_s
 
 
-def rank_grids(model, shape, plan, ranks, batch, compute, network, scheme="ring"):
+def rank_grids(model, shape, words, narrowest, ranks, batch, compute, network, scheme="ring"):
     """Every feasible dp x tp grid of ``ranks``, fastest predicted step first.
 
-    ``plan(model)`` gives the plan words; ``compute.step_time(b).total_s`` one
-    process's step at batch b.
+    ``words``: the plan; ``narrowest``: the width of its narrowest split layer
+    (no tp wider fits); ``compute.step_time(b).total_s``: one process's step at
+    batch b.
     """
-    words = plan(model)
-    narrowest = min((w for w, _, _ in split_widths(model, words)), default=math.inf)
     itemsize = next(model.parameters()).dtype.itemsize
     points = []
     for tp in (t for t in range(1, ranks + 1) if ranks % t == 0 and t <= narrowest):

@@ -14,11 +14,12 @@ touching the autograd engine.
 import contextlib
 
 from ..autograd import Function, Tensor
+from ..layers import leaves
 
 
 def leaf_modules(model):
-    """(path, module) for every module without sub-modules; a leaf model is named by its type."""
-    return [(name or type(m).__name__, m) for name, m in model.named_modules() if not m._modules]
+    """``leaves(model)``, with a leaf model named by its type."""
+    return [(name or type(m).__name__, m) for name, m in leaves(model)]
 
 
 @contextlib.contextmanager

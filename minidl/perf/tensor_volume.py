@@ -35,18 +35,8 @@ import math
 import numpy as np
 
 from ..autograd import Tensor, no_grad
-
-
-def block_sizes(n, parts):
-    """``n`` elements over ``parts`` ranks: n // parts each, one more on the first n % parts."""
-    base, extra = divmod(n, parts)
-    return tuple(base + (r < extra) for r in range(parts))
-
-
-def leaves(model):
-    """(path, layer) of the layers below ``model`` that hold no others, in order (for a
-    ``Sequential``, the order they run in): the layers a plan has one word for."""
-    return [(path, m) for path, m in model.named_modules() if not m._modules]
+from ..intmath import block_sizes
+from ..layers import leaves
 
 
 def layer_shapes(model, input_shape):
@@ -106,24 +96,6 @@ def tensor_volume(model, plan, input_shape, batch, tp, itemsize=4) -> dict:
             split = False
         upstream_params = upstream_params or any(True for _ in layer.parameters())
     return volume
-
-
-def split_widths(model, plan):
-    """(width, path, layer) of each layer ``plan`` splits: the features or channels it splits."""
-    widths = []
-    for (path, layer), word in zip(leaves(model), plan, strict=True):
-        kind = word.partition("+")[0]
-        if kind in ("column", "row"):
-            widths.append(
-                (layer.out_features if kind == "column" else layer.in_features, path, layer)
-            )
-        elif kind == "group":
-            widths.append((layer.groups, path, layer))
-        elif kind in ("filter", "input"):
-            widths.append(
-                (layer.out_channels if kind == "filter" else layer.in_channels, path, layer)
-            )
-    return widths
 
 
 def gradient_bytes(model, plan, tp, rank, itemsize=4) -> int:

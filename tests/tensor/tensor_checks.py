@@ -16,7 +16,6 @@ from minidl import dist, optim
 from minidl import functional as F
 from minidl import layers as L
 from minidl.dist import tensor as tp
-from minidl.dist.tensor.partition import Partition
 from minidl.perf.tensor_volume import gradient_bytes, tensor_volume
 from tests.distributed.mpi_checks import run_named_checks
 
@@ -55,8 +54,7 @@ def adjoint(comm, fn, x, x_replicated, y, y_replicated):
 
 def check_adjoints(comm):
     n_rows, cols = 3, 7  # 7 columns: uneven blocks on 2, 3 and 4 ranks
-    part = Partition(cols, comm.size)
-    mine = part.sizes[comm.rank]
+    mine = tp.Split(cols, comm.size).sizes[comm.rank]
     full, block = (n_rows, cols), (n_rows, mine)
     cases = [
         (lambda t: tp.copy_to_group(t, comm), full, True, full, False),
@@ -96,11 +94,11 @@ def check_traffic_counts_the_payload(comm):
     """all-gather hands the padded block, allreduce the whole array, to the collective."""
     tp.TRAFFIC.clear()
     cols = 7
-    x = md.Tensor(per_rank((2, Partition(cols, comm.size).sizes[comm.rank]), 0, comm))
+    x = md.Tensor(per_rank((2, tp.Split(cols, comm.size).sizes[comm.rank]), 0, comm))
     tp.gather_from_group(x, comm, 1, cols)
     tp.reduce_from_group(md.Tensor(np.ones((2, 3))), comm)
     alone = comm.size == 1  # nothing travels
-    assert tp.TRAFFIC["allgather"] == (0 if alone else 2 * Partition(cols, comm.size).largest * 8)
+    assert tp.TRAFFIC["allgather"] == (0 if alone else 2 * tp.Split(cols, comm.size).largest * 8)
     assert tp.TRAFFIC["allreduce"] == (0 if alone else 2 * 3 * 8)
 
 
@@ -122,7 +120,7 @@ def compare(layer_name, serial_layer, parallel_layer, x, comm, out_split_axis=No
         np.testing.assert_allclose(yp.data, ys.data, rtol=0, atol=TOL, err_msg=layer_name)
         yp.backward(g)
     else:
-        block = Partition(ys.shape[out_split_axis], comm.size).slice(comm.rank)
+        block = tp.Split(ys.shape[out_split_axis], comm.size).slice(comm.rank)
         index = (slice(None),) * out_split_axis + (block,)
         np.testing.assert_allclose(yp.data, ys.data[index], rtol=0, atol=TOL, err_msg=layer_name)
         yp.backward(np.ascontiguousarray(g[index]))
@@ -188,7 +186,7 @@ def check_class_parallel_cross_entropy(comm):
     zs = md.Tensor(z.copy(), requires_grad=True)
     serial = F.cross_entropy(zs, labels)
     serial.backward()
-    block = Partition(classes, comm.size).slice(comm.rank)
+    block = tp.Split(classes, comm.size).slice(comm.rank)
     zp = md.Tensor(z[:, block].copy(), requires_grad=True)
     loss = tp.class_parallel_cross_entropy(zp, labels, comm, classes)
     loss.backward()
@@ -225,7 +223,7 @@ def train_grid(make_model, data, comm, dp, tp_size, layout):
     replica = grid.coords["dp"]
     tp.TRAFFIC.clear()
     for x, y in data:
-        share = Partition(len(x), dp).slice(replica)
+        share = tp.Split(len(x), dp).slice(replica)
         opt.zero_grad()
         F.cross_entropy(parallel.module(md.Tensor(x[share])), y[share]).backward()
         opt.step()
@@ -237,7 +235,7 @@ def train_grid(make_model, data, comm, dp, tp_size, layout):
 def check_counted_volume(parallel, opt, data, grid, dp, tp_size):
     """The bytes counted during training equal the formula of minidl.perf.tensor_volume."""
     x = data[0][0]
-    local = tp.Partition(len(x), dp).sizes[grid.coords["dp"]]
+    local = tp.Split(len(x), dp).sizes[grid.coords["dp"]]
     per_step = tensor_volume(parallel.serial, parallel.plan, x.shape[1:], local, tp_size, 8)
     for kind, value in per_step.items():
         assert tp.TRAFFIC[kind] == value * len(data), (kind, tp.TRAFFIC[kind], value)
@@ -344,7 +342,7 @@ def check_spatial_tp_training(comm):
     opt = dist.DistributedOptimizer(plain, grid.group("dp"), model=parallel.module)
     tp.TRAFFIC.clear()
     for x, y in data:
-        share = Partition(len(x), dp).slice(grid.coords["dp"])
+        share = tp.Split(len(x), dp).slice(grid.coords["dp"])
         opt.zero_grad()
         F.cross_entropy(parallel.module(md.Tensor(x[share])), y[share]).backward()
         opt.step()
@@ -412,7 +410,7 @@ def check_pipeline_tp_training(comm):
             data_parallel=grid.group("dp"),
         )  # fmt: skip
         for x, y in batches:
-            share = Partition(len(x), dp).slice(grid.coords["dp"])
+            share = tp.Split(len(x), dp).slice(grid.coords["dp"])
             trainer.step(x[share], y[share], len(x))
         parallel.gather()
         mine = {name for chunk in trainer.chunks for name, _ in chunk.named_parameters()}

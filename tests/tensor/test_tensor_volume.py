@@ -42,25 +42,27 @@ def test_predict_ranks_the_grids_that_fit_by_their_predicted_step():
     import types
 
     from minidl import models
+    from minidl.dist.tensor.placement import split_widths
     from minidl.perf.grid_predict import rank_grids
     from minidl.perf.network import Network
 
     model = models.lenet5()
     compute = types.SimpleNamespace(step_time=lambda b: types.SimpleNamespace(total_s=b * 1e-3))
     slow = Network(latency_s=1e-3, bandwidth=1e6)
-    points = rank_grids(model, (1, 28, 28), tp.plan, 8, 64, compute, slow)
+    plan = tp.plan(model)
+    narrowest = min(width for width, _, _ in split_widths(model, plan))
+    points = rank_grids(model, (1, 28, 28), plan, narrowest, 8, 64, compute, slow)
     # tp=8 is wider than conv1's 6 filters: left out; tp=1, 2, 4 remain
     assert sorted(p.grid for p in points) == ["dp=2,tp=4", "dp=4,tp=2", "dp=8,tp=1"]
     assert [p.step_s for p in points] == sorted(p.step_s for p in points)
     by_grid = {p.grid: p for p in points}
-    plan = tp.plan(model)
     assert by_grid["dp=4,tp=2"].tp_bytes == sum(
         tensor_volume(model, plan, (1, 28, 28), 16, 2).values()
     )
     assert by_grid["dp=4,tp=2"].dp_bytes == gradient_bytes(model, plan, 2, 0)
     assert by_grid["dp=8,tp=1"].tp_bytes == 0
     free = Network(latency_s=0.0, bandwidth=float("inf"))
-    for p in rank_grids(model, (1, 28, 28), tp.plan, 8, 64, compute, free):
+    for p in rank_grids(model, (1, 28, 28), plan, narrowest, 8, 64, compute, free):
         assert p.comm_s == 0 and p.compute_s == p.local_batch * 1e-3 / int(p.grid[-1])
 
 

@@ -1,15 +1,17 @@
 """Tensor (model) parallelism: layers whose weights are split over the ranks of a group.
 
-``functions.py`` holds the differentiable collectives (each backward is its
-forward's adjoint), ``layers.py`` the column/row-parallel ``Linear`` and the
-filter/input-channel-parallel ``Conv2d``, ``loss.py`` the class-parallel
-cross-entropy, ``partition.py`` how a dimension is split (uneven sizes allowed),
-``placement.py`` the rule that places a model's layers (``TensorParallel``).
+``functions.py``: the differentiable collectives (each backward its forward's
+adjoint), the class-parallel cross-entropy, and ``Split`` (how one dimension is
+split over the ranks). ``layers.py``: the column/row-parallel ``Linear`` and the
+filter/input-channel/group-parallel ``Conv2d``. ``placement.py``: the rule that
+places a model's layers (``plan``) and the parallel model (``TensorParallel``).
 """
 
 from .functions import (
     TRAFFIC,
+    Split,
     all_gather,
+    class_parallel_cross_entropy,
     copy_to_group,
     gather_from_group,
     recv,
@@ -26,8 +28,6 @@ from .layers import (
     RowParallelLinear,
     ShardedModule,
 )
-from .loss import class_parallel_cross_entropy
-from .partition import Partition
 from .placement import (
     BatchParallel,
     PlacementError,
@@ -44,10 +44,10 @@ __all__ = [
     "FilterParallelConv2d",
     "GroupParallelConv2d",
     "InputChannelParallelConv2d",
-    "Partition",
     "PlacementError",
     "RowParallelLinear",
     "ShardedModule",
+    "Split",
     "TensorParallel",
     "all_gather",
     "class_parallel_cross_entropy",

@@ -1,12 +1,11 @@
-"""Differentiable collectives: the communication of model parallelism as autograd ``Function``s.
+"""Differentiable collectives: the communication of tensor parallelism as autograd ``Function``s.
 
-A tensor on the ranks of a group is either *replicated* (one value that every
-rank holds alike) or *per-rank* (each rank its own: a block of a split tensor,
-or a partial sum). The adjoint of each map below is taken for the inner product
-that counts a replicated tensor once and sums per-rank tensors over the ranks,
-so that ``<F x, y> = <x, F* y>`` and backward computes ``F*`` (Megatron-LM,
-Shoeybi et al. 2019, section 3: their f and g are ``copy_to_group`` and
-``reduce_from_group``):
+A tensor on the ranks of a group is *replicated* (every rank holds the same
+value) or *per-rank* (a block of a split tensor, or a partial sum). Each
+backward is its forward's adjoint, ``<F x, y> = <x, F* y>``, for the inner
+product that counts a replicated tensor once and sums per-rank tensors over the
+ranks (Megatron-LM, Shoeybi et al. 2019, section 3: their f and g are
+``copy_to_group`` and ``reduce_from_group``):
 
 =====================  ==========================  ============================
 function               forward                     backward (the adjoint)
@@ -20,20 +19,84 @@ function               forward                     backward (the adjoint)
 ``send`` / ``recv``    point to point a -> b       point to point b -> a
 =====================  ==========================  ============================
 
-Blocks along an axis follow ``Partition`` (uneven sizes allowed). Reduce-scatter
-is an allreduce followed by taking this rank's block. ``TRAFFIC`` counts the
-bytes each collective was handed on this rank (allreduce: the array; all-gather:
-the padded block; send: the array), the quantity ``minidl.perf.tensor_volume``
-predicts.
+Blocks along an axis follow ``Split``: rank r of p holds size_r = n // p +
+(r < n % p) elements from offset_r = size_0 + ... + size_{r-1}. Reduce-scatter
+is an allreduce followed by taking this rank's block.
+
+``class_parallel_cross_entropy``: rank r holds the logits z[:, block r] of its
+classes. With m_n = max_c z_nc, s_n = sum_c exp(z_nc - m_n) and t_n = z[n, y_n]
+(an all-gather of the ranks' maxima, one allreduce of s and t), the loss is
+mean_n (log s_n + m_n - t_n), replicated, and rank r's gradient is
+(exp(z[:, block r] - m) / s - onehot(y)[:, block r]) / N: the whole logit
+matrix never exists on one rank (Megatron-LM's vocabulary-parallel
+cross-entropy, Shoeybi et al. 2019).
+
+``TRAFFIC`` counts the bytes each collective was handed on this rank
+(allreduce: the array; all-gather: the largest block; send: the array), the
+quantity ``minidl.perf.tensor_volume`` predicts.
 """
 
+import dataclasses
 from collections import Counter
 
 from ...autograd import Function, Tensor
 from ...backend import get_array_module, xp_for
-from .partition import gather_blocks, take_block
+from ...intmath import block_sizes
 
 TRAFFIC = Counter()  # bytes handed to each kind of collective by this process
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """``n`` elements of one dimension over the ``parts`` ranks of a group, in rank order."""
+
+    n: int
+    parts: int
+
+    @property
+    def sizes(self) -> tuple:
+        return block_sizes(self.n, self.parts)
+
+    @property
+    def offsets(self) -> tuple:
+        sizes = self.sizes
+        return tuple(sum(sizes[:r]) for r in range(self.parts))
+
+    @property
+    def largest(self) -> int:
+        return self.sizes[0]
+
+    def slice(self, rank: int) -> slice:
+        start = self.offsets[rank]
+        return slice(start, start + self.sizes[rank])
+
+
+def take_block(array, axis, rank, parts):
+    """Rank ``rank``'s block of ``array`` along ``axis`` over ``parts`` ranks (a copy)."""
+    block = Split(array.shape[axis], parts).slice(rank)
+    index = (slice(None),) * (axis % array.ndim) + (block,)
+    return array[index].copy()
+
+
+def gather_blocks(comm, block, axis, n):
+    """Every rank's block along ``axis`` concatenated in rank order (``n`` elements in all).
+
+    Each block travels padded to the largest, in one ``allgather``.
+    """
+    xp = get_array_module(block)
+    split = Split(n, comm.size)
+    axis = axis % block.ndim
+    if block.shape[axis] != split.sizes[comm.rank]:
+        raise ValueError(
+            f"gather_blocks: rank {comm.rank} holds {block.shape[axis]} elements along axis "
+            f"{axis}, but {n} over {comm.size} ranks gives it {split.sizes[comm.rank]}"
+        )
+    rows = xp.moveaxis(block, axis, 0)
+    padded = xp.zeros((split.largest,) + rows.shape[1:], dtype=block.dtype)
+    padded[: rows.shape[0]] = rows
+    everyone = comm.allgather(padded)
+    whole = xp.concatenate([everyone[r, :size] for r, size in enumerate(split.sizes)])
+    return xp.ascontiguousarray(xp.moveaxis(whole, 0, axis))
 
 
 def _allreduce(comm, array):
@@ -48,7 +111,7 @@ def _allreduce(comm, array):
 def _all_gather(comm, block, axis, n):
     if comm.size == 1:
         return block.copy()
-    TRAFFIC["allgather"] += block.nbytes // max(block.shape[axis], 1) * -(-n // comm.size)
+    TRAFFIC["allgather"] += block.nbytes // max(block.shape[axis], 1) * Split(n, comm.size).largest
     return gather_blocks(comm, block, axis, n)
 
 
@@ -136,6 +199,38 @@ class Recv(Function):
         return get_array_module(g).zeros_like(g)
 
 
+class ClassParallelCrossEntropy(Function):
+    def forward(self, z, labels, comm, classes):
+        xp = get_array_module(z)
+        n = z.shape[0]
+        block = Split(classes, comm.size).slice(comm.rank)
+        if z.shape[1] != block.stop - block.start:
+            raise ValueError(
+                f"class_parallel_cross_entropy: rank {comm.rank} holds {z.shape[1]} classes, "
+                f"but {classes} classes over {comm.size} ranks gives it {block.stop - block.start}"
+            )
+        local_max = z.max(axis=1)
+        if comm.size > 1:
+            TRAFFIC["allgather"] += local_max.nbytes
+            m = comm.allgather(local_max).max(axis=0)
+        else:
+            m = local_max
+        e = xp.exp(z - m[:, None])
+        mine = (labels >= block.start) & (labels < block.stop)
+        self.onehot = xp.zeros_like(z)
+        self.onehot[xp.arange(n)[mine], labels[mine] - block.start] = 1
+        sums = xp.stack([e.sum(axis=1), (z * self.onehot).sum(axis=1)])
+        if comm.size > 1:
+            TRAFFIC["allreduce"] += sums.nbytes
+            comm.allreduce(sums, op="sum")
+        s, t = sums
+        self.p = e / s[:, None]
+        return xp.asarray((xp.log(s) + m - t).mean(), dtype=z.dtype)
+
+    def backward(self, g):
+        return (self.p - self.onehot) * (g / self.p.shape[0])
+
+
 def copy_to_group(x: Tensor, comm) -> Tensor:
     """A replicated ``x`` entering per-rank work: identity forward, gradients summed backward."""
     return CopyToGroup.apply(x, comm=comm)
@@ -175,3 +270,9 @@ def recv(shape, dtype, comm, source: int, tag: int = 0, device: str = "cpu") -> 
     """The tensor ``source`` sent; its gradient goes back to ``source`` during backward."""
     anchor = Tensor(xp_for(device).zeros(shape, dtype=dtype), requires_grad=True)
     return Recv.apply(anchor, comm=comm, source=source, tag=tag)
+
+
+def class_parallel_cross_entropy(logits: Tensor, labels, comm, classes: int) -> Tensor:
+    """Mean cross-entropy of ``logits`` (this rank's block of the ``classes``) and int labels."""
+    labels = labels.data if isinstance(labels, Tensor) else labels
+    return ClassParallelCrossEntropy.apply(logits, labels=labels, comm=comm, classes=classes)

@@ -1,31 +1,29 @@
 """Tensor-parallel layers: one layer's weights split over the ranks of a group.
 
 Each is built from the serial layer it replaces and holds this rank's block of
-its weights (``Partition`` of the split dimension; uneven sizes allowed), under
-the serial layer's parameter names. ``split`` names the axis each parameter is
-split along (None: replicated, every rank the whole of it); ``block`` and
-``whole`` turn a serial-shaped array into this rank's block and back.
+its weights (``Split`` of the split dimension; uneven sizes allowed) under the
+serial layer's parameter names; ``split`` names the axis each parameter is
+split along (None: replicated).
 
 Megatron-LM's pairing (Shoeybi et al. 2019, section 3): a column-parallel
 ``Linear`` (outputs split, Y_r = X W_r^T) followed by a row-parallel one
-(inputs split, Y = sum_r X_r W_r^T) needs one allreduce forward and one
+(inputs split, Y = sum_r X_r W_r^T) costs one allreduce forward and one
 backward per pair. The filter-parallel and input-channel-parallel ``Conv2d``
-are the same pair for convolutions, with channels in place of features
-(Ben-Nun & Hoefler 2019, section 5.2: model parallelism).
+are the same pair with channels for features; the group-parallel ``Conv2d``
+runs one group of a grouped convolution per rank (Krizhevsky et al. 2012).
 """
 
 from ... import functional as F
 from ...layers import Module, Parameter
-from .functions import copy_to_group, gather_from_group, reduce_from_group, split_to_group
-from .partition import Partition, gather_blocks, take_block
-
-
-def _check_width(layer, what, width, comm):
-    if width < comm.size:
-        raise ValueError(
-            f"{layer}: {width} {what} cannot be split over {comm.size} ranks (each needs at "
-            f"least one); use a tensor-parallel group of at most {width} ranks"
-        )
+from .functions import (
+    Split,
+    copy_to_group,
+    gather_blocks,
+    gather_from_group,
+    reduce_from_group,
+    split_to_group,
+    take_block,
+)
 
 
 class ShardedModule(Module):
@@ -33,7 +31,15 @@ class ShardedModule(Module):
 
     split: dict = {}
 
-    def _shard(self, serial, comm):
+    def _shard(self, serial, comm, what, width):
+        """Keep ``comm`` and this rank's blocks of ``serial``'s parameters, ``width`` ``what``
+        split over the ranks (each needs at least one)."""
+        if width < comm.size:
+            raise ValueError(
+                f"{type(self).__name__}({serial.extra_repr()}): {width} {what} cannot be split "
+                f"over {comm.size} ranks (each needs at least one); use a tensor-parallel group "
+                f"of at most {width} ranks"
+            )
         self.comm = comm
         for name, axis in self.split.items():
             full = getattr(serial, name)
@@ -52,42 +58,28 @@ class ShardedModule(Module):
         return gather_blocks(self.comm, array, axis, n)
 
 
-class _SplitsOutput:
-    """The forward of a layer whose input is whole and output split along ``output_axis``."""
-
-    def forward(self, x):
-        y = self.local(copy_to_group(x, self.comm), self.bias)
-        if self.gather_output:
-            y = gather_from_group(y, self.comm, self.output_axis, self.split_width)
-        return y
+def _here(width, comm):
+    """``width`` and the size of this rank's block of it, for ``extra_repr``."""
+    return f"{width} ({Split(width, comm.size).sizes[comm.rank]} here)"
 
 
-class _JoinsInput:
-    """The forward of a layer whose input is split along ``input_axis`` and output whole."""
-
-    def forward(self, x):
-        if not self.input_is_parallel:
-            x = split_to_group(x, self.comm, self.input_axis)
-        y = reduce_from_group(self.local(x, None), self.comm)
-        return y if self.bias is None else y + self.bias.reshape(self.bias_shape)
-
-
-class _ParallelLinear(ShardedModule):
-    def __init__(self, linear, comm, what, width):
-        super().__init__()
-        _check_width(f"{type(self).__name__}({linear.extra_repr()})", what, width, comm)
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self._shard(linear, comm)
-
-    def local(self, x, bias):
-        return F.linear(x, self.weight, bias)
-
-    def here(self, width):
-        """``width`` and the size of this rank's block of it, for ``extra_repr``."""
-        return f"{width} ({Partition(width, self.comm.size).sizes[self.comm.rank]} here)"
+def _conv_options(layer, conv, groups):
+    """``conv``'s stride, padding, dilation and algorithm, once its groups are checked."""
+    if conv.groups != groups:
+        raise ValueError(
+            f"{type(layer).__name__}({conv.extra_repr()}): {type(layer).__name__} needs "
+            f"groups={groups}; a grouped convolution goes one group per rank "
+            "(GroupParallelConv2d on as many ranks as groups), or stays replicated"
+        )
+    return {
+        "stride": conv.stride,
+        "padding": conv.padding,
+        "dilation": conv.dilation,
+        "algo": conv.algo,
+    }
 
 
-class ColumnParallelLinear(_SplitsOutput, _ParallelLinear):
+class ColumnParallelLinear(ShardedModule):
     """``Linear`` with its outputs split: rank r computes y[:, block r] = x W_r^T + b_r.
 
     ``gather_output``: all-gather the blocks into the replicated y (else each
@@ -96,17 +88,24 @@ class ColumnParallelLinear(_SplitsOutput, _ParallelLinear):
 
     split = {"weight": 0, "bias": 0}
 
-    output_axis = -1
-
     def __init__(self, linear, comm, gather_output=False):
-        super().__init__(linear, comm, "outputs", linear.out_features)
-        self.gather_output, self.split_width = gather_output, linear.out_features
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.gather_output = gather_output
+        self._shard(linear, comm, "outputs", linear.out_features)
+
+    def forward(self, x):
+        y = F.linear(copy_to_group(x, self.comm), self.weight, self.bias)
+        if self.gather_output:
+            y = gather_from_group(y, self.comm, -1, self.out_features)
+        return y
 
     def extra_repr(self):
-        return f"{self.in_features}, {self.here(self.out_features)}, gather={self.gather_output}"
+        outputs = _here(self.out_features, self.comm)
+        return f"{self.in_features}, {outputs}, gather={self.gather_output}"
 
 
-class RowParallelLinear(_JoinsInput, _ParallelLinear):
+class RowParallelLinear(ShardedModule):
     """``Linear`` with its inputs split: y = sum_r x[:, block r] W_r^T + b (one allreduce).
 
     ``input_is_parallel``: x is already this rank's block of features (the
@@ -115,41 +114,23 @@ class RowParallelLinear(_JoinsInput, _ParallelLinear):
 
     split = {"weight": 1, "bias": None}
 
-    input_axis, bias_shape = -1, (-1,)
-
     def __init__(self, linear, comm, input_is_parallel=True):
-        super().__init__(linear, comm, "inputs", linear.in_features)
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
         self.input_is_parallel = input_is_parallel
+        self._shard(linear, comm, "inputs", linear.in_features)
+
+    def forward(self, x):
+        if not self.input_is_parallel:
+            x = split_to_group(x, self.comm, -1)
+        y = reduce_from_group(F.linear(x, self.weight), self.comm)
+        return y if self.bias is None else y + self.bias
 
     def extra_repr(self):
-        return f"{self.here(self.in_features)}, {self.out_features}"
+        return f"{_here(self.in_features, self.comm)}, {self.out_features}"
 
 
-class _ParallelConv2d(ShardedModule):
-    def __init__(self, conv, comm, what, width, groups=1):
-        super().__init__()
-        name = f"{type(self).__name__}({conv.extra_repr()})"
-        if conv.groups != groups:
-            raise ValueError(
-                f"{name}: {type(self).__name__} needs groups={groups}; a grouped "
-                "convolution goes one group per rank (GroupParallelConv2d on as many ranks as "
-                "groups), or stays replicated"
-            )
-        _check_width(name, what, width, comm)
-        self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
-        self.stride, self.padding, self.dilation, self.algo = (
-            conv.stride, conv.padding, conv.dilation, conv.algo,
-        )  # fmt: skip
-        self._shard(conv, comm)
-
-    def local(self, x, bias):
-        return F.conv2d(
-            x, self.weight, bias, stride=self.stride, padding=self.padding,
-            dilation=self.dilation, algo=self.algo,
-        )  # fmt: skip
-
-
-class FilterParallelConv2d(_SplitsOutput, _ParallelConv2d):
+class FilterParallelConv2d(ShardedModule):
     """``Conv2d`` with its filters (output channels) split; the input is replicated.
 
     ``gather_output``: all-gather the channel blocks into the replicated output.
@@ -157,14 +138,21 @@ class FilterParallelConv2d(_SplitsOutput, _ParallelConv2d):
 
     split = {"weight": 0, "bias": 0}
 
-    output_axis = 1
-
     def __init__(self, conv, comm, gather_output=False):
-        super().__init__(conv, comm, "filters", conv.out_channels)
-        self.gather_output, self.split_width = gather_output, conv.out_channels
+        super().__init__()
+        self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
+        self.options = _conv_options(self, conv, groups=1)
+        self.gather_output = gather_output
+        self._shard(conv, comm, "filters", conv.out_channels)
+
+    def forward(self, x):
+        y = F.conv2d(copy_to_group(x, self.comm), self.weight, self.bias, **self.options)
+        if self.gather_output:
+            y = gather_from_group(y, self.comm, 1, self.out_channels)
+        return y
 
 
-class InputChannelParallelConv2d(_JoinsInput, _ParallelConv2d):
+class InputChannelParallelConv2d(ShardedModule):
     """``Conv2d`` with its input channels split: y = sum_r conv(x[:, block r], W[:, block r]) + b.
 
     ``input_is_parallel``: x is already this rank's block of channels (the
@@ -173,14 +161,21 @@ class InputChannelParallelConv2d(_JoinsInput, _ParallelConv2d):
 
     split = {"weight": 1, "bias": None}
 
-    input_axis, bias_shape = 1, (1, -1, 1, 1)
-
     def __init__(self, conv, comm, input_is_parallel=True):
-        super().__init__(conv, comm, "input channels", conv.in_channels)
+        super().__init__()
+        self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
+        self.options = _conv_options(self, conv, groups=1)
         self.input_is_parallel = input_is_parallel
+        self._shard(conv, comm, "input channels", conv.in_channels)
+
+    def forward(self, x):
+        if not self.input_is_parallel:
+            x = split_to_group(x, self.comm, 1)
+        y = reduce_from_group(F.conv2d(x, self.weight, **self.options), self.comm)
+        return y if self.bias is None else y + self.bias.reshape((1, -1, 1, 1))
 
 
-class GroupParallelConv2d(_ParallelConv2d):
+class GroupParallelConv2d(ShardedModule):
     """A grouped ``Conv2d`` with one group per rank (Krizhevsky et al. 2012's two columns):
     rank g convolves its block of the input channels with group g's filters, no message.
 
@@ -191,13 +186,16 @@ class GroupParallelConv2d(_ParallelConv2d):
     split = {"weight": 0, "bias": 0}
 
     def __init__(self, conv, comm, input_is_parallel=True, gather_output=False):
-        super().__init__(conv, comm, "groups", conv.groups, groups=comm.size)
+        super().__init__()
+        self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
+        self.options = _conv_options(self, conv, groups=comm.size)
         self.input_is_parallel, self.gather_output = input_is_parallel, gather_output
+        self._shard(conv, comm, "groups", conv.groups)
 
     def forward(self, x):
         if not self.input_is_parallel:
             x = split_to_group(x, self.comm, 1)
-        y = self.local(x, self.bias)
+        y = F.conv2d(x, self.weight, self.bias, **self.options)
         if self.gather_output:
             y = gather_from_group(y, self.comm, 1, self.out_channels)
         return y

@@ -1,43 +1,29 @@
-"""Where each layer of a model goes on a tensor-parallel group: the rule, and the parallel model.
+"""Where each layer of a model goes on a tensor-parallel group: the rule (``plan``) and the
+parallel model (``TensorParallel``).
 
-The rule (``plan``) walks the layers in order, tracking whether the activation
-between layers is replicated (every rank the whole of it) or split (each rank a
-block of its features or channels):
+A plan is one word per leaf layer. The rule walks the layers in order, tracking
+whether the activation between them is replicated or split (each rank a block
+of its features or channels):
 
-- a ``Linear`` on a replicated input is column-parallel (its output is split),
-  on a split input row-parallel (its output is replicated): Megatron's pair,
+- a ``Linear`` on a replicated input is ``"column"`` (output split), on a split
+  input ``"row"`` (output replicated): Megatron-LM's pair (Shoeybi et al. 2019),
   one allreduce forward and one backward per pair;
-- a ``Conv2d`` likewise: filter-parallel on a replicated input, input-channel-
-  parallel on a split one;
-- a grouped ``Conv2d`` with as many groups as ranks is group-parallel, one
-  group per rank (Krizhevsky et al. 2012's two columns): its output is split,
-  and a split input needs no message;
-- elementwise activations and pooling work on each channel alone, so they run
-  on a split activation as they are;
-- any other layer (``Flatten``, ``Dropout``, ``LocalResponseNorm``, batch norm)
-  needs the whole activation: the layer before it gathers its output ("+gather"),
-  and so does the last parallel layer of the model, whose output is replicated.
+- a ``Conv2d`` likewise: ``"filter"`` on a replicated input, ``"input"`` on a split one;
+- a ``Conv2d`` with as many groups as ranks is ``"group"``, one group per rank
+  (Krizhevsky et al. 2012's two columns): output split, a split input needs no message;
+- activations and pooling run on a split activation as they are (``""``);
+- any other layer needs the whole activation, so the split layer before it
+  gathers its output (``"+gather"``), as does the model's last split layer.
 
-Every rank computes the layers that are not split itself (replicated work).
-
-Krizhevsky's "one weird trick" (2014) is the other layout here
-(``one_weird_trick_plan``): the layers before the first ``Linear`` run data-
-parallel on the group, each rank on its block of the batch with the whole
-weights (word ``"batch"``; their gradients are summed over the group as they
-are accumulated), the batch is gathered, and the fully connected layers that
-follow are split by the rule above: convolutions, with few weights and much
-work, move gradients; fully connected layers, with many weights, move
-activations.
-
-A plan is a list of one word per layer, in the order of ``model.modules()``'s
-leaves: ``"column"``, ``"row"``, ``"filter"``, ``"input"`` (each may end in
-``"+gather"``), ``"group"`` (likewise), ``"batch"`` (first layers of a flat ``Sequential`` only) or
-``""`` (the layer as it is); pass your own to ``TensorParallel`` to override
-the rule.
+Krizhevsky's one weird trick (2014, ``one_weird_trick_plan``): the layers of a
+flat ``Sequential`` before its first ``Linear`` run on blocks of the batch with
+whole weights (``"batch"``, gradients summed over the group), the batch is
+gathered, and the rule splits the rest: convolutions move gradients, fully
+connected layers activations. Pass your own words to ``TensorParallel`` to
+override the rule.
 """
 
-from ...layers import AvgPool2d, Conv2d, Linear, MaxPool2d, ReLU, Sequential, Sigmoid, Tanh
-from ...perf.tensor_volume import leaves, split_widths
+from ...layers import AvgPool2d, Conv2d, Linear, MaxPool2d, ReLU, Sequential, Sigmoid, Tanh, leaves
 from .functions import TRAFFIC, gather_from_group, split_to_group
 from .layers import (
     ColumnParallelLinear,
@@ -52,10 +38,27 @@ PER_CHANNEL = (ReLU, Tanh, Sigmoid, MaxPool2d, AvgPool2d)  # run on a block of c
 SPLITTING = {"column": ColumnParallelLinear, "filter": FilterParallelConv2d}  # out: split
 JOINING = {"row": RowParallelLinear, "input": InputChannelParallelConv2d}  # in: split, out: whole
 KINDS = {"column": Linear, "row": Linear, "filter": Conv2d, "input": Conv2d, "group": Conv2d}
+WIDTHS = {  # the serial layer's attribute that each word splits
+    "column": "out_features",
+    "row": "in_features",
+    "filter": "out_channels",
+    "input": "in_channels",
+    "group": "groups",
+}
 
 
 class PlacementError(ValueError):
     """A plan that cannot run: a layer of the wrong kind, an input split where it must be whole."""
+
+
+def split_widths(model, plan):
+    """(width, path, layer) of each layer ``plan`` splits: the features, channels or groups."""
+    kinds = (word.partition("+")[0] for word in plan)
+    return [
+        (getattr(layer, WIDTHS[kind]), path, layer)
+        for (path, layer), kind in zip(leaves(model), kinds, strict=True)
+        if kind in WIDTHS
+    ]
 
 
 def _splits(layer):
@@ -163,8 +166,8 @@ class TensorParallel:
         kinds = [KINDS.get(word.partition("+")[0]) for word in self.plan]
         if any(k is not None and not isinstance(m, k) for k, (_, m) in zip(kinds, layers)):
             return  # a word for the wrong kind of layer: _place names it
-        narrow = split_widths(self.serial, self.plan)
-        if narrow and min(narrow, key=lambda t: t[0])[0] < self.comm.size:
+        narrow = [t for t in split_widths(self.serial, self.plan) if t[0] < self.comm.size]
+        if narrow:
             width, path, layer = min(narrow, key=lambda t: t[0])
             raise PlacementError(
                 f"tp={self.comm.size} is wider than layer {path} ({type(layer).__name__}"

@@ -84,7 +84,7 @@ def check_column_row_backward(comm):
     h = np.tanh(x @ w1.T + b1)
     counting = StrictComm(comm)
     dx, dw1, db1, dw2, db2 = reference.column_row_backward(counting, x, w1, w2, h, g)
-    rows = tp.Partition(HIDDEN, comm.size).slice(comm.rank)
+    rows = tp.Split(HIDDEN, comm.size).slice(comm.rank)
 
     def verify():
         expect_one_allreduce(counting, "backward")

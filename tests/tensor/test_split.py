@@ -7,14 +7,14 @@ import pytest
 
 from minidl import layers as L
 from minidl.dist import tensor as tp
-from minidl.dist.tensor.partition import Partition, take_block
+from minidl.dist.tensor.functions import take_block
 
 
 @pytest.mark.parametrize("n, parts", [(7, 1), (7, 2), (7, 3), (7, 4), (8, 4), (4, 4)])
 def test_blocks_cover_the_dimension_in_order_and_differ_by_at_most_one(n, parts):
-    part = Partition(n, parts)
-    assert sum(part.sizes) == n and max(part.sizes) - min(part.sizes) <= 1
-    assert max(part.sizes) == part.largest
+    split = tp.Split(n, parts)
+    assert sum(split.sizes) == n and max(split.sizes) - min(split.sizes) <= 1
+    assert max(split.sizes) == split.largest
     a = np.arange(3 * n).reshape(3, n)
     blocks = [take_block(a, 1, r, parts) for r in range(parts)]
     assert np.array_equal(np.concatenate(blocks, axis=1), a)
