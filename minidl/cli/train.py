@@ -15,10 +15,10 @@ from ..conv import ALGORITHMS as CONV_ALGORITHMS
 from ..data import DataLoader
 from ..dist import ALLREDUCE_ALGORITHMS
 from ..dist.config import TP_LAYOUTS, DistConfig, DistMode
+from ..dist.consistency.server import DEFAULT_POLL_INTERVAL
 from ..dist.grid import GridShape
 from ..dist.launch import mpiexec_rank, mpiexec_ranks
 from ..dist.pipeline import SCHEDULES as PIPELINE_SCHEDULES
-from ..dist.ps_server import DEFAULT_POLL_INTERVAL
 from ..dist.workers import run_workers, share_batch, worker_command
 from ..train import Diverged, TrainConfig
 from ..train.checkpoint import load_checkpoint

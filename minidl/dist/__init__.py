@@ -6,7 +6,7 @@ is imported by ``init()``, not by ``import minidl.dist``.
 ``DistributedOptimizer`` is synchronous data parallelism, and
 ``CompressedOptimizer`` the same with a gradient compressor of
 ``compression.py``; ``make_session`` runs the other consistency models
-(bsp, ssp:S, asp, avg:H, easgd; see ``consistency.py``).
+(bsp, ssp:S, asp, avg:H, easgd; see ``consistency/``).
 """
 
 from minidl.dist.collectives import ALLREDUCE_ALGORITHMS

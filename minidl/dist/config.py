@@ -1,5 +1,5 @@
 """How ranks cooperate in a training run: the consistency model (``DistMode``, described in
-``consistency.py``) and the options of the distributed engines (``DistConfig``), which the
+``consistency/``) and the options of the distributed engines (``DistConfig``), which the
 ``minidl train`` flags ``--dist``, ``--servers``... fill.
 """
 
@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from .. import models
 from ..train.config import ConfigError, TrainConfig, check_choice, check_number, option
 from .collectives import ALLREDUCE_ALGORITHMS
+from .consistency.server import DEFAULT_POLL_INTERVAL
 from .grid import GridShape
 from .pipeline.options import check_pipeline
-from .ps_server import DEFAULT_POLL_INTERVAL
 
 MODES = ("sync", "bsp", "ssp", "asp", "avg", "easgd")
 TP_LAYOUTS = ("rule", "one-weird-trick")  # minidl.dist.tensor.plan, one_weird_trick_plan

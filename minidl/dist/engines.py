@@ -17,9 +17,9 @@ from ..train.loop import train_epoch
 from ..train.setup import augmentation, make_optimizer
 from .compressed import CompressedOptimizer
 from .consistency import global_train_stats, make_session
+from .consistency.ps import TrainingAborted
 from .data_parallel import DistributedOptimizer
 from .heartbeat import Heartbeat
-from .ps import TrainingAborted
 from .straggler import Straggler
 from .telemetry import summarize_epoch
 from .watchdog import Watchdog, idle

@@ -93,7 +93,7 @@ def dist_record(run_dir):
 def test_bsp_with_its_server_on_another_node_equals_one_process(cluster, one_process, tmp_path):
     """The server (rank 0) on node0, both workers on node1: 2 epochs of 2 x 24 per step.
 
-    The parameter server's messages carry float32 (``minidl/dist/ps.py``): each
+    The parameter server's messages carry float32 (``minidl/dist/consistency/ps.py``): each
     gradient is rounded to ~6e-8 relative, which leaves ~1e-8 after 20 steps; a lost
     or repeated gradient would differ by ~1e-2."""
     out = str(tmp_path / "bsp")

@@ -19,8 +19,8 @@ from minidl.data import ArrayDataset, DataLoader
 from minidl.dist import CompressedOptimizer, DistConfig, DistributedOptimizer
 from minidl.dist.compression import TopK
 from minidl.dist.consistency import make_session
+from minidl.dist.consistency.ps import TrainingAborted
 from minidl.dist.flat import FlatBuffer
-from minidl.dist.ps import TrainingAborted
 from minidl.dist.straggler import Straggler
 from minidl.train.loop import NonFiniteLossError, train_epoch
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from minidl.cli.train import parse_dist_mode, parse_straggler
-from minidl.dist.averaging import ElasticRule, elastic_difference
-from minidl.dist.ps import HEADER_BYTES, Layout, Message
-from minidl.dist.ssp import ClockedGradients, ClockTable
+from minidl.dist.consistency.averaging import ElasticRule, elastic_difference
+from minidl.dist.consistency.ps import HEADER_BYTES, Layout, Message
+from minidl.dist.consistency.ssp import ClockedGradients, ClockTable
 from minidl.dist.straggler import Straggler
 from minidl.dist.telemetry import StalenessHistogram, format_table, summarize_epoch
 

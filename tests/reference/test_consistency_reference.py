@@ -6,8 +6,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from minidl.dist.averaging import ElasticRule
-from minidl.dist.ssp import ClockTable
+from minidl.dist.consistency.averaging import ElasticRule
+from minidl.dist.consistency.ssp import ClockTable
 from minidl.reference.dist import averaging
 from minidl.reference.dist.ssp import WorkerClocks
 

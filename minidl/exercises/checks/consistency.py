@@ -12,8 +12,8 @@ import traceback
 
 import numpy as np
 
-from minidl.dist.averaging import elastic_difference
-from minidl.dist.ssp import ClockTable
+from minidl.dist.consistency.averaging import elastic_difference
+from minidl.dist.consistency.ssp import ClockTable
 from minidl.exercises import exercise, expect_close, expect_equal, expect_true
 from minidl.reference.dist import averaging, parameter_server, ssp
 

@@ -1,7 +1,7 @@
 """Model consolidation: periodic model averaging (local SGD) and elastic averaging SGD (EASGD).
 
 Written for n replicas held in one process (lists of arrays), so the sums
-over workers read as in the papers; ``minidl.dist.averaging`` runs the same
+over workers read as in the papers; ``minidl.dist.consistency.averaging`` runs the same
 rules across MPI ranks.
 
 **Model averaging every H steps** (McDonald, Hall & Mann 2010, "Distributed

@@ -13,7 +13,7 @@ S = 0 is bulk-synchronous parallel (BSP): every worker waits for all others
 at every clock. No bound (``staleness=None``) is asynchronous parallel (ASP,
 Downpour SGD in Dean et al. 2012): the gate is always open.
 
-``WorkerClocks`` has the interface of the tuned ``minidl.dist.ssp.ClockTable``
+``WorkerClocks`` has the interface of the tuned ``minidl.dist.consistency.ssp.ClockTable``
 (``clocks``, ``tick``, ``may_start``), so either can drive a parameter server.
 """
 

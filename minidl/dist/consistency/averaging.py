@@ -26,9 +26,9 @@ import time
 import numpy as np
 
 from minidl.backend import get_array_module
+from minidl.dist.consistency.ps import TrainingAborted, wait_for_everyone
+from minidl.dist.consistency.worker import ServerClient
 from minidl.dist.flat import FlatBuffer
-from minidl.dist.ps import TrainingAborted, wait_for_everyone
-from minidl.dist.ps_worker import ServerClient
 from minidl.dist.telemetry import RankCounters
 from minidl.dist.wrapper import OptimizerWrapper
 

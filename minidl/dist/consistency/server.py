@@ -17,9 +17,9 @@ import time
 import numpy as np
 
 from minidl.backend import get_array_module, to_numpy
-from minidl.dist import ps
 from minidl.dist.collectives import divide_in_place
-from minidl.dist.ssp import ClockedGradients, ClockTable
+from minidl.dist.consistency import ps
+from minidl.dist.consistency.ssp import ClockedGradients, ClockTable
 from minidl.dist.telemetry import RankCounters, StalenessHistogram
 from minidl.dist.watchdog import progress as made_progress
 

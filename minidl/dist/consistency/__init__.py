@@ -27,12 +27,12 @@ import time
 import numpy as np
 
 from minidl.data import DataLoader
-from minidl.dist.averaging import ElasticAveragingOptimizer, ElasticRule, ModelAveraging
 from minidl.dist.compression import Compressor
+from minidl.dist.consistency.averaging import ElasticAveragingOptimizer, ElasticRule, ModelAveraging
+from minidl.dist.consistency.ps import NO_TICKET, Layout, TrainingAborted, wait_for_everyone
+from minidl.dist.consistency.server import GradientRule, ParameterServer
+from minidl.dist.consistency.worker import ParameterServerOptimizer, ServerLink, TicketBatches
 from minidl.dist.flat import FlatBuffer
-from minidl.dist.ps import NO_TICKET, Layout, TrainingAborted, wait_for_everyone
-from minidl.dist.ps_server import GradientRule, ParameterServer
-from minidl.dist.ps_worker import ParameterServerOptimizer, ServerLink, TicketBatches
 from minidl.layers import Parameter
 
 EASGD_BETA = 0.9  # alpha = EASGD_BETA / workers unless given (Zhang et al. 2015)

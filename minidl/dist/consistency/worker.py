@@ -13,8 +13,8 @@ import numpy as np
 
 from minidl.backend import get_array_module
 from minidl.data import DataLoader
-from minidl.dist import ps
 from minidl.dist.compression import Compressor, GradientEncoder
+from minidl.dist.consistency import ps
 from minidl.dist.flat import FlatBuffer
 from minidl.dist.telemetry import RankCounters
 
