@@ -15,11 +15,10 @@ from minidl.dist.compressed import CompressedOptimizer
 from minidl.dist.compression import GradientEncoder
 from minidl.dist.config import DistConfig, DistMode
 from minidl.dist.consistency import make_session
-from minidl.dist.data_parallel import DistributedOptimizer
+from minidl.dist.data_parallel import DistributedOptimizer, NonFiniteGradientError
 from minidl.dist.fit import fit
 from minidl.dist.grid import Grid, GridError, GridShape
 from minidl.dist.pipeline import PipelineTrainer
-from minidl.dist.replicas import NonFiniteGradientError
 
 __all__ = [
     "ALLREDUCE_ALGORITHMS",

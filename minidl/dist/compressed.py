@@ -1,4 +1,4 @@
-"""Synchronous data parallelism (``replicas.py``) with compressed gradients.
+"""Synchronous data parallelism (``data_parallel.py``) with compressed gradients.
 
 After backward, the whole gradient, one flat vector, is averaged over all
 ranks in a compressor's wire format (no buckets, no overlap with backward).
@@ -10,8 +10,7 @@ import numpy as np
 
 from minidl.backend import get_array_module
 from minidl.dist.compression import GradientEncoder
-from minidl.dist.flat import FlatBuffer
-from minidl.dist.replicas import ReplicatedOptimizer
+from minidl.dist.data_parallel import FlatBuffer, ReplicatedOptimizer
 
 
 class CompressedAllreduce:

@@ -1,18 +1,225 @@
-"""Synchronous data parallelism (``replicas.py``) with gradient buckets averaged during backward.
+"""Synchronous data parallelism: replicas that average their gradients before every update.
 
-Gradients travel in buckets: consecutive parameters (in reverse order, the
-order backward produces them) fused into flat buffers of about ``bucket_mb``
-MB, so many small tensors cost one message. With ``overlap=True`` a bucket's
-allreduce starts as soon as its last gradient is accumulated, while backward
-computes the earlier layers; ``step()`` waits for them. Buckets always start
-in index order (a bucket that completes early waits for its predecessors), so
-every rank issues the same collectives in the same order.
+Each of n ranks holds a replica and computes the gradient g_i of its shard of the
+minibatch; all apply the same update with g = (1/n) sum_i g_i, so the replicas stay
+identical: with local batches of b, this is minibatch SGD with batch n*b (Ben-Nun &
+Hoefler 2019, §5.1, §6.1).
+
+``FlatBuffer`` (parameters as one vector, one message) and ``OptimizerWrapper`` (an
+optimizer's interface, delegated) serve ``consistency/`` too; ``ReplicatedOptimizer`` is
+the replicas' shared step, ``DistributedOptimizer`` averages in buckets during backward.
 """
 
+import math
 import time
 
-from minidl.dist.flat import FlatBuffer
-from minidl.dist.replicas import ReplicatedOptimizer
+from minidl.autograd import no_grad
+from minidl.backend import get_array_module
+from minidl.dist.collectives import check_algorithm
+
+
+class FlatBuffer:
+    """A contiguous vector with one view per parameter (same dtype, in list order).
+
+    Weights and gradients travel as this one vector, whatever the number of tensors.
+    """
+
+    def __init__(self, params):
+        if not params:
+            raise ValueError("FlatBuffer: got no parameters")
+        dtypes = {p.dtype for p in params}
+        if len(dtypes) > 1:
+            raise ValueError(
+                f"FlatBuffer: parameters of several dtypes {sorted(map(str, dtypes))}; "
+                "convert the model to one dtype first"
+            )
+        xp = get_array_module(params[0].data)
+        self.params = list(params)
+        self.flat = xp.empty(sum(p.size for p in params), dtype=params[0].dtype)
+        self.views, offset = [], 0
+        for p in params:
+            self.views.append(self.flat[offset : offset + p.size].reshape(p.shape))
+            offset += p.size
+
+    @property
+    def size(self):
+        return self.flat.size
+
+    def gather_weights(self):
+        """Copy the parameters' values into the vector; returns it."""
+        xp = get_array_module(self.flat)
+        for p, view in zip(self.params, self.views):
+            xp.copyto(view, p.data)
+        return self.flat
+
+    def gather_grads(self, weight=1.0):
+        """Copy ``weight`` times each gradient into the vector (0 where a gradient is None)."""
+        xp = get_array_module(self.flat)
+        for p, view in zip(self.params, self.views):
+            if p.grad is None:  # unused in this step, or an empty local batch: contributes 0
+                view[...] = 0
+            elif weight == 1.0:
+                xp.copyto(view, p.grad)
+            else:
+                xp.multiply(p.grad, weight, out=view)
+        return self.flat
+
+    def scatter_weights(self, flat=None):
+        """Copy ``flat`` (default: the vector itself) into the parameters' values, in place."""
+        xp = get_array_module(self.flat)
+        if flat is not None and flat is not self.flat:
+            xp.copyto(self.flat, flat)
+        with no_grad():
+            for p, view in zip(self.params, self.views):
+                xp.copyto(p.data, view)
+
+    def scatter_grads(self):
+        """Make each parameter's gradient its view of the vector."""
+        for p, view in zip(self.params, self.views):
+            p.grad = view
+
+
+class OptimizerWrapper:
+    """``params``, ``state``, ``lr`` (settable), ``zero_grad`` and the state dicts of
+    ``optimizer``; subclasses define ``step()``.
+
+    A distributed optimizer (``DistributedOptimizer``, avg:H's ``ModelAveraging``,
+    EASGD's worker) changes what ``step()`` does around an ordinary optimizer and
+    delegates exactly these, so that the training loop, LR schedules and checkpoints
+    treat it like the optimizer itself; the rest (momentum, betas...) is on ``.optimizer``.
+    """
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+
+    @property
+    def params(self):
+        return self.optimizer.params
+
+    @property
+    def state(self):
+        return self.optimizer.state
+
+    @property
+    def lr(self):
+        return self.optimizer.lr
+
+    @lr.setter
+    def lr(self, value):
+        self.optimizer.lr = value
+
+    def zero_grad(self):
+        self.optimizer.zero_grad()
+
+    def state_dict(self):
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state_dict):
+        self.optimizer.load_state_dict(state_dict)
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.optimizer!r})"
+
+
+class NonFiniteGradientError(ArithmeticError):
+    """The averaged gradient holds NaN or inf: every rank stops before the update.
+
+    The check runs after the allreduce, on values every rank holds equally,
+    so all ranks decide alike (a decision on local values alone would leave
+    the others waiting in the next collective).
+    """
+
+
+def _finite(flat):
+    """True when no element is NaN or inf (one float64 sum: NaN and inf propagate)."""
+    return math.isfinite(float(flat.sum(dtype="float64")))
+
+
+class ReplicatedOptimizer(OptimizerWrapper):
+    """The wrapped ``optimizer`` on identical replicas; subclasses define ``_average_gradients``.
+
+    ``DistributedOptimizer`` averages in buckets during backward, ``CompressedOptimizer``
+    (``compressed.py``) in a compressed wire format. Constructing it checks that every
+    rank built the same model and broadcasts parameters, buffers and optimizer state
+    from rank 0. ``allreduce``: ``"auto"`` or one of ``minidl.dist.ALLREDUCE_ALGORITHMS``;
+    ``model``: its buffers (batch-norm statistics) are broadcast too, and its
+    parameter names appear in errors. ``stats`` counts steps, seconds spent
+    averaging and bytes sent.
+    """
+
+    def __init__(self, optimizer, comm, allreduce="auto", model=None):
+        super().__init__(optimizer)
+        self.comm, self.algorithm, self.model = comm, check_algorithm(allreduce), model
+        self._weight = 1.0
+        self.stats = {"steps": 0, "comm_seconds": 0.0, "bytes_reduced": 0}
+        self._check_same_model()
+        self.broadcast_state()
+
+    def _param_names(self, params):
+        if self.model is None:
+            return [f"parameter {i}" for i in range(len(params))]
+        by_id = {id(p): n for n, p in self.model.named_parameters()}
+        return [by_id.get(id(p), f"parameter {i}") for i, p in enumerate(params)]
+
+    def _check_same_model(self):
+        """Raise on every rank, naming the first rank whose parameters differ from rank 0's."""
+        params = self.optimizer.params
+        everyone = self.comm.allgather_object([(tuple(p.shape), str(p.dtype)) for p in params])
+        for rank, theirs in enumerate(everyone):
+            if theirs == everyone[0]:
+                continue
+            if len(theirs) != len(everyone[0]):
+                detail = f"{len(theirs)} parameters instead of {len(everyone[0])}"
+            else:
+                i = next(i for i, (a, b) in enumerate(zip(theirs, everyone[0])) if a != b)
+                (shape, dtype), (shape0, dtype0) = theirs[i], everyone[0][i]
+                detail = (
+                    f"{self._param_names(params)[i]} is {shape} {dtype} there but "
+                    f"{shape0} {dtype0} on rank 0"
+                )
+            raise ValueError(
+                f"{type(self).__name__}: rank {rank} built a different model: "
+                f"{detail}; every rank must build the same model"
+            )
+
+    def broadcast_state(self, root=0):
+        """Copy parameters, model buffers and optimizer state from ``root`` to all ranks."""
+        arrays = [p.data for p in self.optimizer.params]
+        if self.model is not None:
+            arrays += [b.data for _, b in self.model.named_buffers()]
+        for state in self.optimizer.state:
+            arrays += [v for _, v in sorted(state.items()) if hasattr(v, "shape")]
+        for a in arrays:
+            if a.ndim == 0:  # 0-d buffers (counters): bcast a 1-element view
+                a = a.reshape(1)
+            self.comm.bcast(a, root=root)
+
+    def set_batch_weight(self, local_count, global_count):
+        """Weight this rank's next gradient by its share of the global batch.
+
+        The allreduce averages per-rank mean gradients; when local batches
+        differ in size (the last step of an epoch), weighting each by
+        ``local_count * size / global_count`` makes the average the exact
+        mean gradient over the global batch. Call before ``backward()``.
+        """
+        self._weight = local_count * self.comm.size / max(global_count, 1)
+
+    def step(self):
+        """Average the gradients over all ranks, check them finite, then apply the update."""
+        averaged = self._average_gradients()
+        self._weight = 1.0
+        if self.comm.size > 1 and not all(_finite(flat) for flat in averaged):
+            raise NonFiniteGradientError(
+                "the gradient averaged over all ranks is not finite (NaN or inf); "
+                "no update was applied"
+            )
+        self.stats["steps"] += 1
+        self.optimizer.step()
+
+    def _average_gradients(self):
+        """Make each parameter's gradient the average over ranks of this rank's gradient times
+        the batch weight (``set_batch_weight``); return the flat vectors that hold it."""
+        raise NotImplementedError(f"{type(self).__name__}._average_gradients")
 
 
 class Bucket(FlatBuffer):
@@ -27,7 +234,8 @@ class Bucket(FlatBuffer):
 
 
 def make_buckets(params, bucket_bytes):
-    """Group parameters, last first, into runs of one dtype of at most ``bucket_bytes`` each."""
+    """Group parameters, last first (the order backward produces their gradients), into runs
+    of one dtype of at most ``bucket_bytes`` each."""
     buckets, run, run_bytes = [], [], 0
     for p in reversed(params):
         nbytes = p.size * p.dtype.itemsize
@@ -43,6 +251,12 @@ def make_buckets(params, bucket_bytes):
 
 class DistributedOptimizer(ReplicatedOptimizer):
     """Wrap ``optimizer`` so that ``step()`` applies the gradient averaged over ``comm``'s ranks.
+
+    Gradients travel in buckets (``make_buckets``): with ``overlap`` a bucket's
+    allreduce starts as soon as its last gradient is accumulated, while backward
+    computes the earlier layers; ``step()`` waits for them. Buckets start in index
+    order (one that completes early waits for its predecessors), so every rank
+    issues the same collectives in the same order.
 
     ``bucket_mb``: the size of the fused gradient buffers; ``overlap``: start
     each bucket's allreduce during backward; ``allreduce`` and ``model``: see

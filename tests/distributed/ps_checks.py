@@ -20,7 +20,7 @@ from minidl.dist import CompressedOptimizer, DistConfig, DistributedOptimizer
 from minidl.dist.compression import TopK
 from minidl.dist.consistency import make_session
 from minidl.dist.consistency.ps import TrainingAborted
-from minidl.dist.flat import FlatBuffer
+from minidl.dist.data_parallel import FlatBuffer
 from minidl.dist.straggler import Straggler
 from minidl.train.loop import NonFiniteLossError, train_epoch
 

@@ -32,7 +32,7 @@ from minidl.dist.consistency.averaging import ElasticAveragingOptimizer, Elastic
 from minidl.dist.consistency.ps import NO_TICKET, Layout, TrainingAborted, wait_for_everyone
 from minidl.dist.consistency.server import GradientRule, ParameterServer
 from minidl.dist.consistency.worker import ParameterServerOptimizer, ServerLink, TicketBatches
-from minidl.dist.flat import FlatBuffer
+from minidl.dist.data_parallel import FlatBuffer
 from minidl.layers import Parameter
 
 EASGD_BETA = 0.9  # alpha = EASGD_BETA / workers unless given (Zhang et al. 2015)

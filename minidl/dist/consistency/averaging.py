@@ -28,9 +28,8 @@ import numpy as np
 from minidl.backend import get_array_module
 from minidl.dist.consistency.ps import TrainingAborted, wait_for_everyone
 from minidl.dist.consistency.worker import ServerClient
-from minidl.dist.flat import FlatBuffer
+from minidl.dist.data_parallel import FlatBuffer, OptimizerWrapper
 from minidl.dist.telemetry import RankCounters
-from minidl.dist.wrapper import OptimizerWrapper
 
 
 def elastic_difference(local, center, alpha):

@@ -15,7 +15,7 @@ from minidl.backend import get_array_module
 from minidl.data import DataLoader
 from minidl.dist.compression import Compressor, GradientEncoder
 from minidl.dist.consistency import ps
-from minidl.dist.flat import FlatBuffer
+from minidl.dist.data_parallel import FlatBuffer
 from minidl.dist.telemetry import RankCounters
 
 
