@@ -29,7 +29,7 @@ import numpy as np
 
 import minidl as md
 from minidl import optim
-from minidl.dist.launch import mpiexec_ranks
+from minidl.dist.job import mpiexec_ranks
 from minidl.dist.pipeline import PipelineTrainer, build
 from minidl.perf import pipeline_profile as prof
 from minidl.perf.pipeline_simulate import ideal_bubble, simulate

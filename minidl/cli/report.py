@@ -7,7 +7,7 @@ first run directory, or ``--out``): test accuracy against training wall time
 and against gradients computed, and the staleness histogram of each run. A
 pipeline run traced with ``--trace`` also gets ``pipeline_timeline.png`` in its
 folder (``pipeline_plot.py``) and its measured bubble printed. ``--check``
-prints instead whether each run finished (``train/run_status.py``) and exits
+prints instead whether each run finished (``train/rundir.py``) and exits
 1 unless all did.
 """
 
@@ -18,7 +18,7 @@ import os
 from minidl.dist.telemetry import StalenessHistogram, format_table
 from minidl.perf.pipeline_timeline import bubble
 from minidl.train.metrics import read_metrics
-from minidl.train.run_status import run_status
+from minidl.train.rundir import run_status
 
 from .pipeline_plot import is_pipeline_trace, plot_timeline
 

@@ -17,7 +17,7 @@ from ..dist import ALLREDUCE_ALGORITHMS
 from ..dist.config import TP_LAYOUTS, DistConfig, DistMode
 from ..dist.consistency.server import DEFAULT_POLL_INTERVAL
 from ..dist.grid import GridShape
-from ..dist.launch import mpiexec_rank, mpiexec_ranks
+from ..dist.job import mpiexec_rank, mpiexec_ranks
 from ..dist.pipeline import SCHEDULES as PIPELINE_SCHEDULES
 from ..dist.workers import run_workers, share_batch, worker_command
 from ..train import Diverged, TrainConfig
@@ -83,7 +83,7 @@ def parse_straggler(text):
 
 
 dist_mode = argument_type(parse_dist_mode, keep_text=True)
-compression = argument_type(parse_compression, keep_text=True)
+compression = argument_type(lambda text: text == "none" or parse_compression(text), keep_text=True)
 straggler = argument_type(parse_straggler, keep_text=True)
 grid_shape = argument_type(GridShape.parse, keep_text=True)
 
@@ -259,7 +259,7 @@ def dist_config(args):
         overlap=not args.no_overlap,
         servers=args.servers,
         poll_interval=args.poll_interval,
-        compressor=parse_compression(args.compress),
+        compressor=None if args.compress == "none" else parse_compression(args.compress),
         error_feedback={"auto": None, "on": True, "off": False}[args.error_feedback],
         stragglers=dict(parse_straggler(text) for text in args.straggler),
         jitter=args.jitter,
@@ -299,14 +299,15 @@ def run_train(args):
         )
     if (args.straggler or args.jitter) and not args.dist:
         raise ValueError("--straggler and --jitter slow down ranks of a --dist run")
-    config = train_config(args)
-    options = dist_config(args).check(config.check(), args.resume)
+    config, options = train_config(args), dist_config(args)
     try:
-        if args.workers > 1:
-            return relaunch(args.argv, share_batch(config, args.workers), args.workers)
         if args.dist or args.grid:
-            dist.fit(config, options, args.resume)
+            dist.fit(config, options, args.resume)  # it checks both
+        elif args.workers > 1:
+            options.check(config.check(), args.resume)
+            return relaunch(args.argv, share_batch(config, args.workers), args.workers)
         else:
+            options.check(config, args.resume)  # refuses what needs ranks; fit checks config
             train.fit(config, args.resume)
     except Diverged as exc:
         if mpiexec_rank() == 0:

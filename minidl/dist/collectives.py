@@ -12,8 +12,10 @@ costed in ``minidl/perf/allreduce_cost.py`` (Ben-Nun & Hoefler 2019, §2.5):
 * ``tree``: binomial reduce to rank 0, then binomial broadcast.
 * ``rabenseifner``: recursive-halving reduce-scatter, recursive-doubling
   allgather; bandwidth-optimal with a logarithmic latency term.
-* ``hierarchical``: reduce within each node, ring among one leader per node,
-  broadcast within the node (``hierarchical.py``); for ranks on several nodes.
+* ``hierarchical``: reduce within each node (MPI's ``Reduce`` on the node's
+  shared-memory communicator), ``ring`` among one leader per node, broadcast
+  within the node; only one rank per node uses the network, for ranks on
+  several nodes (SMP-aware collectives, Thakur, Rabenseifner & Gropp 2005).
 * ``mpi``: the library's own ``Allreduce`` (``MPI_IN_PLACE``).
 
 ``REFERENCE_ALGORITHMS`` (``"ring_reference"``...) are the textbook versions:
@@ -36,12 +38,16 @@ Messages are *pipelined* in segments of ``SEGMENT_BYTES`` (see ``Exchange``).
 import numpy as np
 
 from minidl import backend
+from minidl.dist.job import mpi_module
 from minidl.intmath import largest_power_of_two
+from minidl.perf.allreduce_cost import choose, choose_by_measurement, fit
 
 ALLREDUCE_ALGORITHMS = ("mpi", "ring", "butterfly", "tree", "rabenseifner", "hierarchical")
 REFERENCE_ALGORITHMS = {}  # "ring_reference": the textbook function (see register_reference)
 
 SEGMENT_BYTES = 1 << 19  # host arrays; tuned with benchmarks/bench_allreduce.py --segments
+AUTO_MODES = ("rule", "model", "measure")
+RULE_THRESHOLD_BYTES = 4 << 20
 
 
 class Scratch:
@@ -275,11 +281,54 @@ def mpi_native(comm, x, ex, divide_by=None):
     divide_in_place(x, divide_by)
 
 
-def hierarchical(comm, x, ex, divide_by=None):
-    """By node: see ``minidl/dist/hierarchical.py`` (imported here, as it builds on ``ring``)."""
-    from minidl.dist.hierarchical import hierarchical as by_node
+_KEYVAL = []  # the MPI attribute key under which a communicator keeps its NodeSplit
 
-    by_node(comm, x, ex, divide_by)
+
+class NodeSplit:
+    """``comm`` split by node: ``node`` (this node's ranks), ``leaders`` (node rank 0 of every
+    node; None on other ranks), ``nodes`` and ``largest`` (the most ranks on one node)."""
+
+    def __init__(self, comm):
+        MPI = mpi_module()
+        self.node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+        leader = self.node.Get_rank() == 0
+        split = comm.Split(0 if leader else MPI.UNDEFINED, key=comm.Get_rank())
+        self.leaders = split if leader else None
+        self.nodes = comm.allreduce(int(leader))
+        self.largest = comm.allreduce(self.node.Get_size(), op=MPI.MAX)
+        self.scratch = Scratch()
+
+
+def node_split(comm):
+    """The cached ``NodeSplit`` of the mpi4py communicator ``comm`` (collective the first time)."""
+    MPI = mpi_module()
+    if not _KEYVAL:
+        _KEYVAL.append(MPI.Comm.Create_keyval())
+    split = comm.Get_attr(_KEYVAL[0])
+    if split is None:
+        split = NodeSplit(comm)
+        comm.Set_attr(_KEYVAL[0], split)
+    return split
+
+
+def hierarchical(comm, x, ex=None, divide_by=None):
+    """Sum (then divide by ``divide_by``) the flat array ``x`` over ``comm`` in place, by node:
+    every rank ends with its leader's bits, and the leaders with identical bits (the ring
+    computes each element on one rank). The node and leader communicators are split once
+    per communicator and cached on it (an MPI attribute)."""
+    MPI = mpi_module()
+    split = node_split(comm)
+    ready(x)
+    if split.node.Get_size() > 1:
+        leader = split.leaders is not None
+        split.node.Reduce(MPI.IN_PLACE if leader else x, x if leader else None, MPI.SUM, root=0)
+    if split.leaders is not None:
+        if split.leaders.Get_size() > 1:
+            ring(split.leaders, x, Exchange(split.leaders, x, split.scratch), divide_by)
+        else:
+            divide_in_place(x, divide_by)
+    if split.node.Get_size() > 1:
+        split.node.Bcast(x, root=0)
 
 
 _IMPLEMENTATIONS = {
@@ -359,3 +408,72 @@ def allreduce(comm, array, algorithm, divide_by, scratch):
     else:
         _IMPLEMENTATIONS[algorithm](comm, flat, Exchange(comm, flat, scratch), divide_by)
     return array
+
+
+def choose_by_rule(nbytes, nodes=1, ranks_per_node=1):
+    """The fixed pick of ``algorithm="auto"``: the MPI library's own below 4 MiB, ring above,
+    and above it ``hierarchical`` when the ranks span ``nodes`` > 1 with several on a node.
+
+    Measured on two ranks of one machine (benchmarks/RESULTS.md): MPICH's
+    allreduce is the fastest below ~4 MB, the bandwidth-optimal ring (with
+    Rabenseifner) above it, at 0.64x MPICH's time for AlexNet's 244 MB.
+    Across nodes, only one rank per node sends over the network in
+    ``hierarchical`` (``ranks_per_node``: the most ranks on one node).
+    Unlike a timed choice it never changes between runs, so results do not.
+    """
+    if nbytes < RULE_THRESHOLD_BYTES:
+        return "mpi"
+    return "hierarchical" if nodes > 1 and ranks_per_node > 1 else "ring"
+
+
+class AutoChoice:
+    """What ``algorithm="auto"`` runs on one communicator, in mode ``mode`` (see ``AUTO_MODES``).
+
+    ``"rule"`` (the default): ``choose_by_rule``, so that a seeded run gives
+    the same bits every time. ``"measure"``: ``choose_by_measurement``, once
+    per message size, dtype and device. ``"model"``: ``choose`` with the
+    parameters ``fit`` once (it has no formula for the library's own
+    algorithm and so never picks it). The algorithms add in different
+    orders, so the two timing-based modes may round differently from run to
+    run. Every rank gets the same pick: the parameters are fitted on rank 0
+    and broadcast, and measurements take the maximum over ranks.
+    ``segment_bytes``: the pipeline segment of the algorithms (for ``fit``).
+    """
+
+    def __init__(self, mode, segment_bytes):
+        self.mode = mode
+        self.segment_bytes = segment_bytes
+        self._params = None
+        self._measured = {}
+
+    @property
+    def mode(self):
+        return self._mode
+
+    @mode.setter
+    def mode(self, mode):
+        if mode not in AUTO_MODES:
+            raise ValueError(f"auto={mode!r}: choose one of {', '.join(AUTO_MODES)}")
+        self._mode = mode
+
+    def choose(self, comm, array):
+        """The algorithm for an allreduce of ``array`` over ``comm`` (collective in "measure"
+        and "model" modes the first time)."""
+        if comm.size == 1:
+            return "mpi"
+        if self.mode == "rule":
+            if array.nbytes < RULE_THRESHOLD_BYTES:  # no need to ask where the ranks are
+                return "mpi"
+            return choose_by_rule(array.nbytes, *comm.node_layout())
+        if self.mode == "measure":
+            key = (array.nbytes, array.dtype.str, backend.device_of(array))
+            if key not in self._measured:
+                self._measured[key] = choose_by_measurement(comm, array)
+            return self._measured[key]
+        return choose(array.nbytes, comm.size, self.cost_params(comm))
+
+    def cost_params(self, comm):
+        """The ``CostParams`` fitted on ``comm`` (collective the first time)."""
+        if self._params is None:
+            self._params = fit(comm, self.segment_bytes)
+        return self._params

@@ -16,10 +16,8 @@ import numpy as np
 
 from minidl import backend
 from minidl.dist import collectives
-from minidl.dist.hierarchical import node_split
 from minidl.dist.job import abort_if_peer_failed, abort_job, install_abort_hooks, mpi_module
 from minidl.dist.staging import Staging, cuda_aware_mpi
-from minidl.perf.allreduce_cost import AutoChoice
 
 OPS = ("sum", "mean")
 
@@ -30,7 +28,7 @@ def init(auto: str = "rule") -> "Communicator":
     """Initialise MPI once (with ``job.install_abort_hooks``); returns the world ``Communicator``.
 
     ``auto``: how ``algorithm="auto"`` picks, ``"rule"``, ``"measure"`` or
-    ``"model"`` (``minidl.perf.allreduce_cost.AutoChoice``); a second call only changes it.
+    ``"model"`` (``minidl.dist.collectives.AutoChoice``); a second call only changes it.
     """
     global _world
     if _world is None:
@@ -163,7 +161,7 @@ class Communicator:
         self.mpi = mpi_comm
         self.rank = mpi_comm.Get_rank()
         self.size = mpi_comm.Get_size()
-        self._auto = AutoChoice(auto, collectives.SEGMENT_BYTES)
+        self._auto = collectives.AutoChoice(auto, collectives.SEGMENT_BYTES)
         self._staging = Staging(cuda_aware_mpi(mpi_comm))
         self.threaded = MPI.Query_thread() == MPI.THREAD_MULTIPLE
         self._collective = mpi_comm.Dup()
@@ -299,7 +297,7 @@ class Communicator:
 
     def node_layout(self):
         """(nodes, most ranks on one node) of this communicator (collective the first time)."""
-        split = node_split(self._collective)
+        split = collectives.node_split(self._collective)
         return split.nodes, split.largest
 
     def cost_params(self):

@@ -12,11 +12,16 @@ from ..train.config import ConfigError, TrainConfig, check_choice, check_number,
 from .collectives import ALLREDUCE_ALGORITHMS
 from .consistency.server import DEFAULT_POLL_INTERVAL
 from .grid import GridShape
-from .pipeline.options import check_pipeline
+from .pipeline import schedules
 
 MODES = ("sync", "bsp", "ssp", "asp", "avg", "easgd")
 TP_LAYOUTS = ("rule", "one-weird-trick")  # minidl.dist.tensor.plan, one_weird_trick_plan
 EASGD_TAU = 4
+
+
+def _whole(value):
+    """True for an int >= 1 (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 @dataclass(frozen=True)
@@ -148,15 +153,58 @@ class DistConfig:
                     f"set up a pipeline: add pp=P to {option('grid')} (e.g. {option('grid')} pp=2)"
                 )
             return
-        layers = len(models.build(config.model, activation=config.activation))
-        check_pipeline(
-            layers, self.grid.pp, self.micro_batches, self.schedule, self.chunks, config.batch_size
-        )
+        if self.grid.spatial > 1:
+            raise ConfigError(
+                f"{option('grid')} {self.grid}: a pipeline (pp) trains through fit with dp "
+                "and tp; spatial trains with dp and tp, without pp"
+            )
+        self._check_stages(len(models.build(config.model, activation=config.activation)))
+        if config.batch_size < self.micro_batches:
+            raise ConfigError(
+                f"{option('batch_size')} {config.batch_size} cannot make {self.micro_batches} "
+                f"micro-batches: use {option('micro_batches')} {config.batch_size} or fewer, or a "
+                "larger batch"
+            )
         if config.clip_grad_norm is not None:
             raise ConfigError(
                 f"{option('clip_grad_norm')} needs the whole gradient's norm, which no pipeline "
                 "stage sees; drop it or train without pp"
             )
+
+    def _check_stages(self, layers):
+        """Refuse a schedule, micro-batch or chunk count that cannot run on ``layers``."""
+        ranks, micro_batches, chunks = self.grid.pp, self.micro_batches, self.chunks
+        if self.schedule not in schedules.SCHEDULES:
+            raise ConfigError(
+                f"{option('schedule')} {self.schedule!r} does not exist; choose one of "
+                f"{', '.join(schedules.SCHEDULES)}"
+            )
+        if (
+            isinstance(micro_batches, bool)
+            or not isinstance(micro_batches, int)
+            or micro_batches < 1
+        ):
+            raise ConfigError(
+                f"{option('micro_batches')} {micro_batches!r}: a batch is cut into M >= 1 "
+                "micro-batches (1: no micro-batching)"
+            )
+        chunks = schedules.default_chunks(self.schedule) if chunks is None else chunks
+        if not _whole(chunks):
+            raise ConfigError(f"{option('chunks')} {chunks!r}: each rank holds V >= 1 model chunks")
+        if ranks > layers:
+            raise ConfigError(
+                f"pp={ranks} cuts the model's {layers} layers into {ranks} stages, one layer at "
+                f"least each: use pp={layers} or fewer"
+            )
+        if ranks * chunks > layers:
+            raise ConfigError(
+                f"{option('chunks')} {chunks} on pp={ranks} needs {ranks * chunks} stages but the "
+                f"model has {layers} layers: use {option('chunks')} {layers // ranks} or fewer"
+            )
+        try:
+            schedules.check(self.schedule, ranks, micro_batches, chunks)
+        except ValueError as exc:
+            raise ConfigError(f"{option('schedule')} {self.schedule}: {exc}") from None
 
     @property
     def compressed(self):

@@ -1,12 +1,46 @@
-"""``fit``: a training run over MPI ranks, as ``minidl train --dist`` and ``--workers`` do."""
+"""``fit``: a training run over MPI ranks, as ``minidl train --dist``, ``--grid`` and
+``--workers`` do, in the one loop of every layout (``train.loop.train_epochs``).
 
+``parallelize`` applies the process grid to the run's serial model as a ladder of wrappers
+(hybrid parallelism, Ben-Nun & Hoefler 2019, §5.4): tensor or spatial parallelism puts this
+rank's blocks of each layer in its place, a pipeline cuts the model into this rank's stages
+(its schedule is the loop's step), and data parallelism wraps the optimizer so that every
+update averages the gradients of the replicas. A consistency model (bsp, ssp:S, asp, avg:H,
+easgd) gives the loop a worker's optimizer and loader instead, and its epoch instead of a
+plain one. What a layout adds between steps and epochs are loop callbacks, below.
+"""
+
+import dataclasses
+import sys
+from collections import Counter
+
+import numpy as np
+
+from ..autograd import Tensor
+from ..backend import to_device, to_numpy
+from ..layers import Module, leaves
+from ..perf.halo_cost import SplitError
+from ..perf.pipeline_timeline import PipelineTimeline
+from ..perf.tensor_volume import gradient_bytes, tensor_volume
+from ..train.callbacks import Callback, Diverged, NonFiniteLossError, SampleKeys
 from ..train.config import ConfigError, TrainConfig, option
+from ..train.loop import Training, train_epochs
 from ..train.run import TrainingRun
+from ..train.setup import augmentation, make_optimizer
 from .comm import init
+from .compressed import CompressedOptimizer
 from .config import DistConfig
-from .engines import SessionEngine, SyncEngine
-from .hybrid import GridEngine
-from .pipeline.engine import PipelineEngine
+from .consistency import global_train_stats, make_session
+from .consistency.ps import TrainingAborted
+from .data_parallel import DistributedOptimizer
+from .grid import Grid, GridShape
+from .pipeline import PipelineTrainer
+from .pipeline.schedules import ASYNCHRONOUS
+from .spatial import local_rows, plan_rows, spatial_parallel
+from .straggler import Straggler
+from .telemetry import StalenessHistogram, summarize_epoch
+from .tensor import TRAFFIC, PlacementError, TensorParallel, one_weird_trick_plan, tail_plan
+from .watchdog import Heartbeat, Watchdog, idle
 from .workers import fit_on_workers
 
 
@@ -23,8 +57,7 @@ def fit(
     returns their exit status (0: finished). ``options`` defaults to ``sync``
     with the default options; ``resume`` is a checkpoint to continue from.
     """
-    options = options if options is not None else DistConfig()
-    options.check(config.check(), resume)
+    options = (options if options is not None else DistConfig()).check(config, resume)
     if workers > 1:
         if options.mode.name != "sync":
             raise ValueError(
@@ -32,21 +65,516 @@ def fit(
             )
         return fit_on_workers(config, options, resume, workers)
     comm = init()
-    engine = SyncEngine if options.mode.name == "sync" else SessionEngine
     if options.grid is not None:
         options.grid.check_fits(comm.size)
-        if options.pipelined and options.grid.spatial > 1:
-            raise ConfigError(
-                f"{option('grid')} {options.grid}: a pipeline (pp) trains through fit with dp "
-                "and tp; spatial trains with dp and tp, without pp"
-            )
-        if options.pipelined:
-            engine = PipelineEngine
-        elif options.grid.size != options.grid.dp:
-            engine = GridEngine
     comm.auto = "rule" if config.deterministic else "measure"
+    with TrainingRun(config, comm, resume) as run:
+        return train_epochs(run, parallelize(run, options))
 
-    def make_engine(config, model, train_set):
-        return engine(config, options, comm, model, train_set)
 
-    return TrainingRun(config, make_engine, comm, resume).run()
+def parallelize(run, options):
+    """What this rank of ``run`` trains under ``options``: the ladder of the module doc."""
+    config, comm = run.config, run.comm
+    if options.mode.name != "sync":
+        return consistency_training(run, options)
+    shape = options.grid or GridShape(dp=comm.size)
+    grid = Grid(comm, **dataclasses.asdict(shape)) if shape.size != shape.dp else None
+    dp = grid.group("dp") if grid is not None else comm  # data parallel alone: every rank
+    callbacks = run_callbacks(options, comm, config.seed)
+    if shape.pp > 1:
+        return pipeline_training(run, options, grid, callbacks)
+    placement = None
+    if grid is not None:
+        plan = one_weird_trick_plan(run.model) if options.tp_layout == "one-weird-trick" else None
+        placement = place_on_grid(run.model, grid, plan, run.train_set[0][0].shape[-2])
+    model = run.model if placement is None else placement.module
+    optimizer = make_optimizer(config, model.parameters())
+    loader = run.loader(run.train_set, config.batch_size, dp.rank, dp.size, train=True)
+    callbacks.append(SampleKeys(loader))
+    averaged = optimizer
+    if grid is None or dp.size > 1:
+        averaged = data_parallel(optimizer, dp, options, model, config.seed)
+        callbacks.insert(0, BatchWeighting(averaged, loader, dp))
+    if options.compressed:
+        callbacks.append(CompressionRecord(averaged))
+    record = options.record()
+    if placement is not None:
+        callbacks.append(GridTraffic(grid, placement, averaged, run.train_set[0][0].shape))
+        record["plan"] = placement.plan
+    return Training(
+        model,
+        averaged,
+        loader,
+        callbacks=callbacks,
+        comm=dp if placement is not None else comm,
+        schedulable=optimizer,
+        placement=placement,
+        options=record | ({"world_size": dp.size} if placement is not None else {}),
+    )
+
+
+def data_parallel(optimizer, comm, options, model, seed=0, whole=False):
+    """``optimizer`` averaging its gradients over ``comm``: in buckets during backward, or
+    compressed (``options.compressor``), or (``whole``) in one flat allreduce per step."""
+    if options.compressed:
+        return CompressedOptimizer(
+            optimizer,
+            comm,
+            options.compressor,
+            error_feedback=options.error_feedback,
+            seed=seed,
+            allreduce=options.allreduce,
+            model=model,
+        )
+    bucket_mb = sum(p.data.nbytes for p in optimizer.params) / 2**20 + 1 if whole else None
+    return DistributedOptimizer(
+        optimizer,
+        comm,
+        allreduce=options.allreduce,
+        bucket_mb=bucket_mb or options.bucket_mb,
+        overlap=options.overlap and not whole,
+        model=model,
+    )
+
+
+class RowBlocks(Module):
+    """``SpatialParallel`` fed with this rank's rows of each whole batch the loader gives."""
+
+    def __init__(self, spatial, group):
+        super().__init__()
+        self.spatial, self.group = spatial, group
+
+    def forward(self, x):
+        return self.spatial(Tensor(local_rows(x.data, self.group)))
+
+
+class SpatialPlacement:
+    """A spatial-parallel model on the grid: its parameters are the serial model's own, so
+    there is nothing to gather (``TensorParallel``'s face, with no blocks)."""
+
+    plan = ["spatial"]
+
+    def __init__(self, model, group, height):
+        self.serial = model
+        self.module = RowBlocks(spatial_parallel(model, group, height), group)
+
+    def gather(self):
+        pass
+
+    def gather_state(self, state_dict):
+        return state_dict
+
+    scatter_state = gather_state
+
+
+class SpatialTensorPlacement:
+    """Spatial x tensor parallelism: the conv/pool front split over image rows on the spatial
+    group, the layers after it split by ``TensorParallel``'s rule on the tp group.
+
+    Every rank of a tp group computes the same front on the same rows; the tail's first
+    split layer takes a replicated input, so the gradient it returns to the front is whole
+    on every tp rank. The tail runs on the gathered activation, the same on every rank of a
+    spatial group: each rank's gradients are the serial ones (or their blocks).
+    """
+
+    def __init__(self, model, grid, height, plan_words=None):
+        rows, tp = grid.group("spatial"), grid.group("tp")
+        _, front, _ = plan_rows(model, height, rows.size)
+        if plan_words is None:
+            plan_words = tail_plan(model, front, tp.size)
+        elif any(plan_words[:front]):
+            raise PlacementError(
+                f"the first {front} layers run split over image rows (spatial); give them the "
+                "word '' and split only the layers after them over tp"
+            )
+        self.tensor = TensorParallel(model, tp, plan_words)
+        self.serial, self.plan = model, self.tensor.plan
+        self.module = RowBlocks(spatial_parallel(self.tensor.module, rows, height), rows)
+        self.gather, self.gather_state = self.tensor.gather, self.tensor.gather_state
+        self.scatter_state = self.tensor.scatter_state
+
+
+def place_on_grid(model, grid, plan, height):
+    """``TensorParallel`` over the tp axis, ``SpatialPlacement`` over the spatial one, or
+    ``SpatialTensorPlacement`` over both; a layout that cannot run raises ``ConfigError`` in
+    one line saying what would fit."""
+    shape = grid.shape
+    if shape.pp > 1:
+        raise ConfigError(
+            f"{option('grid')} {shape}: pipeline grids (pp) train in minidl.dist.pipeline's "
+            "stages (with dp and tp), not on this placement"
+        )
+    try:
+        if shape.spatial > 1 and shape.tp > 1:
+            return SpatialTensorPlacement(model, grid, height, plan)
+        if shape.spatial > 1:
+            return SpatialPlacement(model, grid.group("spatial"), height)
+        return TensorParallel(model, grid.group("tp"), plan)
+    except (PlacementError, SplitError) as exc:
+        raise ConfigError(f"{option('grid')} {shape}: {exc}") from None
+
+
+def split_over_tp(model, grid, options):
+    """A pipeline's layers split over the tp group by the rule (None without one): a stage runs
+    its layers one by one, which one-weird-trick's blocks of the batch would not."""
+    shape = grid.shape
+    if shape.tp == 1:
+        return None
+    if options.tp_layout != "rule":
+        raise ConfigError(
+            f"{option('grid')} {shape}: a pipeline splits its layers over tp by the rule; "
+            f"drop {option('tp_layout')} {options.tp_layout}"
+        )
+    try:
+        return TensorParallel(model, grid.group("tp"))
+    except PlacementError as exc:
+        raise ConfigError(f"{option('grid')} {shape}: {exc}") from None
+
+
+def pipeline_training(run, options, grid, callbacks):
+    """This rank's stages of a ``[dp=D,]pp=P[,tp=T]`` pipeline, its replica's share of each
+    batch; the replicas' gradients averaged once a step over the dp group."""
+    config, dp = run.config, grid.group("dp")
+    tensor = split_over_tp(run.model, grid, options)
+    layers = run.model if tensor is None else tensor.module
+    optimizers = []
+
+    def optimizer(params):
+        optimizers.append(make_optimizer(config, params))
+        return optimizers[-1]
+
+    trainer = PipelineTrainer(
+        layers,
+        grid.group("pp"),
+        optimizer=optimizer,
+        micro_batches=options.micro_batches,
+        schedule=options.schedule,
+        chunks=options.chunks,
+        metric=correct_predictions,
+        data_parallel=dp,
+        allreduce=options.allreduce,
+    )
+    loader = run.loader(run.train_set, config.batch_size, dp.rank, dp.size, train=True)
+    check_last_batch(loader, options.schedule, grid.shape.pp)
+    steps = PipelineSteps(trainer, loader, run.comm, config.device, config.dtype)
+    callbacks.append(steps)
+    if run.rank == 0:
+        part = trainer.partition
+        stages = " ".join(f"{a}-{b - 1}" for a, b in part.bounds)
+        print(
+            f"pipeline: {options.schedule}, {options.micro_batches} micro-batches, "
+            f"stages (layers) {stages}, balance {part.balance:.2f} by {part.by}",
+            flush=True,
+        )
+    return Training(
+        layers,
+        trainer.optimizer,
+        loader,
+        step=steps,
+        callbacks=callbacks,
+        comm=dp,
+        schedulable=optimizers[0] if optimizers else None,  # None: a stage without parameters
+        placement=WholePipeline(trainer, run.model, tensor),
+        options=options.record() | {"world_size": grid.shape.dp},
+        describe=describe_staleness,
+        timeline=lambda: PipelineTimeline(trainer.executor, run.rank),
+    )
+
+
+def correct_predictions(output, labels):
+    """How many rows of ``output`` have their largest value at the row's label."""
+    return int((to_numpy(output.argmax(axis=1)) == labels).sum())
+
+
+def check_last_batch(loader, schedule, pp):
+    """The interleaved schedule needs P rows in each replica's share of the last batch."""
+    if schedule != "interleaved":
+        return
+    steps = len(loader)
+    rows = len(loader.rank_indices(0)[steps - 1]) if steps else 0
+    if 0 < rows < pp:
+        raise ConfigError(
+            f"the last batch leaves {rows} rows to a replica, fewer than the interleaved "
+            f"schedule's P = {pp}: change {option('subset')} or {option('batch_size')}, "
+            "or use 1f1b"
+        )
+
+
+class WholePipeline:
+    """The serial model and optimizer state of a pipeline's stages (and their tp blocks):
+    what evaluation and the checkpoint see. ``gather()`` and ``gather_state()`` are
+    collective; ``scatter_state(state)`` is this rank's share of a serial optimizer state."""
+
+    def __init__(self, trainer, serial, tensor=None):
+        self.trainer, self.serial, self.tensor = trainer, serial, tensor
+
+    def gather(self):
+        if self.tensor is None:
+            self.serial.load_state_dict(self.trainer.full_state_dict())
+        else:
+            self.tensor.module.load_state_dict(self.trainer.full_state_dict())
+            self.tensor.gather()
+
+    def gather_state(self, state_dict):
+        whole = self.trainer.full_optimizer_state()
+        return whole if self.tensor is None else self.tensor.gather_state(whole)
+
+    def scatter_state(self, state_dict):
+        if self.tensor is not None:
+            state_dict = self.tensor.scatter_state(state_dict)
+        return self.trainer.optimizer_share(state_dict)
+
+
+class PipelineSteps(Callback):
+    """The loop's step of a pipeline: ``trainer.step`` on the batch (cast to the model's
+    dtype and device), its loss and correct predictions; PipeDream's staleness per epoch."""
+
+    def __init__(self, trainer, loader, world, device, dtype):
+        self.trainer, self.loader, self.world = trainer, loader, world
+        self.device, self.dtype = device, dtype
+        self.epoch, self.index, self.stale_before = 0, 0, Counter()
+
+    def before_epoch(self, epoch):
+        self.epoch, self.stale_before = epoch, Counter(self.trainer.staleness.counts)
+
+    def before_step(self, step, batch_size):
+        self.index = step
+
+    def __call__(self, x, y):
+        x = to_device(x, self.device).astype(self.dtype, copy=False)
+        where = f"epoch {self.epoch}, step {self.index}"
+        try:
+            loss = self.trainer.step(x, y, self.loader.global_batch_size(self.index))
+        except ArithmeticError as exc:
+            raise Diverged(f"{where}: {exc}") from None
+        if not np.isfinite(loss):
+            raise Diverged(f"{where}: the loss is {loss}")
+        return loss, self.trainer.last_metric
+
+    def after_epoch(self, epoch, stats):
+        """Rank 0: the epoch's ``"dist"`` record of staleness (collective; [] elsewhere)."""
+        if self.trainer.schedule not in ASYNCHRONOUS:
+            return []
+        comm = self.world
+        counts = dict(Counter(self.trainer.staleness.counts) - self.stale_before)
+        everyone = comm.allgather_object((self.trainer.comm.rank, counts))
+        if comm.rank != 0:
+            return []
+        stages = [StalenessHistogram() for _ in range(self.trainer.comm.size)]
+        for stage, part in everyone:
+            stages[stage].merge(StalenessHistogram(part))
+        total = StalenessHistogram()
+        for histogram in stages:
+            total.merge(histogram)
+        return [
+            {
+                "kind": "dist",
+                "epoch": epoch,
+                "mode": self.trainer.schedule,
+                "updates": total.count,
+                "staleness": total.to_dict(),
+                "stage_staleness_mean": [h.mean for h in stages],
+            }
+        ]
+
+
+def describe_staleness(summary):
+    """One console line of a PipeDream epoch's staleness."""
+    stale = summary["staleness"]
+    stages = " ".join(f"{mean:.2f}" for mean in summary["stage_staleness_mean"])
+    return (
+        f"  {summary['mode']}: {summary['updates']} updates, staleness mean "
+        f"{stale['mean']:.2f} max {stale['max']} (per stage {stages})"
+    )
+
+
+def consistency_training(run, options):
+    """This rank's role in a consistency session (bsp / ssp:S / asp / avg:H / easgd): a
+    server serves, a worker trains with the session's optimizer and loader."""
+    config, comm = run.config, run.comm
+    session = make_session(
+        options, comm, run.model, lambda params: make_optimizer(config, params), seed=config.seed
+    )
+    servers = session.layout.servers if options.mode.uses_server else 0
+    epochs = SessionEpochs(session, options.mode.text, comm)
+    callbacks = run_callbacks(options, comm, config.seed, servers)
+    transform = augmentation(config)
+    loader = session.train_loader(run.train_set, config.batch_size, config.seed, transform)
+    return Training(
+        run.model,
+        session.optimizer,
+        loader,
+        callbacks=[*callbacks, epochs],
+        schedulable=session.schedulable,
+        checkpoints_optimizer=False,  # the state lives on the servers, sharded
+        around_epoch=epochs.around,
+        options=options.record(),
+        describe=describe_session,
+        progress_rank=servers,  # the first worker
+    )
+
+
+class SessionEpochs(Callback):
+    """A consistency session's epoch around the loop's: a server serves while the workers
+    train; then (collective) every rank learns whether anyone stopped, the model holds the
+    consensus for evaluation, and rank 0 summarises every rank's counters."""
+
+    def __init__(self, session, mode, comm):
+        self.session, self.mode, self.comm = session, mode, comm
+        self.epoch, self.summary = 0, []
+
+    def before_epoch(self, epoch):
+        self.epoch = epoch
+
+    def around(self, train):
+        schedulable = self.session.schedulable
+        lr = schedulable.lr if schedulable else None
+
+        def guarded():
+            try:
+                return train()
+            except NonFiniteLossError as exc:
+                print(f"minidl train (rank {self.comm.rank}): {exc}", file=sys.stderr, flush=True)
+                raise TrainingAborted(str(exc)) from exc
+
+        stats, stopped = self.session.run_epoch(guarded)
+        records = self.session.finish_epoch(stats, stopped, lr)
+        if records is None:
+            raise Diverged(
+                f"epoch {self.epoch}: a worker's loss was not finite; training stopped on every "
+                f"rank. Lower {option('lr')}, or clip gradients"
+            )
+        self.summary = []
+        if self.comm.rank != 0:
+            return stats or {}
+        stats = global_train_stats(records)
+        stats["lr"] = next(r["lr"] for r in records if r.get("lr") is not None)
+        self.summary = [
+            {"epoch": self.epoch, **summarize_epoch(self.mode, records, stats["images"])}
+        ]
+        return stats
+
+    def after_epoch(self, epoch, stats):
+        return self.summary
+
+    def after_evaluation(self):
+        self.session.restore_local()
+
+    def close(self):
+        self.session.close()
+
+
+def describe_session(summary):
+    """One console line of a consistency session's ``"dist"`` record."""
+    line = (
+        f"  {summary['mode']}: {summary['gradients_per_s']:.1f} gradients/s, "
+        f"{summary['updates_per_s']:.1f} updates/s, "
+        f"{summary['worker_bytes_sent'] / 2**20:.1f} MiB pushed"
+    )
+    if "staleness" in summary:
+        st = summary["staleness"]
+        line += (
+            f", staleness mean {st['mean']:.2f} max {st['max']}, gate wait "
+            + " ".join(f"{w:.1f}" for w in summary["gate_wait_s"])
+            + " s"
+        )
+    waits = " ".join(f"{w:.1f}" for w in summary["per_worker"]["wait_s"])
+    return line + ", waiting " + waits + " s"
+
+
+class BatchWeighting(Callback):
+    """Weigh each rank's gradient by its share of the global batch (uneven last batches).
+
+    A loader that skips unreadable images may hand a rank fewer than its share: then the
+    ranks sum the images they actually use (one allreduce of a number per step), so that
+    the averaged gradient is the mean over those images, as in one process."""
+
+    def __init__(self, optimizer, loader, comm):
+        self.optimizer, self.loader, self.comm = optimizer, loader, comm
+
+    def before_step(self, step, batch_size):
+        total = self.loader.global_batch_size(step)
+        if getattr(self.loader, "skip_unreadable", False):
+            used = np.array([batch_size], dtype=np.float64)
+            total = int(self.comm.allreduce(used, op="sum")[0])
+        self.optimizer.set_batch_weight(batch_size, total)
+
+
+class CompressionRecord(Callback):
+    """The epoch's ``"compression"`` record of a compressed optimizer."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+
+    def after_epoch(self, epoch, stats):
+        return [self.optimizer.compression_record(epoch)]
+
+
+class GridTraffic(Callback):
+    """The epoch's ``"grid"`` record: the bytes each rank moved over tp and dp, beside what
+    ``minidl.perf.tensor_volume`` predicts for the steps it trained (collective)."""
+
+    def __init__(self, grid, placement, optimizer, sample_shape):
+        self.grid, self.placement, self.optimizer = grid, placement, optimizer
+        self.sample_shape = sample_shape
+        self.steps, self.before, self.reduced = Counter(), {}, 0
+
+    def before_epoch(self, epoch):
+        self.steps.clear()
+        self.before = dict(TRAFFIC)
+
+    def before_step(self, step, batch_size):
+        self.steps[batch_size] += 1
+
+    def after_epoch(self, epoch, stats):
+        sent = {k: v - self.before.get(k, 0) for k, v in TRAFFIC.items()}
+        dp = self.grid.group("dp")
+        reduced = self.optimizer.stats["bytes_reduced"] if dp.size > 1 else 0
+        dp_bytes, self.reduced = reduced - self.reduced, reduced
+        counts = self.grid.world.allgather_object(
+            {"tp": sum(sent.values()), "dp": dp_bytes} | self._predicted()
+        )
+        record = {
+            "kind": "grid",
+            "epoch": epoch,
+            "grid": str(self.grid.shape),
+            "plan": self.placement.plan,
+            "steps": self.steps.total(),
+        }
+        for key in counts[0]:
+            record[f"{key}_bytes"] = [c[key] for c in counts]
+        return [record]
+
+    def _predicted(self):
+        """What ``perf.tensor_volume`` predicts for the epoch this rank just trained (the tp
+        bytes of a spatial grid are none: its layers count their own)."""
+        serial, plan, tp = self.placement.serial, self.placement.plan, self.grid.shape.tp
+        if isinstance(self.placement, SpatialPlacement):
+            plan = [""] * len(leaves(serial))
+        itemsize = next(iter(serial.parameters())).dtype.itemsize
+        grads = gradient_bytes(serial, plan, tp, self.grid.coords["tp"], itemsize)
+        volume = sum(
+            count * sum(tensor_volume(serial, plan, self.sample_shape, b, tp, itemsize).values())
+            for b, count in self.steps.items()
+        )
+        dp = self.grid.group("dp")
+        dp_volume = grads * self.steps.total() if dp.size > 1 else 0
+        return {"tp_predicted": volume, "dp_predicted": dp_volume}
+
+
+def run_callbacks(options, comm, seed, servers=0):
+    """The watchdog and this rank's straggler, as ``options`` asks; checks the ranks named."""
+    callbacks = []
+    if comm.size > 1 and options.hang_timeout > 0:
+        watchdog = Watchdog(options.hang_timeout, comm.rank, comm.abort).start()
+        watchdog.listen(Heartbeat(comm, idle))  # after start: its address exchange may hang too
+        callbacks.append(watchdog)
+    for rank in options.stragglers:
+        if not servers <= rank < comm.size:
+            raise ValueError(
+                f"{option('straggler')} {rank}:{options.stragglers[rank]}: rank {rank} is not "
+                f"a worker; workers are ranks {servers}..{comm.size - 1}"
+            )
+    if options.stragglers or options.jitter:
+        callbacks.append(Straggler(comm.rank, options.stragglers, options.jitter, seed=seed))
+    return callbacks

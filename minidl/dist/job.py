@@ -1,7 +1,8 @@
 """Starting MPI and aborting a job.
 
 mpi4py is imported (which initialises MPI) by ``mpi_module()`` only, so
-``import minidl`` works without MPI.
+``import minidl`` works without MPI; ``mpiexec_ranks()`` and ``mpiexec_rank()`` read
+what the launcher set before MPI starts.
 """
 
 import os
@@ -12,7 +13,7 @@ import time
 import traceback
 
 from ..train.config import option
-from ..train.run_status import job_aborted
+from ..train.rundir import job_aborted
 
 OUTPUT_GRACE_S = 0.5
 ABORT_WAIT_S = 10.0  # an MPI_Abort that cannot reach a lost node may block: exit anyway
@@ -27,6 +28,24 @@ def mpi_module():
             "minidl.dist needs mpi4py and an MPI library: pip install minidl[mpi]"
         ) from exc
     return MPI
+
+
+def _launcher_number(names, default):
+    """The first of the environment variables ``names`` (MPICH's, Open MPI's) that holds a count."""
+    for name in names:
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return default
+
+
+def mpiexec_ranks():
+    """How many ranks mpiexec started (from the launcher's environment), 1 outside mpiexec."""
+    return _launcher_number(("PMI_SIZE", "OMPI_COMM_WORLD_SIZE"), 1)
+
+
+def mpiexec_rank():
+    """This process's rank as mpiexec set it (before MPI is initialised), 0 outside mpiexec."""
+    return _launcher_number(("PMI_RANK", "OMPI_COMM_WORLD_RANK"), 0)
 
 
 _job = {}  # the world communicator and every rank's host (install_abort_hooks)

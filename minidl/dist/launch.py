@@ -25,24 +25,6 @@ def mpiexec_path():
     return shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
 
 
-def _launcher_number(names, default):
-    """The first of the environment variables ``names`` (MPICH's, Open MPI's) that holds a count."""
-    for name in names:
-        if os.environ.get(name, "").isdigit():
-            return int(os.environ[name])
-    return default
-
-
-def mpiexec_ranks():
-    """How many ranks mpiexec started (from the launcher's environment), 1 outside mpiexec."""
-    return _launcher_number(("PMI_SIZE", "OMPI_COMM_WORLD_SIZE"), 1)
-
-
-def mpiexec_rank():
-    """This process's rank as mpiexec set it (before MPI is initialised), 0 outside mpiexec."""
-    return _launcher_number(("PMI_RANK", "OMPI_COMM_WORLD_RANK"), 0)
-
-
 def mpi_unavailable_reason():
     """Why MPI jobs cannot run here (None when they can)."""
     if importlib.util.find_spec("mpi4py") is None:

@@ -1,4 +1,4 @@
-"""The alpha-beta-gamma cost of allreduce, fitted on the running machine, and ``algorithm="auto"``.
+"""The alpha-beta-gamma cost of allreduce, fitted on the running machine.
 
 A message of m bytes between two ranks takes ``alpha + m*beta`` (alpha:
 latency in s, beta: inverse bandwidth in s/byte, fitted to a ping-pong);
@@ -12,10 +12,11 @@ formulas of Thakur, Rabenseifner & Gropp (2005) and Ben-Nun & Hoefler
 (2019, §2.5, who leave out gamma); ``minidl/reference/perf/allreduce_cost.py``
 writes each out in closed form, and the tests hold ``predict`` equal to it.
 
-``algorithm="auto"`` picks among ``AUTO_ALGORITHMS`` (never a textbook
-version), in one of ``AUTO_MODES``: a fixed rule by message size, a
-measurement, or this model. The functions that measure take a communicator
-(``minidl.dist.Communicator`` or anything with its methods) as an argument.
+``algorithm="auto"`` (``minidl.dist.collectives.AutoChoice``) picks among
+``AUTO_ALGORITHMS`` (never a textbook version) by a fixed rule, by a
+measurement (``choose_by_measurement``) or by this model (``fit``, ``choose``).
+The functions that measure take a communicator (``minidl.dist.Communicator`` or
+anything with its methods) as an argument.
 """
 
 import time
@@ -28,11 +29,9 @@ from minidl.intmath import ceil_log2, largest_power_of_two
 
 MODELLED_ALGORITHMS = ("ring", "butterfly", "tree", "rabenseifner")
 AUTO_ALGORITHMS = ("mpi",) + MODELLED_ALGORITHMS  # "mpi": the MPI library's own allreduce
-AUTO_MODES = ("rule", "model", "measure")
 
 PINGPONG_SIZES = (8, 1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22, 1 << 24, 1 << 26)
 GAMMA_BYTES = 1 << 26
-RULE_THRESHOLD_BYTES = 4 << 20
 
 
 class CostParams(namedtuple("CostParams", "alpha beta gamma")):
@@ -91,22 +90,6 @@ def predict(algorithm, nbytes, size, params):
 def choose(nbytes, size, params, algorithms=MODELLED_ALGORITHMS):
     """The algorithm with the smallest predicted time (the first one on ties)."""
     return min(algorithms, key=lambda name: predict(name, nbytes, size, params))
-
-
-def choose_by_rule(nbytes, nodes=1, ranks_per_node=1):
-    """The fixed pick of ``algorithm="auto"``: the MPI library's own below 4 MiB, ring above,
-    and above it ``hierarchical`` when the ranks span ``nodes`` > 1 with several on a node.
-
-    Measured on two ranks of one machine (benchmarks/RESULTS.md): MPICH's
-    allreduce is the fastest below ~4 MB, the bandwidth-optimal ring (with
-    Rabenseifner) above it, at 0.64x MPICH's time for AlexNet's 244 MB.
-    Across nodes, only one rank per node sends over the network in
-    ``hierarchical`` (``ranks_per_node``: the most ranks on one node).
-    Unlike a timed choice it never changes between runs, so results do not.
-    """
-    if nbytes < RULE_THRESHOLD_BYTES:
-        return "mpi"
-    return "hierarchical" if nodes > 1 and ranks_per_node > 1 else "ring"
 
 
 def fit_alpha_beta(sizes, times):
@@ -216,56 +199,3 @@ def choose_by_measurement(comm, array, algorithms=AUTO_ALGORITHMS, repeats=3):
         name: float(np.median(time_allreduce(comm, probe, name, repeats))) for name in algorithms
     }
     return min(algorithms, key=medians.get)
-
-
-class AutoChoice:
-    """What ``algorithm="auto"`` runs on one communicator, in mode ``mode`` (see ``AUTO_MODES``).
-
-    ``"rule"`` (the default): ``choose_by_rule``, so that a seeded run gives
-    the same bits every time. ``"measure"``: ``choose_by_measurement``, once
-    per message size, dtype and device. ``"model"``: ``choose`` with the
-    parameters ``fit`` once (it has no formula for the library's own
-    algorithm and so never picks it). The algorithms add in different
-    orders, so the two timing-based modes may round differently from run to
-    run. Every rank gets the same pick: the parameters are fitted on rank 0
-    and broadcast, and measurements take the maximum over ranks.
-    ``segment_bytes``: the pipeline segment of the algorithms (for ``fit``).
-    """
-
-    def __init__(self, mode, segment_bytes):
-        self.mode = mode
-        self.segment_bytes = segment_bytes
-        self._params = None
-        self._measured = {}
-
-    @property
-    def mode(self):
-        return self._mode
-
-    @mode.setter
-    def mode(self, mode):
-        if mode not in AUTO_MODES:
-            raise ValueError(f"auto={mode!r}: choose one of {', '.join(AUTO_MODES)}")
-        self._mode = mode
-
-    def choose(self, comm, array):
-        """The algorithm for an allreduce of ``array`` over ``comm`` (collective in "measure"
-        and "model" modes the first time)."""
-        if comm.size == 1:
-            return "mpi"
-        if self.mode == "rule":
-            if array.nbytes < RULE_THRESHOLD_BYTES:  # no need to ask where the ranks are
-                return "mpi"
-            return choose_by_rule(array.nbytes, *comm.node_layout())
-        if self.mode == "measure":
-            key = (array.nbytes, array.dtype.str, backend.device_of(array))
-            if key not in self._measured:
-                self._measured[key] = choose_by_measurement(comm, array)
-            return self._measured[key]
-        return choose(array.nbytes, comm.size, self.cost_params(comm))
-
-    def cost_params(self, comm):
-        """The ``CostParams`` fitted on ``comm`` (collective the first time)."""
-        if self._params is None:
-            self._params = fit(comm, self.segment_bytes)
-        return self._params

@@ -17,7 +17,7 @@ and found a 1 Gbit/s emulated link 1.5-2x faster than it is.
 A flat algorithm whose ranks are numbered node by node crosses the network
 at every step of its critical path (the ring's steps run concurrently, one
 message per link), so its time is predicted with the inter-node parameters.
-The hierarchical allreduce (``minidl/dist/hierarchical.py``) on N nodes of
+The hierarchical allreduce (``minidl/dist/collectives.py``) on N nodes of
 q ranks costs, with L = ceil(log2 q) and binomial reduce and broadcast
 inside the node (Thakur, Rabenseifner & Gropp 2005):
 

@@ -4,13 +4,21 @@
 ``minidl.dist.fit`` adds the distributed modes.
 """
 
-from .callbacks import Callback, NonFiniteLossError
+from .callbacks import Callback, Diverged, NonFiniteLossError
 from .config import ConfigError, TrainConfig
-from .engine import Diverged
-from .loop import evaluate, train_epoch
+from .loop import Training, evaluate, train_epoch, train_epochs
 from .run import TrainingRun, fit
 
 __all__ = [
-    "Callback", "ConfigError", "Diverged", "NonFiniteLossError", "TrainConfig", "TrainingRun",
-    "evaluate", "fit", "train_epoch",
-]  # fmt: skip
+    "Callback",
+    "ConfigError",
+    "Diverged",
+    "NonFiniteLossError",
+    "TrainConfig",
+    "Training",
+    "TrainingRun",
+    "evaluate",
+    "fit",
+    "train_epoch",
+    "train_epochs",
+]

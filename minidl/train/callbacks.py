@@ -2,7 +2,8 @@
 
 A callback overrides any of the methods below; the loop calls them in the
 order of its ``callbacks`` list. Watchdogs, injected stragglers, the batch
-weighting of data parallelism and the non-finite loss check are callbacks.
+weighting of data parallelism, the non-finite loss check and what a layout
+does between epochs (gathering blocks, a consistency model's epoch) are callbacks.
 """
 
 import math
@@ -19,8 +20,26 @@ class NonFiniteLossError(ArithmeticError):
     """The loss (or the gradient of an update) became NaN or infinite; training stops."""
 
 
+class Diverged(RuntimeError):
+    """The loss, the test loss or the weights stopped being finite numbers."""
+
+
 class Callback:
     """Does nothing; subclasses override the hooks they need."""
+
+    def before_epoch(self, epoch):
+        """Before epoch ``epoch`` (from 1) trains."""
+
+    def after_epoch(self, epoch, stats):
+        """After it trained (``stats``: ``train_epoch``'s); returns the records it adds to the
+        epoch's metrics (collective hooks run on every rank)."""
+        return []
+
+    def after_evaluation(self):
+        """After the epoch's evaluation and checkpoint."""
+
+    def close(self):
+        """When the run ends, however it ends."""
 
     def before_step(self, step, batch_size):
         """Before ``zero_grad`` of step ``step``, whose batch holds ``batch_size`` samples."""

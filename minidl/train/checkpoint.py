@@ -24,10 +24,11 @@ class CheckpointError(ValueError):
 
 
 def save_checkpoint(path, model, optimizer=None, **meta):
-    """Write ``model`` (and ``optimizer``) state plus JSON-able ``meta`` to ``path`` atomically."""
+    """Write ``model``'s and ``optimizer``'s state (an optimizer, or its ``state_dict()``) plus
+    JSON-able ``meta`` to ``path`` atomically."""
     arrays = {f"model/{k}": to_numpy(v) for k, v in model.state_dict().items()}
     if optimizer is not None:
-        state = optimizer.state_dict()
+        state = optimizer if isinstance(optimizer, dict) else optimizer.state_dict()
         arrays.update((f"optim/hyper/{k}", np.asarray(v)) for k, v in state["hyper"].items())
         for i, per_param in enumerate(state["state"]):
             arrays.update(

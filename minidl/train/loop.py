@@ -10,13 +10,14 @@ reports the global loss and accuracy.
 """
 
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .. import functional as F
 from ..autograd import Tensor, no_grad
 from ..backend import get_array_module, to_device, to_numpy
-from .callbacks import STOPPED, NonFiniteLossError, StopOnNonFiniteLoss
+from .callbacks import STOPPED, Diverged, NonFiniteLossError, StopOnNonFiniteLoss
 from .progress import progress as progress_bar
 
 
@@ -37,14 +38,24 @@ def _global_sums(comm, *values):
 
 
 def train_epoch(
-    model, optimizer, loader, epoch=0, device="cpu", progress=False, comm=None, callbacks=None
+    model,
+    optimizer,
+    loader,
+    epoch=0,
+    device="cpu",
+    progress=False,
+    comm=None,
+    callbacks=None,
+    step=None,
 ):
     """One pass over ``loader``; returns {"loss", "acc", "images", "seconds", "images_per_s",
     "compute_seconds", "slept_seconds"}.
 
-    ``callbacks`` default to the non-finite loss check for a process alone
-    (``comm`` None) and to none under a communicator. An update that the
-    optimizer refuses for a non-finite gradient raises ``NonFiniteLossError``.
+    ``step(x, y) -> (loss, correct)``, when given, is what a batch does in place of the
+    textbook forward, backward and update (a pipeline's schedule runs all three). ``callbacks``
+    default to the non-finite loss check for a process alone (``comm`` None) and to none under
+    a communicator. An update that the optimizer refuses for a non-finite gradient raises
+    ``NonFiniteLossError``.
     """
     if callbacks is None:
         callbacks = [StopOnNonFiniteLoss()] if comm is None else []
@@ -52,42 +63,45 @@ def train_epoch(
     loss_sum = correct = seen = 0.0
     compute = slept = 0.0
     start = time.perf_counter()
-    bar = progress_bar(loader, f"epoch {epoch}", progress)
-    for step, (x, y) in enumerate(bar):
+    batches = progress_bar(loader, f"epoch {epoch}", progress) if progress else loader
+    for index, (x, y) in enumerate(batches):
+        where = f"epoch {epoch}, step {index}"
         for callback in callbacks:
-            callback.before_step(step, len(y))
-        optimizer.zero_grad()
+            callback.before_step(index, len(y))
         began = time.perf_counter()
-        loss, value = None, 0.0  # an empty share of a short last batch still joins the step
-        with np.errstate(over="ignore", invalid="ignore"):  # a non-finite loss is reported below
-            if len(y):
-                logits = model(_inputs(model, x, device))
-                loss = F.cross_entropy(logits, y)
-                value = loss.item()
-            for callback in callbacks:
-                callback.after_forward(epoch, step, value)
-            if loss is not None:
-                loss.backward()
-        spent = time.perf_counter() - began
-        compute += spent
-        slept += sum(callback.after_backward(spent) for callback in callbacks)
-        try:
-            optimizer.step()
-        except ArithmeticError as exc:
-            raise NonFiniteLossError(
-                f"epoch {epoch}, step {step}: {exc} (this rank's loss: {value}); " + STOPPED
-            ) from None
+        if step is not None:  # forward, backward and update as the step's schedule orders them
+            value, hits = step(x, y)
+            compute += time.perf_counter() - began
+        else:
+            optimizer.zero_grad()
+            loss, value = None, 0.0  # an empty share of a short last batch still joins the step
+            with np.errstate(over="ignore", invalid="ignore"):  # a non-finite loss: see below
+                if len(y):
+                    logits = model(_inputs(model, x, device))
+                    loss = F.cross_entropy(logits, y)
+                    value = loss.item()
+                for callback in callbacks:
+                    callback.after_forward(epoch, index, value)
+                if loss is not None:
+                    loss.backward()
+            spent = time.perf_counter() - began
+            compute += spent
+            slept += sum(callback.after_backward(spent) for callback in callbacks)
+            try:
+                optimizer.step()
+            except ArithmeticError as exc:
+                raise NonFiniteLossError(
+                    f"{where}: {exc} (this rank's loss: {value}); " + STOPPED
+                ) from None
+            hits = int((to_numpy(logits.data.argmax(axis=1)) == y).sum()) if len(y) else 0
         for callback in callbacks:
-            callback.after_step(f"epoch {epoch}, step {step}")
-        if loss is None:
-            continue
-        n = len(y)
-        loss_sum += value * n
-        correct += int((to_numpy(logits.data.argmax(axis=1)) == y).sum())
-        seen += n
-        if progress and step % 20 == 0:
+            callback.after_step(where)
+        loss_sum += value * len(y)
+        correct += hits
+        seen += len(y)
+        if progress and index % 20 == 0 and seen:
             rate = seen / (time.perf_counter() - start)
-            bar.set_postfix(
+            batches.set_postfix(
                 loss=f"{loss_sum / seen:.4f}", acc=f"{correct / seen:.3f}", img_s=f"{rate:.0f}"
             )
     seconds = time.perf_counter() - start
@@ -151,3 +165,74 @@ def evaluate(model, loader, num_classes, device="cpu", comm=None, callbacks=()):
         "images": int(seen),
         "confusion": confusion,
     }
+
+
+@dataclass
+class Training:
+    """What one rank trains with, whatever the layout; ``train_epochs`` runs it.
+
+    ``model``, ``optimizer``, ``loader``, ``step``, ``callbacks`` and ``comm`` are
+    ``train_epoch``'s. ``schedulable``: the optimizer an LR schedule drives (None: none on
+    this rank). ``placement``: how the trained blocks map to the serial model that
+    evaluation and checkpoints see (``gather()``, ``scatter()``, ``gather_state(state)``,
+    ``scatter_state(state)``; None: they are the serial model). ``checkpoints_optimizer``:
+    whether the checkpoint keeps the optimizer's state. ``around_epoch(train) -> stats``: how
+    an epoch runs around ``train()`` (None: just that). ``options``: what ``config.json``
+    adds; ``describe(record)``: the console line of a ``"dist"`` record; ``timeline()``: the
+    ``--trace`` recorder of a layout with its own; ``progress_rank``: the rank with a bar.
+    """
+
+    model: object
+    optimizer: object
+    loader: object
+    step: object = None
+    callbacks: list = field(default_factory=list)
+    comm: object = None
+    schedulable: object = None
+    placement: object = None
+    checkpoints_optimizer: bool = True
+    around_epoch: object = None
+    options: dict = field(default_factory=dict)
+    describe: object = None
+    timeline: object = None
+    progress_rank: int = 0
+
+
+def train_epochs(run, training):
+    """Train ``run``'s epochs with ``training``; returns the last evaluation (None: nothing left).
+
+    Each epoch: train this rank's share (``train_epoch``), evaluate on the test set, then
+    ``run.end_epoch`` (stop on divergence, step the LR schedule, rank 0 writes the
+    checkpoint and the records); the callbacks' epoch hooks run around these.
+    """
+    config, result = run.config, None
+    run.begin(training)
+    for epoch in range(run.start_epoch + 1, config.epochs + 1):
+        lr = run.lr(training)
+        training.loader.set_epoch(epoch - 1)  # the epoch's shuffle, also after a resume
+        for callback in training.callbacks:
+            callback.before_epoch(epoch)
+
+        def train():
+            return train_epoch(
+                training.model,
+                training.optimizer,
+                training.loader,
+                epoch,
+                config.device,
+                progress=config.progress and run.rank == training.progress_rank,
+                comm=training.comm,
+                callbacks=training.callbacks,
+                step=training.step,
+            )
+
+        try:
+            stats = train() if training.around_epoch is None else training.around_epoch(train)
+        except NonFiniteLossError as exc:
+            raise Diverged(str(exc)) from None
+        records = [r for callback in training.callbacks for r in callback.after_epoch(epoch, stats)]
+        result = run.evaluate(training)
+        run.end_epoch(epoch, stats.pop("lr", lr), stats, result, records, training)
+        for callback in training.callbacks:
+            callback.after_evaluation()
+    return run.finish(result)

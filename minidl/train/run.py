@@ -1,10 +1,12 @@
-"""One training run in every mode: the epoch loop of ``minidl train`` and ``fit``.
+"""One training run in every layout: what ``minidl train`` and ``fit`` set up around the loop.
 
-Per epoch (each step is Ben-Nun & Hoefler 2019, Alg. 2: minibatch, forward,
-loss, backward, update): train this rank's share (the engine), evaluate the
-model on the test set (globally, over every rank's share), check that
-nothing diverged, step the LR schedule, then rank 0 writes the checkpoint,
-the epoch's metrics records and the plot, in that order (``rundir``).
+``TrainingRun`` holds the run's data, the serial model (as one process builds it) and its
+folder; a layout turns the model into what this rank trains (``loop.Training``: the local
+one is ``local_training``, the distributed ones come from ``minidl.dist``), and
+``loop.train_epochs`` runs the epochs. Per epoch the run evaluates the serial model on the
+test set (globally, over every rank's share), checks that nothing diverged, steps the LR
+schedule, then rank 0 writes the checkpoint, the epoch's metrics records and the plot, in
+that order (``rundir``).
 
 A diverged epoch (a loss, the test loss or a weight that is NaN or inf)
 raises ``Diverged`` before anything of that epoch is written: the checkpoint
@@ -23,14 +25,20 @@ from .. import random as md_random
 from ..backend import get_array_module, limit_threads
 from ..data import DataLoader
 from ..optim import ReduceOnPlateau
+from .callbacks import Diverged, SampleKeys, StopOnNonFiniteLoss
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import TrainConfig, option
-from .engine import Diverged, LocalEngine
-from .loop import evaluate
+from .loop import Training, evaluate, train_epochs
 from .resume import apply_changes, changes, check_fixed
-from .run_status import job_aborted, when_aborted
-from .rundir import RunDirectory
-from .setup import build_model, default_run_dir, load_datasets, make_scheduler
+from .rundir import RunDirectory, job_aborted, when_aborted
+from .setup import (
+    augmentation,
+    build_model,
+    default_run_dir,
+    load_datasets,
+    make_optimizer,
+    make_scheduler,
+)
 
 # a test loss this many times the first epoch's has diverged though finite: a cross-entropy that
 # starts near ln(classes) and grows a million-fold means logits apart by millions, no model
@@ -74,67 +82,102 @@ def epoch_line(epoch, epochs, stats, result):
 
 
 class TrainingRun:
-    """Everything one rank needs for the run ``config`` describes.
+    """Everything one rank needs for the run ``config`` describes; a context manager.
 
-    ``make_engine(config, model, train_set)`` builds the engine (``engine.py``;
-    the distributed ones come from ``minidl.dist``); ``comm`` is the run's
-    communicator (None in a process alone); ``resume`` the path of a
-    checkpoint to continue from.
+    ``comm`` is the run's communicator (None in a process alone); ``resume`` the path of a
+    checkpoint to continue from: its weights are in ``model`` already, its optimizer and
+    schedule are put in place by ``begin``. Leaving the ``with`` block gives up the run
+    folder's lock and ends the callbacks, however the run ends; a ``Diverged`` leaves it with
+    the checkpoint it kept named, and MPI's report that a peer's process died ends the job,
+    naming it in the run folder (``Communicator.abort_if_peer_failed``).
     """
 
-    def __init__(self, config: TrainConfig, make_engine=LocalEngine, comm=None, resume=None):
-        self.config, self.comm = config.check(), comm
+    def __init__(self, config: TrainConfig, comm=None, resume=None):
+        self.config, self.comm, self.resume = config.check(), comm, resume
         self.rank, self.size = (comm.rank, comm.size) if comm is not None else (0, 1)
         self.run_dir = self._run_directory(resume)
+        self.training = self.tracing = self.scheduler = self._first_loss = None
+        self.start_epoch = self._last_good = 0
+        self._forget = None
         try:
-            self._prepare(make_engine, resume)
+            self._prepare()
         except BaseException:
             self.run_dir.close()
             raise
 
-    def _prepare(self, make_engine, resume):
+    def _prepare(self):
         config = self.config
         self._threads = limit_threads(self._thread_count())  # kept alive for the run
         conv.configure(enabled=not config.deterministic)
-        checkpoint = load_checkpoint(resume) if resume else None
-        saved = checkpoint.training_config() if checkpoint is not None else None
-        if saved is not None:
-            check_fixed(saved, config.record())
+        self.checkpoint = load_checkpoint(self.resume) if self.resume else None
+        self.saved = self.checkpoint.training_config() if self.checkpoint is not None else None
+        if self.saved is not None:
+            check_fixed(self.saved, config.record())
         md_random.manual_seed(config.seed)
         self.train_set, self.test_set = load_datasets(config, self.comm)
         self.model = build_model(config, self.train_set)
-        self.engine = make_engine(config, self.model, self.train_set)
-        schedulable = self.engine.schedulable
-        self.scheduler = make_scheduler(config, schedulable) if schedulable is not None else None
-        self.start_epoch = 0
-        if checkpoint is not None:
-            changed, notes = changes(saved, self.record())
-            if self.rank == 0:
-                for note in notes:
-                    print(f"resume: {note}", flush=True)
-            self.start_epoch = self._load(checkpoint, changed)
-        self.engine.distribute()
-        self.test_loader = DataLoader(
-            self.test_set, config.test_batch_size, rank=self.rank, world_size=self.size,
-            workers=config.data_workers, skip_unreadable=config.skip_unreadable,
-        )  # fmt: skip
-        self._start_run_directory(resume, checkpoint)
+        if self.checkpoint is not None:
+            self.model.load_state_dict(self.checkpoint.model_state)
+        self.test_loader = self.loader(self.test_set, config.test_batch_size, self.rank, self.size)
+
+    def loader(self, dataset, batch_size, rank=0, world_size=1, train=False):
+        """A ``DataLoader`` of ``dataset`` for rank ``rank`` of ``world_size`` (``train``:
+        shuffled by the seed, with the run's augmentation)."""
+        config = self.config
+        return DataLoader(
+            dataset,
+            batch_size,
+            shuffle=train,
+            seed=config.seed,
+            rank=rank,
+            world_size=world_size,
+            transform=augmentation(config) if train else None,
+            workers=config.data_workers,
+            skip_unreadable=config.skip_unreadable,
+        )
+
+    def local_training(self):
+        """One process, the whole model, one update per step."""
+        loader = self.loader(self.train_set, self.config.batch_size, train=True)
+        optimizer = make_optimizer(self.config, self.model.parameters())
+        callbacks = [StopOnNonFiniteLoss(), SampleKeys(loader)]
+        return Training(self.model, optimizer, loader, callbacks=callbacks, schedulable=optimizer)
 
     def record(self):
         """The options worth keeping with the run (``config.json`` and the checkpoint)."""
-        # world_size: the processes sharing each step's samples (an engine may say fewer)
-        return self.config.record() | {"world_size": self.size} | self.engine.record()
+        # world_size: the processes sharing each step's samples (a layout may say fewer)
+        options = self.training.options if self.training is not None else {}
+        return self.config.record() | {"world_size": self.size} | options
+
+    def begin(self, training):
+        """Put the checkpoint's optimizer, schedule and RNG state in place for ``training``,
+        then take and prepare the run folder (rank 0)."""
+        self.training = training
+        schedulable = training.schedulable
+        self.scheduler = make_scheduler(self.config, schedulable) if schedulable else None
+        self.start_epoch = 0
+        if self.checkpoint is not None:
+            changed, notes = changes(self.saved, self.record())
+            if self.rank == 0:
+                for note in notes:
+                    print(f"resume: {note}", flush=True)
+            self.start_epoch = self._load(self.checkpoint, changed)
+        self._last_good = self.start_epoch
+        self._start_run_directory()
+        self.tracing = self._tracing() if self.config.trace else None
 
     def _load(self, checkpoint, changed):
-        """Put the checkpoint's weights, optimizer, schedule and RNG state in place; its epoch."""
-        self.model.load_state_dict(checkpoint.model_state)
-        optimizer = self.engine.checkpoint_optimizer
-        if checkpoint.optimizer_state is not None and optimizer is not None:
-            optimizer.load_state_dict(checkpoint.optimizer_state)
+        """Put the checkpoint's optimizer, schedule and RNG state in place; its epoch."""
+        training, state = self.training, checkpoint.optimizer_state
+        if state is not None and training.checkpoints_optimizer and training.optimizer:
+            placement = training.placement
+            training.optimizer.load_state_dict(
+                placement.scatter_state(state) if placement else state
+            )
         if self.scheduler is not None and checkpoint.meta.get("scheduler"):
             self.scheduler.load_state_dict(checkpoint.meta["scheduler"])
-        if self.engine.schedulable is not None:  # the optimizer the schedule drives
-            apply_changes(self.config, changed, self.engine.schedulable, self.scheduler)
+        if training.schedulable is not None:  # the optimizer the schedule drives
+            apply_changes(self.config, changed, training.schedulable, self.scheduler)
         md_random.set_state(checkpoint.meta["rng"])
         return int(checkpoint.meta["epoch"])
 
@@ -147,7 +190,7 @@ class TrainingRun:
         self.out = out
         return RunDirectory(out)
 
-    def _start_run_directory(self, resume, checkpoint):
+    def _start_run_directory(self):
         """Rank 0 takes the folder's lock (refused at once when another run holds it: under
         MPI the error ends the job), then prepares it: the checkpoint's own run continued, or
         a new run."""
@@ -155,6 +198,7 @@ class TrainingRun:
         if self.rank != 0:
             return
         self.run_dir.open()
+        resume, checkpoint = self.resume, self.checkpoint
         saved_id = checkpoint.meta.get("run_id") if checkpoint is not None else None
         in_place = resume and os.path.abspath(self.out) == os.path.dirname(os.path.abspath(resume))
         if in_place and not (self.config.overwrite and self.run_dir.run_id() != saved_id):
@@ -163,57 +207,101 @@ class TrainingRun:
         else:
             self.run_id = self.run_dir.start(self.record(), overwrite=self.config.overwrite)
 
-    def run(self):
-        """Train up to ``config.epochs``; returns the last evaluation (None: nothing to do).
+    def _tracing(self):
+        """The ``--trace`` recorder: the layout's own (pipelines), else per-layer compute and
+        the step on every rank (``perf.training_trace``)."""
+        training = self.training
+        if training.timeline is not None:
+            return training.timeline().start()
+        from ..perf.training_trace import TrainingTrace
 
-        Raises ``Diverged`` (its message says which checkpoint is kept) when
-        a loss, the test loss or a weight stopped being finite. The run
-        folder's lock is given up at the end, however the run ends. MPI's report
-        that a peer's process died ends the job here, naming it in the run folder
-        (``Communicator.abort_if_peer_failed``).
-        """
-        self._last_good = self.start_epoch
-        forget = (
-            when_aborted(lambda reason: self.run_dir.record_abort(self._last_good, reason))
-            if self.rank == 0
-            else None
-        )
-        try:
-            return self._run()
-        except BaseException as exc:
-            if self.comm is not None:  # a dead peer: say which while the folder is open
-                self.comm.abort_if_peer_failed(exc)
-            raise
-        finally:
-            if forget is not None:
-                forget()
-            self.run_dir.close()
+        return TrainingTrace(
+            training.model, training.optimizer, self.rank, self.config.device, comm=self.comm
+        ).start()
 
-    def _run(self):
-        tracing = None
-        timeline = getattr(self.engine, "timeline", None)  # an engine's own (pipelines)
-        if self.config.trace and timeline is not None:
-            tracing = timeline().start()
-        elif self.config.trace:  # perf: timeline of per-layer compute and the step, every rank
-            from ..perf.training_trace import TrainingTrace
-
-            tracing = TrainingTrace(
-                self.model, self.engine.optimizer, self.rank, self.config.device, comm=self.comm
-            ).start()
-        try:
-            result = self._epochs()
-        except Diverged as exc:
-            kept = (
-                f"the checkpoint of epoch {self._last_good} is kept ({self.run_dir.checkpoint})"
-                if self._last_good
-                else "no checkpoint was written"
+    def __enter__(self):
+        if self.rank == 0:
+            self._forget = when_aborted(
+                lambda reason: self.run_dir.record_abort(self._last_good, reason)
             )
-            job_aborted(f"{exc}; {kept}")
-            raise Diverged(f"{exc}; {kept}") from None
+        return self
+
+    def __exit__(self, kind, exc, traceback):
+        kept = None
+        try:
+            if exc is not None and self.comm is not None:  # a dead peer: say which, folder open
+                self.comm.abort_if_peer_failed(exc)
+            for callback in self.training.callbacks if self.training else ():
+                callback.close()
+            if isinstance(exc, Diverged):
+                kept = (
+                    f"the checkpoint of epoch {self._last_good} is kept ({self.run_dir.checkpoint})"
+                    if self._last_good
+                    else "no checkpoint was written"
+                )
+                job_aborted(f"{exc}; {kept}")  # rank 0 records it in the run folder
         finally:
-            self.engine.close()
-        if tracing is not None:  # perf: every rank writes its part, rank 0 merges them
-            trace_path = tracing.finish(self.out, self.comm)
+            if self._forget is not None:
+                self._forget()
+            self.run_dir.close()
+        if kept is not None:
+            raise Diverged(f"{exc}; {kept}") from None
+
+    def _thread_count(self):
+        threads = self.config.threads
+        if threads is None and self.size > 1 and self.size >= (os.cpu_count() or 1):
+            threads = 1  # as many ranks as cores: more BLAS threads would only contend
+        return threads
+
+    def lr(self, training):
+        """The learning rate this epoch trains with."""
+        schedulable = training.schedulable
+        return schedulable.lr if schedulable is not None else self.config.lr
+
+    def evaluate(self, training):
+        """The serial model's loss and accuracy on the test set, over every rank's share (the
+        trained blocks gathered into it first: collective)."""
+        if training.placement is not None:
+            training.placement.gather()
+        result = evaluate(
+            self.model,
+            self.test_loader,
+            len(self.train_set.classes),
+            self.config.device,
+            comm=self.comm,
+            callbacks=training.callbacks,
+        )
+        if self.config.skip_unreadable:
+            result["skipped"] = self._skipped(training)
+        return result
+
+    def end_epoch(self, epoch, lr, stats, result, records, training):
+        """Stop on divergence, step the LR schedule, then rank 0 writes the epoch."""
+        problem = divergence(result, self.model, self._first_loss)
+        if problem is not None:
+            raise Diverged(
+                f"epoch {epoch}: {problem}; training diverged. Lower {option('lr')}, or "
+                f"clip gradients ({option('clip_grad_norm')})"
+            )
+        if self._first_loss is None:
+            self._first_loss = result["loss"]
+        if isinstance(self.scheduler, ReduceOnPlateau):
+            self.scheduler.step(1.0 - result["acc"])  # the validation top-1 error
+        elif self.scheduler is not None:
+            self.scheduler.step()
+        state = None
+        if training.checkpoints_optimizer and training.optimizer is not None:
+            state = training.optimizer.state_dict()
+            if training.placement is not None:  # collective: every rank's blocks
+                state = training.placement.gather_state(state)
+        if self.rank == 0:
+            self._record(epoch, lr, stats, result, records, state)
+        self._last_good = epoch
+
+    def finish(self, result):
+        """After the last epoch: write the trace, say where the run is; returns ``result``."""
+        if self.tracing is not None:  # perf: every rank writes its part, rank 0 merges them
+            trace_path = self.tracing.finish(self.out, self.comm)
             if self.rank == 0:
                 print(f"timeline: {trace_path} (open it in https://ui.perfetto.dev)")
         if self.rank == 0:
@@ -229,58 +317,27 @@ class TrainingRun:
                 )
         return result
 
-    def _thread_count(self):
-        threads = self.config.threads
-        if threads is None and self.size > 1 and self.size >= (os.cpu_count() or 1):
-            threads = 1  # as many ranks as cores: more BLAS threads would only contend
-        return threads
-
-    def _epochs(self):
-        config, engine = self.config, self.engine
-        result = first_loss = None
-        for epoch in range(self.start_epoch + 1, config.epochs + 1):
-            progress = self.rank == engine.progress_rank and config.progress
-            stats, lr, records = engine.train(epoch, progress)
-            result = evaluate(
-                self.model, self.test_loader, len(self.train_set.classes), config.device,
-                comm=self.comm, callbacks=engine.callbacks,
-            )  # fmt: skip
-            if config.skip_unreadable:
-                result["skipped"] = self._skipped()
-            problem = divergence(result, self.model, first_loss)
-            if problem is not None:
-                raise Diverged(
-                    f"epoch {epoch}: {problem}; training diverged. Lower {option('lr')}, or "
-                    f"clip gradients ({option('clip_grad_norm')})"
-                )
-            if first_loss is None:
-                first_loss = result["loss"]
-            if isinstance(self.scheduler, ReduceOnPlateau):
-                self.scheduler.step(1.0 - result["acc"])  # the validation top-1 error
-            elif self.scheduler is not None:
-                self.scheduler.step()
-            if self.rank == 0:
-                self._record(epoch, lr, stats, result, records)
-            self._last_good = epoch
-            engine.evaluated()
-        return result
-
-    def _skipped(self):
+    def _skipped(self, training):
         """Unreadable images left out so far (train and test), over every rank."""
-        loaders = (getattr(self.engine, "loader", None), self.test_loader)
+        loaders = (training.loader, self.test_loader)
         count = sum(len(getattr(loader, "skipped", ())) for loader in loaders)
         if self.comm is not None:
             total = np.array([count], dtype=np.float64)
             count = int(self.comm.allreduce(total, op="sum")[0])
         return count
 
-    def _record(self, epoch, lr, stats, result, records):
+    def _record(self, epoch, lr, stats, result, records, optimizer_state):
         def save(path):
             save_checkpoint(
-                path, self.model, self.engine.checkpoint_optimizer, epoch=epoch,
-                rng=md_random.get_state(), config=self.record(), run_id=self.run_id,
+                path,
+                self.model,
+                optimizer_state,
+                epoch=epoch,
+                rng=md_random.get_state(),
+                config=self.record(),
+                run_id=self.run_id,
                 scheduler=self.scheduler.state_dict() if self.scheduler else None,
-            )  # fmt: skip
+            )
 
         print(epoch_line(epoch, self.config.epochs, stats, result), flush=True)
         if result.get("skipped"):
@@ -288,7 +345,7 @@ class TrainingRun:
         self.run_dir.record_epoch(save, [epoch_record(epoch, lr, stats, result), *records])
         for record in records:
             if record.get("kind") == "dist":
-                print(self.engine.format_record(record), flush=True)
+                print(self.training.describe(record), flush=True)
 
 
 def fit(config: TrainConfig, resume: str | None = None) -> dict | None:
@@ -298,4 +355,5 @@ def fit(config: TrainConfig, resume: str | None = None) -> dict | None:
     (None when the checkpoint of ``resume`` already reached ``config.epochs``).
     Data-parallel and other distributed runs: ``minidl.dist.fit``.
     """
-    return TrainingRun(config, resume=resume).run()
+    with TrainingRun(config, resume=resume) as run:
+        return train_epochs(run, run.local_training())

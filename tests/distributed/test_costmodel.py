@@ -91,7 +91,7 @@ def test_library_allreduce_has_no_formula():
 
 def test_auto_picks_among_implemented_algorithms_in_a_known_mode():
     assert set(allreduce_cost.AUTO_ALGORITHMS) <= set(collectives.ALLREDUCE_ALGORITHMS)
-    choice = allreduce_cost.AutoChoice("rule", collectives.SEGMENT_BYTES)
+    choice = collectives.AutoChoice("rule", collectives.SEGMENT_BYTES)
     with pytest.raises(ValueError, match="rule, model, measure"):
         choice.mode = "fastest"
     assert choice.mode == "rule"

@@ -2,8 +2,8 @@
 
 Besides the ``Communicator`` (``comm.py``), two modules of ``minidl.dist``
 work on raw mpi4py communicators by design: ``job.py`` (which imports mpi4py,
-and aborts the job), and ``collectives.py`` and ``hierarchical.py`` (the allreduce
-algorithms, run by ``comm.py`` on the communicators it hands them).
+and aborts the job), and ``collectives.py`` (the allreduce algorithms, run by
+``comm.py`` on the communicators it hands them).
 """
 
 import ast
@@ -13,7 +13,7 @@ import minidl
 
 PACKAGE = pathlib.Path(minidl.__file__).parent
 MAY_IMPORT_MPI4PY = {"dist/job.py", "dist/collectives.py"}
-MAY_CALL_MPI = MAY_IMPORT_MPI4PY | {"dist/comm.py", "dist/hierarchical.py"}
+MAY_CALL_MPI = MAY_IMPORT_MPI4PY | {"dist/comm.py"}
 # mpi4py's buffer calls (a Communicator's methods are lower case; mpi4py's lower-case
 # object calls share their names and are caught by the ``.mpi`` they are reached through)
 MPI_CALLS = {

@@ -326,7 +326,7 @@ def check_spatial_tp_training(comm):
     share of the batch; 20 steps equal one process with the whole batch, the tp and dp bytes
     counted equal tensor_volume's; a plan splitting the front, and pp on this placement, are
     refused in one line."""
-    from minidl.dist.hybrid import SpatialTensorPlacement, local_rows, place_on_grid
+    from minidl.dist.fit import SpatialTensorPlacement, local_rows, place_on_grid
     from minidl.train.config import ConfigError
 
     data = [
@@ -361,7 +361,7 @@ def check_spatial_tp_training(comm):
     else:
         message = ""
     assert "the first 6 layers run split over image rows (spatial)" in message, message
-    refused_with_pp = "pipeline grids (pp) train in minidl.dist.pipeline's engine (with dp"
+    refused_with_pp = "pipeline grids (pp) train in minidl.dist.pipeline's stages (with dp"
     for axis in ("tp", "spatial"):
         try:
             place_on_grid(lenet(), dist.Grid(comm, pp=2, **{axis: comm.size // 2}), None, 28)
@@ -423,7 +423,7 @@ def check_pipeline_tp_training(comm):
 
 def check_grid_refusals(comm):
     """The grid engine's placement refuses what cannot run, in one line saying what fits."""
-    from minidl.dist.hybrid import place_on_grid
+    from minidl.dist.fit import place_on_grid
     from minidl.train.config import ConfigError
 
     narrow = L.Sequential(L.Linear(4, 2), L.ReLU(), L.Linear(2, 5))

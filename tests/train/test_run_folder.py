@@ -25,7 +25,7 @@ from minidl.cli import main
 from minidl.data import DatasetNotFoundError, FashionMNIST
 from minidl.train import rundir as rundir_module
 from minidl.train.checkpoint import load_checkpoint, save_checkpoint
-from minidl.train.runlock import LOCK_NAME, FolderLock, RunFolderBusy
+from minidl.train.rundir import LOCK_NAME, FolderLock, RunFolderBusy
 
 try:
     FashionMNIST(train=False)
@@ -136,7 +136,7 @@ def test_two_processes_racing_for_a_folder_never_hold_it_together(tmp_path):
 
 def test_a_lock_whose_holder_died_is_free(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from minidl.train.runlock import FolderLock; "
+        [sys.executable, "-c", "import sys, time; from minidl.train.rundir import FolderLock; "
          "FolderLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(600)",
          str(tmp_path)],
         stdout=subprocess.PIPE, text=True, env=SOURCE,

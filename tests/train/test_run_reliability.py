@@ -19,7 +19,7 @@ from minidl.data import DatasetNotFoundError, FashionMNIST
 from minidl.train import rundir as rundir_module
 from minidl.train.checkpoint import load_checkpoint, save_checkpoint
 from minidl.train.run import divergence
-from minidl.train.run_status import run_status
+from minidl.train.rundir import run_status
 
 try:
     FashionMNIST(train=False)

@@ -8,8 +8,7 @@ import pytest
 from minidl.cli import main
 from minidl.data import DatasetNotFoundError, FashionMNIST
 from minidl.train.metrics import read_metrics
-from minidl.train.run_status import job_aborted, run_status, when_aborted
-from minidl.train.rundir import RunDirectory
+from minidl.train.rundir import RunDirectory, job_aborted, run_status, when_aborted
 
 
 def write_run(path, epochs, done, tail=""):

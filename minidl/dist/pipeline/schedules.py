@@ -59,6 +59,16 @@ def _check_counts(ranks, micro_batches, chunks=1):
             raise ValueError(f"a pipeline schedule needs {name} >= 1 (an int), got {value!r}")
 
 
+def _check_groups(ranks, micro_batches):
+    if micro_batches % ranks:
+        fits = ", ".join(str(ranks * i) for i in range(1, 4))
+        raise ValueError(
+            f"the interleaved schedule runs micro-batches in groups of P = {ranks}; "
+            f"{micro_batches} micro-batches is not a multiple of {ranks} (try {fits}), "
+            "or use 1f1b"
+        )
+
+
 def _with_messages(rank, ranks, chunks, compute, step_each=False):
     """Add the receives before and the sends after each compute of ``compute``; end with step
     (``step_each``: a step after each backward instead, its micro-batch's update)."""
@@ -124,13 +134,7 @@ def interleaved(ranks, micro_batches, chunks=2):
     Rank r warms up with min(2(P-r-1) + (v-1)P, vM) forwards, then alternates.
     """
     _check_counts(ranks, micro_batches, chunks)
-    if micro_batches % ranks:
-        fits = ", ".join(str(ranks * i) for i in range(1, 4))
-        raise ValueError(
-            f"the interleaved schedule runs micro-batches in groups of P = {ranks}; "
-            f"{micro_batches} micro-batches is not a multiple of {ranks} (try {fits}), "
-            "or use 1f1b"
-        )
+    _check_groups(ranks, micro_batches)
     group, total = ranks * chunks, chunks * micro_batches
 
     def virtual(op, j):
@@ -159,17 +163,30 @@ SCHEDULES = {
 ASYNCHRONOUS = ("pipedream",)  # an update per micro-batch: not the serial step
 
 
-def build(name, ranks, micro_batches, chunks=1):
-    """The programs of schedule ``name`` (one of ``SCHEDULES``), one instruction list per rank."""
+def default_chunks(name):
+    """Model chunks per rank when none are given: 2 for interleaved, else 1."""
+    return 2 if name == "interleaved" else 1
+
+
+def check(name, ranks, micro_batches, chunks=1):
+    """Refuse what ``build`` cannot build (``ValueError`` saying what would), without building."""
     if name not in SCHEDULES:
         raise ValueError(
             f"unknown pipeline schedule {name!r}; choose one of {', '.join(SCHEDULES)}"
         )
+    _check_counts(ranks, micro_batches, chunks)
     if name == "interleaved":
-        return interleaved(ranks, micro_batches, chunks)
-    if chunks != 1:
+        _check_groups(ranks, micro_batches)
+    elif chunks != 1:
         raise ValueError(
             f"the {name} schedule puts one model chunk on each rank, got chunks={chunks}; "
             "use chunks=1, or the interleaved schedule"
         )
+
+
+def build(name, ranks, micro_batches, chunks=1):
+    """The programs of schedule ``name`` (one of ``SCHEDULES``), one instruction list per rank."""
+    check(name, ranks, micro_batches, chunks)
+    if name == "interleaved":
+        return interleaved(ranks, micro_batches, chunks)
     return SCHEDULES[name](ranks, micro_batches)

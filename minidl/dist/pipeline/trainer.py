@@ -47,7 +47,7 @@ from minidl import backend
 from minidl import functional as F
 from minidl.dist.data_parallel import DistributedOptimizer
 from minidl.dist.pipeline.executor import PipelineExecutor, check_tag_room
-from minidl.dist.pipeline.schedules import ASYNCHRONOUS, SCHEDULES, build
+from minidl.dist.pipeline.schedules import ASYNCHRONOUS, build, default_chunks
 from minidl.dist.pipeline.stages import BALANCE_BY, build_stage, partition
 from minidl.perf.pipeline_profile import Partition
 from minidl.perf.pipeline_simulate import stage_of
@@ -102,11 +102,7 @@ class PipelineTrainer:
         data_parallel=None,
         allreduce="auto",
     ):
-        if schedule not in SCHEDULES:
-            raise ValueError(
-                f"unknown pipeline schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}"
-            )
-        chunks = (2 if schedule == "interleaved" else 1) if chunks is None else chunks
+        chunks = default_chunks(schedule) if chunks is None else chunks
         self.programs = build(schedule, comm.size, micro_batches, chunks)
         self._programs = {micro_batches: self.programs}
         check_tag_room(micro_batches, chunks)
@@ -251,18 +247,25 @@ class PipelineTrainer:
         hyper = next(h for h in hypers if h is not None)
         return {"hyper": hyper, "state": [merged[i] for i in range(self._serial_count)]}
 
-    def load_optimizer_state(self, whole):
-        """Give this rank's optimizer its parameters' share of ``whole`` (a one-process
-        optimizer's ``state_dict``, e.g. from ``full_optimizer_state`` or a checkpoint)."""
+    def optimizer_share(self, whole):
+        """This rank's parameters' share of ``whole`` (a one-process optimizer's
+        ``state_dict``, e.g. from ``full_optimizer_state`` or a checkpoint); None when the
+        rank holds no parameters."""
         if len(whole["state"]) != self._serial_count:
             raise ValueError(
                 f"the optimizer state holds {len(whole['state'])} parameters, the model has "
                 f"{self._serial_count}; load the state of an optimizer over this model's "
                 "parameters"
             )
-        if self._stage_optimizer is not None:
-            state = [whole["state"][i] for i in self._serial_indices]
-            self._stage_optimizer.load_state_dict({"hyper": whole["hyper"], "state": state})
+        if self._stage_optimizer is None:
+            return None
+        return {"hyper": whole["hyper"], "state": [whole["state"][i] for i in self._serial_indices]}
+
+    def load_optimizer_state(self, whole):
+        """Give this rank's optimizer its parameters' share of ``whole``."""
+        share = self.optimizer_share(whole)
+        if share is not None:
+            self._stage_optimizer.load_state_dict(share)
 
 
 def _one_allreduce_per_step(optimizer, comm, allreduce):
