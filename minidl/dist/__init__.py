@@ -11,8 +11,7 @@ is imported by ``init()``, not by ``import minidl.dist``.
 
 from minidl.dist.collectives import ALLREDUCE_ALGORITHMS
 from minidl.dist.comm import Communicator, Request, init
-from minidl.dist.compressed import CompressedOptimizer
-from minidl.dist.compression import GradientEncoder
+from minidl.dist.compression import CompressedOptimizer, GradientEncoder
 from minidl.dist.config import DistConfig, DistMode
 from minidl.dist.consistency import make_session
 from minidl.dist.data_parallel import DistributedOptimizer, NonFiniteGradientError

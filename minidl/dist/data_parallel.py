@@ -139,7 +139,7 @@ class ReplicatedOptimizer(OptimizerWrapper):
     """The wrapped ``optimizer`` on identical replicas; subclasses define ``_average_gradients``.
 
     ``DistributedOptimizer`` averages in buckets during backward, ``CompressedOptimizer``
-    (``compressed.py``) in a compressed wire format. Constructing it checks that every
+    (``compression.py``) in a compressed wire format. Constructing it checks that every
     rank built the same model and broadcasts parameters, buffers and optimizer state
     from rank 0. ``allreduce``: ``"auto"`` or one of ``minidl.dist.ALLREDUCE_ALGORITHMS``;
     ``model``: its buffers (batch-norm statistics) are broadcast too, and its

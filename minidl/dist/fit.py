@@ -28,7 +28,7 @@ from ..train.loop import Training, train_epochs
 from ..train.run import TrainingRun
 from ..train.setup import augmentation, make_optimizer
 from .comm import init
-from .compressed import CompressedOptimizer
+from .compression import CompressedOptimizer
 from .config import DistConfig
 from .consistency import global_train_stats, make_session
 from .consistency.ps import TrainingAborted
