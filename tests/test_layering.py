@@ -211,6 +211,56 @@ def test_minidl_imports_follow_the_layers():
     assert not problems, "layering violations:\n" + "\n".join(problems)
 
 
+# the parallelisms of minidl.dist: they take what a run gives them as callbacks or arguments
+PARALLELISMS = tuple(
+    f"minidl.dist.{name}"
+    for name in "tensor spatial pipeline consistency data_parallel compression grid".split()
+)
+# the run machinery: run folders, resume, metrics, the run itself, faults, launching, the CLI
+RUN_MACHINERY = tuple(
+    f"minidl.{name}"
+    for name in (
+        "train.rundir train.resume train.metrics train.progress train.run dist.fit "
+        "dist.watchdog dist.straggler dist.launch cli"
+    ).split()
+)
+
+
+def _within(module, prefixes):
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def machinery_violations(edges):
+    """One line per import of the run machinery by a parallelism, or of perf by the
+    Communicator."""
+    problems = []
+    for e in edges:
+        if _within(e.source, PARALLELISMS) and _within(e.target, RUN_MACHINERY):
+            problems.append(f"{e}: the parallelism {e.source} imports the run machinery")
+        if e.source == "minidl.dist.comm" and _within(e.target, ("minidl.perf",)):
+            problems.append(f"{e}: the Communicator imports perf")
+    return problems
+
+
+def test_parallelisms_take_the_run_machinery_as_arguments_not_imports():
+    problems = machinery_violations(import_edges())
+    assert not problems, "\n".join(problems)
+
+
+def test_the_machinery_check_catches_each_kind():
+    edges = [
+        edge("minidl.dist.tensor.layers", "minidl.dist.watchdog"),
+        edge("minidl.dist.consistency.server", "minidl.train.rundir"),
+        edge("minidl.dist.comm", "minidl.perf.allreduce_cost"),
+        edge("minidl.dist.fit", "minidl.dist.tensor"),
+        edge("minidl.dist.pipeline.trainer", "minidl.dist.data_parallel"),
+    ]
+    problems = machinery_violations(edges)
+    assert len(problems) == 3, problems
+    assert "parallelism minidl.dist.tensor.layers imports the run machinery" in problems[0]
+    assert "Communicator imports perf" in problems[2]
+
+
 # ------------------------------------------------ the checker itself catches each kind
 def edge(source, target, statement="import"):
     return Edge(source, target, source.replace(".", "/") + ".py", 1, statement)

@@ -12,11 +12,10 @@ What may and may not change, and the notes on changes, are the library's
 from ..dist.grid import GridShape
 
 # how this launch runs, not what the run is
-NOT_RESTORED = (
-    "out", "resume", "overwrite", "verbose", "no_progress", "progress", "threads", "workers",
-    "device", "trace", "hang_timeout", "argv", "dist", "world_size", "data_dir", "verify_data",
-    "straggler", "jitter", "grid",
-)  # fmt: skip
+NOT_RESTORED = tuple(
+    "out resume overwrite verbose no_progress progress threads workers device trace hang_timeout "
+    "argv dist world_size data_dir verify_data straggler jitter grid".split()
+)
 # options of a --dist run: restored only when the resumed run has --dist too
 DIST_ONLY = ("compress", "error_feedback", "servers")
 # options of a pipeline: restored only when the resumed run has a pipeline (--grid ...,pp=P)

@@ -350,10 +350,8 @@ def run_eval(args):
     """Print the test accuracy and the confusion matrix of a checkpoint."""
     ckpt = load_checkpoint(args.checkpoint)
     config = ckpt.training_config()
-    options = dict(
-        device=args.device, verify_data=args.verify_data, ten_crop=args.ten_crop,
-        data_workers=args.data_workers, skip_unreadable=args.skip_unreadable,
-    )  # fmt: skip
+    given = ("device", "verify_data", "ten_crop", "data_workers", "skip_unreadable")
+    options = {name: getattr(args, name) for name in given}
     if args.data_dir or config["dataset"] != "folder":
         options["data_dir"] = args.data_dir
     run_config = TrainConfig.from_record(config).replace(**options)

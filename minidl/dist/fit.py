@@ -41,6 +41,7 @@ from .straggler import Straggler
 from .telemetry import StalenessHistogram, summarize_epoch
 from .tensor import TRAFFIC, PlacementError, TensorParallel, one_weird_trick_plan, tail_plan
 from .watchdog import Heartbeat, Watchdog, idle
+from .watchdog import progress as made_progress
 from .workers import fit_on_workers
 
 
@@ -393,7 +394,12 @@ def consistency_training(run, options):
     server serves, a worker trains with the session's optimizer and loader."""
     config, comm = run.config, run.comm
     session = make_session(
-        options, comm, run.model, lambda params: make_optimizer(config, params), seed=config.seed
+        options,
+        comm,
+        run.model,
+        lambda params: make_optimizer(config, params),
+        seed=config.seed,
+        progress=made_progress,
     )
     servers = session.layout.servers if options.mode.uses_server else 0
     epochs = SessionEpochs(session, options.mode.text, comm)

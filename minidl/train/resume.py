@@ -15,11 +15,10 @@ from .config import option
 
 FIXED = ("model", "activation", "dataset", "optimizer", "subset", "seed", "dtype")
 # how this launch runs, not what the run is: not announced when they differ
-LAUNCH = (
-    "out", "overwrite", "progress", "threads", "device", "trace", "data_dir", "verify_data",
-    "hang_timeout", "straggler", "jitter", "world_size", "batch_size", "dist",
-    "grid",
-)  # fmt: skip
+LAUNCH = tuple(
+    "out overwrite progress threads device trace data_dir verify_data hang_timeout straggler "
+    "jitter world_size batch_size dist grid".split()
+)
 
 
 class ResumeError(ValueError):

@@ -62,14 +62,24 @@ def divergence(result, model, first_loss=None):
 
 
 def epoch_record(epoch, lr, stats, result):
-    return {
-        "kind": "epoch", "epoch": epoch, "lr": lr,
-        "train_loss": stats["loss"], "train_acc": stats["acc"],
-        "test_loss": result["loss"], "test_acc": result["acc"],
-        "test_top1_error": 1.0 - result["acc"], "test_top5_error": 1.0 - result["top5_acc"],
-        "train_images": stats["images"], "test_images": result["images"],
-        "seconds": stats["seconds"], "images_per_s": stats["images_per_s"],
-    } | ({"skipped_images": result["skipped"]} if "skipped" in result else {})  # fmt: skip
+    record = {
+        "kind": "epoch",
+        "epoch": epoch,
+        "lr": lr,
+        "train_loss": stats["loss"],
+        "train_acc": stats["acc"],
+        "test_loss": result["loss"],
+        "test_acc": result["acc"],
+        "test_top1_error": 1.0 - result["acc"],
+        "test_top5_error": 1.0 - result["top5_acc"],
+        "train_images": stats["images"],
+        "test_images": result["images"],
+        "seconds": stats["seconds"],
+        "images_per_s": stats["images_per_s"],
+    }
+    if "skipped" in result:
+        record["skipped_images"] = result["skipped"]
+    return record
 
 
 def epoch_line(epoch, epochs, stats, result):

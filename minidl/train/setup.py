@@ -15,11 +15,19 @@ DATASETS = {"fashion-mnist": FashionMNIST, "mnist": MNIST, "folder": ImageFolder
 # initialisation, "roughly 90 cycles"; options given anew override it. The validation batch
 # (not the paper's) is the training batch: 1000 images of 224x224 would take 600 MB as input
 RECIPES = {
-    "alexnet-2012": dict(
-        model="alexnet", optimizer="momentum", momentum=0.9, weight_decay=5e-4, batch_size=128,
-        lr=0.01, lr_schedule="plateau", init="paper", epochs=90, test_batch_size=128,
-    ),
-}  # fmt: skip
+    "alexnet-2012": {
+        "model": "alexnet",
+        "optimizer": "momentum",
+        "momentum": 0.9,
+        "weight_decay": 5e-4,
+        "batch_size": 128,
+        "lr": 0.01,
+        "lr_schedule": "plateau",
+        "init": "paper",
+        "epochs": 90,
+        "test_batch_size": 128,
+    }
+}
 
 
 def make_optimizer(config, params):
@@ -81,10 +89,17 @@ def load_split(config, train, stats=None, comm=None):
         cls = DATASETS[config.dataset]
         return cls(root=config.data_dir, train=train, verify=config.verify_data)
     return ImageFolder(
-        config.data_dir, train, crop_size(config), config.resize, config.ten_crop,
-        config.pca_std, stats, workers=config.data_workers,
-        skip_unreadable=config.skip_unreadable, comm=comm,
-    )  # fmt: skip
+        config.data_dir,
+        train,
+        crop_size(config),
+        config.resize,
+        config.ten_crop,
+        config.pca_std,
+        stats,
+        workers=config.data_workers,
+        skip_unreadable=config.skip_unreadable,
+        comm=comm,
+    )
 
 
 def load_datasets(config, comm=None):

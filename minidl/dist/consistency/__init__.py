@@ -38,16 +38,17 @@ from minidl.layers import Parameter
 EASGD_BETA = 0.9  # alpha = EASGD_BETA / workers unless given (Zhang et al. 2015)
 
 
-def make_session(options, comm, model, make_optimizer, seed=0):
+def make_session(options, comm, model, make_optimizer, seed=0, progress=None):
     """The session of this rank for ``options.mode`` (not sync; see the module docstring).
 
     ``options``: a ``DistConfig`` (servers, compressor, error feedback, poll
     interval, allreduce algorithm); ``make_optimizer(params)`` builds the
-    update rule; ``seed`` seeds random rounding of compressed gradients.
+    update rule; ``seed`` seeds random rounding of compressed gradients;
+    ``progress(where)``: told of each message a server serves (a hang watchdog).
     """
     mode = options.mode
     if mode.uses_server:
-        return ParameterServerSession(options, comm, model, make_optimizer, seed)
+        return ParameterServerSession(options, comm, model, make_optimizer, seed, progress)
     if mode.name == "avg":
         return AveragingSession(options, comm, model, make_optimizer)
     raise ValueError(f"dist mode {mode.text}: not a session mode (sync uses DistributedOptimizer)")
@@ -137,7 +138,7 @@ def global_train_stats(records):
 class ParameterServerSession(_Session):
     """bsp / ssp:S / asp / easgd on one rank: a server of one shard, or a worker."""
 
-    def __init__(self, options, comm, model, make_optimizer, seed=0):
+    def __init__(self, options, comm, model, make_optimizer, seed=0, progress=None):
         mode, poll_interval = options.mode, options.poll_interval
         super().__init__(mode, comm, model)
         self.layout = layout = Layout(comm.size, options.servers, self.buffer.size, mode.text)
@@ -164,7 +165,13 @@ class ParameterServerSession(_Session):
                 per_clock = mode.staleness is not None
                 rule = GradientRule(self.schedulable, compressor, layout.workers, per_clock)
             self.server = ParameterServer(
-                self.protocol, layout, rule, mode.staleness, push_capacity[rank], poll_interval
+                self.protocol,
+                layout,
+                rule,
+                mode.staleness,
+                push_capacity[rank],
+                poll_interval,
+                progress,
             )
             return
         link = ServerLink(self.protocol, layout, push_capacity, poll_interval)

@@ -21,7 +21,6 @@ from minidl.dist.collectives import divide_in_place
 from minidl.dist.consistency import ps
 from minidl.dist.consistency.ssp import ClockedGradients, ClockTable
 from minidl.dist.telemetry import RankCounters, StalenessHistogram
-from minidl.dist.watchdog import progress as made_progress
 
 DEFAULT_POLL_INTERVAL = 2e-4  # seconds; chosen with benchmarks/bench_consistency.py --poll
 
@@ -81,10 +80,12 @@ class GradientRule:
 
 
 class ParameterServer:
-    """Serve one shard to every worker until each has said DONE (or ABORT) for the epoch."""
+    """Serve one shard to every worker until each has said DONE (or ABORT) for the epoch;
+    ``progress(where)``, when given, is told of every message served (a hang watchdog)."""
 
-    def __init__(self, comm, layout, rule, staleness, push_capacity, poll_interval):
+    def __init__(self, comm, layout, rule, staleness, push_capacity, poll_interval, progress=None):
         self.comm, self.layout, self.rank = comm, layout, comm.rank
+        self.progress = progress
         self.rule = rule
         self.poll_interval = float(poll_interval)
         workers = layout.workers
@@ -127,7 +128,8 @@ class ParameterServer:
             for worker in self._arrivals():
                 if self._handle(worker):
                     finished.add(worker)
-                made_progress(f"serving worker {worker}")
+                if self.progress is not None:
+                    self.progress(f"serving worker {worker}")
             self._release()
         self.comm.wait_all([s for s in self.sends if s is not None])
         if not self.aborted:
