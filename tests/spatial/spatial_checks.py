@@ -24,8 +24,7 @@ from minidl.dist.spatial import (
     spatial_parallel,
     split_rows,
 )
-from minidl.dist.spatial.layers import Blocks, SpatialConv2d, SpatialPool2d, window_args
-from minidl.dist.spatial.model import step_bytes
+from minidl.dist.spatial.layers import Blocks, SpatialConv2d, SpatialPool2d, step_bytes, window_args
 from minidl.dist.telemetry import RankCounters
 from minidl.perf.halo_cost import halo_bytes, needed_rows
 from tests.distributed.mpi_checks import run_named_checks

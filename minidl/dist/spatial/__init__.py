@@ -7,7 +7,7 @@ halo arithmetic and its byte count are in ``minidl.perf.halo_cost``.
 """
 
 from minidl.dist.spatial.exchange import GatherRows, HaloExchange, SumOverGroup
-from minidl.dist.spatial.model import (
+from minidl.dist.spatial.layers import (
     SpatialParallel,
     local_rows,
     plan_rows,

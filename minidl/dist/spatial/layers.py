@@ -1,4 +1,4 @@
-"""Convolution and pooling on a block of an image: halo exchange, then the serial op.
+"""Spatial parallelism: window layers on a block of an image, and the model split into them.
 
 The ranks of a spatial group split every image into R x C blocks (``Blocks``):
 R blocks of rows, and C of columns (C = 1: a split over the height only). A
@@ -13,15 +13,25 @@ exchange). A convolution's weight and bias are the serial layer's own
 Parameters, passed through ``SumOverGroup``: each rank's gradient covers its
 block, and backward sums it over the group, so after ``backward()`` every rank
 holds the serial gradient.
+
+``spatial_parallel(model, group, height)`` places a Sequential: from the first layer on,
+each ``Conv2d``, ``MaxPool2d`` and ``AvgPool2d`` becomes its spatial form, and the
+pointwise layers between them (``ReLU``, ``Tanh``, ``Sigmoid``, ``LocalResponseNorm``:
+they mix channels, never pixels) run on the block as they are. At the first other layer
+the blocks are gathered (``GatherRows``, rows then columns) and the tail runs replicated
+on every rank. ``BatchNorm2d`` (statistics of the whole image) and ``Dropout`` (a mask
+per process) are refused before the tail. The model keeps the serial Parameters under
+their serial names, so its ``state_dict`` is the serial model's.
 """
 
 import math
 
 from minidl import functional as F
 from minidl import layers as L
-from minidl.conv.geometry import pair
-from minidl.dist.spatial.exchange import HaloExchange, SumOverGroup
-from minidl.perf.halo_cost import SplitError, needed_rows, split_rows
+from minidl.conv.geometry import output_size, pair
+from minidl.dist.spatial.exchange import GatherRows, HaloExchange, SumOverGroup
+from minidl.dist.telemetry import RankCounters
+from minidl.perf.halo_cost import SplitError, halo_bytes, needed_rows, split_rows
 
 
 def window_args(layer, axis=0):
@@ -142,3 +152,171 @@ class SpatialPool2d(_Window):
                 self._halo(x, -math.inf), self.kernel_size, self.stride, self.padding
             )
         return F.avg_pool2d(self._halo(x, 0.0), self.kernel_size, self.stride, self.padding)
+
+
+# ---- the split model ------------------------------------------------------------------------
+POINTWISE = (L.ReLU, L.Tanh, L.Sigmoid, L.LocalResponseNorm)
+REFUSED = (L.BatchNorm2d, L.Dropout)
+AXES = ("height", "width")
+
+
+def _walk(model, extent, parts, axis):
+    """[(name, input extent)] of the window layers along ``axis`` (0: height, 1: width), the
+    index of the first tail layer, and the extent the tail gets."""
+    windows = []
+    for index, (name, layer) in enumerate(model._modules.items()):
+        args = window_args(layer, axis)
+        if args is not None:
+            try:
+                needed_rows(extent, *args, parts=parts)
+            except SplitError as error:
+                raise SplitError(
+                    f"layer {name} ({layer!r}) at {AXES[axis]} {extent}: {error}"
+                ) from None
+            windows.append((name, extent))
+            extent = output_size(extent, *args)
+        elif isinstance(layer, REFUSED):
+            raise SplitError(
+                f"layer {name} ({layer!r}) cannot run on a block of an image: it needs the "
+                "whole image at once; put it after the Flatten, or use a grid without spatial"
+            )
+        elif not isinstance(layer, POINTWISE):
+            return windows, index, extent
+    return windows, len(model._modules), extent
+
+
+def plan_rows(model, height, parts, axis=0):
+    """``_walk``'s plan of a split of the height (``axis`` 1: the width) into ``parts``; a
+    split that cannot work raises ``SplitError`` in one line that names the layer and the
+    most parts that would fit (what the grid refuses before any work)."""
+    if not isinstance(model, L.Sequential):
+        raise SplitError(
+            f"spatial parallelism splits an L.Sequential, not a {type(model).__name__}; "
+            "build the model as one Sequential of layers"
+        )
+    if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
+        raise SplitError(f"spatial={parts!r}: give a whole number of ranks >= 1")
+    try:
+        return _walk(model, height, parts, axis)
+    except SplitError as error:
+        fit = next((p for p in range(parts - 1, 1, -1) if _fits(model, height, p, axis)), 1)
+        raise SplitError(
+            f"cannot split this model's {AXES[axis]} {height} into {parts} blocks: {error}; "
+            + (f"{fit} blocks would fit" if fit > 1 else "only the whole image (1 block) fits")
+        ) from None
+
+
+def _fits(model, extent, parts, axis):
+    try:
+        _walk(model, extent, parts, axis)
+    except SplitError:
+        return False
+    return True
+
+
+def step_bytes(model, shape, parts, itemsize=4, cols=1, input_grad=False):
+    """Bytes a training step of ``model`` on an (N, C, H, W) batch sends, summed over the
+    ``parts`` ranks of a split into parts/cols x cols blocks (what ``SpatialParallel.counters``
+    counts):
+
+    - ``halo_bytes``: ``halo_cost.halo_bytes`` of each window layer (forward, and backward
+      for every layer but the first unless ``input_grad``): rows over the whole width,
+      then (cols > 1) columns over the rows each block row reads, sum over i of (hi_i - lo_i);
+    - ``gather_bytes``: each rank's block of the tail's (H', W') input, padded to the longest,
+      to the others of its column, then its rows to the others of its row:
+      R (R - 1) N C ceil(H'/R) W' + P (C - 1) N C H' ceil(W'/C);
+    - ``grad_bytes``: the window layers' weights and biases, allreduced by every rank.
+    """
+    check_cols(parts, cols)
+    rows = parts // cols
+    windows, _, tail_h = plan_rows(model, shape[2], rows)
+    _, _, tail_w = plan_rows(model, shape[3], cols, axis=1)
+    layers = model._modules
+    n, channels, width = shape[0], shape[1], shape[3]
+    halo = 0
+    for index, (name, height) in enumerate(windows):
+        layer, grad = layers[name], index > 0 or input_grad
+        along_h, along_w = window_args(layer, 0), window_args(layer, 1)
+        halo += halo_bytes((n, channels, height, width), *along_h, rows, itemsize, grad)
+        if cols > 1:
+            read = sum(hi - lo for lo, hi in needed_rows(height, *along_h, parts=rows))
+            halo += halo_bytes((n, channels, width, read), *along_w, cols, itemsize, grad)
+        channels = layer.out_channels if isinstance(layer, L.Conv2d) else channels
+        width = output_size(width, *along_w)
+    longest_h = max(b - a for a, b in split_rows(tail_h, rows))
+    longest_w = max(b - a for a, b in split_rows(tail_w, cols))
+    weights = sum(p.data.size for name, _ in windows for p in layers[name].parameters())
+    return {
+        "halo_bytes": halo,
+        "gather_bytes": n
+        * channels
+        * itemsize
+        * (rows * (rows - 1) * longest_h * tail_w + parts * (cols - 1) * tail_h * longest_w),
+        "grad_bytes": parts * weights * itemsize if parts > 1 else 0,  # one rank sums nothing
+    }
+
+
+def local_rows(x, group, cols=1):
+    """This rank's block of an (N, C, H, W) batch: its rows (and with ``cols`` > 1 its
+    columns, rank ``i * cols + j`` holding row block i and column block j), a C-contiguous copy."""
+    rows = group.size // cols
+    (a, b), (c, d) = (
+        split_rows(x.shape[2], rows)[group.rank // cols],
+        split_rows(x.shape[3], cols)[group.rank % cols],
+    )
+    return x[:, :, a:b, c:d].copy()
+
+
+class SpatialParallel(L.Sequential):
+    """``model`` with its leading window layers split over ``group``'s ranks by image blocks.
+
+    ``forward`` takes this rank's block of a ``height`` x ``width`` batch (``local_rows``,
+    with the same ``cols``) and returns what the serial model returns for the whole batch,
+    on every rank. ``cols`` > 1 splits the width too (``width`` is then needed).
+    ``counters`` sums the bytes this rank sent (``halo_bytes``, ``gather_bytes``,
+    ``grad_bytes``) and its halo messages.
+    """
+
+    def __init__(self, model, group, height, width=None, cols=1):
+        check_cols(group.size, cols)
+        windows, gather_at, tail_h = plan_rows(model, height, group.size // cols)
+        tail_w, widths = None, {}
+        if cols != 1:
+            if width is None:
+                raise SplitError(f"cols={cols} splits the width: pass width= (the image's)")
+            col_windows, _, tail_w = plan_rows(model, width, cols, axis=1)
+            widths = dict(col_windows)
+        blocks = Blocks(group, cols)
+        super().__init__()
+        self.counters = RankCounters()
+        heights = dict(windows)
+        for name, layer in model._modules.items():
+            if name in heights:
+                kind = SpatialConv2d if isinstance(layer, L.Conv2d) else SpatialPool2d
+                shape = (heights[name], widths.get(name))
+                layer = kind(layer, blocks, shape, self.counters)
+            setattr(self, name, layer)
+        self._gather_at = gather_at
+        self._gathers = [(2, blocks.down, split_rows(tail_h, blocks.rows))]
+        if blocks.across is not None:
+            self._gathers.append((3, blocks.across, split_rows(tail_w, cols)))
+        self.height, self.width = height, width
+
+    def forward(self, x):
+        for index, layer in enumerate(self._modules.values()):
+            if index == self._gather_at:
+                x = self.gather(x)
+            x = layer(x)
+        return self.gather(x) if self._gather_at == len(self._modules) else x
+
+    def gather(self, x):
+        """The whole activation on every rank from each rank's block."""
+        for axis, comm, rows in self._gathers:
+            x = GatherRows.apply(x, comm=comm, rows=rows, counters=self.counters, axis=axis)
+        return x
+
+
+def spatial_parallel(model, group, height, width=None, cols=1):
+    """``SpatialParallel(model, group, height, width, cols)``: see its docstring (collective
+    over ``group``)."""
+    return SpatialParallel(model, group, height, width, cols)
