@@ -6,7 +6,7 @@ A ``Partition`` is a cut: stage k holds the contiguous layers ``bounds[k] =
 (a pipeline runs at the pace of its slowest stage; 1.0 is perfect).
 ``min_max_bounds`` is the contiguous cut that minimises the largest stage (a
 linear-partition dynamic programme), whatever the per-layer costs:
-``minidl.dist.pipeline.stages`` cuts by parameter count with it, ``cut_by_cost``
+``minidl.dist.pipeline.partition`` cuts by parameter count with it, ``cut_by_cost``
 by measured time.
 
 ``layer_times`` times each layer's forward and backward on one micro-batch (with

@@ -15,7 +15,7 @@ from minidl import dist, optim
 from minidl import functional as F
 from minidl import layers as L
 from minidl.dist.pipeline import PipelineTrainer
-from minidl.dist.pipeline.stages import build_stage, partition
+from minidl.dist.pipeline.trainer import build_stage, partition
 from minidl.reference.dist.pipeline import pipedream_window
 
 STEPS, BATCH, LR = 20, 10, 0.1

@@ -6,7 +6,7 @@ import pytest
 import minidl as md
 from minidl import layers as L
 from minidl.dist.pipeline import partition
-from minidl.dist.pipeline.stages import build_stage
+from minidl.dist.pipeline.trainer import build_stage
 
 
 def model():

@@ -11,8 +11,7 @@ of ``Partition``).
 """
 
 from minidl.dist.pipeline.schedules import SCHEDULES, Instruction, build
-from minidl.dist.pipeline.stages import Stage, partition
-from minidl.dist.pipeline.trainer import PipelineTrainer
+from minidl.dist.pipeline.trainer import PipelineTrainer, Stage, partition
 from minidl.perf import pipeline_simulate as simulate
 from minidl.perf.pipeline_profile import Partition
 from minidl.perf.pipeline_simulate import DeadlockError, ScheduleError, ideal_bubble

@@ -1,4 +1,11 @@
-"""``PipelineTrainer``: train a ``Sequential`` cut into stages over the ranks of a communicator.
+"""Pipeline stages, and ``PipelineTrainer`` that trains a ``Sequential`` cut into them.
+
+Layer pipelining (Ben-Nun & Hoefler 2019, §5.3): stage k holds the contiguous layers
+``bounds[k] = (start, stop)`` of a cut (``Partition``): uniform by layer count, min-max
+by parameter count (``min_max_bounds`` of ``minidl.perf.pipeline_profile``, a
+linear-partition dynamic programme), or at given cut points. A pipeline runs at the pace
+of its slowest stage: a cut's balance is max_k cost_k / mean_k cost_k (1.0 is perfect).
+``PipelineTrainer`` runs the stages over the ranks of a communicator:
 
     trainer = PipelineTrainer(model, comm, optimizer=lambda ps: optim.SGD(ps, lr=0.1),
                               micro_batches=8, schedule="1f1b")
@@ -48,11 +55,106 @@ from minidl import functional as F
 from minidl.dist.data_parallel import DistributedOptimizer
 from minidl.dist.pipeline.executor import PipelineExecutor, check_tag_room
 from minidl.dist.pipeline.schedules import ASYNCHRONOUS, build, default_chunks
-from minidl.dist.pipeline.stages import BALANCE_BY, build_stage, partition
-from minidl.perf.pipeline_profile import Partition
+from minidl.layers import Module, Sequential
+from minidl.perf.pipeline_profile import Partition, min_max_bounds
 from minidl.perf.pipeline_simulate import stage_of
 
+BALANCE_BY = ("layers", "parameters")
 
+
+def layer_costs(model, by="parameters"):
+    """The cost of each layer of ``model``: 1 per layer, or its number of trained scalars."""
+    if by not in BALANCE_BY:
+        raise ValueError(f"unknown stage cost {by!r}; choose one of {', '.join(BALANCE_BY)}")
+    return [1 if by == "layers" else layer.num_parameters() for layer in model]
+
+
+class Stage(Module):
+    """Layers ``start..stop-1`` of a ``Sequential``, registered under their serial indices.
+
+    ``named_parameters()`` thus yields ``"3.weight"`` for the model's layer 3, the
+    name the whole model gives it, so stages' state dicts merge into the model's.
+    """
+
+    def __init__(self, model, start, stop):
+        super().__init__()
+        for index in range(start, stop):
+            setattr(self, str(index), model[index])
+
+    def forward(self, x):
+        for layer in self._modules.values():
+            x = layer(x)
+        return x
+
+
+def _check_model(model, num_stages):
+    if not isinstance(model, Sequential):
+        raise TypeError(
+            f"pipeline stages cut a Sequential, got a {type(model).__name__}; "
+            "write the model as L.Sequential(layer, layer, ...)"
+        )
+    if isinstance(num_stages, bool) or not isinstance(num_stages, (int, np.integer)):
+        raise TypeError(f"the number of stages must be an int, got {num_stages!r}")
+    if num_stages < 1:
+        raise ValueError(f"a pipeline needs at least 1 stage, got {num_stages}")
+    if num_stages > len(model):
+        raise ValueError(
+            f"cannot cut a model of {len(model)} layers into {num_stages} stages "
+            f"(each stage needs a layer); use at most {len(model)} stages"
+        )
+
+
+def _uniform_bounds(num_layers, num_stages):
+    """Stage sizes differ by at most one; the first stages take the extra layers."""
+    sizes = [len(chunk) for chunk in np.array_split(np.arange(num_layers), num_stages)]
+    stops = np.cumsum(sizes).tolist()
+    return [(stop - size, stop) for size, stop in zip(sizes, stops)]
+
+
+def _cut_bounds(num_layers, num_stages, cuts):
+    """Bounds from the first layer index of stages 1..P-1 (strictly increasing, in 1..L-1)."""
+    cuts = [int(c) for c in cuts]
+    if len(cuts) != num_stages - 1:
+        raise ValueError(
+            f"{num_stages} stages need {num_stages - 1} cut points (the first layer of "
+            f"stages 1..{num_stages - 1}), got {len(cuts)}: {cuts}"
+        )
+    edges = [0, *cuts, num_layers]
+    if any(b <= a for a, b in zip(edges, edges[1:])):
+        raise ValueError(
+            f"cut points must increase strictly within 1..{num_layers - 1} so that every "
+            f"stage gets a layer, got {cuts} for a model of {num_layers} layers"
+        )
+    return list(zip(edges, edges[1:]))
+
+
+def partition(model, num_stages, by="layers", cuts=None):
+    """Cut ``model`` (a ``Sequential``) into ``num_stages`` stages; returns a ``Partition``.
+
+    ``by``: ``"layers"`` (uniform by layer count) or ``"parameters"`` (min-max by
+    parameter count); with ``cuts`` (the first layer of stages 1..P-1) the stages
+    are the user's and ``by`` only names the cost the balance is measured in.
+    Bad input is refused before any work, with what would fit.
+    """
+    _check_model(model, num_stages)
+    costs = layer_costs(model, by)
+    if cuts is not None:
+        bounds = _cut_bounds(len(model), num_stages, cuts)
+    elif by == "layers":
+        bounds = _uniform_bounds(len(model), num_stages)
+    else:
+        bounds = min_max_bounds(costs, num_stages)
+    stage_costs = tuple(sum(costs[a:b]) for a, b in bounds)
+    return Partition(tuple(bounds), stage_costs, by)
+
+
+def build_stage(model, partition, index):
+    """The ``Stage`` module of stage ``index`` (it shares the model's layers)."""
+    start, stop = partition.bounds[index]
+    return Stage(model, start, stop)
+
+
+# ---- the trainer ----------------------------------------------------------------------------
 def _partition(model, stages, num_stages):
     """``stages``: "layers", "parameters", a sequence of cut points, or a ``Partition``."""
     if isinstance(stages, Partition):

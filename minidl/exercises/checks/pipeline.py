@@ -18,7 +18,7 @@ from minidl import optim
 from minidl import random as md_random
 from minidl.dist.pipeline import PipelineTrainer
 from minidl.dist.pipeline import schedules as tuned
-from minidl.dist.pipeline.stages import build_stage, partition
+from minidl.dist.pipeline.trainer import build_stage, partition
 from minidl.exercises import ExerciseFailure, exercise, expect_close
 from minidl.perf.pipeline_simulate import ideal_bubble, simulate
 from minidl.reference.dist import pipeline as reference
