@@ -26,7 +26,7 @@ from minidl.cli.train import parse_dist_mode
 from minidl.data import DataLoader, FashionMNIST
 from minidl.dist import DistConfig, init, make_session
 from minidl.dist.straggler import Straggler
-from minidl.dist.telemetry import StalenessHistogram, summarize_epoch
+from minidl.perf.telemetry import StalenessHistogram, summarize_epoch
 from minidl.train.loop import evaluate, train_epoch
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from minidl.cli.specs import parse_compression
 from minidl.dist.compression import GradientEncoder
-from minidl.dist.telemetry import format_table
+from minidl.perf.telemetry import format_table
 
 SCHEMES = [
     ("none", None),

@@ -20,7 +20,7 @@ import statistics
 
 from minidl.cli.report import load_run, run_row
 from minidl.dist.launch import run_mpi
-from minidl.dist.telemetry import format_table
+from minidl.perf.telemetry import format_table
 
 CONSISTENCY_COLUMNS = [
     ("mode", "mode", "{}"),

@@ -15,8 +15,8 @@ import itertools
 import json
 import os
 
-from minidl.dist.telemetry import StalenessHistogram, format_table
 from minidl.perf.pipeline_timeline import bubble
+from minidl.perf.telemetry import StalenessHistogram, format_table
 from minidl.train.metrics import read_metrics
 from minidl.train.rundir import run_status
 

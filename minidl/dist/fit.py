@@ -21,6 +21,7 @@ from ..backend import to_device, to_numpy
 from ..layers import Module, leaves
 from ..perf.halo_cost import SplitError
 from ..perf.pipeline_timeline import PipelineTimeline
+from ..perf.telemetry import StalenessHistogram, summarize_epoch
 from ..perf.tensor_volume import gradient_bytes, tensor_volume
 from ..train.callbacks import Callback, Diverged, NonFiniteLossError, SampleKeys
 from ..train.config import ConfigError, TrainConfig, option
@@ -38,7 +39,6 @@ from .pipeline import PipelineTrainer
 from .pipeline.schedules import ASYNCHRONOUS
 from .spatial import local_rows, plan_rows, spatial_parallel
 from .straggler import Straggler
-from .telemetry import StalenessHistogram, summarize_epoch
 from .tensor import TRAFFIC, PlacementError, TensorParallel, one_weird_trick_plan, tail_plan
 from .watchdog import Heartbeat, Watchdog, idle
 from .watchdog import progress as made_progress

@@ -6,6 +6,8 @@
 * ``trace``: Chrome-trace timelines of runs (``minidl train --trace``).
 * ``minidl predict``: time per iteration, speedup and efficiency of
   data-parallel training on n nodes, and why scaling stalls.
+* ``telemetry``: what distributed training measures (staleness, waiting, bytes
+  on the wire), summed per epoch.
 """
 
 from . import counters  # noqa: F401  (registers the per-layer counters)

@@ -9,7 +9,7 @@ from minidl.dist.consistency.averaging import ElasticRule, elastic_difference
 from minidl.dist.consistency.ps import HEADER_BYTES, Layout, Message
 from minidl.dist.consistency.ssp import ClockedGradients, ClockTable
 from minidl.dist.straggler import Straggler
-from minidl.dist.telemetry import StalenessHistogram, format_table, summarize_epoch
+from minidl.perf.telemetry import StalenessHistogram, format_table, summarize_epoch
 
 
 def test_modes_parse_and_bad_ones_name_the_choices():

@@ -25,8 +25,8 @@ from minidl.dist.spatial import (
     split_rows,
 )
 from minidl.dist.spatial.layers import Blocks, SpatialConv2d, SpatialPool2d, step_bytes, window_args
-from minidl.dist.telemetry import RankCounters
 from minidl.perf.halo_cost import halo_bytes, needed_rows
+from minidl.perf.telemetry import RankCounters
 from tests.distributed.mpi_checks import run_named_checks
 
 # (name, layer, input shape): LeNet-5's and AlexNet's window layers, and odd heights

@@ -29,7 +29,7 @@ from minidl.backend import get_array_module
 from minidl.dist.consistency.ps import TrainingAborted, wait_for_everyone
 from minidl.dist.consistency.worker import ServerClient
 from minidl.dist.data_parallel import FlatBuffer, OptimizerWrapper
-from minidl.dist.telemetry import RankCounters
+from minidl.perf.telemetry import RankCounters
 
 
 def elastic_difference(local, center, alpha):

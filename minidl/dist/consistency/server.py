@@ -20,7 +20,7 @@ from minidl.backend import get_array_module, to_numpy
 from minidl.dist.collectives import divide_in_place
 from minidl.dist.consistency import ps
 from minidl.dist.consistency.ssp import ClockedGradients, ClockTable
-from minidl.dist.telemetry import RankCounters, StalenessHistogram
+from minidl.perf.telemetry import RankCounters, StalenessHistogram
 
 DEFAULT_POLL_INTERVAL = 2e-4  # seconds; chosen with benchmarks/bench_consistency.py --poll
 

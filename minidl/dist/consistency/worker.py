@@ -16,7 +16,7 @@ from minidl.data import DataLoader
 from minidl.dist.compression import Compressor, GradientEncoder
 from minidl.dist.consistency import ps
 from minidl.dist.data_parallel import FlatBuffer
-from minidl.dist.telemetry import RankCounters
+from minidl.perf.telemetry import RankCounters
 
 
 class ServerLink:

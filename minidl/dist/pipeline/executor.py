@@ -22,7 +22,7 @@ stashing: a forward leaves the arrays it computed with to its autograd graph and
 gives the stage fresh copies to update; the backward puts the stashed arrays back
 in place while it runs, so it differentiates the weights its forward saw. The
 updates between a micro-batch's forward and its backward are its staleness
-(``staleness``, a ``telemetry.StalenessHistogram``).
+(``staleness``, a ``minidl.perf.telemetry.StalenessHistogram``).
 """
 
 import time
@@ -32,9 +32,9 @@ import numpy as np
 
 from minidl import backend
 from minidl.autograd import Tensor
-from minidl.dist.telemetry import StalenessHistogram
 from minidl.perf import pipeline_timeline
 from minidl.perf.pipeline_simulate import place_of, stage_of
+from minidl.perf.telemetry import StalenessHistogram
 
 DTYPES = ("float16", "float32", "float64")
 MAX_DIMS = 8

@@ -30,8 +30,8 @@ from minidl import functional as F
 from minidl import layers as L
 from minidl.conv.geometry import output_size, pair
 from minidl.dist.spatial.exchange import GatherRows, HaloExchange, SumOverGroup
-from minidl.dist.telemetry import RankCounters
 from minidl.perf.halo_cost import SplitError, halo_bytes, needed_rows, split_rows
+from minidl.perf.telemetry import RankCounters
 
 
 def window_args(layer, axis=0):

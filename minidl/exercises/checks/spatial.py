@@ -10,10 +10,10 @@ Cases cover halos of 1 and 2 rows and blocks of uneven height.
 import numpy as np
 
 from minidl.dist.spatial import HaloExchange, split_rows
-from minidl.dist.telemetry import RankCounters
 from minidl.exercises import exercise, expect_close
 from minidl.exercises.checks.collectives import expect_on_every_rank
 from minidl.perf.halo_cost import needed_rows
+from minidl.perf.telemetry import RankCounters
 from minidl.reference.dist import halo as reference
 
 PATH = "minidl/reference/dist/halo.py"
