@@ -44,8 +44,10 @@ def job(sizes_mb, repeats, save_levels_to=None):
     if comm.rank == 0:
         for level, p in levels.items():
             if p is not None:
-                print(f"  {level}: alpha {p.alpha * 1e6:.1f} us, "
-                      f"{8 / p.beta / 1e9:.2f} Gbit/s", flush=True)  # fmt: skip
+                print(
+                    f"  {level}: alpha {p.alpha * 1e6:.1f} us, {8 / p.beta / 1e9:.2f} Gbit/s",
+                    flush=True,
+                )
     for mb in sizes_mb:
         x = np.ones(int(mb * (1 << 20)) // 4, dtype=np.float32)
         measured = {a: float(np.median(time_allreduce(comm, x, a, repeats))) for a in ALGORITHMS}
@@ -84,8 +86,8 @@ def main():
         with cluster.Cluster(args.nodes, rate=rate, name=f"bench{os.getpid()}") as c:
             print(f"links: {rate or 'unlimited'}", flush=True)
             env = {"PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1"}
-            command = [sys.executable, __file__, "--job", "--sizes-mb", args.sizes_mb,
-                       "--repeats", str(args.repeats)]  # fmt: skip
+            command = [sys.executable, __file__, "--job", "--sizes-mb", args.sizes_mb]
+            command += ["--repeats", str(args.repeats)]
             if args.save_levels:
                 stem, suffix = os.path.splitext(os.path.abspath(args.save_levels))
                 command += ["--save-levels", f"{stem}-{rate or 'unlimited'}{suffix}"]

@@ -154,16 +154,18 @@ def main():
     )
     for rate in args.rates.split(","):
         rate = None if rate == "none" else rate
-        with cluster.Cluster(args.nodes + 1, rate=rate, name=f"train{os.getpid()}") as c, \
-                tempfile.TemporaryDirectory() as tmp:  # fmt: skip
+        with (
+            cluster.Cluster(args.nodes + 1, rate=rate, name=f"train{os.getpid()}") as c,
+            tempfile.TemporaryDirectory() as tmp,
+        ):
             for name in args.runs.split(","):
                 mode, compress, server = RUNS[name]
                 out = os.path.join(tmp, name.replace(" ", "-").replace(":", ""))
-                command = [sys.executable, "-m", "minidl", "train", "--model", args.model,
-                           *OPTIMIZERS[args.model], "--subset", str(args.subset),
-                           "--test-subset", str(args.test_subset), "--epochs", str(args.epochs),
-                           "--batch-size", "32", "--no-progress", "--dist", mode,
-                           "--compress", compress, "--out", out]  # fmt: skip
+                command = [sys.executable, "-m", "minidl", "train", "--model", args.model]
+                command += [*OPTIMIZERS[args.model], "--subset", str(args.subset)]
+                command += ["--test-subset", str(args.test_subset), "--epochs", str(args.epochs)]
+                command += ["--batch-size", "32", "--no-progress", "--dist", mode]
+                command += ["--compress", compress, "--out", out]
                 ranks = [1 if server else 0] + [1] * args.nodes
                 failed, output = run_to_target(
                     c, command, ranks, mpi, mpiexec, env, out, args.target_acc, args.limit_s

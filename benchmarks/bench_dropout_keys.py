@@ -54,8 +54,10 @@ def main():
     a, b = statistics.median(shared), statistics.median(keyed)
     print(f"load average {os.getloadavg()[0]:.1f}; batch {args.batch}, {args.rounds} rounds")
     print(f"shared generator: {1e3 * a:.2f} ms per step (median)")
-    print(f"keyed by sample:  {1e3 * b:.2f} ms per step (median), {b / a:.2f}x, "
-          f"+{1e3 * (b - a):.2f} ms")  # fmt: skip
+    print(
+        f"keyed by sample:  {1e3 * b:.2f} ms per step (median), {b / a:.2f}x, "
+        f"+{1e3 * (b - a):.2f} ms"
+    )
 
 
 if __name__ == "__main__":

@@ -46,10 +46,10 @@ def main():
         for round_ in range(args.rounds):
             for i, (name, (env, flags)) in enumerate(launches.items()):
                 out = os.path.join(tmp, f"round{round_}-launch{i}")
-                command = [sys.executable, "-m", "minidl", "train", "--model", "lenet5",
-                           "--subset", str(args.subset), "--test-subset", "500",
-                           "--epochs", str(args.epochs), "--batch-size", "32", "--no-progress",
-                           "--dist", "sync", "--out", out]  # fmt: skip
+                command = [sys.executable, "-m", "minidl", "train", "--model", "lenet5"]
+                command += ["--subset", str(args.subset), "--test-subset", "500"]
+                command += ["--epochs", str(args.epochs), "--batch-size", "32", "--no-progress"]
+                command += ["--dist", "sync", "--out", out]
                 env = {"PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1", **env}
                 code, output, timed_out = c.mpirun(command, 1, mpi, mpiexec, env, 600, flags)
                 if code != 0 or timed_out:
@@ -57,12 +57,16 @@ def main():
                     return 1
                 times[name].append(training_seconds(out))
     base = statistics.median(times["default"])
-    print(f"{mpi}, 2 nodes x 1 rank, lenet5, {args.epochs} epochs of {args.subset} images, "
-          f"{args.rounds} alternating rounds; median training seconds:")  # fmt: skip
+    print(
+        f"{mpi}, 2 nodes x 1 rank, lenet5, {args.epochs} epochs of {args.subset} images, "
+        f"{args.rounds} alternating rounds; median training seconds:"
+    )
     for name, values in times.items():
         median = statistics.median(values)
-        print(f"  {name:>22}: {median:6.2f} s ({median / base:.2f}x)  runs: "
-              + " ".join(f"{v:.2f}" for v in values))  # fmt: skip
+        print(
+            f"  {name:>22}: {median:6.2f} s ({median / base:.2f}x)  runs: "
+            + " ".join(f"{v:.2f}" for v in values)
+        )
     return 0
 
 

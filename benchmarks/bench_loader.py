@@ -73,8 +73,9 @@ def plain_rate(paths, crop=224):
     for path in paths:
         patch = load_patch(path)
         top, left = rng.integers(0, 256 - crop + 1, 2)
-        np.ascontiguousarray(patch[top : top + crop, left : left + crop].transpose(2, 0, 1),
-                             dtype=np.float32)  # fmt: skip
+        np.ascontiguousarray(
+            patch[top : top + crop, left : left + crop].transpose(2, 0, 1), dtype=np.float32
+        )
     return len(paths) / (time.perf_counter() - start)
 
 

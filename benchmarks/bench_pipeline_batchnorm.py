@@ -25,10 +25,21 @@ from minidl.train.loop import evaluate
 def lenet5_batchnorm():
     md.manual_seed(0)
     return L.Sequential(
-        L.Conv2d(1, 6, 5, padding=2), L.BatchNorm2d(6), L.ReLU(), L.MaxPool2d(2),
-        L.Conv2d(6, 16, 5), L.BatchNorm2d(16), L.ReLU(), L.MaxPool2d(2), L.Flatten(),
-        L.Linear(400, 120), L.ReLU(), L.Linear(120, 84), L.ReLU(), L.Linear(84, 10),
-    )  # fmt: skip
+        L.Conv2d(1, 6, 5, padding=2),
+        L.BatchNorm2d(6),
+        L.ReLU(),
+        L.MaxPool2d(2),
+        L.Conv2d(6, 16, 5),
+        L.BatchNorm2d(16),
+        L.ReLU(),
+        L.MaxPool2d(2),
+        L.Flatten(),
+        L.Linear(400, 120),
+        L.ReLU(),
+        L.Linear(120, 84),
+        L.ReLU(),
+        L.Linear(84, 10),
+    )
 
 
 def train(micro_batches, train_set, test_set, batch_size):

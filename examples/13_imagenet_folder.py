@@ -92,10 +92,16 @@ def main():
             print(f"wrote {write_val_labels(args.val_solution, root)}")
         recipe = RECIPES["alexnet-2012"] | dict(epochs=args.epochs, batch_size=args.batch_size)
         config = TrainConfig(
-            **recipe, variant=args.variant, dataset="folder", data_dir=str(root),
-            crop_size=args.crop_size, resize=args.resize, device=args.device,
-            out=args.out or str(Path(tmp) / "run"), progress=False,
-        )  # fmt: skip
+            **recipe,
+            variant=args.variant,
+            dataset="folder",
+            data_dir=str(root),
+            crop_size=args.crop_size,
+            resize=args.resize,
+            device=args.device,
+            out=args.out or str(Path(tmp) / "run"),
+            progress=False,
+        )
         result = md.train.fit(config)
         print(
             f"top-1 error {100 * (1 - result['acc']):.1f}%, top-5 error "

@@ -109,8 +109,9 @@ def plot(rows, ranks, path):
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     names = [r[0] for r in rows]
     left.barh(names, [r[2] / 1e6 for r in rows], label="counted")
-    left.scatter([r[3] / 1e6 for r in rows], names, color="black", marker="|", s=200,
-                 label="predicted")  # fmt: skip
+    left.scatter(
+        [r[3] / 1e6 for r in rows], names, color="black", marker="|", s=200, label="predicted"
+    )
     left.set(xlabel="MB sent per step (all ranks)", ylabel="layout", title="communication")
     left.legend(fontsize=8)
     right.barh(names, [r[1] for r in rows])

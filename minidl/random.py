@@ -37,8 +37,8 @@ def set_sample_keys(keys):
     row, seeded by the row's key (e.g. ``(seed, epoch, dataset index)``) and the draw's number
     within the step; ``None``: from the shared generator again. Keyed by sample, the masks do
     not depend on how a global batch is split over ranks."""
-    _samples.update(keys=None if keys is None else [tuple(int(k) for k in key) for key in keys],
-                    draws=0)  # fmt: skip
+    keys = None if keys is None else [tuple(int(k) for k in key) for key in keys]
+    _samples.update(keys=keys, draws=0)
 
 
 def sample_generators(rows):

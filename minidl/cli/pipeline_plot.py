@@ -53,10 +53,8 @@ def plot_timeline(trace, path, title="pipeline timeline"):
             ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=colour)
         for e in events:
             if e["pid"] == rank and e["cat"] in ("forward", "backward") and len(ranks) <= 8:
-                ax.text(
-                    (e["ts"] - origin + e["dur"] / 2) / 1e3, row, e["name"], ha="center",
-                    va="center", fontsize=6, clip_on=True,
-                )  # fmt: skip
+                centre = (e["ts"] - origin + e["dur"] / 2) / 1e3
+                ax.text(centre, row, e["name"], ha="center", va="center", fontsize=6, clip_on=True)
     for cat, colour in COLOURS.items():
         ax.bar(0, 0, color=colour, label=LABELS.get(cat, cat))
     ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])

@@ -147,10 +147,8 @@ def print_level_scaling(args, model, shape, nbytes, rows, ppn):
     fastest = {n * ppn: min(times.values()) for n, times in rows}
     ranks = sorted(fastest)
     compute, source = compute_from_args(args, model, shape, ranks)
-    points = predict_scaling(
-        compute, args.batch, ranks, nbytes, None, serial_fraction=args.serial_fraction,
-        overlap=args.overlap, comm=fastest.get,
-    )  # fmt: skip
+    options = dict(serial_fraction=args.serial_fraction, overlap=args.overlap, comm=fastest.get)
+    points = predict_scaling(compute, args.batch, ranks, nbytes, None, **options)
     print(
         f"\n{args.model}, B={args.batch} on n = nodes x {ppn} ranks, each n with its fastest "
         f"allreduce above; compute: {source}"

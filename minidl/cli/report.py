@@ -192,11 +192,12 @@ def add_report_arguments(p):
     plot = "where to write the plot (default RUN_DIR/report.png of the first run)"
     p.add_argument("--out", help=plot)
     p.add_argument(
-        "--check", action="store_true",
+        "--check",
+        action="store_true",
         help="only say whether each run finished, aborted or was stopped (one line each); "
         "exit 1 unless every run finished: for batch scripts, as a launcher may exit 0 "
         "after losing a node",
-    )  # fmt: skip
+    )
 
 
 def run_report(args):

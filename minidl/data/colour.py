@@ -69,9 +69,8 @@ def measure(paths, resize=RESIZE, workers=0, skip_unreadable=False):
     with ThreadPoolExecutor(max(1, workers)) as pool:
         for result in pool.map(moments, paths):
             if result is not None:
-                total, outer, count, images = (
-                    total + result[0], outer + result[1], count + result[2], images + 1
-                )  # fmt: skip
+                total, outer, count = total + result[0], outer + result[1], count + result[2]
+                images += 1
     if not images:
         raise ValueError("colour statistics: no readable training image")
     return stats_from_moments(total, outer, count, images)
@@ -128,14 +127,20 @@ def colour_stats(
         target = folder / f"colour-{cache_key(paths, resize)[:32]}.npz"
         if target.is_file():
             with np.load(target) as saved:
-                return ColourStats(*(saved[k] for k in ("mean", "values", "vectors")),
-                                   int(saved["images"]))  # fmt: skip
+                return ColourStats(
+                    *(saved[k] for k in ("mean", "values", "vectors")), int(saved["images"])
+                )
     stats = measure(paths, resize, workers, **options)
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
         buffer = io.BytesIO()
-        np.savez(buffer, mean=stats.mean, values=stats.eigenvalues, vectors=stats.eigenvectors,
-                 images=stats.images)  # fmt: skip
+        np.savez(
+            buffer,
+            mean=stats.mean,
+            values=stats.eigenvalues,
+            vectors=stats.eigenvectors,
+            images=stats.images,
+        )
         with atomic_write(target) as handle:
             handle.write(buffer.getvalue())
     return stats

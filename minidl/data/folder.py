@@ -134,16 +134,18 @@ class ImageFolder:
             raise FolderError(f"{self.root / split}: no images ({', '.join(IMAGE_SUFFIXES)})")
         if stats is None:
             stats = colour_stats(
-                train_paths, resize, stats_images, workers, comm=comm,
+                train_paths,
+                resize,
+                stats_images,
+                workers,
+                comm=comm,
                 skip_unreadable=skip_unreadable,
-            )  # fmt: skip
+            )
         self.stats = stats
         self.samples = list(paths)
         self.labels = np.asarray(labels, dtype=np.int64)
-        self.preparation = Preparation(
-            train, crop, resize, stats.mean, stats.eigenvalues, stats.eigenvectors,
-            pca_std, ten_crop,
-        )  # fmt: skip
+        colour = (stats.mean, stats.eigenvalues, stats.eigenvectors)
+        self.preparation = Preparation(train, crop, resize, *colour, pca_std, ten_crop)
 
     def _validation(self, val_labels):
         val_dir = self.root / "val"

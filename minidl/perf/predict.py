@@ -51,9 +51,16 @@ class ScalingPoint:
 
 
 def predict_scaling(
-    compute, global_batch, nodes, nbytes, network, scheme="ring", serial_fraction=0.0, overlap=0.0,
+    compute,
+    global_batch,
+    nodes,
+    nbytes,
+    network,
+    scheme="ring",
+    serial_fraction=0.0,
+    overlap=0.0,
     comm=None,
-):  # fmt: skip
+):
     """``ScalingPoint`` per node count (see the module doc); ``compute`` has ``step_time(b)``.
 
     ``comm(n)``: seconds of the gradient exchange among n workers, when another model than

@@ -87,8 +87,9 @@ def plot_curves(records, path):
     ax_loss, ax_acc = axes[:2]
     if errors:
         for k in (1, 5):
-            axes[2].plot(x, [100 * r[f"test_top{k}_error"] for r in epochs], marker="o",
-                         label=f"top-{k}")  # fmt: skip
+            axes[2].plot(
+                x, [100 * r[f"test_top{k}_error"] for r in epochs], marker="o", label=f"top-{k}"
+            )
         axes[2].set(xlabel="epoch", ylabel="test error (%)", title="top-1 and top-5 error")
     for split in ("train", "test"):
         ax_loss.plot(x, [r[f"{split}_loss"] for r in epochs], marker="o", label=split)

@@ -24,8 +24,11 @@ def guide_blocks(mpi, slurm):
     """The shell blocks of docs/cluster.md marked ``runs this block: MPI[ slurm]``."""
     text = (ROOT / "docs" / "cluster.md").read_text()
     pattern = r"tests/cluster/test_docs.py runs this block: (\w+)( slurm)? -->\n```sh\n(.*?)```"
-    return [block for kind, on_slurm, block in re.findall(pattern, text, re.S)
-            if kind == mpi and bool(on_slurm) == slurm]  # fmt: skip
+    return [
+        block
+        for kind, on_slurm, block in re.findall(pattern, text, re.S)
+        if kind == mpi and bool(on_slurm) == slurm
+    ]
 
 
 @pytest.mark.parametrize("slurm", [False, True], ids=["ssh", "slurm"])
@@ -34,9 +37,14 @@ def test_the_real_cluster_commands_of_the_guide_run_on_emulated_nodes(cluster, t
     blocks = guide_blocks(here.mpi, slurm)
     assert blocks, f"docs/cluster.md has no block for {here.mpi}{' under SLURM' if slurm else ''}"
     for block in blocks:
-        done = subprocess.run(here.on("node0", ["sh", "-ec", block]), cwd=tmp_path,
-                              env=here.login_env(),
-                              capture_output=True, text=True, timeout=240)  # fmt: skip
+        done = subprocess.run(
+            here.on("node0", ["sh", "-ec", block]),
+            cwd=tmp_path,
+            env=here.login_env(),
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert done.returncode == 0, f"{block}\n{done.stdout}\n{done.stderr}"
     runs = re.findall(r"--out (\S+)", "".join(blocks))
     assert len(runs) >= 2
@@ -62,8 +70,15 @@ def test_the_emulated_cluster_commands_of_the_guide_run(cluster, cluster_tool, t
             command = command.replace("--mpi openmpi", "")  # --mpi auto: this test's MPI
             command = command.replace("python scripts/", f"{sys.executable} {ROOT}/scripts/")
             command = re.sub(r"\bpython -m", f"{sys.executable} -m", command)
-            done = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True,
-                                  text=True, timeout=240)  # fmt: skip
+            done = subprocess.run(
+                command,
+                shell=True,
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=240,
+            )
             assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
     finally:
         cluster_tool.Cluster(1, name=name).down()
@@ -79,12 +94,14 @@ def test_a_cluster_brought_up_by_command_for_an_owner_goes_stale_when_the_owner_
     owner = subprocess.Popen(["sleep", "60"])
     name = f"own{os.getpid()}"
     try:
+        script = str(ROOT / "scripts" / "cluster.py")
         up = subprocess.run(
-            [sys.executable, str(ROOT / "scripts" / "cluster.py"), "up", "--nodes", "1",
-             "--name", name],
+            [sys.executable, script, "up", "--nodes", "1", "--name", name],
             env={**os.environ, "MINIDL_CLUSTER_OWNER": str(owner.pid)},
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert up.returncode == 0, up.stderr
         assert name not in cluster_tool.down_stale()  # its owner lives
         owner.kill()

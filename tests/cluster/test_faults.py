@@ -25,9 +25,10 @@ except DatasetNotFoundError:
     pytest.skip("Fashion-MNIST not found (make data)", allow_module_level=True)
 
 HANG_TIMEOUT = 6
-TRAIN = ["-m", "minidl", "train", "--model", "lenet5", "--subset", "1920", "--no-progress",
-         "--batch-size", "32", "--dist", "sync", "--hang-timeout", str(HANG_TIMEOUT),
-         "--test-subset", "500"]  # fmt: skip
+TRAIN = (
+    "-m minidl train --model lenet5 --subset 1920 --no-progress --batch-size 32 --dist sync "
+    f"--hang-timeout {HANG_TIMEOUT} --test-subset 500"
+).split()
 
 
 def epochs_done(run_dir):
@@ -62,8 +63,8 @@ def assert_intact_and_resumable(c, out):
     state = load_checkpoint(os.path.join(out, "checkpoint.npz"))
     done = epochs_done(out)
     assert done and done == list(range(1, len(done) + 1)), done
-    result = c.run(1, *TRAIN, "--epochs", str(len(done) + 1),
-                   "--resume", os.path.join(out, "checkpoint.npz"), timeout=120)  # fmt: skip
+    resume = ["--epochs", str(len(done) + 1), "--resume", os.path.join(out, "checkpoint.npz")]
+    result = c.run(1, *TRAIN, *resume, timeout=120)
     assert result.returncode == 0 and not result.timed_out, result.output
     assert epochs_done(out) == list(range(1, len(done) + 2))
     assert check(c, out) == (0, f"{out}: finished, {len(done) + 1} epochs\n")
@@ -177,12 +178,16 @@ def test_under_slurm_a_dead_node_ends_the_job_and_the_run_folder_says_why(
     out = str(tmp_path / "run")
     over_ofi = cluster_tool.KEEP_SURVIVORS["mpich"][0] if c.mpi == "mpich" else None
     plugin = "pmi2" if c.mpi == "mpich" else "pmix"
-    srun = ["srun", "-N", "2", "--ntasks-per-node=1", f"--mpi={plugin}", sys.executable, *TRAIN,
-            "--epochs", "50", "--out", out]  # fmt: skip
+    srun = ["srun", "-N", "2", "--ntasks-per-node=1", f"--mpi={plugin}", sys.executable, *TRAIN]
+    srun += ["--epochs", "50", "--out", out]
     job = subprocess.Popen(
-        c.on("node0", srun), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        env=c.login_env(over_ofi), text=True, start_new_session=True,
-    )  # fmt: skip
+        c.on("node0", srun),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=c.login_env(over_ofi),
+        text=True,
+        start_new_session=True,
+    )
     wait_for_a_checkpoint(job, out)
     c.kill("node1")  # its slurmd and the rank
     killed = time.monotonic()

@@ -24,9 +24,10 @@ except DatasetNotFoundError:
 
 # 480 images, 48 per step: 2 nodes x 2 ranks x 12, 3 ranks x 16, 1 process x 48; evaluated
 # on 500 test images (the whole test set took most of each job's time)
-COMMON = ["--model", "lenet5", "--subset", "480", "--no-progress", "--dtype", "float64",
-          "--conv-algo", "im2col", "--optimizer", "momentum", "--lr", "0.02",
-          "--test-subset", "500"]  # fmt: skip
+COMMON = (
+    "--model lenet5 --subset 480 --no-progress --dtype float64 --conv-algo im2col "
+    "--optimizer momentum --lr 0.02 --test-subset 500"
+).split()
 
 
 def train(cluster, ranks, *args):
@@ -64,8 +65,8 @@ def test_sync_on_two_nodes_reading_local_disks_resumes_on_one_process_and_on_thr
     local = c.copy_data_to_local_disks()
     assert not os.listdir(local)  # outside the nodes, the local-disk path is empty
     split = str(tmp_path / "split")
-    result = train(c, 2, "--dist", "sync", "--batch-size", "12", "--epochs", "1",
-                   "--data-dir", local, "--out", split)  # fmt: skip
+    options = "--dist sync --batch-size 12 --epochs 1".split()
+    result = train(c, 2, *options, "--data-dir", local, "--out", split)
     assert result.output.count("epoch 1/1") == 1, result.output  # rank 0 alone reports
     assert json.load(open(os.path.join(split, "config.json")))["world_size"] == 4
     checkpoint = os.path.join(split, "checkpoint.npz")
@@ -76,9 +77,9 @@ def test_sync_on_two_nodes_reading_local_disks_resumes_on_one_process_and_on_thr
     assert_same_weights(weights(on_one), weights(one_process))
 
     on_three = str(tmp_path / "on-three")
-    result = c.run([1, 2], "-m", "minidl", "train", "--no-progress", "--dist", "sync",
-                   "--batch-size", "16", "--epochs", "2", "--data-dir", local,
-                   "--resume", checkpoint, "--out", on_three, timeout=240)  # fmt: skip
+    command = "-m minidl train --no-progress --dist sync --batch-size 16 --epochs 2".split()
+    command += ["--data-dir", local, "--resume", checkpoint, "--out", on_three]
+    result = c.run([1, 2], *command, timeout=240)
     assert result.returncode == 0 and not result.timed_out, result.output
     assert_same_weights(weights(on_three), weights(one_process))
     epochs = [json.loads(line)["epoch"] for line in open(os.path.join(on_three, "metrics.jsonl"))]

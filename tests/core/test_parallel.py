@@ -208,8 +208,9 @@ def test_optimizer_steps_have_the_same_bits_on_1_2_and_3_threads(threads, monkey
     for n in THREADS:
         threads(n)
         rng = np.random.default_rng(2)
-        params = [md.tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True)
-                  for s in shapes]  # fmt: skip
+        params = [
+            md.tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True) for s in shapes
+        ]
         opt = getattr(optim, rule)(params, lr=0.1, weight_decay=0.01)
         for _ in range(3):
             for p in params:

@@ -101,8 +101,9 @@ def test_random_crop_positions_and_flip_rate():
 def test_pca_noise_scale_and_direction():
     values = np.array([3000.0, 200.0, 20.0])
     vectors = np.linalg.qr(np.arange(9.0).reshape(3, 3) + np.eye(3))[0]  # orthonormal columns
-    prep = Preparation(True, crop=8, resize=8, mean=[10, 20, 30], eigenvalues=values,
-                       eigenvectors=vectors)  # fmt: skip
+    prep = Preparation(
+        True, crop=8, resize=8, mean=[10, 20, 30], eigenvalues=values, eigenvectors=vectors
+    )
     rng, patch = np.random.default_rng(1), np.zeros((8, 8, 3), np.uint8)
     alphas = []
     for _ in range(3000):
@@ -137,8 +138,9 @@ def test_colour_statistics_match_numpy_and_are_cached(image_folder, tmp_path):
     pixels = np.concatenate([load_patch(p).reshape(-1, 3) for p in paths]).astype(np.float64)
     np.testing.assert_allclose(stats.mean, pixels.mean(axis=0), rtol=1e-12)
     cov = np.cov(pixels.T, bias=True)
-    np.testing.assert_allclose(cov @ stats.eigenvectors, stats.eigenvectors * stats.eigenvalues,
-                               rtol=1e-9, atol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        cov @ stats.eigenvectors, stats.eigenvectors * stats.eigenvalues, rtol=1e-9, atol=1e-6
+    )
     assert list(stats.eigenvalues) == sorted(stats.eigenvalues, reverse=True)
     (cached,) = (tmp_path / "c").iterdir()
     again = colour_stats(paths, cache=tmp_path / "c")
@@ -164,8 +166,16 @@ def test_a_corrupt_training_image_is_named_or_skipped_with_a_count(image_folder)
 
 
 def _epoch(dataset, workers, batch, rank=0, world_size=1, seed=3):
-    loader = DataLoader(dataset, batch, shuffle=True, seed=seed, workers=workers, rank=rank,
-                        world_size=world_size, prefetch=2)  # fmt: skip
+    loader = DataLoader(
+        dataset,
+        batch,
+        shuffle=True,
+        seed=seed,
+        workers=workers,
+        rank=rank,
+        world_size=world_size,
+        prefetch=2,
+    )
     loader.set_epoch(1)
     return list(loader)
 

@@ -31,8 +31,14 @@ def check_colour_stats_once(comm):
     calls = {"measure": 0, "cache_key": 0}
     counted("measure", calls)
     counted("cache_key", calls)
-    config = TrainConfig(model="alexnet", dataset="folder", data_dir=os.environ["FOLDER"],
-                         crop_size=31, resize=36, data_workers=1)  # fmt: skip
+    config = TrainConfig(
+        model="alexnet",
+        dataset="folder",
+        data_dir=os.environ["FOLDER"],
+        crop_size=31,
+        resize=36,
+        data_workers=1,
+    )
     try:
         load_datasets(config, comm)
     except ImageDecodeError as error:

@@ -12,9 +12,10 @@ from tests.data.conftest import write_image_folder
 
 pytestmark = pytest.mark.mpi
 
-SMALL = ["--model", "alexnet", "--variant", "torchvision", "--dataset", "folder",
-         "--crop-size", "63", "--resize", "72", "--epochs", "1", "--no-progress",
-         "--data-workers", "2"]  # fmt: skip
+SMALL = (
+    "--model alexnet --variant torchvision --dataset folder --crop-size 63 --resize 72 "
+    "--epochs 1 --no-progress --data-workers 2"
+).split()
 
 
 @pytest.fixture
@@ -27,11 +28,10 @@ def folder(tmp_path):
 def test_two_ranks_share_the_folder_and_report_global_metrics(mpi_run, folder, tmp_path):
     root, made = folder
     out = tmp_path / "run"
-    result = mpi_run(
-        2, "-m", "minidl", "train", *SMALL, "--data-dir", str(root), "--dist", "sync",
-        "--batch-size", "3", "--skip-unreadable", "--out", str(out),
-        env={"XDG_CACHE_HOME": str(tmp_path / "cache")}, timeout=240,
-    )  # fmt: skip
+    common = ["-m", "minidl", "train", *SMALL, "--data-dir", str(root)]
+    options = "--dist sync --batch-size 3 --skip-unreadable".split()
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    result = mpi_run(2, *common, *options, "--out", str(out), env=env, timeout=240)
     assert not result.timed_out and result.returncode == 0, result.output
     assert result.output.count("epoch 1/1") == 1  # only rank 0 reports
     (record,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -48,11 +48,13 @@ def test_an_unreadable_image_on_one_rank_ends_the_job_naming_it(mpi_run, folder,
     common = ["-m", "minidl", "train", *SMALL, "--data-dir", str(root), "--batch-size", "3"]
     # one process measures the colour statistics (skipping the bad file) and caches them, so
     # that below only the rank whose share holds the bad file meets it, mid-epoch
-    first = mpi_run(1, *common, "--skip-unreadable", "--out", str(tmp_path / "a"), env=env,
-                    timeout=240)  # fmt: skip
+    first = mpi_run(
+        1, *common, "--skip-unreadable", "--out", str(tmp_path / "a"), env=env, timeout=240
+    )
     assert first.returncode == 0, first.output
-    result = mpi_run(2, *common, "--dist", "sync", "--out", str(tmp_path / "b"), env=env,
-                     timeout=240)  # fmt: skip
+    result = mpi_run(
+        2, *common, "--dist", "sync", "--out", str(tmp_path / "b"), env=env, timeout=240
+    )
     assert not result.timed_out, f"hung:\n{result.output}"
     assert result.returncode != 0
     assert f"{made['corrupt']}: cannot decode the image" in result.output
@@ -73,8 +75,8 @@ def test_two_ranks_equal_one_process_with_the_whole_batch(mpi_run, tmp_path, cor
     root = tmp_path / "images"
     made = write_image_folder(root, corrupt=corrupt)
     images = len(made["train"])  # the readable ones
-    common = ["-m", "minidl", "train", *SMALL, "--data-dir", str(root), "--dtype", "float64",
-              "--lr", "0.02"]  # fmt: skip
+    common = ["-m", "minidl", "train", *SMALL, "--data-dir", str(root)]
+    common += ["--dtype", "float64", "--lr", "0.02"]
     common += ["--skip-unreadable"] if corrupt else ["--subset", "12"]
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
     runs = {}

@@ -110,10 +110,8 @@ def test_grid_dp_2_is_dist_sync_on_two_ranks_bit_for_bit(mpi_run, tmp_path):
 
 
 def test_a_grid_that_does_not_fit_the_job_is_refused_before_any_work(mpi_run, tmp_path):
-    result = mpi_run(
-        2, "-m", "minidl", "train", *COMMON, "--grid", "dp=3", "--out", str(tmp_path / "g"),
-        timeout=60,
-    )  # fmt: skip
+    command = ["-m", "minidl", "train", *COMMON, "--grid", "dp=3", "--out", str(tmp_path / "g")]
+    result = mpi_run(2, *command, timeout=60)
     assert result.returncode != 0
     assert "needs 3 ranks but the job has 2" in result.output, result.output
     assert not (tmp_path / "g" / "metrics.jsonl").exists()

@@ -129,9 +129,8 @@ def test_predict_scaling_uses_each_node_counts_fastest_allreduce_of_the_levels(c
     per-level table; with the roofline calibrated to T(B) = 0.1 s, speedup = 0.1 s / T(n)."""
     path = tmp_path / "levels.json"
     save_levels(path, {"intra": INTRA, "inter": INTER})
-    argv = ["predict", "--model", "lenet5", "--levels", str(path), "--ppn", "2", "--nodes",
-            "1,2,4", "--scaling", "--compute", "roofline", "--time-per-iteration", "0.1",
-            "--batch", "64"]  # fmt: skip
+    argv = ["predict", "--model", "lenet5", "--levels", str(path), "--ppn", "2", "--nodes", "1,2,4"]
+    argv += "--scaling --compute roofline --time-per-iteration 0.1 --batch 64".split()
     assert main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
     blank = lines.index("")

@@ -136,9 +136,13 @@ def check_dp_pp(comm):
     for schedule, m in (("gpipe", 3), ("1f1b", 4)):
         counting = CountingComm(grid.group("dp"))
         trainer = PipelineTrainer(
-            mlp(), grid.group("pp"), optimizer=momentum, schedule=schedule, micro_batches=m,
+            mlp(),
+            grid.group("pp"),
+            optimizer=momentum,
+            schedule=schedule,
+            micro_batches=m,
             data_parallel=counting,
-        )  # fmt: skip
+        )
         losses = []
         for step, (x, y) in enumerate(data):
             half = np.array_split(np.arange(len(y)), 2)[grid.coords["dp"]]
@@ -286,9 +290,13 @@ def check_non_finite(comm):
     grid = dist.Grid(comm, dp=2, pp=comm.size // 2)
     for schedule in ("1f1b", "pipedream"):
         trainer = PipelineTrainer(
-            mlp(), grid.group("pp"), optimizer=sgd, schedule=schedule, micro_batches=3,
+            mlp(),
+            grid.group("pp"),
+            optimizer=sgd,
+            schedule=schedule,
+            micro_batches=3,
             data_parallel=grid.group("dp"),
-        )  # fmt: skip
+        )
         x, y = batches((6,))[0]
         if grid.coords["dp"] == 0:
             x = x.copy()

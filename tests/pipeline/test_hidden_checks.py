@@ -61,9 +61,13 @@ def test_the_reference_passes_the_hidden_weight_stashing_check_on_three_ranks():
         pytest.skip(reason)
     done = subprocess.run(
         [sys.executable, "-m", "minidl", "exercise", "check", "10.4", "--hidden", "--json"],
-        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1"),
-        capture_output=True, text=True, timeout=140, check=False,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=140,
+        check=False,
+    )
     results = json.loads(done.stdout)["results"]
     assert [(r["id"], bool(r["test"]), r["status"]) for r in results] == [
         ("10.4", False, "passed"),

@@ -22,6 +22,11 @@ def all_ops_in_order(programs):
     return [[(i.op, i.micro_batch, i.chunk) for i in p] for p in programs]
 
 
+def program(words):
+    """A rank's instructions from ``op:micro_batch`` words."""
+    return [S.Instruction(op, int(m)) for op, m in (word.split(":") for word in words.split())]
+
+
 @pytest.mark.parametrize("schedule", ("gpipe", "1f1b"))
 def test_gpipe_and_1f1b_reach_the_bubble_formula(schedule):
     for p in RANKS:
@@ -116,16 +121,14 @@ def test_timeline_is_per_rank_and_never_overlaps():
 def test_a_schedule_that_waits_in_a_circle_is_named_a_deadlock():
     programs = S.gpipe(2, 2)
     # stage 1 asks for micro-batch 1 before 0 while stage 0 waits for a gradient first
-    programs[0] = [S.Instruction(op, m) for op, m, _ in [
-        ("forward", 0, 0), ("send_act", 0, 0), ("recv_grad", 0, 0), ("backward", 0, 0),
-        ("forward", 1, 0), ("send_act", 1, 0), ("recv_grad", 1, 0), ("backward", 1, 0),
-        ("step", 0, 0),
-    ]]  # fmt: skip
-    programs[1] = [S.Instruction(op, m) for op, m, _ in [
-        ("recv_act", 1, 0), ("forward", 1, 0), ("recv_act", 0, 0), ("forward", 0, 0),
-        ("backward", 0, 0), ("send_grad", 0, 0), ("backward", 1, 0), ("send_grad", 1, 0),
-        ("step", 0, 0),
-    ]]  # fmt: skip
+    programs[0] = program(
+        "forward:0 send_act:0 recv_grad:0 backward:0 "
+        "forward:1 send_act:1 recv_grad:1 backward:1 step:0"
+    )
+    programs[1] = program(
+        "recv_act:1 forward:1 recv_act:0 forward:0 "
+        "backward:0 send_grad:0 backward:1 send_grad:1 step:0"
+    )
     with pytest.raises(DeadlockError, match="rank 0 at recv_grad.*rank 1 at recv_act"):
         simulate(programs)
 

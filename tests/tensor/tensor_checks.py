@@ -172,9 +172,11 @@ def check_pairs(comm):
     second = L.Conv2d(5, 4, 3, algo="im2col").to("float64")
     serial = L.Sequential(first, L.ReLU(), L.MaxPool2d(2), second)
     pair = L.Sequential(
-        tp.FilterParallelConv2d(first, comm), L.ReLU(), L.MaxPool2d(2),
+        tp.FilterParallelConv2d(first, comm),
+        L.ReLU(),
+        L.MaxPool2d(2),
         tp.InputChannelParallelConv2d(second, comm),
-    )  # fmt: skip
+    )
     x = replicated((2, 3, 10, 10), 3)
     compare("filter-input", serial, pair, x, comm, pairs=[(first, pair[0]), (second, pair[3])])
 
@@ -284,14 +286,21 @@ def two_columns(groups):
     def make():
         md.manual_seed(9)
         return L.Sequential(
-            L.Conv2d(1, 4 * groups, 3, padding=1, algo="im2col"), L.ReLU(),
-            L.LocalResponseNorm(3, alpha=1e-3, beta=0.75, k=2.0), L.MaxPool2d(2),
+            L.Conv2d(1, 4 * groups, 3, padding=1, algo="im2col"),
+            L.ReLU(),
+            L.LocalResponseNorm(3, alpha=1e-3, beta=0.75, k=2.0),
+            L.MaxPool2d(2),
             L.Conv2d(4 * groups, 2 * groups, 3, padding=1, groups=groups, algo="im2col"),
-            L.ReLU(), L.Conv2d(2 * groups, 3, 3, algo="im2col"), L.ReLU(),
+            L.ReLU(),
+            L.Conv2d(2 * groups, 3, 3, algo="im2col"),
+            L.ReLU(),
             L.Conv2d(3, 2 * groups, 1, algo="im2col"),
             L.Conv2d(2 * groups, 2 * groups, 1, groups=groups, algo="im2col"),
-            L.Flatten(), L.Linear(2 * groups * 4, 7), L.Tanh(), L.Linear(7, 10),
-        ).to("float64")  # fmt: skip
+            L.Flatten(),
+            L.Linear(2 * groups * 4, 7),
+            L.Tanh(),
+            L.Linear(7, 10),
+        ).to("float64")
 
     return make
 
@@ -405,10 +414,13 @@ def check_pipeline_tp_training(comm):
         grid = dist.Grid(comm, dp=dp, pp=2, tp=2)
         parallel = tp.TensorParallel(make(), grid.group("tp"))
         trainer = PipelineTrainer(
-            parallel.module, grid.group("pp"), micro_batches=2, schedule="1f1b",
+            parallel.module,
+            grid.group("pp"),
+            micro_batches=2,
+            schedule="1f1b",
             optimizer=lambda ps: optim.Momentum(ps, lr=LR, momentum=0.9),
             data_parallel=grid.group("dp"),
-        )  # fmt: skip
+        )
         for x, y in batches:
             share = tp.Split(len(x), dp).slice(grid.coords["dp"])
             trainer.step(x[share], y[share], len(x))

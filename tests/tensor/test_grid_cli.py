@@ -56,8 +56,9 @@ def test_dp2_tp2_equals_one_process_with_twice_the_batch_and_resumes_on_tp2(
     """Epoch 1 on dp=2,tp=2 (32 per replica), epoch 2 resumed on tp=2 (64), against 2 epochs of
     one process with batch 64: the same weights and momentum under the serial names."""
     grid, straight = str(tmp_path / "grid"), str(tmp_path / "straight")
-    train_mpi(mpi_run, 4, "--grid", "dp=2,tp=2", "--batch-size", "32", "--epochs", "1",
-              "--out", grid)  # fmt: skip
+    train_mpi(
+        mpi_run, 4, "--grid", "dp=2,tp=2", "--batch-size", "32", "--epochs", "1", "--out", grid
+    )
     a, b = checkpoint(grid), checkpoint(serial_run)
     assert {k: v.shape for k, v in a.model_state.items()} == {
         k: v.shape for k, v in b.model_state.items()
@@ -68,8 +69,10 @@ def test_dp2_tp2_equals_one_process_with_twice_the_batch_and_resumes_on_tp2(
         (counted,) = [r for r in map(json.loads, f) if r["kind"] == "grid"]
     assert counted["tp_bytes"] == counted["tp_predicted_bytes"] and min(counted["tp_bytes"]) > 0
     assert counted["dp_bytes"] == counted["dp_predicted_bytes"] and min(counted["dp_bytes"]) > 0
-    train_mpi(mpi_run, 2, "--grid", "tp=2", "--batch-size", "64", "--epochs", "2",
-              "--resume", os.path.join(grid, "checkpoint.npz"))  # fmt: skip
+    resume = os.path.join(grid, "checkpoint.npz")
+    train_mpi(
+        mpi_run, 2, "--grid", "tp=2", "--batch-size", "64", "--epochs", "2", "--resume", resume
+    )
     assert main(["train", *COMMON, "--batch-size", "64", "--epochs", "2", "--out", straight]) == 0
     a, b = checkpoint(grid), checkpoint(straight)
     for k in b.model_state:
@@ -98,8 +101,9 @@ def test_a_spatial_by_tp_grid_trains_the_serial_weights_and_counts_the_tp_bytes(
     """--grid spatial=2,tp=2 on 4 ranks: conv/pool on half of every image's rows, the fully
     connected layers split over tp; the checkpoint holds the serial weights and momentum."""
     out = str(tmp_path / "spatial_tp")
-    train_mpi(mpi_run, 4, "--grid", "spatial=2,tp=2", "--batch-size", "64", "--epochs", "1",
-              "--out", out)  # fmt: skip
+    train_mpi(
+        mpi_run, 4, "--grid", "spatial=2,tp=2", "--batch-size", "64", "--epochs", "1", "--out", out
+    )
     assert_serial_weights_and_momentum(out, serial_run)
     with open(os.path.join(out, "metrics.jsonl")) as f:
         (counted,) = [r for r in map(json.loads, f) if r["kind"] == "grid"]
@@ -114,8 +118,8 @@ def test_a_pipeline_by_tp_grid_trains_the_serial_weights_and_momentum(
     """--grid pp=2,tp=2 on 4 ranks (2 micro-batches, 1f1b): stages of tensor-parallel layers;
     the checkpoint holds the serial weights and momentum."""
     out = str(tmp_path / "pp_tp")
-    train_mpi(mpi_run, 4, "--grid", "pp=2,tp=2", "--micro-batches", "2", "--batch-size", "64",
-              "--epochs", "1", "--out", out)  # fmt: skip
+    grid = ["--grid", "pp=2,tp=2", "--micro-batches", "2"]
+    train_mpi(mpi_run, 4, *grid, "--batch-size", "64", "--epochs", "1", "--out", out)
     assert_serial_weights_and_momentum(out, serial_run)
 
 
@@ -123,8 +127,8 @@ def test_a_pipeline_by_tp_grid_trains_the_serial_weights_and_momentum(
 def test_the_one_weird_trick_layout_trains_the_serial_weights(mpi_run, tmp_path, serial_run):
     """--grid tp=2 --tp-layout one-weird-trick: convolutions on halves of each batch of 64."""
     out = str(tmp_path / "owt")
-    train_mpi(mpi_run, 2, "--grid", "tp=2", "--tp-layout", "one-weird-trick",
-              "--batch-size", "64", "--epochs", "1", "--out", out)  # fmt: skip
+    grid = ["--grid", "tp=2", "--tp-layout", "one-weird-trick"]
+    train_mpi(mpi_run, 2, *grid, "--batch-size", "64", "--epochs", "1", "--out", out)
     a, b = checkpoint(out), checkpoint(serial_run)
     for k in b.model_state:
         assert np.abs(a.model_state[k] - b.model_state[k]).max() <= 1e-10, k

@@ -43,12 +43,9 @@ def test_a_layer_narrower_than_the_group_is_refused_with_what_would_fit(make, wo
 def test_the_rule_pairs_lenet5s_layers_and_gathers_before_flatten_and_at_the_end():
     from minidl import models
 
-    assert tp.plan(models.lenet5()) == [
-        "filter", "", "", "input", "", "", "", "column", "", "row", "", "column+gather",
-    ]  # fmt: skip
-    assert tp.plan(models.mlp(hidden=(8, 8, 8))) == [
-        "", "column", "", "row", "", "column", "", "row",
-    ]  # fmt: skip
+    lenet5 = ["filter", "", "", "input", "", "", "", "column", "", "row", "", "column+gather"]
+    assert tp.plan(models.lenet5()) == lenet5
+    assert tp.plan(models.mlp(hidden=(8, 8, 8))) == ["", "column", "", "row"] * 2
 
 
 def test_a_grid_wider_than_a_layer_is_refused_naming_the_layer_and_what_fits():
@@ -105,9 +102,8 @@ def test_alexnet_2012_goes_one_column_per_rank_crossing_where_the_serial_net_nee
     words = tp.plan(alexnet, 2)
     convs = [w for w in words if w.partition("+")[0] in ("filter", "group")]
     assert convs == ["filter+gather", "group+gather", "filter", "group", "group+gather"]
-    assert [w for w in words if w.startswith(("column", "row"))] == [
-        "column+gather", "column", "row",
-    ]  # fmt: skip
+    linears = [w for w in words if w.startswith(("column", "row"))]
+    assert linears == ["column+gather", "column", "row"]
     assert tp.plan(alexnet, 3).count("group") == 0
 
 

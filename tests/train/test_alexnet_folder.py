@@ -53,8 +53,9 @@ def test_ten_crop_scoring_averages_the_softmax():
     logits = rng.normal(size=(3 * 10, 4))
     p = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
     expected = np.log(p.reshape(3, 10, 4).mean(axis=1))
-    np.testing.assert_allclose(average_crops(md.tensor(logits, dtype="float64"), 10).data,
-                               expected, rtol=1e-12)  # fmt: skip
+    np.testing.assert_allclose(
+        average_crops(md.tensor(logits, dtype="float64"), 10).data, expected, rtol=1e-12
+    )
 
     x, y = rng.normal(size=(3, 10, 2, 1, 1)), np.array([0, 1, 3])  # (n, crops, C, H, W)
     model = L.Sequential(L.Flatten(), L.Linear(2, 4)).to("float64")
@@ -90,17 +91,25 @@ def folder(tmp_path_factory):
 
 
 @pytest.mark.parametrize("variant, crop", [("original", 67), ("torchvision", 63)])
-def test_train_and_eval_both_variants_from_the_cli(folder, tmp_path, monkeypatch, capsys, variant,
-                                                   crop):  # fmt: skip
+def test_train_and_eval_both_variants_from_the_cli(
+    folder, tmp_path, monkeypatch, capsys, variant, crop
+):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     out = tmp_path / "run"
-    args = ["train", "--recipe", "alexnet-2012", "--variant", variant, "--dataset", "folder",
-            "--data-dir", str(folder), "--crop-size", str(crop), "--resize", "72",
-            "--batch-size", "5", "--epochs", "1", "--out", str(out), "--no-progress"]  # fmt: skip
+    args = ["train", "--recipe", "alexnet-2012", "--variant", variant, "--dataset", "folder"]
+    args += ["--data-dir", str(folder), "--crop-size", str(crop), "--resize", "72"]
+    args += ["--batch-size", "5", "--epochs", "1", "--out", str(out), "--no-progress"]
     assert main(args) == 0
     config = json.loads((out / "config.json").read_text())
-    recipe = {"model": "alexnet", "optimizer": "momentum", "momentum": 0.9, "init": "paper",
-              "weight_decay": 5e-4, "lr": 0.01, "lr_schedule": "plateau"}  # fmt: skip
+    recipe = {
+        "model": "alexnet",
+        "optimizer": "momentum",
+        "momentum": 0.9,
+        "init": "paper",
+        "weight_decay": 5e-4,
+        "lr": 0.01,
+        "lr_schedule": "plateau",
+    }
     assert {key: config[key] for key in recipe} == recipe
     assert config["batch_size"] == 5 and config["epochs"] == 1  # given anew: kept
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -122,8 +131,8 @@ def test_folder_needs_a_data_dir(capsys):
 
 
 def test_alexnet_on_28x28_images_names_the_smallest_size(capsys, tmp_path, fake_idx):
-    code = main(["train", "--model", "alexnet", "--data-dir", str(fake_idx), "--no-verify-data",
-                 "--no-progress", "--out", str(tmp_path / "run")])  # fmt: skip
+    args = ["train", "--model", "alexnet", "--data-dir", str(fake_idx), "--no-verify-data"]
+    code = main([*args, "--no-progress", "--out", str(tmp_path / "run")])
     assert code == 1
     assert "28x28 images are too small (at least 63x63)" in capsys.readouterr().err
 
@@ -139,18 +148,19 @@ def _torch_alexnet(nn, variant, features, classes):
     relu, pool = nn.ReLU, lambda: nn.MaxPool2d(3, 2)
     if variant == "original":
         lrn = lambda: nn.LocalResponseNorm(5, alpha=5e-4, beta=0.75, k=2.0)  # noqa: E731
-        body = [nn.Conv2d(3, 96, 11, 4), relu(), lrn(), pool(),
-                nn.Conv2d(96, 256, 5, padding=2, groups=2), relu(), lrn(), pool(),
-                nn.Conv2d(256, 384, 3, padding=1), relu(),
-                nn.Conv2d(384, 384, 3, padding=1, groups=2), relu(),
-                nn.Conv2d(384, 256, 3, padding=1, groups=2), relu(), pool()]  # fmt: skip
+        body = [nn.Conv2d(3, 96, 11, 4), relu(), lrn(), pool()]
+        body += [nn.Conv2d(96, 256, 5, padding=2, groups=2), relu(), lrn(), pool()]
+        body += [nn.Conv2d(256, 384, 3, padding=1), relu()]
+        body += [nn.Conv2d(384, 384, 3, padding=1, groups=2), relu()]
+        body += [nn.Conv2d(384, 256, 3, padding=1, groups=2), relu(), pool()]
     else:
-        body = [nn.Conv2d(3, 64, 11, 4, 2), relu(), pool(), nn.Conv2d(64, 192, 5, padding=2),
-                relu(), pool(), nn.Conv2d(192, 384, 3, padding=1), relu(),
-                nn.Conv2d(384, 256, 3, padding=1), relu(), nn.Conv2d(256, 256, 3, padding=1),
-                relu(), pool()]  # fmt: skip
-    head = [nn.Flatten(), nn.Dropout(), nn.Linear(features, 4096), relu(), nn.Dropout(),
-            nn.Linear(4096, 4096), relu(), nn.Linear(4096, classes)]  # fmt: skip
+        body = [nn.Conv2d(3, 64, 11, 4, 2), relu(), pool()]
+        body += [nn.Conv2d(64, 192, 5, padding=2), relu(), pool()]
+        body += [nn.Conv2d(192, 384, 3, padding=1), relu()]
+        body += [nn.Conv2d(384, 256, 3, padding=1), relu()]
+        body += [nn.Conv2d(256, 256, 3, padding=1), relu(), pool()]
+    head = [nn.Flatten(), nn.Dropout(), nn.Linear(features, 4096), relu()]
+    head += [nn.Dropout(), nn.Linear(4096, 4096), relu(), nn.Linear(4096, classes)]
     return nn.Sequential(*body, *head).double()
 
 

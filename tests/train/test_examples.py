@@ -283,10 +283,8 @@ def test_pipeline_example_under_mpiexec_trains_every_schedule_and_measures_it():
 def test_imagenet_folder_example_trains_alexnet_on_a_generated_folder(tmp_path, monkeypatch):
     pytest.importorskip("PIL")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # the colour statistics' cache
-    out = run_example(
-        "13_imagenet_folder.py", "--demo", "--epochs", "1", "--crop-size", "63", "--resize", "72",
-        "--batch-size", "8",
-    )  # fmt: skip
+    options = "--demo --epochs 1 --crop-size 63 --resize 72 --batch-size 8".split()
+    out = run_example("13_imagenet_folder.py", *options)
     assert "epoch 1/1" in out and "on 12 validation images" in out, out
     assert "top-5 error 0.0%" in out  # three classes: always in the top five
 

@@ -44,8 +44,8 @@ def test_training_into_a_log_file_writes_no_redraws(tmp_path):
         FashionMNIST(train=False)
     except DatasetNotFoundError:
         pytest.skip("Fashion-MNIST not found (make data)")
-    command = [sys.executable, "-m", "minidl", "train", "--model", "mlp", "--subset", "640",
-               "--epochs", "1", "--out", str(tmp_path / "run")]  # fmt: skip
+    command = [sys.executable, "-m", "minidl", "train", "--model", "mlp", "--subset", "640"]
+    command += ["--epochs", "1", "--out", str(tmp_path / "run")]
     done = subprocess.run(command, capture_output=True, timeout=120)  # bytes: "\r" kept
     assert done.returncode == 0, done.stderr
     assert b"\r" not in done.stderr and b"%|" not in done.stderr, done.stderr[:300]

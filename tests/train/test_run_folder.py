@@ -136,11 +136,17 @@ def test_two_processes_racing_for_a_folder_never_hold_it_together(tmp_path):
 
 def test_a_lock_whose_holder_died_is_free(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from minidl.train.rundir import FolderLock; "
-         "FolderLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(600)",
-         str(tmp_path)],
-        stdout=subprocess.PIPE, text=True, env=SOURCE,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from minidl.train.rundir import FolderLock; "
+            "FolderLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(600)",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=SOURCE,
+    )
     try:
         assert holder.stdout.readline() == "locked\n"
         with pytest.raises(RunFolderBusy, match=f"PID {holder.pid} on host"):
@@ -177,10 +183,8 @@ def test_overwrite_keeps_the_users_own_files(tmp_path, capsys):
     (run / ".checkpoint.npz.minidl-4242-k2j4h1xz.part").write_bytes(b"half a checkpoint")
     code, _, err = train(capsys, *SMALL, "--epochs", "1", "--out", str(run), "--overwrite")
     assert code == 0, err
-    assert sorted(os.listdir(run)) == [
-        ".movie.mkv.part", "checkpoint.npz", "config.json", "curves.png", "metrics.jsonl",
-        "notes.txt",
-    ]  # fmt: skip
+    kept = ".movie.mkv.part checkpoint.npz config.json curves.png metrics.jsonl notes.txt"
+    assert sorted(os.listdir(run)) == kept.split()
 
 
 # ---- one writer -------------------------------------------------------------------------------
@@ -212,9 +216,15 @@ def _fit(folder, seed, epochs=1, resume=None):
     """A forked child: one small run in ``folder``; exits 0 (done), 1 (refused), 2 (other)."""
     rundir_module.plot_curves = lambda *args: None  # the plot is most of a small run's time
     config = md.train.TrainConfig(
-        model="mlp", subset=64, batch_size=32, epochs=epochs, seed=seed, threads=1,
-        progress=False, out=folder,
-    )  # fmt: skip
+        model="mlp",
+        subset=64,
+        batch_size=32,
+        epochs=epochs,
+        seed=seed,
+        threads=1,
+        progress=False,
+        out=folder,
+    )
     sys.stdout = open(os.devnull, "w")
     try:
         md.train.fit(config, resume=resume)
@@ -274,9 +284,8 @@ def test_a_running_command_keeps_its_folder_until_it_is_killed(tmp_path, capsys)
     run = tmp_path / "run"
     command = [sys.executable, "-m", "minidl", "train", *SMALL, "--epochs", "500", "--out"]
     writer = subprocess.Popen(
-        [*command, str(run)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        env=SOURCE,
-    )  # fmt: skip
+        [*command, str(run)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=SOURCE
+    )
     try:
         deadline = time.monotonic() + 120
         while not (run / "checkpoint.npz").exists():
@@ -313,9 +322,13 @@ def test_workers_refuse_a_locked_folder_and_the_whole_job_ends(tmp_path):
     command = [sys.executable, "-m", "minidl", "train", *SMALL, "--workers", "2", "--out"]
     lock = FolderLock(run).acquire()
     job = subprocess.Popen(
-        [*command, str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=SOURCE, start_new_session=True,
-    )  # fmt: skip
+        [*command, str(run)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=SOURCE,
+        start_new_session=True,
+    )
     try:
         _, err = job.communicate(timeout=300)
         assert os.listdir(run) == [LOCK_NAME]

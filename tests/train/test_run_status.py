@@ -60,8 +60,8 @@ def test_report_tables_read_a_run_with_an_aborted_record(tmp_path, capsys):
     except DatasetNotFoundError:
         pytest.skip("Fashion-MNIST not found (make data)")
     out = str(tmp_path / "run")
-    main(["train", "--model", "mlp", "--subset", "256", "--test-subset", "200", "--epochs", "1",
-          "--batch-size", "32", "--no-progress", "--out", out])  # fmt: skip
+    argv = "train --model mlp --subset 256 --test-subset 200 --epochs 1 --batch-size 32".split()
+    main([*argv, "--no-progress", "--out", out])
     run_dir = RunDirectory(out)
     run_dir.open()
     run_dir.record_abort(1, "a test")

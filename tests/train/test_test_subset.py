@@ -21,8 +21,8 @@ except DatasetNotFoundError:
 
 def test_the_epoch_record_is_the_evaluation_of_the_first_n_test_images(tmp_path):
     out = str(tmp_path / "run")
-    argv = ["train", "--model", "lenet5", "--subset", "96", "--batch-size", "32", "--epochs", "1",
-            "--test-subset", "200", "--no-progress", "--out", out]  # fmt: skip
+    argv = "train --model lenet5 --subset 96 --batch-size 32 --epochs 1 --test-subset 200".split()
+    argv += ["--no-progress", "--out", out]
     assert main(argv) == 0
     with open(os.path.join(out, "metrics.jsonl")) as f:
         (record,) = [r for r in map(json.loads, f) if r["kind"] == "epoch"]

@@ -175,9 +175,12 @@ def check_weight_stashing(comm, micro_batches_tried=(1, 3, 6), seed=2, net_seed=
         stages = [build_stage(model, cut, s) for s in range(comm.size)]
         optimizers = [optim.SGD(stage.parameters(), lr=0.2) for stage in stages]
         trainer = PipelineTrainer(
-            _stashing_net(net_seed), comm, optimizer=lambda ps: optim.SGD(ps, lr=0.2),
-            schedule="pipedream", micro_batches=micro_batches,
-        )  # fmt: skip
+            _stashing_net(net_seed),
+            comm,
+            optimizer=lambda ps: optim.SGD(ps, lr=0.2),
+            schedule="pipedream",
+            micro_batches=micro_batches,
+        )
         for x, y in windows:
             xs, ys = np.array_split(x, micro_batches), np.array_split(y, micro_batches)
             reference.pipedream_window(stages, optimizers, xs, ys, F.cross_entropy)

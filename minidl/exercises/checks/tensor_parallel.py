@@ -112,10 +112,9 @@ def check_grid_groups(comm):
         grid = dist.Grid(comm, dp=dp, tp=size)
         for axis, mine in (("dp", dp_group), ("tp", tp_group)):
             theirs = grid.group(axis)
-            results.append(
-                (f"dp={dp},tp={size}: the world ranks of this rank's {axis} group, in order",
-                 mine.allgather_object(comm.rank), theirs.allgather_object(comm.rank))
-            )  # fmt: skip
+            what = f"dp={dp},tp={size}: the world ranks of this rank's {axis} group, in order"
+            got, expected = mine.allgather_object(comm.rank), theirs.allgather_object(comm.rank)
+            results.append((what, got, expected))
 
     def verify():
         for what, got, expected in results:
