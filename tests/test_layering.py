@@ -286,7 +286,7 @@ def test_a_library_import_of_a_leaf_is_reported_even_from_the_top():
     assert (
         layering_violations(
             [
-                edge("minidl.cli.exercise", "minidl.exercises"),
+                edge("minidl.exercises.command", "minidl.exercises"),
                 edge("minidl.exercises.checks.conv", "minidl.reference.conv"),
                 edge("minidl.reference.conv.fft", "minidl.conv.fft"),
             ]

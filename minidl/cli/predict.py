@@ -13,7 +13,7 @@ from ..perf.network import NETWORKS, SCHEMES, Network
 from ..perf.predict import explain, format_prediction, predict_scaling
 from ..perf.summary import human_bytes
 from ..perf.zoo import build_named
-from .common import add_model_arguments, option_adder, positive_int
+from . import add_model_arguments, option_adder, positive_int
 
 
 def parse_nodes(text):

@@ -3,7 +3,7 @@
 from ..backend import limit_threads
 from ..perf.profile import format_profile, profile_model
 from ..perf.zoo import build_named
-from .common import add_model_arguments, positive_int
+from . import add_model_arguments, positive_int
 
 
 def add_profile_arguments(p):

@@ -2,7 +2,7 @@
 
 from ..perf.costs import CONVENTIONS
 from ..perf.summary import format_summary, summarize
-from .common import add_model_arguments, positive_int
+from . import add_model_arguments, positive_int
 
 
 def add_summary_arguments(p):

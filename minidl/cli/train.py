@@ -25,7 +25,7 @@ from ..train.checkpoint import load_checkpoint
 from ..train.config import INITS, SCHEDULES
 from ..train.loop import evaluate
 from ..train.setup import DATASETS, RECIPES, build_model, load_split
-from .common import argument_type, nonnegative_int, number, option_adder, positive_int
+from . import argument_type, nonnegative_int, number, option_adder, positive_int
 from .resume import reconcile
 from .specs import SPEC_HELP, parse_compression
 

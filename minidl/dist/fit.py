@@ -34,7 +34,7 @@ from .config import DistConfig
 from .consistency import global_train_stats, make_session
 from .consistency.ps import TrainingAborted
 from .data_parallel import DistributedOptimizer
-from .grid import Grid, GridShape
+from .grid import Grid
 from .pipeline import PipelineTrainer
 from .pipeline.schedules import ASYNCHRONOUS
 from .spatial import local_rows, plan_rows, spatial_parallel
@@ -78,11 +78,13 @@ def parallelize(run, options):
     config, comm = run.config, run.comm
     if options.mode.name != "sync":
         return consistency_training(run, options)
-    shape = options.grid or GridShape(dp=comm.size)
-    grid = Grid(comm, **dataclasses.asdict(shape)) if shape.size != shape.dp else None
-    dp = grid.group("dp") if grid is not None else comm  # data parallel alone: every rank
+    shape = options.grid
+    grid = None  # data parallelism alone (--dist sync, --grid dp=N): every rank a replica
+    if shape is not None and shape.size != shape.dp:
+        grid = Grid(comm, **dataclasses.asdict(shape))
+    dp = grid.group("dp") if grid is not None else comm
     callbacks = run_callbacks(options, comm, config.seed)
-    if shape.pp > 1:
+    if grid is not None and shape.pp > 1:
         return pipeline_training(run, options, grid, callbacks)
     placement = None
     if grid is not None:

@@ -15,7 +15,7 @@ def run(capsys, *argv):
 
 
 def test_the_command_is_registered():
-    assert COMMANDS["exercise"][0] == "minidl.cli.exercise"
+    assert COMMANDS["exercise"][0] == "minidl.exercises.command"
 
 
 def test_list_shows_id_title_and_file(fake_exercises, capsys):
@@ -131,7 +131,7 @@ def test_a_check_module_that_does_not_import_is_named_with_its_line(
     def broken():
         compile("def f(:\n", "minidl/reference/broken.py", "exec")
 
-    monkeypatch.setattr("minidl.cli.exercise.catalogue", broken)
+    monkeypatch.setattr("minidl.exercises.command.catalogue", broken)
     status, _, err = run(capsys, "check", "--all")
     assert status == 2
     assert err.startswith("cannot load the exercises: minidl/reference/broken.py, line 1:")
@@ -144,7 +144,7 @@ def test_an_error_raised_while_a_module_imports_is_one_line_with_its_place(
     def broken():
         exec(compile("import math\nmath.tau = math.pie\n", "minidl/reference/broken.py", "exec"))
 
-    monkeypatch.setattr("minidl.cli.exercise.catalogue", broken)
+    monkeypatch.setattr("minidl.exercises.command.catalogue", broken)
     status, _, err = run(capsys, *[str(tmp_path / a) if a == "TREE" else a for a in action])
     assert status == 2
     assert err.startswith("cannot load the exercises: AttributeError:")

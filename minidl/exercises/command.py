@@ -1,4 +1,5 @@
-"""``minidl exercise``: ``list``, ``check``, ``status``, ``student``, ``release``, ``grade``.
+"""``minidl exercise``: ``list``, ``check``, ``status``, ``student``, ``release``, ``grade``
+(the course tooling's command; ``minidl.cli`` runs it).
 
 ``list``, ``check`` and ``status`` test the tree of the current folder: run
 inside a student tree (or a folder below it) by an installed ``minidl``
@@ -7,73 +8,104 @@ command, they rerun themselves with that tree's package first on the path.
 exercise regions (``minidl.exercises.submission``).
 """
 
+import argparse
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
 import traceback
 
-from ..exercises import catalogue, get, hidden_catalogue, repository_root
-from .common import number, option_adder
+from . import catalogue, get, hidden_catalogue, repository_root
 
-EXERCISE_HELP = {  # the help texts too long to share a line with their option
-    "--markdown": "Markdown tables by chapter: what each file implements, its source",
-    "--update": "with --markdown: rewrite the generated exercise list inside FILE",
-    "--timeout": "seconds each check may take before it is reported as a hang (default: the "
-    "exercise's own, 60 s for most)",
-    "--hidden": "also run the exercises' hidden checks (the instructor's tree has them, a "
-    "student tree does not)",
-    "--only": "release only these exercises (space or comma separated); the regions of the "
-    "others hold a not-released stub, not their solutions",
-    "--trace": "keep the solutions and record which regions each check runs (for testing the "
-    "checks)",
-    "--course": 'JSON: {"assignments": {"week-01": {"1.1": 4, ...}}, "hidden_visibility": '
-    '"after_published"} (default: a chapter per assignment, 1 point per exercise)',
-}
+COURSE_HELP = (
+    'JSON: {"assignments": {"week-01": {"1.1": 4, ...}}, "hidden_visibility": '
+    '"after_published"} (default: a chapter per assignment, 1 point per exercise)'
+)
+
+
+def seconds(text):
+    """An argparse type: a finite number of seconds > 0, or a usage error that says so."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number > 0")
+    return value
 
 
 def add_exercise_arguments(parser):
     """The ``list``, ``check`` and ``student`` actions of ``minidl exercise``."""
     actions = parser.add_subparsers(dest="exercise_action", metavar="ACTION", required=True)
     listing = actions.add_parser("list", help="the exercises: id, title, file")
-    add = option_adder(listing, EXERCISE_HELP)
+    add = listing.add_argument
     add("--status", action="store_true", help="add whether each exercise's regions are still stubs")
-    add("--markdown", action="store_true")
-    add("--update", metavar="FILE")
+    add(
+        "--markdown",
+        action="store_true",
+        help="Markdown tables by chapter: what each file implements, its source",
+    )
+    add(
+        "--update",
+        metavar="FILE",
+        help="with --markdown: rewrite the generated exercise list inside FILE",
+    )
     check = actions.add_parser("check", help="run exercise checks: expected vs got, and a hint")
-    add = option_adder(check, EXERCISE_HELP)
+    add = check.add_argument
     add("ids", nargs="*", metavar="ID", help="exercise ids, e.g. 3.1")
     add("--all", action="store_true", help="every exercise (in a student tree: handed out)")
     add("--json", action="store_true", help="one JSON document on stdout")
-    add("--hidden", action="store_true")
-    add("--timeout", type=number(positive=True), metavar="SECONDS")
+    add(
+        "--hidden",
+        action="store_true",
+        help="also run the exercises' hidden checks (the instructor's tree has them, a "
+        "student tree does not)",
+    )
+    add(
+        "--timeout",
+        type=seconds,
+        metavar="SECONDS",
+        help="seconds each check may take before it is reported as a hang (default: the "
+        "exercise's own, 60 s for most)",
+    )
     student = actions.add_parser("student", help="write a student tree: exercise regions stubbed")
-    add = option_adder(student, EXERCISE_HELP)
+    add = student.add_argument
     add("dir", help="the new folder")
-    add("--only", nargs="+", metavar="IDS")
-    add("--trace", action="store_true")
+    add(
+        "--only",
+        nargs="+",
+        metavar="IDS",
+        help="release only these exercises (space or comma separated); the regions of the "
+        "others hold a not-released stub, not their solutions",
+    )
+    add(
+        "--trace",
+        action="store_true",
+        help="keep the solutions and record which regions each check runs (for testing the checks)",
+    )
     status = actions.add_parser(
         "status", help="each exercise: passes, fails, not started (or not released), points"
     )
-    add = option_adder(status, EXERCISE_HELP)
-    add("--course", metavar="FILE")
+    status.add_argument("--course", metavar="FILE", help=COURSE_HELP)
     release = actions.add_parser(
         "release", help="hand out more exercises in a student tree, keeping the student's work"
     )
-    add = option_adder(release, EXERCISE_HELP)
-    add("dir", help="the student tree")
-    add("ids", nargs="+", metavar="ID", help="exercise ids (space or comma separated)")
+    release.add_argument("dir", help="the student tree")
+    release.add_argument(
+        "ids", nargs="+", metavar="ID", help="exercise ids (space or comma separated)"
+    )
     grade = actions.add_parser(
         "grade",
         help="grade student submissions from this (the instructor's) tree: only their "
         "exercise regions count; visible and hidden checks, points, Gradescope and CSV",
     )
-    add = option_adder(grade, EXERCISE_HELP)
+    add = grade.add_argument
     add("submissions", help="a folder of student trees (one sub-folder each), or one tree")
     add("--out", required=True, metavar="DIR", help="where results.json and the CSVs go")
-    add("--course", metavar="FILE")
+    add("--course", metavar="FILE", help=COURSE_HELP)
 
 
 RERUN = "MINIDL_EXERCISE_TREE"  # set in a command rerun with the tree of the current folder
@@ -130,7 +162,7 @@ def _catalogue():
 
 
 def _list(args):
-    from ..exercises import listing
+    from . import listing
 
     exercises = _catalogue()
     if args.markdown:
@@ -156,9 +188,9 @@ def _list(args):
 
 
 def _status(args):
-    from ..exercises import grader, listing
-    from ..exercises.student import released
-    from ..exercises.submission import read_course
+    from . import grader, listing
+    from .student import released
+    from .submission import read_course
 
     exercises = _catalogue()
     states = listing.region_states(repository_root(), exercises)
@@ -184,7 +216,7 @@ def _status(args):
 
 
 def _check(args):
-    from ..exercises import grader
+    from . import grader
 
     if args.all == bool(args.ids):
         print("name exercise ids (minidl exercise check 3.1 3.2) or --all", file=sys.stderr)
@@ -202,8 +234,8 @@ def _check(args):
 def _run_checks(args, on_result):
     """``(exit status, results)`` of the chosen checks (results None for an unknown id);
     with ``on_result`` (not --json) a header, each verdict as it comes, and a summary."""
-    from ..exercises import grader
-    from ..exercises.student import released
+    from . import grader
+    from .student import released
 
     exercises, handed_out = _catalogue(), released(repository_root())
     if args.all and handed_out is not None:  # a student tree: the exercises handed out
@@ -232,7 +264,7 @@ def _ids(items):
 
 
 def _student(args):
-    from ..exercises.student import write_student_tree
+    from .student import write_student_tree
 
     exercises = _catalogue()
     mode = "trace" if args.trace else "stub"
@@ -249,7 +281,7 @@ def _student(args):
 
 
 def _release(args):
-    from ..exercises.student import release
+    from .student import release
 
     new = release(args.dir, _ids(args.ids), _catalogue())
     if new:
@@ -260,7 +292,7 @@ def _release(args):
 
 
 def _grade(args):
-    from ..exercises import submission
+    from . import submission
 
     _catalogue()
     try:
