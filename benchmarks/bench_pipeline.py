@@ -35,7 +35,7 @@ import minidl as md
 from minidl import layers as L
 from minidl.backend import limit_threads
 from minidl.cli.pipeline_plot import plot_timeline
-from minidl.dist.pipeline import build, partition
+from minidl.dist.pipeline import build, cut_by_cost, partition
 from minidl.perf import pipeline_profile as prof
 from minidl.perf.pipeline_simulate import ideal_bubble, simulate
 from minidl.perf.pipeline_timeline import simulation_trace
@@ -109,7 +109,7 @@ def main():
         for schedule in schedules:
             v = args.chunks if schedule == "interleaved" else 1
             if cut_name == "time":
-                cut = prof.cut_by_cost([f + b for f, b in times], p * v)
+                cut = cut_by_cost([f + b for f, b in times], p * v)
             else:
                 cut = partition(model, p * v, by="parameters")
             forward, backward = prof.stage_costs(times, cut)

@@ -30,7 +30,7 @@ import numpy as np
 import minidl as md
 from minidl import optim
 from minidl.dist.job import mpiexec_ranks
-from minidl.dist.pipeline import PipelineTrainer, build
+from minidl.dist.pipeline import PipelineTrainer, build, cut_by_cost
 from minidl.perf import pipeline_profile as prof
 from minidl.perf.pipeline_simulate import ideal_bubble, simulate
 from minidl.perf.pipeline_timeline import bubble
@@ -71,7 +71,7 @@ def plan(p, args):
     for schedule in runnable(p, args):
         v = args.chunks if schedule == "interleaved" else 1
         programs = build(schedule, p, args.micro_batches, v)
-        cut = prof.cut_by_cost([f + b for f, b in times], p * v)
+        cut = cut_by_cost([f + b for f, b in times], p * v)
         forward, backward = prof.stage_costs(times, cut)
         equal = simulate(programs)
         measured = simulate(programs, forward, backward)

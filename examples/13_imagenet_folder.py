@@ -37,7 +37,7 @@ import numpy as np
 
 import minidl as md
 from minidl.train import TrainConfig
-from minidl.train.setup import RECIPES
+from minidl.train.config import RECIPES
 
 
 def write_val_labels(solution_csv, root):

@@ -22,9 +22,8 @@ from ..dist.pipeline import SCHEDULES as PIPELINE_SCHEDULES
 from ..dist.workers import run_workers, share_batch, worker_command
 from ..train import Diverged, TrainConfig
 from ..train.checkpoint import load_checkpoint
-from ..train.config import INITS, SCHEDULES
+from ..train.config import DATASETS, INITS, RECIPES, SCHEDULES, build_model, load_split
 from ..train.loop import evaluate
-from ..train.setup import DATASETS, RECIPES, build_model, load_split
 from . import argument_type, nonnegative_int, number, option_adder, positive_int
 from .resume import reconcile
 from .specs import SPEC_HELP, parse_compression

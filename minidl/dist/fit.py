@@ -24,10 +24,9 @@ from ..perf.pipeline_timeline import PipelineTimeline
 from ..perf.telemetry import StalenessHistogram, summarize_epoch
 from ..perf.tensor_volume import gradient_bytes, tensor_volume
 from ..train.callbacks import Callback, Diverged, NonFiniteLossError, SampleKeys
-from ..train.config import ConfigError, TrainConfig, option
+from ..train.config import ConfigError, TrainConfig, augmentation, make_optimizer, option
 from ..train.loop import Training, train_epochs
 from ..train.run import TrainingRun
-from ..train.setup import augmentation, make_optimizer
 from .comm import init
 from .compression import CompressedOptimizer
 from .config import DistConfig
@@ -338,7 +337,9 @@ class PipelineSteps(Callback):
         self.epoch, self.index, self.stale_before = 0, 0, Counter()
 
     def before_epoch(self, epoch):
-        self.epoch, self.stale_before = epoch, Counter(self.trainer.staleness.counts)
+        self.epoch = epoch
+        if self.trainer.schedule in ASYNCHRONOUS:
+            self.stale_before = Counter(self.trainer.staleness.counts)
 
     def before_step(self, step, batch_size):
         self.index = step

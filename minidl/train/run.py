@@ -27,18 +27,19 @@ from ..data import DataLoader
 from ..optim import ReduceOnPlateau
 from .callbacks import Diverged, SampleKeys, StopOnNonFiniteLoss
 from .checkpoint import load_checkpoint, save_checkpoint
-from .config import TrainConfig, option
-from .loop import Training, evaluate, train_epochs
-from .resume import apply_changes, changes, check_fixed
-from .rundir import RunDirectory, job_aborted, when_aborted
-from .setup import (
+from .config import (
+    TrainConfig,
     augmentation,
     build_model,
     default_run_dir,
     load_datasets,
     make_optimizer,
     make_scheduler,
+    option,
 )
+from .loop import Training, evaluate, train_epochs
+from .resume import apply_changes, changes, check_fixed
+from .rundir import RunDirectory, job_aborted, when_aborted
 
 # a test loss this many times the first epoch's has diverged though finite: a cross-entropy that
 # starts near ln(classes) and grows a million-fold means logits apart by millions, no model

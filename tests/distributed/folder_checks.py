@@ -10,8 +10,7 @@ from mpi_checks import digests, run_named_checks
 
 from minidl.data import colour
 from minidl.data.imageprep import ImageDecodeError
-from minidl.train.config import TrainConfig
-from minidl.train.setup import load_datasets
+from minidl.train.config import TrainConfig, load_datasets
 
 
 def counted(name, calls):

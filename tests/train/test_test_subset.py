@@ -9,9 +9,8 @@ from minidl.cli import main
 from minidl.data import DataLoader, DatasetNotFoundError, FashionMNIST
 from minidl.train import TrainConfig
 from minidl.train.checkpoint import load_checkpoint
-from minidl.train.config import ConfigError
+from minidl.train.config import ConfigError, build_model
 from minidl.train.loop import evaluate
-from minidl.train.setup import build_model
 
 try:
     FashionMNIST(train=False)

@@ -11,9 +11,8 @@ of ``Partition``).
 """
 
 from minidl.dist.pipeline.schedules import SCHEDULES, Instruction, build
-from minidl.dist.pipeline.trainer import PipelineTrainer, Stage, partition
+from minidl.dist.pipeline.trainer import Partition, PipelineTrainer, Stage, cut_by_cost, partition
 from minidl.perf import pipeline_simulate as simulate
-from minidl.perf.pipeline_profile import Partition
 from minidl.perf.pipeline_simulate import DeadlockError, ScheduleError, ideal_bubble
 
 __all__ = [
@@ -26,6 +25,7 @@ __all__ = [
     "Stage",
     "build",
     "ideal_bubble",
+    "cut_by_cost",
     "partition",
     "simulate",
 ]

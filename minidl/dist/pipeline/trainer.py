@@ -2,8 +2,8 @@
 
 Layer pipelining (Ben-Nun & Hoefler 2019, §5.3): stage k holds the contiguous layers
 ``bounds[k] = (start, stop)`` of a cut (``Partition``): uniform by layer count, min-max
-by parameter count (``min_max_bounds`` of ``minidl.perf.pipeline_profile``, a
-linear-partition dynamic programme), or at given cut points. A pipeline runs at the pace
+by parameter count or by measured time (``min_max_bounds``, a linear-partition dynamic
+programme; ``cut_by_cost``), or at given cut points. A pipeline runs at the pace
 of its slowest stage: a cut's balance is max_k cost_k / mean_k cost_k (1.0 is perfect).
 ``PipelineTrainer`` runs the stages over the ranks of a communicator:
 
@@ -47,6 +47,7 @@ by n_m / N, not one process on the whole batch (``tests/pipeline`` checks both).
 """
 
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -56,10 +57,53 @@ from minidl.dist.data_parallel import DistributedOptimizer
 from minidl.dist.pipeline.executor import PipelineExecutor, check_tag_room
 from minidl.dist.pipeline.schedules import ASYNCHRONOUS, build, default_chunks
 from minidl.layers import Module, Sequential
-from minidl.perf.pipeline_profile import Partition, min_max_bounds
 from minidl.perf.pipeline_simulate import stage_of
 
 BALANCE_BY = ("layers", "parameters")
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Where a model is cut: ``bounds[k] = (start, stop)`` layers of stage k and its cost."""
+
+    bounds: tuple
+    costs: tuple
+    by: str
+
+    @property
+    def balance(self):
+        """max / mean of the per-stage cost (1.0: every stage costs the same)."""
+        mean = sum(self.costs) / len(self.costs)
+        return max(self.costs) / mean if mean > 0 else 1.0
+
+    def __len__(self):
+        return len(self.bounds)
+
+
+def min_max_bounds(costs, num_stages):
+    """The contiguous cut into non-empty stages with the smallest largest-stage cost.
+
+    best[k][j]: the least max-cost of cutting layers 0..j-1 into k stages;
+    best[k][j] = min_i max(best[k-1][i], sum(costs[i:j])). Ties keep the earliest cut.
+    """
+    n = len(costs)
+    prefix = np.concatenate([[0], np.cumsum(costs)]).tolist()
+    inf = float("inf")
+    best = [[inf] * (n + 1) for _ in range(num_stages + 1)]
+    cut = [[0] * (n + 1) for _ in range(num_stages + 1)]
+    best[0][0] = 0
+    for k in range(1, num_stages + 1):
+        for j in range(k, n - (num_stages - k) + 1):
+            for i in range(k - 1, j):
+                value = max(best[k - 1][i], prefix[j] - prefix[i])
+                if value < best[k][j]:
+                    best[k][j], cut[k][j] = value, i
+    bounds, stop = [], n
+    for k in range(num_stages, 0, -1):
+        start = cut[k][stop]
+        bounds.append((start, stop))
+        stop = start
+    return bounds[::-1]
 
 
 def layer_costs(model, by="parameters"):
@@ -146,6 +190,15 @@ def partition(model, num_stages, by="layers", cuts=None):
         bounds = min_max_bounds(costs, num_stages)
     stage_costs = tuple(sum(costs[a:b]) for a, b in bounds)
     return Partition(tuple(bounds), stage_costs, by)
+
+
+def cut_by_cost(costs, num_stages):
+    """The ``Partition`` into ``num_stages`` contiguous stages that minimises the largest
+    stage's summed ``costs`` (one number per layer)."""
+    if not 1 <= num_stages <= len(costs):
+        raise ValueError(f"cannot cut {len(costs)} layers into {num_stages} stages")
+    bounds = min_max_bounds(list(costs), num_stages)
+    return Partition(tuple(bounds), tuple(float(sum(costs[a:b])) for a, b in bounds), "time")
 
 
 def build_stage(model, partition, index):
