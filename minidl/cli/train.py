@@ -18,8 +18,8 @@ from ..dist.config import TP_LAYOUTS, DistConfig, DistMode
 from ..dist.consistency.server import DEFAULT_POLL_INTERVAL
 from ..dist.grid import GridShape
 from ..dist.job import mpiexec_rank, mpiexec_ranks
+from ..dist.launch import run_workers, share_batch, worker_command
 from ..dist.pipeline import SCHEDULES as PIPELINE_SCHEDULES
-from ..dist.workers import run_workers, share_batch, worker_command
 from ..train import Diverged, TrainConfig
 from ..train.checkpoint import load_checkpoint
 from ..train.config import DATASETS, INITS, RECIPES, SCHEDULES, build_model, load_split

@@ -34,6 +34,7 @@ from .consistency import global_train_stats, make_session
 from .consistency.ps import TrainingAborted
 from .data_parallel import DistributedOptimizer
 from .grid import Grid
+from .launch import fit_on_workers
 from .pipeline import PipelineTrainer
 from .pipeline.schedules import ASYNCHRONOUS
 from .spatial import local_rows, plan_rows, spatial_parallel
@@ -41,7 +42,6 @@ from .straggler import Straggler
 from .tensor import TRAFFIC, PlacementError, TensorParallel, one_weird_trick_plan, tail_plan
 from .watchdog import Heartbeat, Watchdog, idle
 from .watchdog import progress as made_progress
-from .workers import fit_on_workers
 
 
 def fit(
