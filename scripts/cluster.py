@@ -119,8 +119,9 @@ def _sh(*argv, check=True, env=None):
 def _daemon(argv):
     """Start a daemon that forks into the background (its output goes to its log, not to a
     pipe that would stay open); raise if its start fails."""
-    code = subprocess.call(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)  # fmt: skip
+    code = subprocess.call(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     if code != 0:
         raise RuntimeError(f"cluster: `{' '.join(argv)}` failed (exit status {code})")
 
@@ -292,8 +293,15 @@ class Cluster:
             )
         os.makedirs(self.state)
         with open(os.path.join(self.state, "cluster.json"), "w") as f:
-            json.dump({"nodes": len(self.nodes), "rate": self.rate, "owner": owner or os.getpid(),
-                       "keep": keep}, f)  # fmt: skip
+            json.dump(
+                {
+                    "nodes": len(self.nodes),
+                    "rate": self.rate,
+                    "owner": owner or os.getpid(),
+                    "keep": keep,
+                },
+                f,
+            )
         try:
             self._build()
         except BaseException:
@@ -314,8 +322,7 @@ class Cluster:
             os.makedirs(self.disk(node))
             with open(f"/etc/netns/{ns}/hosts", "w") as f:
                 f.write(hosts)
-            _sh("ip", "-n", self.switch, "link", "add", port, "type", "veth",
-                "peer", "name", "eth0", "netns", ns)  # fmt: skip
+            _sh(*f"ip -n {self.switch} link add {port} type veth peer name eth0 netns {ns}".split())
             _sh("ip", "-n", self.switch, "link", "set", port, "master", "br0", "up")
             _sh("ip", "-n", ns, "addr", "add", f"{self.address(node)}/24", "dev", "eth0")
             _sh("ip", "-n", ns, "link", "set", "eth0", "up")
@@ -328,10 +335,13 @@ class Cluster:
         with open(self.agent, "w") as f:
             f.write(
                 AGENT.format(
-                    name=self.name, cases=cases, prefix=self.prefix, disks=self.disks,
+                    name=self.name,
+                    cases=cases,
+                    prefix=self.prefix,
+                    disks=self.disks,
                     local=self.local,
                 )
-            )  # fmt: skip
+            )
         os.chmod(self.agent, 0o755)
         os.makedirs(self.bin)
         os.symlink(self.agent, os.path.join(self.bin, "ssh"))
@@ -358,12 +368,20 @@ class Cluster:
             raise RuntimeError(f"cluster: {reason}")
         folder, conf = self.slurm, os.path.join(self.slurm, "slurm.conf")
         os.makedirs(folder)
-        nodes = [SLURM_NODE.format(node=n, address=self.address(n), cpus=SLURM_CPUS)
-                 for n in self.nodes]  # fmt: skip
+        nodes = [
+            SLURM_NODE.format(node=n, address=self.address(n), cpus=SLURM_CPUS) for n in self.nodes
+        ]
         with open(conf, "w") as f:
             controller = self.address(self.nodes[0])
-            f.write(SLURM_CONF.format(name=self.name, controller=controller, folder=folder,
-                                      local=self.local, nodes="\n".join(nodes)))  # fmt: skip
+            f.write(
+                SLURM_CONF.format(
+                    name=self.name,
+                    controller=controller,
+                    folder=folder,
+                    local=self.local,
+                    nodes="\n".join(nodes),
+                )
+            )
         with open(os.path.join(folder, "cgroup.conf"), "w") as f:
             f.write("CgroupPlugin=cgroup/v1\n")
         key = os.path.join(folder, "munge.key")
@@ -372,17 +390,26 @@ class Cluster:
         for node in self.nodes:
             os.makedirs(os.path.join(folder, f"spool-{node}"))
             os.makedirs(os.path.join(self.disk(node), "tmp"))
-        munged = ["munged", "--force", f"--socket={folder}/munge.socket", f"--key-file={key}",
-                  f"--pid-file={folder}/munged.pid", f"--log-file={folder}/munged.log",
-                  f"--seed-file={folder}/munged.seed"]  # fmt: skip
+        munged = [
+            "munged",
+            "--force",
+            f"--socket={folder}/munge.socket",
+            f"--key-file={key}",
+            f"--pid-file={folder}/munged.pid",
+            f"--log-file={folder}/munged.log",
+            f"--seed-file={folder}/munged.seed",
+        ]
         _daemon(self.on(self.nodes[0], munged))
         _daemon(self.on(self.nodes[0], ["slurmctld", "-f", conf]))
         for node in self.nodes:
             _daemon(self.on(node, ["sh", "-c", SLURMD, conf, node]))
         deadline, states = time.monotonic() + SLURM_START_S, []
         while time.monotonic() < deadline:
-            states = _sh(*self.on(self.nodes[0], ["sinfo", "-h", "-N", "-o", "%t"]), check=False,
-                         env={**os.environ, "SLURM_CONF": conf}).split()  # fmt: skip
+            states = _sh(
+                *self.on(self.nodes[0], ["sinfo", "-h", "-N", "-o", "%t"]),
+                check=False,
+                env={**os.environ, "SLURM_CONF": conf},
+            ).split()
             if len(states) == len(self.nodes) and set(states) == {"idle"}:
                 return
             time.sleep(0.5)
@@ -419,8 +446,8 @@ class Cluster:
         for ns, dev in ((self.namespace(node), "eth0"), (self.switch, f"port{i}")):
             _sh("tc", "-n", ns, "qdisc", "del", "dev", dev, "root", check=False)
             if rate:
-                _sh("tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf",
-                    "rate", rate, "burst", str(burst), "latency", "100ms")  # fmt: skip
+                tbf = f"tbf rate {rate} burst {burst} latency 100ms"
+                _sh(*f"tc -n {ns} qdisc add dev {dev} root {tbf}".split())
 
     def link(self, node, state):
         """Cut (``"down"``) or restore (``"up"``) ``node``'s link to the switch."""
@@ -441,9 +468,9 @@ class Cluster:
     # -- running -------------------------------------------------------------------------
     def on(self, node, argv):
         """The argv that runs ``argv`` on ``node``, with its hostname and its local disk."""
-        return ["ip", "netns", "exec", self.namespace(node), "unshare", "--uts", "sh", "-c",
-                'hostname "$1" && mount --bind "$2" "$3" && shift 3 && exec "$@"',
-                "sh", node, self.disk(node), self.local, *argv]  # fmt: skip
+        script = 'hostname "$1" && mount --bind "$2" "$3" && shift 3 && exec "$@"'
+        enter = ["ip", "netns", "exec", self.namespace(node), "unshare", "--uts"]
+        return [*enter, "sh", "-c", script, "sh", node, self.disk(node), self.local, *argv]
 
     def mpiexec(self, ranks, mpi="mpich", mpiexec="mpiexec", flags=()):
         """(argv, environment) of ``mpiexec`` from node0 placing ``ranks[i]`` ranks on node i.
@@ -462,19 +489,18 @@ class Cluster:
         hosts = ",".join(f"{n}:{r}" for n, r in zip(self.nodes, ranks) if r)
         total = str(sum(ranks))
         if mpi == "mpich":
-            argv = [mpiexec, *flags, "-launcher", "ssh", "-launcher-exec", self.agent,
-                    "-hosts", hosts, "-n", total]  # fmt: skip
+            argv = [mpiexec, *flags, "-launcher", "ssh", "-launcher-exec", self.agent]
+            argv += ["-hosts", hosts, "-n", total]
             return argv, dict(MPICH_ENV)
         if mpi == "openmpi":
-            argv = [mpiexec, *flags, "--mca", "plm_rsh_agent", self.agent, "--host", hosts,
-                    "-n", total,
-                    "--bind-to", "none",  # the emulated nodes share this machine's cores,
-                    # so a waiting rank must yield its core (spinning made jobs ~4x slower)
-                    *[arg for key, value in OPENMPI_MCA.items() for arg in ("--mca", key, value)],
-                    # notice a lost node's daemon in ~8 s, not the default 480 s
-                    "--prtemca", "oob_tcp_keepalive_time", "5",
-                    "--prtemca", "oob_tcp_keepalive_intvl", "1",
-                    "--prtemca", "oob_tcp_keepalive_probes", "3"]  # fmt: skip
+            argv = [mpiexec, *flags, "--mca", "plm_rsh_agent", self.agent]
+            # the emulated nodes share this machine's cores, so a waiting rank must yield its
+            # core (spinning made jobs ~4x slower)
+            argv += ["--host", hosts, "-n", total, "--bind-to", "none"]
+            argv += [arg for key, value in OPENMPI_MCA.items() for arg in ("--mca", key, value)]
+            # notice a lost node's daemon in ~8 s, not the default 480 s
+            for key, value in (("time", "5"), ("intvl", "1"), ("probes", "3")):
+                argv += ["--prtemca", f"oob_tcp_keepalive_{key}", value]
             return argv, dict(OPENMPI_ROOT)
         raise ValueError(f"cluster: mpi must be 'mpich' or 'openmpi', got {mpi!r}")
 
@@ -508,8 +534,7 @@ class Cluster:
             self.kill_jobs()
         return process.returncode, output, timed_out
 
-    def mpirun(self, argv, ranks, mpi="mpich", mpiexec="mpiexec", env=None, timeout=120,
-               flags=()):  # fmt: skip
+    def mpirun(self, argv, ranks, mpi="mpich", mpiexec="mpiexec", env=None, timeout=120, flags=()):
         """``start`` then ``finish``: (exit status, output, timed out)."""
         return self.finish(self.start(argv, ranks, mpi, mpiexec, env, flags), timeout)
 
@@ -563,9 +588,11 @@ def main(argv=None):
     run = sub.add_parser("mpirun", help="run an MPI job started on node0")
     run.add_argument("--ppn", default="1", help="ranks per node: 2, or one count per node: 1,2")
     run.add_argument(
-        "--mpi", choices=("auto", "mpich", "openmpi"), default="auto",
+        "--mpi",
+        choices=("auto", "mpich", "openmpi"),
+        default="auto",
         help="auto: the kind of the mpiexec on PATH",
-    )  # fmt: skip
+    )
     run.add_argument("--timeout", type=float, default=3600)
     run.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the command")
     ex = sub.add_parser("exec", help="run a command on one node")
@@ -602,8 +629,10 @@ def main(argv=None):
             except BaseException:
                 cluster.down()
                 raise
-        print(f"cluster {cluster.name}: {', '.join(cluster.nodes)}; launch agent {cluster.agent}"
-              + ("; SLURM on every node" if args.slurm else ""))  # fmt: skip
+        print(
+            f"cluster {cluster.name}: {', '.join(cluster.nodes)}; launch agent {cluster.agent}"
+            + ("; SLURM on every node" if args.slurm else "")
+        )
         return 0
     if args.action == "down":
         if args.stale or args.all:
