@@ -20,7 +20,7 @@ import sys
 
 from .. import backend
 from ..perf.zoo import MODEL_NAMES, parse_shape
-from ..train.config import name_options
+from ..train.config import OptionMessage, worded
 
 USER_ERRORS = (ValueError, OSError, LookupError, ArithmeticError)
 ERROR_EXIT = 1
@@ -77,6 +77,12 @@ def flag(field):
     return FLAGS.get(field, "--" + field.replace("_", "-"))
 
 
+def error_text(exc):
+    """The message of ``exc`` as the command line shows it: the options the library marked in
+    it (``train.config.option``) named by their flags."""
+    return worded(exc.message if isinstance(exc, OptionMessage) else str(exc), flag)
+
+
 def option_adder(parser, helps):
     """``parser.add_argument`` that takes an option's help, unless given, from ``helps`` (by its
     first name): long help texts live in a table, so that every option takes one line."""
@@ -126,7 +132,7 @@ def argument_type(parse, keep_text=False):
         try:
             value = parse(text)
         except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
+            raise argparse.ArgumentTypeError(error_text(exc)) from None
         return text if keep_text else value
 
     return check
@@ -181,7 +187,6 @@ def build_parser(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     backend.tune_malloc()  # training and benchmarks: keep step temporaries in the process
-    name_options(flag)  # messages of the library name options by their flags
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not hasattr(args, "_run"):
@@ -194,7 +199,7 @@ def main(argv=None):
     except USER_ERRORS as exc:
         if args.verbose:
             raise
-        return fail(f"minidl {argv[0]}: error: {exc} (--verbose shows where)")
+        return fail(f"minidl {argv[0]}: error: {error_text(exc)} (--verbose shows where)")
     except KeyboardInterrupt:
         return fail(f"minidl {argv[0]}: interrupted", 130)
 

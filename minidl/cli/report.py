@@ -20,6 +20,7 @@ from minidl.perf.telemetry import StalenessHistogram, format_table
 from minidl.train.metrics import read_metrics
 from minidl.train.rundir import run_status
 
+from . import flag
 from .pipeline_plot import is_pipeline_trace, plot_timeline
 
 EPOCH_COLUMNS = [
@@ -202,7 +203,7 @@ def add_report_arguments(p):
 
 def run_report(args):
     if args.check:
-        finished = [run_status(path) for path in args.runs]
+        finished = [run_status(path, flag) for path in args.runs]
         for _, line in finished:
             print(line)
         return 0 if all(done for done, _ in finished) else 1

@@ -24,7 +24,7 @@ from ..train import Diverged, TrainConfig
 from ..train.checkpoint import load_checkpoint
 from ..train.config import DATASETS, INITS, RECIPES, SCHEDULES, build_model, load_split
 from ..train.loop import evaluate
-from . import argument_type, nonnegative_int, number, option_adder, positive_int
+from . import argument_type, error_text, flag, nonnegative_int, number, option_adder, positive_int
 from .resume import reconcile
 from .specs import SPEC_HELP, parse_compression
 
@@ -301,16 +301,16 @@ def run_train(args):
     config, options = train_config(args), dist_config(args)
     try:
         if args.dist or args.grid:
-            dist.fit(config, options, args.resume)  # it checks both
+            dist.fit(config, options, args.resume, option=flag)  # it checks both
         elif args.workers > 1:
             options.check(config.check(), args.resume)
             return relaunch(args.argv, share_batch(config, args.workers), args.workers)
         else:
             options.check(config, args.resume)  # refuses what needs ranks; fit checks config
-            train.fit(config, args.resume)
+            train.fit(config, args.resume, option=flag)
     except Diverged as exc:
         if mpiexec_rank() == 0:
-            print(f"minidl train: {exc}", file=sys.stderr, flush=True)
+            print(f"minidl train: {error_text(exc)}", file=sys.stderr, flush=True)
         return DIVERGED_EXIT
     return 0
 

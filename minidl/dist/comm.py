@@ -182,10 +182,10 @@ class Communicator:
         """End every rank of the job with exit status ``code`` (see ``abort_job``)."""
         abort_job(self.mpi, code)
 
-    def abort_if_peer_failed(self, exc):
+    def abort_if_peer_failed(self, exc, option=str):
         """End the job, naming the dead ranks and hosts, if ``exc`` is MPI's report that a
         peer's process failed; else return (see ``job.abort_if_peer_failed``)."""
-        abort_if_peer_failed(exc)
+        abort_if_peer_failed(exc, option)
 
     def barrier(self) -> None:
         """Wait until every rank got here."""

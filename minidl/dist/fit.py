@@ -49,6 +49,8 @@ def fit(
     options: DistConfig | None = None,
     resume: str | None = None,
     workers: int = 1,
+    *,
+    option=str,
 ) -> dict | int | None:
     """Train as ``config`` and ``options`` say on every rank; returns the last evaluation.
 
@@ -56,6 +58,7 @@ def fit(
     plain process, it starts N local ranks of ``sync`` data parallelism and
     returns their exit status (0: finished). ``options`` defaults to ``sync``
     with the default options; ``resume`` is a checkpoint to continue from.
+    ``option(field)`` names an option in what it prints (the command line passes its flags).
     """
     options = (options if options is not None else DistConfig()).check(config, resume)
     if workers > 1:
@@ -63,12 +66,12 @@ def fit(
             raise ValueError(
                 f"workers={workers} runs sync data parallelism, not {options.mode.text}"
             )
-        return fit_on_workers(config, options, resume, workers)
+        return fit_on_workers(config, options, resume, workers, option)
     comm = init()
     if options.grid is not None:
         options.grid.check_fits(comm.size)
     comm.auto = "rule" if config.deterministic else "measure"
-    with TrainingRun(config, comm, resume) as run:
+    with TrainingRun(config, comm, resume, option) as run:
         return train_epochs(run, parallelize(run, options))
 
 
@@ -82,7 +85,7 @@ def parallelize(run, options):
     if shape is not None and shape.size != shape.dp:
         grid = Grid(comm, **dataclasses.asdict(shape))
     dp = grid.group("dp") if grid is not None else comm
-    callbacks = run_callbacks(options, comm, config.seed)
+    callbacks = run_callbacks(options, comm, config.seed, namer=run.option)
     if grid is not None and shape.pp > 1:
         return pipeline_training(run, options, grid, callbacks)
     placement = None
@@ -406,7 +409,7 @@ def consistency_training(run, options):
     )
     servers = session.layout.servers if options.mode.uses_server else 0
     epochs = SessionEpochs(session, options.mode.text, comm)
-    callbacks = run_callbacks(options, comm, config.seed, servers)
+    callbacks = run_callbacks(options, comm, config.seed, servers, run.option)
     transform = augmentation(config)
     loader = session.train_loader(run.train_set, config.batch_size, config.seed, transform)
     return Training(
@@ -571,16 +574,17 @@ class GridTraffic(Callback):
         return {"tp_predicted": volume, "dp_predicted": dp_volume}
 
 
-def run_callbacks(options, comm, seed, servers=0):
-    """The watchdog and this rank's straggler, as ``options`` asks; checks the ranks named."""
+def run_callbacks(options, comm, seed, servers=0, namer=str):
+    """The watchdog (its message naming options by ``namer(field)``) and this rank's
+    straggler, as ``options`` asks; checks the ranks named."""
     callbacks = []
     if comm.size > 1 and options.hang_timeout > 0:
-        watchdog = Watchdog(options.hang_timeout, comm.rank, comm.abort).start()
+        watchdog = Watchdog(options.hang_timeout, comm.rank, comm.abort, option=namer).start()
         watchdog.listen(Heartbeat(comm, idle))  # after start: its address exchange may hang too
         callbacks.append(watchdog)
     for rank in options.stragglers:
         if not servers <= rank < comm.size:
-            raise ValueError(
+            raise ConfigError(
                 f"{option('straggler')} {rank}:{options.stragglers[rank]}: rank {rank} is not "
                 f"a worker; workers are ranks {servers}..{comm.size - 1}"
             )

@@ -12,7 +12,6 @@ import threading
 import time
 import traceback
 
-from ..train.config import option
 from ..train.rundir import job_aborted
 
 OUTPUT_GRACE_S = 0.5
@@ -73,13 +72,14 @@ def install_abort_hooks(mpi_comm):
     threading.excepthook = lambda hook: abort(hook.exc_type, hook.exc_value, hook.exc_traceback)
 
 
-def abort_if_peer_failed(exc):
+def abort_if_peer_failed(exc, option=str):
     """End the job if ``exc`` is MPI's report that a peer's process failed; else return.
 
     MPI raises ``MPI_ERR_PROC_FAILED`` where the launcher keeps the other ranks
     running when one dies (Open MPI run with ``--with-ft ulfm``). The message names
-    the dead ranks and their hosts and what to do, and ``job_aborted`` records it
-    (rank 0 in its run folder, so call this before the run folder is closed).
+    the dead ranks and their hosts and what to do (an option named ``option(field)``), and
+    ``job_aborted`` records it (rank 0 in its run folder, so call this before the run folder
+    is closed).
     """
     reason = _failed_peers_reason(exc) if _job else None
     if reason is None:

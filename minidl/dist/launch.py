@@ -28,7 +28,7 @@ import tempfile
 import time
 from collections import namedtuple
 
-from ..train.config import option
+from ..train.config import ConfigError, option
 
 MpiRun = namedtuple("MpiRun", "returncode output seconds timed_out")
 MpiRun.__doc__ = "Exit status, stdout and stderr merged, wall seconds, whether it was killed."
@@ -115,7 +115,7 @@ def worker_command(argv, workers):
     """(command, extra environment) that runs ``python argv`` on ``workers`` local processes."""
     reason = mpi_unavailable_reason()
     if reason:
-        raise OSError(
+        raise ConfigError(
             f"{option('workers')} needs MPI: {reason}; without {option('workers')} the run "
             "trains in this one process"
         )
@@ -125,7 +125,7 @@ def worker_command(argv, workers):
 def share_batch(config, workers):
     """``config`` for each of ``workers`` processes: an equal share of every step's batch."""
     if config.batch_size % workers:
-        raise ValueError(
+        raise ConfigError(
             f"{option('batch_size')} {config.batch_size} is not a multiple of "
             f"{option('workers')} {workers}; each worker takes an equal share of every step"
         )
@@ -133,13 +133,14 @@ def share_batch(config, workers):
     return config.replace(batch_size=config.batch_size // workers, threads=threads)
 
 
-def fit_on_workers(config, options, resume, workers):
-    """``minidl.dist.fit`` on ``workers`` local processes; returns their exit status."""
+def fit_on_workers(config, options, resume, workers, option=str):
+    """``minidl.dist.fit`` on ``workers`` local processes; returns their exit status.
+    ``option`` is ``fit``'s, handed to the ranks pickled (a module-level function)."""
     config = share_batch(config, workers)
     with tempfile.TemporaryDirectory(prefix="minidl-workers-") as folder:
         path = os.path.join(folder, "run.pickle")
         with open(path, "wb") as handle:  # read back only by the ranks started here
-            pickle.dump((config, options, resume), handle)
+            pickle.dump((config, options, resume, option), handle)
         return run_workers(*worker_command(["-m", "minidl.dist.launch", path], workers))
 
 
@@ -205,5 +206,5 @@ if __name__ == "__main__":  # a rank of fit_on_workers
     from .fit import fit
 
     with open(sys.argv[1], "rb") as handle:
-        config, options, resume = pickle.load(handle)
-    fit(config, options, resume)
+        config, options, resume, namer = pickle.load(handle)
+    fit(config, options, resume, option=namer)

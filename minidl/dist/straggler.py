@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from ..train.callbacks import Callback
-from ..train.config import option
+from ..train.config import ConfigError, option
 
 
 class Straggler(Callback):
@@ -23,7 +23,7 @@ class Straggler(Callback):
 
     def __init__(self, rank, stragglers=None, jitter=0.0, seed=0, sleep=time.sleep):
         if jitter < 0:
-            raise ValueError(f"{option('jitter')} must be >= 0 seconds, got {jitter}")
+            raise ConfigError(f"{option('jitter')} must be >= 0 seconds, got {jitter}")
         self.factor = float(dict(stragglers or {}).get(rank, 1.0))
         self.jitter = float(jitter)
         self.rng = np.random.default_rng([int(seed), int(rank), 0x57A6])

@@ -27,7 +27,6 @@ import threading
 import time
 
 from ..train.callbacks import Callback
-from ..train.config import option
 from ..train.rundir import job_aborted
 
 _last = {"time": time.monotonic(), "where": "start-up"}
@@ -47,13 +46,14 @@ def idle():
 
 class Watchdog(Callback):
     """Abort the job through ``abort(code)`` (``Communicator.abort``) when ``progress`` was not
-    called for ``timeout`` s. As a loop callback, every step and evaluated batch is progress."""
+    called for ``timeout`` s. As a loop callback, every step and evaluated batch is progress.
+    ``option(field)`` names an option in its message (the command line passes its flags)."""
 
-    def __init__(self, timeout, rank, abort, exit_code=124):
+    def __init__(self, timeout, rank, abort, exit_code=124, option=str):
         if not timeout > 0:
             raise ValueError(f"watchdog timeout must be positive, got {timeout}")
         self.timeout, self.rank, self.abort, self.exit_code = float(timeout), rank, abort, exit_code
-        self.heartbeat = None
+        self.heartbeat, self.option = None, option
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="minidl-watchdog", daemon=True)
 
@@ -95,8 +95,8 @@ class Watchdog(Callback):
         )
         sys.stderr.write(
             f"minidl: {reason} Once it is fixed, continue from the last checkpoint with "
-            f"{option('resume')} RUN/checkpoint.npz; if a step can really take this long, "
-            f"raise {option('hang_timeout')}\n"
+            f"{self.option('resume')} RUN/checkpoint.npz; if a step can really take this long, "
+            f"raise {self.option('hang_timeout')}\n"
         )
         try:
             job_aborted(reason)

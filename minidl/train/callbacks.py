@@ -9,6 +9,7 @@ does between epochs (gathering blocks, a consistency model's epoch) are callback
 import math
 
 from ..random import set_sample_keys
+from .config import OptionMessage
 
 STOPPED = (
     "training stopped before this update (the last checkpoint is kept). "
@@ -20,7 +21,7 @@ class NonFiniteLossError(ArithmeticError):
     """The loss (or the gradient of an update) became NaN or infinite; training stops."""
 
 
-class Diverged(RuntimeError):
+class Diverged(OptionMessage, RuntimeError):
     """The loss, the test loss or the weights stopped being finite numbers."""
 
 

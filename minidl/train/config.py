@@ -10,9 +10,12 @@ command builds both from its flags (one flag per field: ``--batch-size`` is
     config = TrainConfig(model="lenet5", epochs=3, optimizer="adam", lr=0.002, out="runs/a")
     md.train.fit(config)
 
-Messages of the library name an option through ``option(field)``: the field
-itself (``lr``) for the Python API; the command line makes them its flags
-(``--lr``) with ``name_options(...)``.
+Messages of the library mark the options they name with ``option(field)`` and are worded
+where they are shown: ``worded(text, namer)`` names each by ``namer(field)``. An error
+(``OptionMessage``: ``ConfigError``...) reads with fields (``lr``) as ``str()``, for the
+Python API, and keeps its marked ``message``, which the command line words with its flags
+(``--lr``); a message the library prints is worded with the namer its caller passed
+(``fit(..., option=...)``).
 """
 
 from __future__ import annotations
@@ -146,21 +149,35 @@ DTYPES = ("float32", "float64")
 DEVICES = ("cpu", "cuda")
 INITS = ("default", "paper")
 
-_option_name = str
+_MARK = "\x1f"  # brackets a field in a message (the unit separator: no value holds it)
 
 
 def option(field: str) -> str:
-    """How messages name the option ``field`` (``lr``; ``--lr`` under the command line)."""
-    return _option_name(field)
+    """The option ``field`` marked in a message, for ``worded`` to name."""
+    return f"{_MARK}{field}{_MARK}"
 
 
-def name_options(namer) -> None:
-    """Make every later message name options with ``namer(field)`` (the CLI's flags)."""
-    global _option_name
-    _option_name = namer
+def worded(text: str, namer=str) -> str:
+    """``text`` with each option marked by ``option`` named ``namer(field)`` (``--lr``)."""
+    parts = text.split(_MARK)
+    parts[1::2] = map(namer, parts[1::2])
+    return "".join(parts)
 
 
-class ConfigError(ValueError):
+class OptionMessage:
+    """A mixin for exceptions whose message names options: ``str()`` names them as fields
+    (``lr``); ``message`` keeps them marked, for a caller to word with its own names."""
+
+    @property
+    def message(self) -> str:
+        """The message with its options marked."""
+        return super().__str__()
+
+    def __str__(self):
+        return worded(self.message)
+
+
+class ConfigError(OptionMessage, ValueError):
     """An option value that cannot work; the message names the option and the fix."""
 
 

@@ -11,7 +11,7 @@ every option not typed anew from the checkpoint: see ``minidl.cli.resume``.)
 
 import json
 
-from .config import option
+from .config import ConfigError, option
 
 FIXED = ("model", "activation", "dataset", "optimizer", "subset", "seed", "dtype")
 # how this launch runs, not what the run is: not announced when they differ
@@ -21,7 +21,7 @@ LAUNCH = tuple(
 )
 
 
-class ResumeError(ValueError):
+class ResumeError(ConfigError):
     """A resumed run asked to change what defines the run."""
 
 

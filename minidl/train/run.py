@@ -36,6 +36,7 @@ from .config import (
     make_optimizer,
     make_scheduler,
     option,
+    worded,
 )
 from .loop import Training, evaluate, train_epochs
 from .resume import apply_changes, changes, check_fixed
@@ -100,11 +101,13 @@ class TrainingRun:
     schedule are put in place by ``begin``. Leaving the ``with`` block gives up the run
     folder's lock and ends the callbacks, however the run ends; a ``Diverged`` leaves it with
     the checkpoint it kept named, and MPI's report that a peer's process died ends the job,
-    naming it in the run folder (``Communicator.abort_if_peer_failed``).
+    naming it in the run folder (``Communicator.abort_if_peer_failed``). ``option(field)``
+    names an option in what the run prints and records (``str``: the field; the command line
+    passes its flags).
     """
 
-    def __init__(self, config: TrainConfig, comm=None, resume=None):
-        self.config, self.comm, self.resume = config.check(), comm, resume
+    def __init__(self, config: TrainConfig, comm=None, resume=None, option=str):
+        self.config, self.comm, self.resume, self.option = config.check(), comm, resume, option
         self.rank, self.size = (comm.rank, comm.size) if comm is not None else (0, 1)
         self.run_dir = self._run_directory(resume)
         self.training = self.tracing = self.scheduler = self._first_loss = None
@@ -171,7 +174,7 @@ class TrainingRun:
             changed, notes = changes(self.saved, self.record())
             if self.rank == 0:
                 for note in notes:
-                    print(f"resume: {note}", flush=True)
+                    print(f"resume: {worded(note, self.option)}", flush=True)
             self.start_epoch = self._load(self.checkpoint, changed)
         self._last_good = self.start_epoch
         self._start_run_directory()
@@ -238,10 +241,10 @@ class TrainingRun:
         return self
 
     def __exit__(self, kind, exc, traceback):
-        kept = None
+        message = None
         try:
             if exc is not None and self.comm is not None:  # a dead peer: say which, folder open
-                self.comm.abort_if_peer_failed(exc)
+                self.comm.abort_if_peer_failed(exc, self.option)
             for callback in self.training.callbacks if self.training else ():
                 callback.close()
             if isinstance(exc, Diverged):
@@ -250,13 +253,14 @@ class TrainingRun:
                     if self._last_good
                     else "no checkpoint was written"
                 )
-                job_aborted(f"{exc}; {kept}")  # rank 0 records it in the run folder
+                message = f"{exc.message}; {kept}"
+                job_aborted(worded(message, self.option))  # rank 0 records it in the run folder
         finally:
             if self._forget is not None:
                 self._forget()
             self.run_dir.close()
-        if kept is not None:
-            raise Diverged(f"{exc}; {kept}") from None
+        if message is not None:
+            raise Diverged(message) from None
 
     def _thread_count(self):
         threads = self.config.threads
@@ -324,7 +328,7 @@ class TrainingRun:
             else:
                 print(
                     f"nothing to do: the checkpoint is already at epoch {self.start_epoch}; "
-                    f"raise {option('epochs')} to train further"
+                    f"raise {self.option('epochs')} to train further"
                 )
         return result
 
@@ -359,12 +363,13 @@ class TrainingRun:
                 print(self.training.describe(record), flush=True)
 
 
-def fit(config: TrainConfig, resume: str | None = None) -> dict | None:
+def fit(config: TrainConfig, resume: str | None = None, *, option=str) -> dict | None:
     """Train in this process as ``config`` says; returns the last evaluation.
 
     The evaluation is a dict: ``loss``, ``acc``, ``images``, ``confusion``
     (None when the checkpoint of ``resume`` already reached ``config.epochs``).
+    ``option(field)`` names an option in what it prints (the command line passes its flags).
     Data-parallel and other distributed runs: ``minidl.dist.fit``.
     """
-    with TrainingRun(config, resume=resume) as run:
+    with TrainingRun(config, resume=resume, option=option) as run:
         return train_epochs(run, run.local_training())

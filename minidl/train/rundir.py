@@ -52,14 +52,14 @@ import time
 import uuid
 
 from ..atomic import atomic_write, remove_stale_parts
-from .config import option
+from .config import OptionMessage, option
 from .metrics import append_metrics, plot_curves, read_metrics, rewrite_metrics
 
 LOCK_NAME = ".minidl.lock"
 HOLDER_WAIT_S = 0.5  # how long a refused process waits for a new holder to write its name
 
 
-class RunFolderBusy(OSError):
+class RunFolderBusy(OptionMessage, OSError):
     """The run folder is being written by another run (its lock is held)."""
 
 
@@ -146,7 +146,7 @@ def _holder(fd):
 RUN_FILES = ("config.json", "checkpoint.npz", "metrics.jsonl", "curves.png", "trace.json")
 
 
-class RunDirectoryError(ValueError):
+class RunDirectoryError(OptionMessage, ValueError):
     """A run directory that cannot be used as asked (it holds another run)."""
 
 
@@ -258,8 +258,9 @@ class RunDirectory:
             raise RuntimeError(f"{self.path}: open() the run directory (take its lock) first")
 
 
-def run_status(path):
-    """(finished, line): whether the run in folder ``path`` finished, and one line saying so."""
+def run_status(path, option=str):
+    """(finished, line): whether the run in folder ``path`` finished, and one line saying so
+    (an option named ``option(field)``: the command line passes its flags)."""
     try:
         with open(os.path.join(path, "config.json")) as f:
             epochs = json.load(f).get("epochs")

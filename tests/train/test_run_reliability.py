@@ -230,6 +230,7 @@ def test_a_non_finite_test_loss_keeps_the_last_good_checkpoint(tmp_path, capsys,
     assert epochs_recorded(run) == [1]
     finished, line = run_status(run)  # the folder says why the run ended
     assert not finished and line.startswith(f"{run}: aborted after epoch 1 of 2: epoch 2: the")
+    assert "Lower --lr, or clip gradients (--clip-grad-norm)" in line  # the command line's
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-0.1", "0", "x"])

@@ -36,5 +36,5 @@ def test_the_epoch_record_is_the_evaluation_of_the_first_n_test_images(tmp_path)
 
 
 def test_a_test_subset_below_one_is_refused():
-    with pytest.raises(ConfigError, match="test-subset"):
+    with pytest.raises(ConfigError, match="test_subset 0: must be an integer > 0"):
         TrainConfig(test_subset=0).check()

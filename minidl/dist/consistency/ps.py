@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from minidl.train.config import option
+from minidl.train.config import ConfigError, option
 
 HEADER_FIELDS = 5
 HEADER_BYTES = 8 * HEADER_FIELDS
@@ -50,15 +50,15 @@ class Layout:
 
     def __init__(self, size, servers, nparams, mode="ps"):
         if servers < 1:
-            raise ValueError(f"{option('servers')} must be >= 1, got {servers}")
+            raise ConfigError(f"{option('servers')} must be >= 1, got {servers}")
         if size <= servers:
-            raise ValueError(
+            raise ConfigError(
                 f"{option('dist')} {mode} with {servers} server rank(s) needs at least "
                 f"{servers + 1} ranks (servers first, then workers); "
                 f"start it with mpiexec -n {servers + 2} or more"
             )
         if nparams < servers:
-            raise ValueError(
+            raise ConfigError(
                 f"{option('servers')} {servers}: the model has only {nparams} parameters"
             )
         self.size, self.servers, self.workers = size, servers, size - servers
