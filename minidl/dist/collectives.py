@@ -1,38 +1,28 @@
 """Allreduce algorithms written on MPI point-to-point messages.
 
-Each algorithm reduces a flat, contiguous array in place, for any number of
-ranks P (not only powers of two) and any length n (0 and n < P included).
-The algorithms are the classic ones of Thakur, Rabenseifner & Gropp (2005),
-costed in ``minidl/perf/allreduce_cost.py`` (Ben-Nun & Hoefler 2019, §2.5):
+Each reduces a flat, contiguous array in place, for any number of ranks P and any
+length n (0 and n < P included). The classic algorithms of Thakur, Rabenseifner &
+Gropp (2005), costed in ``minidl/perf/allreduce_cost.py`` (Ben-Nun & Hoefler 2019, §2.5):
 
 * ``ring``: reduce-scatter then allgather around a ring, P-1 steps each;
   bandwidth-optimal, linear latency term.
-* ``butterfly``: recursive doubling; every rank exchanges the whole array
-  log2(P) times.
+* ``butterfly``: recursive doubling; every rank exchanges the whole array log2(P) times.
 * ``tree``: binomial reduce to rank 0, then binomial broadcast.
-* ``rabenseifner``: recursive-halving reduce-scatter, recursive-doubling
-  allgather; bandwidth-optimal with a logarithmic latency term.
-* ``hierarchical``: reduce within each node (MPI's ``Reduce`` on the node's
-  shared-memory communicator), ``ring`` among one leader per node, broadcast
-  within the node; only one rank per node uses the network, for ranks on
-  several nodes (SMP-aware collectives, Thakur, Rabenseifner & Gropp 2005).
+* ``rabenseifner``: recursive-halving reduce-scatter, recursive-doubling allgather;
+  bandwidth-optimal with a logarithmic latency term.
+* ``hierarchical``: ``Reduce`` within each node, ``ring`` among one leader per node,
+  ``Bcast`` within the node: only one rank per node uses the network (SMP-aware).
 * ``mpi``: the library's own ``Allreduce`` (``MPI_IN_PLACE``).
 
-``REFERENCE_ALGORITHMS`` (``"ring_reference"``...) are the textbook versions:
-whole blocks, no pipelining, for reading, exercises and tests. Importing
-``minidl.reference`` registers them (``register_reference``); ``auto``
-never picks them.
+``REFERENCE_ALGORITHMS`` (``"ring_reference"``...) are the textbook versions, whole
+blocks and no pipelining; importing ``minidl.reference`` registers them, and ``auto``
+never picks them. The butterfly and Rabenseifner fold the ranks beyond the largest power
+of two p2 <= P: rank p2 + i adds its array into rank i first and gets the result back.
 
-Ranks beyond the largest power of two ``p2 <= P`` are *folded*: rank
-``p2 + i`` first adds its array into rank ``i`` and gets the result back at
-the end, so the butterfly and Rabenseifner run on ``p2`` ranks.
-
-Every rank ends with bit-identical results: ring, Rabenseifner and tree
-compute each element on one rank and copy it; the butterfly computes every
-element on every rank, but each step adds the same two partial sums on both
-partners and IEEE addition is commutative, so both get the same bits.
-
-Messages are *pipelined* in segments of ``SEGMENT_BYTES`` (see ``Exchange``).
+Every rank ends with bit-identical results: ring, Rabenseifner and tree compute each
+element on one rank and copy it; the butterfly adds the same two partial sums on both
+partners, and IEEE addition is commutative. Messages go in segments of
+``SEGMENT_BYTES`` (``Exchange``).
 """
 
 import numpy as np
@@ -74,16 +64,10 @@ def ready(array):
 
 
 class Exchange:
-    """The point-to-point steps of one allreduce on one rank, cut into segments.
-
-    Every message is sent as segments of ``segment`` elements: a reduced
-    segment is received into a small scratch buffer that is still in cache
-    when it is added, and even a plain copy runs faster in segments than as
-    one 100 MB message (MPICH's shared-memory transport). Both sides cut a
-    message the same way (a function of its length only), so every ``Recv``
-    meets its ``Send``. ``add=True`` adds what arrives into the target
-    instead of overwriting it.
-    """
+    """The point-to-point steps of one allreduce on one rank, in segments of ``segment``
+    elements: one received into a small scratch buffer is still in cache when it is added,
+    and even a plain copy runs faster in segments than as one 100 MB message. Both sides
+    cut a message by its length alone, so every ``Recv`` meets its ``Send``."""
 
     def __init__(self, comm, array, scratch):
         self.comm = comm
@@ -108,12 +92,8 @@ class Exchange:
 
     def sendrecv(self, send_view, dest, recv_view, source, add=False):
         """Send ``send_view`` to ``dest`` while receiving ``recv_view`` from ``source``.
-
-        With ``add``, ``recv_view += received``; ``send_view`` may then be
-        ``recv_view`` itself (the butterfly): each segment leaves before it is
-        overwritten. The two lengths may differ, so the tail of the longer
-        one goes alone.
-        """
+        With ``add``, ``recv_view += received``, and ``send_view`` may be ``recv_view``
+        itself (each segment leaves before it is overwritten). Lengths may differ."""
         step = self.segment
         for start in range(0, max(send_view.size, recv_view.size), step):
             self._move(
@@ -122,12 +102,8 @@ class Exchange:
 
     def reduce_then_forward(self, send_view, target, forward_into, dest, source, divide_by):
         """The last reduce step fused with the first copy step, segment by segment.
-
-        Per segment: send ``send_view`` while ``target += received``; divide
-        the finished ``target`` segment for a mean; send it on while receiving
-        ``forward_into``'s segment. The finished segment is still in cache when
-        it leaves, which saves a pass over memory.
-        """
+        Per segment: ``target += received`` while sending ``send_view``, divide it for
+        a mean, then send it on (still in cache) while receiving ``forward_into``."""
         step = self.segment
         for start in range(0, max(send_view.size, target.size, forward_into.size), step):
             part = target[start : start + step]
@@ -212,10 +188,8 @@ def butterfly(comm, x, ex, divide_by=None):
 
 def tree(comm, x, ex, divide_by=None):
     """Binomial reduce to rank 0, then binomial broadcast: 2 ceil(log2 P) rounds.
-
     Rank r's parent is r minus its lowest set bit; rank 0 finishes the sum
-    and every other rank receives a copy, so the bits agree everywhere.
-    """
+    and every other rank receives a copy, so the bits agree everywhere."""
     rank, size = comm.Get_rank(), comm.Get_size()
     distance = 1
     while distance < size:
@@ -274,8 +248,7 @@ def rabenseifner(comm, x, ex, divide_by=None):
 
 def mpi_native(comm, x, ex, divide_by=None):
     """The MPI library's ``Allreduce`` with ``MPI_IN_PLACE`` (its own algorithm choice)."""
-    from mpi4py import MPI
-
+    MPI = mpi_module()
     ready(x)
     comm.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM)
     divide_in_place(x, divide_by)
@@ -312,10 +285,8 @@ def node_split(comm):
 
 
 def hierarchical(comm, x, ex=None, divide_by=None):
-    """Sum (then divide by ``divide_by``) the flat array ``x`` over ``comm`` in place, by node:
-    every rank ends with its leader's bits, and the leaders with identical bits (the ring
-    computes each element on one rank). The node and leader communicators are split once
-    per communicator and cached on it (an MPI attribute)."""
+    """By node (module doc): every rank ends with its leader's bits, the leaders with the
+    ring's. The node and leader communicators are split once and cached on ``comm``."""
     MPI = mpi_module()
     split = node_split(comm)
     ready(x)
@@ -364,11 +335,8 @@ class PointToPoint:
 
 
 def register_reference(name, function):
-    """Make ``algorithm=name`` run ``function(comm, x)``, a textbook allreduce.
-
-    ``function`` sums the flat array ``x`` over ``comm`` (a ``PointToPoint``)
-    in place; the mean's division follows it.
-    """
+    """Make ``algorithm=name`` run ``function(comm, x)``, a textbook allreduce that sums the
+    flat ``x`` over ``comm`` (a ``PointToPoint``) in place; the mean's division follows it."""
     if not name.endswith("_reference"):
         raise ValueError(
             f"register_reference: {name!r} must end in '_reference' (the tuned "
@@ -394,10 +362,8 @@ def check_algorithm(algorithm, allow_auto=True):
 
 def allreduce(comm, array, algorithm, divide_by, scratch):
     """Sum (then divide by ``divide_by`` unless None) ``array`` over ``comm`` in place.
-
     ``comm``: an mpi4py communicator; ``array``: C-contiguous, on the host or
-    (with a CUDA-aware MPI library) on a GPU.
-    """
+    (with a CUDA-aware MPI library) on a GPU."""
     check_algorithm(algorithm, allow_auto=False)
     flat = array.reshape(-1)
     if flat.size == 0 or comm.Get_size() == 1:
@@ -412,14 +378,11 @@ def allreduce(comm, array, algorithm, divide_by, scratch):
 
 def choose_by_rule(nbytes, nodes=1, ranks_per_node=1):
     """The fixed pick of ``algorithm="auto"``: the MPI library's own below 4 MiB, ring above,
-    and above it ``hierarchical`` when the ranks span ``nodes`` > 1 with several on a node.
+    ``hierarchical`` above when the ranks span ``nodes`` > 1 with several on a node
+    (``ranks_per_node``: the most on one). Unlike a timed pick it never changes between runs.
 
-    Measured on two ranks of one machine (benchmarks/RESULTS.md): MPICH's
-    allreduce is the fastest below ~4 MB, the bandwidth-optimal ring (with
-    Rabenseifner) above it, at 0.64x MPICH's time for AlexNet's 244 MB.
-    Across nodes, only one rank per node sends over the network in
-    ``hierarchical`` (``ranks_per_node``: the most ranks on one node).
-    Unlike a timed choice it never changes between runs, so results do not.
+    Measured on two ranks of one machine (benchmarks/RESULTS.md): MPICH's allreduce is the
+    fastest below ~4 MB, the ring above it, at 0.64x MPICH's time for AlexNet's 244 MB.
     """
     if nbytes < RULE_THRESHOLD_BYTES:
         return "mpi"
@@ -427,17 +390,13 @@ def choose_by_rule(nbytes, nodes=1, ranks_per_node=1):
 
 
 class AutoChoice:
-    """What ``algorithm="auto"`` runs on one communicator, in mode ``mode`` (see ``AUTO_MODES``).
+    """What ``algorithm="auto"`` runs on one communicator, in mode ``mode`` (``AUTO_MODES``).
 
-    ``"rule"`` (the default): ``choose_by_rule``, so that a seeded run gives
-    the same bits every time. ``"measure"``: ``choose_by_measurement``, once
-    per message size, dtype and device. ``"model"``: ``choose`` with the
-    parameters ``fit`` once (it has no formula for the library's own
-    algorithm and so never picks it). The algorithms add in different
-    orders, so the two timing-based modes may round differently from run to
-    run. Every rank gets the same pick: the parameters are fitted on rank 0
-    and broadcast, and measurements take the maximum over ranks.
-    ``segment_bytes``: the pipeline segment of the algorithms (for ``fit``).
+    ``"rule"`` (default): ``choose_by_rule``, so a seeded run gives the same bits every time.
+    ``"measure"``: ``choose_by_measurement`` once per size, dtype and device. ``"model"``:
+    ``choose`` with parameters ``fit`` once (never the library's own algorithm, which it has
+    no formula for). The timed modes may round differently from run to run; every rank gets
+    the same pick. ``segment_bytes``: the algorithms' pipeline segment (for ``fit``).
     """
 
     def __init__(self, mode, segment_bytes):

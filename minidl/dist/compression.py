@@ -22,12 +22,9 @@ formulas are the primary sources':
   v_i >= 0; each bucket sends two reconstruction values, the mean of its
   non-negative and of its negative entries: n/8 bytes plus 8 per bucket.
 
-QSGD and TernGrad are unbiased; top-k and sign are biased and need error feedback
-(Ben-Nun & Hoefler 2019, §6.3.1: "carry the quantization error to the next gradient"):
-``GradientEncoder`` compresses v = g + r and keeps r <- v - sent.
-``CompressedOptimizer`` is synchronous data parallelism (``data_parallel.py``) whose
-whole gradient is averaged after backward in a scheme's format. The command line's
-spellings ("qsgd:4", "topk:0.01") are parsed in ``minidl/cli/specs.py``.
+Top-k and sign are biased and need error feedback (Ben-Nun & Hoefler 2019, §6.3.1):
+``GradientEncoder`` compresses v = g + r and keeps r <- v - sent. ``CompressedOptimizer``
+averages the whole gradient after backward in a scheme's format.
 """
 
 import math
@@ -92,10 +89,7 @@ def _buckets(v, bucket):
 
 # ---- the schemes ----------------------------------------------------------------------------
 class Compressor:
-    """A wire format for float32 vectors; this base sends them as they are ("none").
-
-    Subclasses define the three methods below.
-    """
+    """A wire format for float32 vectors; this base sends them as they are ("none")."""
 
     name = "none"
     summable = False  # payloads of several ranks can be added as they are
@@ -158,9 +152,7 @@ class _BucketScaled(Compressor):
 
     def _split(self, payload, n):
         """(scales shaped (buckets, scales_per_bucket), codes shaped (buckets, bucket)).
-
-        The padding after the ``n`` codes gets ``zero_code``, the code of 0.
-        """
+        The padding after the ``n`` codes gets ``zero_code``, the code of 0."""
         buckets = ceil_div(n, self.bucket)
         head = 4 * self.scales_per_bucket * buckets
         scales = payload[:head].view(np.float32).reshape(buckets, self.scales_per_bucket)
@@ -290,12 +282,9 @@ class TopK(Compressor):
 
 class GradientEncoder:
     """One rank's compressor for a vector of ``n`` values, with optional error feedback.
-
-    With error feedback (Seide et al. 2014; Lin et al. 2018), each call sends
-    the compression of v = g + r and keeps r <- v - sent, so that over any run
-    of steps sum(sent) + r = sum(g) (to float rounding). ``error_feedback=None``
-    takes the scheme's default (on for the biased top-k and sign).
-    """
+    Error feedback (Seide et al. 2014; Lin et al. 2018) sends the compression of v = g + r
+    and keeps r <- v - sent, so sum(sent) + r = sum(g) over any run of steps (to rounding).
+    ``error_feedback=None``: the scheme's default (on for top-k and sign)."""
 
     def __init__(self, compressor, n, error_feedback=None, seed=0, xp=np):
         if not isinstance(compressor, Compressor):
@@ -309,7 +298,6 @@ class GradientEncoder:
             error_feedback = self.compressor.error_feedback
         self.residual = xp.zeros(self.n, dtype=np.float32) if error_feedback else None
         self.rng = xp.random.default_rng(seed)
-        self.bytes_sent = 0
 
     @property
     def wire_bytes(self):
@@ -325,21 +313,15 @@ class GradientEncoder:
         if self.residual is not None:
             xp = get_array_module(self.residual)
             self.residual = v - xp.asarray(sent)
-        self.bytes_sent += payload.nbytes
         return payload, sent
 
 
 # ---- the optimizer --------------------------------------------------------------------------
 class CompressedAllreduce:
     """Average a gradient vector over all ranks through a compressed wire format.
-
-    fp16 halves can be added, so they are allreduced as they are. The other
-    formats cannot be summed without decoding them (a sum of two top-k vectors
-    is not a top-k vector), so every rank's payload is allgathered and each
-    rank decodes all n and averages them in rank order: every replica gets the
-    same bits. ``bytes_sent`` counts this rank's payloads (what the collective
-    spreads); an allgather then carries n - 1 of them into each rank.
-    """
+    fp16 halves are allreduced as they are. The other formats cannot be summed without
+    decoding (two top-k vectors do not add to one), so every payload is allgathered and
+    each rank decodes and averages them in rank order: every replica gets the same bits."""
 
     def __init__(self, comm, encoder, algorithm="auto"):
         self.comm, self.encoder, self.algorithm = comm, encoder, algorithm
@@ -380,14 +362,8 @@ class CompressedAllreduce:
 
 class CompressedOptimizer(ReplicatedOptimizer):
     """Wrap ``optimizer``: ``step()`` applies the gradient averaged in ``compressor``'s format.
-
-    ``compressor``: one of the schemes above (``Float16()``,
-    ``TopK(ratio=0.01)``...); ``error_feedback``: carry what it dropped into
-    the next step (None: the scheme's default); random rounding is seeded by
-    ``seed`` and the rank; ``allreduce``: the algorithm that sums fp16
-    payloads; ``model`` as for ``DistributedOptimizer``. ``stats`` counts the
-    payload bytes; ``compression_record(epoch)`` is the metrics record.
-    """
+    ``error_feedback``: None for the scheme's default; random rounding is seeded by
+    ``seed`` and the rank; ``allreduce``: the algorithm that sums fp16 payloads."""
 
     def __init__(
         self, optimizer, comm, compressor, error_feedback=None, seed=0, allreduce="auto", model=None

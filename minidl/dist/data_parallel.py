@@ -1,13 +1,9 @@
 """Synchronous data parallelism: replicas that average their gradients before every update.
 
-Each of n ranks holds a replica and computes the gradient g_i of its shard of the
-minibatch; all apply the same update with g = (1/n) sum_i g_i, so the replicas stay
-identical: with local batches of b, this is minibatch SGD with batch n*b (Ben-Nun &
-Hoefler 2019, §5.1, §6.1).
-
-``FlatBuffer`` (parameters as one vector, one message) and ``OptimizerWrapper`` (an
-optimizer's interface, delegated) serve ``consistency/`` too; ``ReplicatedOptimizer`` is
-the replicas' shared step, ``DistributedOptimizer`` averages in buckets during backward.
+Each of n ranks computes the gradient g_i of its shard of the minibatch and all apply
+g = (1/n) sum_i g_i, so the replicas stay identical: with local batches of b, minibatch
+SGD with batch n*b (Ben-Nun & Hoefler 2019, §5.1, §6.1). ``FlatBuffer`` and
+``OptimizerWrapper`` serve ``consistency/`` too.
 """
 
 import math
@@ -19,10 +15,8 @@ from minidl.dist.collectives import check_algorithm
 
 
 class FlatBuffer:
-    """A contiguous vector with one view per parameter (same dtype, in list order).
-
-    Weights and gradients travel as this one vector, whatever the number of tensors.
-    """
+    """A contiguous vector with one view per parameter (same dtype, in list order): weights
+    and gradients travel as one message, whatever the number of tensors."""
 
     def __init__(self, params):
         if not params:
@@ -80,14 +74,9 @@ class FlatBuffer:
 
 
 class OptimizerWrapper:
-    """``params``, ``state``, ``lr`` (settable), ``zero_grad`` and the state dicts of
-    ``optimizer``; subclasses define ``step()``.
-
-    A distributed optimizer (``DistributedOptimizer``, avg:H's ``ModelAveraging``,
-    EASGD's worker) changes what ``step()`` does around an ordinary optimizer and
-    delegates exactly these, so that the training loop, LR schedules and checkpoints
-    treat it like the optimizer itself; the rest (momentum, betas...) is on ``.optimizer``.
-    """
+    """``optimizer``'s ``params``, ``state``, ``lr`` (settable), ``zero_grad`` and state dicts;
+    subclasses define ``step()``. The loop, LR schedules and checkpoints then treat a
+    distributed optimizer like the one it wraps; the rest (momentum...) is on ``.optimizer``."""
 
     def __init__(self, optimizer):
         self.optimizer = optimizer
@@ -123,11 +112,8 @@ class OptimizerWrapper:
 
 class NonFiniteGradientError(ArithmeticError):
     """The averaged gradient holds NaN or inf: every rank stops before the update.
-
-    The check runs after the allreduce, on values every rank holds equally,
-    so all ranks decide alike (a decision on local values alone would leave
-    the others waiting in the next collective).
-    """
+    Checked after the allreduce, on values all ranks hold, so all decide alike (a
+    decision on local values would leave the others waiting in the next collective)."""
 
 
 def _finite(flat):
@@ -138,13 +124,10 @@ def _finite(flat):
 class ReplicatedOptimizer(OptimizerWrapper):
     """The wrapped ``optimizer`` on identical replicas; subclasses define ``_average_gradients``.
 
-    ``DistributedOptimizer`` averages in buckets during backward, ``CompressedOptimizer``
-    (``compression.py``) in a compressed wire format. Constructing it checks that every
-    rank built the same model and broadcasts parameters, buffers and optimizer state
-    from rank 0. ``allreduce``: ``"auto"`` or one of ``minidl.dist.ALLREDUCE_ALGORITHMS``;
-    ``model``: its buffers (batch-norm statistics) are broadcast too, and its
-    parameter names appear in errors. ``stats`` counts steps, seconds spent
-    averaging and bytes sent.
+    Construction checks that every rank built the same model and broadcasts parameters,
+    buffers and optimizer state from rank 0. ``allreduce``: ``"auto"`` or one of
+    ``ALLREDUCE_ALGORITHMS``; ``model``: its buffers (batch-norm statistics) are broadcast
+    too, and its parameter names appear in errors. ``stats``: steps, seconds, bytes.
     """
 
     def __init__(self, optimizer, comm, allreduce="auto", model=None):
@@ -195,13 +178,9 @@ class ReplicatedOptimizer(OptimizerWrapper):
             self.comm.bcast(a, root=root)
 
     def set_batch_weight(self, local_count, global_count):
-        """Weight this rank's next gradient by its share of the global batch.
-
-        The allreduce averages per-rank mean gradients; when local batches
-        differ in size (the last step of an epoch), weighting each by
-        ``local_count * size / global_count`` makes the average the exact
-        mean gradient over the global batch. Call before ``backward()``.
-        """
+        """Weight this rank's next gradient by ``local_count * size / global_count``, so that
+        the average over ranks is the exact mean gradient of a global batch whose local
+        batches differ (an epoch's last step). Call before ``backward()``."""
         self._weight = local_count * self.comm.size / max(global_count, 1)
 
     def step(self):
@@ -252,15 +231,10 @@ def make_buckets(params, bucket_bytes):
 class DistributedOptimizer(ReplicatedOptimizer):
     """Wrap ``optimizer`` so that ``step()`` applies the gradient averaged over ``comm``'s ranks.
 
-    Gradients travel in buckets (``make_buckets``): with ``overlap`` a bucket's
-    allreduce starts as soon as its last gradient is accumulated, while backward
-    computes the earlier layers; ``step()`` waits for them. Buckets start in index
-    order (one that completes early waits for its predecessors), so every rank
-    issues the same collectives in the same order.
-
-    ``bucket_mb``: the size of the fused gradient buffers; ``overlap``: start
-    each bucket's allreduce during backward; ``allreduce`` and ``model``: see
-    ``ReplicatedOptimizer``. ``stats`` also counts the seconds of averaging
+    Gradients travel in buckets of ``bucket_mb`` (``make_buckets``); with ``overlap`` a
+    bucket's allreduce starts once its last gradient is accumulated, while backward
+    computes the earlier layers. Buckets start in index order, so every rank issues the
+    same collectives in the same order. ``stats`` also counts the seconds of averaging
     after backward (``exposed_seconds``) and during it (``overlapped_seconds``).
     """
 
@@ -281,10 +255,9 @@ class DistributedOptimizer(ReplicatedOptimizer):
         self.buckets = make_buckets(optimizer.params, int(bucket_mb * 2**20))
         self._bucket_of = {id(p): b for b in self.buckets for p in b.params}
         self._next_launch = 0
-        self._hooks = []
         if overlap and comm.size > 1:
             for p in optimizer.params:
-                self._hooks.append(p.register_post_accumulate_grad_hook(self._grad_ready))
+                p.register_post_accumulate_grad_hook(self._grad_ready)
 
     def _grad_ready(self, p):
         bucket = self._bucket_of[id(p)]
@@ -317,8 +290,7 @@ class DistributedOptimizer(ReplicatedOptimizer):
             bucket.request.wait()
             self._record(bucket, backward_done)
             if any(p.grad is not g for p, g in zip(bucket.params, bucket.sent)):
-                # another backward accumulated into the gradients after the early
-                # start (gradient accumulation): reduce the final values again
+                # another backward accumulated after the early start: reduce the final values
                 self._launch(bucket)
                 bucket.request.wait()
             bucket.scatter_grads()
@@ -338,9 +310,3 @@ class DistributedOptimizer(ReplicatedOptimizer):
         """Share of allreduce time that ran while backward was still computing (0..1)."""
         total = self.stats["comm_seconds"]
         return self.stats["overlapped_seconds"] / total if total > 0 else 0.0
-
-    def remove_hooks(self):
-        """Unregister the gradient hooks (the wrapper then averages in ``step()`` only)."""
-        for handle in self._hooks:
-            handle.remove()
-        self._hooks.clear()

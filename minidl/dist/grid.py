@@ -1,18 +1,14 @@
 """The process grid: ``--grid dp=D,pp=P,spatial=S,tp=T`` on D*P*S*T ranks.
 
-Hybrid parallelism (Ben-Nun & Hoefler 2019, section 5.4) arranges the ranks
-of a job as a 4-D grid, one axis per kind of parallelism: data (``dp``,
-replicas of the model on different samples), pipeline (``pp``, consecutive
-groups of layers), spatial (``spatial``, parts of each image) and tensor
-(``tp``, parts of each layer's weights). A rank's coordinates are
+Hybrid parallelism (Ben-Nun & Hoefler 2019, section 5.4): one axis per kind, data
+(``dp``, replicas), pipeline (``pp``, groups of layers), spatial (``spatial``, parts of
+each image) and tensor (``tp``, parts of each layer's weights). Row-major, ``tp`` fastest:
 
     rank = ((dp_i * P + pp_i) * S + spatial_i) * T + tp_i
 
-(row-major over ``AXES``, ``tp`` fastest): the ranks of a tensor-parallel
-group, which talk at every layer, are neighbours, and so on one node when
-ranks are placed by blocks; data-parallel replicas, which talk once a step,
-are farthest apart. ``Grid.group(axis)`` is the ``Communicator`` of the ranks
-that differ from this one only along ``axis`` (``Create_cart`` then ``Sub``).
+so a tensor-parallel group, which talks at every layer, is neighbouring ranks (one node
+when ranks are placed by blocks), and data-parallel replicas, which talk once a step,
+are farthest apart.
 """
 
 import dataclasses
@@ -109,11 +105,8 @@ class GridShape:
 
 class Grid:
     """A job's ranks as a grid; ``md.dist.Grid(comm, dp=2, tp=2)`` (collective over ``comm``).
-
-    ``shape`` holds the extents, ``coords`` this rank's coordinates, and
-    ``group(axis)`` the ``Communicator`` along an axis, whose ``rank`` is this
-    rank's coordinate on that axis.
-    """
+    ``shape``: the extents; ``coords``: this rank's coordinates; ``group(axis)``: the
+    ``Communicator`` along an axis, whose ``rank`` is this rank's coordinate on it."""
 
     def __init__(self, comm: Communicator, dp: int = 1, pp: int = 1, spatial: int = 1, tp: int = 1):
         self.shape = GridShape(dp=dp, pp=pp, spatial=spatial, tp=tp)
@@ -130,7 +123,7 @@ class Grid:
         return cls(comm, **dict(zip(AXES, shape.extents)))
 
     def group(self, axis: str) -> Communicator:
-        """The ranks that differ from this one only along ``axis``."""
+        """The ranks that differ from this one only along ``axis`` (``Create_cart``, ``Sub``)."""
         if axis not in self._groups:
             raise GridError(f"unknown grid axis {axis!r}; choose one of {', '.join(AXES)}")
         return self._groups[axis]

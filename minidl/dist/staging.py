@@ -1,10 +1,8 @@
-"""Moving NumPy and CuPy arrays to MPI: the buffer MPI reads or writes for an array.
+"""The buffer MPI reads or writes for a NumPy or CuPy array.
 
-MPI gets a NumPy array as it is. A CuPy array goes to MPI directly only when
-the library is CUDA-aware (``cuda_aware_mpi``); otherwise MPI works on a
-host copy ("staging"), and a received result is copied back to the GPU
-with ``copy_back``. Either way the current stream is synchronised first:
-mpi4py cannot see GPU streams.
+A NumPy array goes as it is; a CuPy array directly only to a CUDA-aware library
+(``cuda_aware_mpi``), else as a host copy whose result ``copy_back`` returns to the GPU.
+The current stream is synchronised first either way: mpi4py cannot see GPU streams.
 """
 
 import ctypes
@@ -36,13 +34,9 @@ def _loaded_libmpi():
 
 
 def cuda_aware_mpi(mpi_comm):
-    """True when the MPI library accepts CUDA device buffers.
-
-    Checked in order: the ``MINIDL_CUDA_AWARE_MPI=0|1`` override; the MPI-4.1
-    info key ``mpi_memory_alloc_kinds`` of the communicator (lists ``cuda``
-    when supported); ``MPIX_Query_cuda_support()``, which Open MPI
-    (``mpi-ext.h``) and MPICH >= 4 export. Anything else counts as not aware.
-    """
+    """True when the MPI library accepts CUDA device buffers: the ``MINIDL_CUDA_AWARE_MPI=0|1``
+    override, else ``cuda`` in the MPI-4.1 info key ``mpi_memory_alloc_kinds``, else
+    ``MPIX_Query_cuda_support()`` (Open MPI, MPICH >= 4); anything else is not aware."""
     override = os.environ.get("MINIDL_CUDA_AWARE_MPI")
     if override in ("0", "1"):
         return override == "1"
@@ -61,12 +55,9 @@ def cuda_aware_mpi(mpi_comm):
 
 class Staging:
     """The buffers MPI reads (``outgoing``) and writes (``incoming``) for one communicator.
-
-    A reduction in place is outgoing, then copied back. A call that returns
-    before MPI is done with the buffer (``isend``, ``irecv``, ``iallreduce``)
-    passes ``pending=True`` and gets a host buffer of its own; otherwise one
-    host buffer per direction is reused from call to call.
-    """
+    A call that returns before MPI is done with the buffer (``isend``, ``irecv``,
+    ``iallreduce``) passes ``pending=True`` for a host buffer of its own; otherwise one
+    host buffer per direction is reused."""
 
     def __init__(self, cuda_aware):
         self.cuda_aware = cuda_aware
@@ -91,11 +82,8 @@ class Staging:
         return self._host(self._incoming, array)
 
     def host_copy(self, array):
-        """``outgoing(array, pending=True)``, but staged even when MPI is CUDA-aware.
-
-        For ``MPI_Iallreduce``: on device buffers it crashes some CUDA-aware
-        Open MPI versions (mpi4py issue 164).
-        """
+        """``outgoing(array, pending=True)``, staged even when MPI is CUDA-aware: on device
+        buffers ``MPI_Iallreduce`` crashes some CUDA-aware Open MPI versions (mpi4py issue 164)."""
         return array if self._on_host(array) else array.get()
 
     @staticmethod
