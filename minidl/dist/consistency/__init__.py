@@ -1,25 +1,18 @@
-"""Training under a consistency model: the distributed modes (``DistMode``) and their epochs.
+"""Training under a consistency model: a session per rank for each mode but sync.
 
-Modes (Ben-Nun & Hoefler 2019, §6.1 and §6.4.2; the spectrum of communication
-completeness of Viviani, Drocco & Aldinucci 2018):
+Modes (Ben-Nun & Hoefler 2019, §6.1 and §6.4.2; Viviani, Drocco & Aldinucci 2018):
 
-* ``sync``: decentralised synchronous SGD, gradients averaged by allreduce
-  (``DistributedOptimizer``; not handled here).
-* ``bsp`` (= ``ssp:0``), ``ssp:S``, ``asp``: a parameter server (ranks
-  0..K-1) holds the weights and runs the optimizer; workers push gradients
-  and pull weights. ssp:S bounds staleness by S clocks (Ho et al. 2013); asp
-  never waits (Downpour, Dean et al. 2012) and takes batches from a shared
-  queue, so a fast worker does more of the epoch.
+* ``bsp`` (= ``ssp:0``), ``ssp:S``, ``asp``: parameter servers (ranks 0..K-1) hold the
+  weights and run the optimizer; workers push gradients and pull weights. ssp:S bounds
+  staleness by S clocks (Ho et al. 2013); asp never waits (Downpour, Dean et al. 2012)
+  and takes batches from a shared queue, so a fast worker does more of the epoch.
 * ``avg:H``: local SGD on every rank, weights averaged by allreduce every H steps.
-* ``easgd[:ALPHA[:TAU]]``: asynchronous elastic averaging with a center
-  variable on the server(s) (Zhang et al. 2015); defaults alpha = 0.9 / n,
-  tau = 4.
+* ``easgd[:ALPHA[:TAU]]``: asynchronous elastic averaging with a center variable on the
+  server(s) (Zhang et al. 2015); defaults alpha = 0.9 / n, tau = 4.
 
-A session per rank hides the roles from the training loop: workers train
-with ``session.optimizer`` on ``session.train_loader(...)``, servers serve
-(``run_epoch``); ``finish_epoch`` (a collective) agrees on whether anyone
-stopped, loads the consensus model (the servers' weights, the center, or
-the replicas' average) for evaluation, and gathers every rank's counters.
+Workers train with ``session.optimizer`` on ``session.train_loader(...)``, servers serve
+(``run_epoch``); ``finish_epoch`` (collective) agrees on whether anyone stopped, loads the
+consensus model (servers' weights, center, or replicas' average) and gathers the counters.
 """
 
 import time
@@ -39,13 +32,9 @@ EASGD_BETA = 0.9  # alpha = EASGD_BETA / workers unless given (Zhang et al. 2015
 
 
 def make_session(options, comm, model, make_optimizer, seed=0, progress=None):
-    """The session of this rank for ``options.mode`` (not sync; see the module docstring).
-
-    ``options``: a ``DistConfig`` (servers, compressor, error feedback, poll
-    interval, allreduce algorithm); ``make_optimizer(params)`` builds the
-    update rule; ``seed`` seeds random rounding of compressed gradients;
-    ``progress(where)``: told of each message a server serves (a hang watchdog).
-    """
+    """The session of this rank for ``options.mode`` (a ``DistConfig``'s; not sync).
+    ``make_optimizer(params)`` builds the update rule; ``seed`` seeds random rounding of
+    compressed gradients; ``progress(where)``: told of each message a server serves."""
     mode = options.mode
     if mode.uses_server:
         return ParameterServerSession(options, comm, model, make_optimizer, seed, progress)
@@ -74,10 +63,8 @@ class _Session:
         )
 
     def run_epoch(self, train):
-        """Train with ``train()`` -> stats; returns (stats or None, stopped).
-
-        The stats get the CPU seconds this process used meanwhile.
-        """
+        """Train with ``train()`` -> stats (plus this process's ``cpu_seconds``); returns
+        (stats or None, stopped)."""
         cpu = time.process_time()
         try:
             stats = train()
@@ -213,10 +200,8 @@ class ParameterServerSession(_Session):
         return stats, stopped
 
     def finish_epoch(self, stats, stopped, lr=None):
-        """Collective: None if any rank stopped, else every rank's counters (consensus loaded).
-
-        ``lr``: this rank's current learning rate, recorded with its counters.
-        """
+        """Collective: None if any rank stopped, else every rank's counters (with its ``lr``),
+        the consensus loaded."""
         flag = np.array([1.0 if stopped else 0.0])
         if self.poll_interval > 0:  # ranks done early sleep instead of spinning in MPI
             wait_for_everyone(self.comm, self.poll_interval)

@@ -1,24 +1,19 @@
 """Model consolidation: periodic model averaging (avg:H) and elastic averaging SGD (easgd).
 
-**avg:H** (local SGD; Ben-Nun & Hoefler 2019, §6.4.2, "aggregating the parameters ... every few
-iterations"): every rank runs its own optimizer on its own shard of the
-data and, every H steps, the replicas are replaced by their average
-w <- (1/n) sum_i w_i (one allreduce of the weights). With plain SGD and H = 1
-this is synchronous SGD: the mean of w - lr g_i is w - lr mean(g_i).
+**avg:H** (local SGD; Ben-Nun & Hoefler 2019, §6.4.2): every rank runs its own optimizer
+on its shard of the data and, every H steps, the replicas become their average
+w <- (1/n) sum_i w_i (one allreduce). With plain SGD and H = 1 this is synchronous SGD.
 
-**easgd** (Zhang, Choromanska & LeCun 2015, Algorithm 1, asynchronous EASGD):
-a center variable x~ lives on the parameter server(s); each worker runs plain
-local steps of its own optimizer and, every tau steps, makes the elastic
-exchange with the center, atomically on the server:
+**easgd** (Zhang, Choromanska & LeCun 2015, Algorithm 1, asynchronous): a center
+variable x~ lives on the parameter server(s); each worker takes local steps and, after
+the update of every tau-th step, makes the elastic exchange, atomically on the server:
 
     d   = alpha (x_i - x~)
     x_i <- x_i - d
     x~  <- x~ + d
 
-so x_i + x~ is unchanged by an exchange (the elastic force is symmetric).
-alpha = eta rho in the paper's notation; it suggests beta = n alpha ~ 0.9.
-Here the exchange follows the local update of every tau-th step. Evaluation
-and checkpoints use the center.
+so x_i + x~ is unchanged. alpha = eta rho in the paper, which suggests beta = n alpha ~ 0.9.
+Evaluation and checkpoints use the center.
 """
 
 import time
@@ -58,12 +53,9 @@ class _LocalSteps(OptimizerWrapper):
 
 class ModelAveraging(_LocalSteps):
     """avg:H: the local optimizer's step, and every ``period`` steps the replicas' average.
-
-    The averaged vector carries one extra value, a stop flag, so that a rank
-    whose loss became NaN stops every rank at their next common average. A
-    rank that arrives early waits in a sleeping barrier (``poll_interval``; 0:
-    in the allreduce itself, busy-polling a core).
-    """
+    The averaged vector carries a stop flag, so a rank whose loss became NaN stops every
+    rank at the next average. An early rank sleeps in a barrier polled every
+    ``poll_interval`` seconds (0: busy-polls in the allreduce)."""
 
     def __init__(self, optimizer, comm, period, algorithm, poll_interval):
         super().__init__(optimizer, period, "avg:H: the period H")

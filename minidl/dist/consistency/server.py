@@ -1,14 +1,12 @@
 """The server side of the parameter server: one rank, one shard of the master weights.
 
-The server keeps a receive pre-posted for every worker and serves whichever
-message arrives first. A push goes to the update rule; the reply (the
-shard's current weights) leaves as soon as the SSP gate (``ssp.ClockTable``)
-lets that worker start its next step. Between polls the server sleeps
-``poll_interval`` seconds (0: MPI's blocking waits, which busy-poll a core).
+A receive is pre-posted for every worker; whichever message arrives first is served. A
+push goes to the update rule, and the reply (the shard's weights) leaves once the SSP
+gate (``ssp.ClockTable``) lets that worker start its next step. Between polls the server
+sleeps ``poll_interval`` seconds (0: MPI's blocking waits, which busy-poll a core).
 
-Update rules: ``GradientRule`` here (bsp/ssp/asp) and
-``averaging.ElasticRule`` (easgd). Both expose ``version`` (updates applied
-so far), ``weights`` (the shard) and ``push(worker, clock, read_version,
+An update rule (``GradientRule``; ``averaging.ElasticRule`` for easgd) has ``version``
+(updates applied), ``weights`` (the shard) and ``push(worker, clock, read_version,
 payload) -> (reply or None, [(worker, staleness), ...])``.
 """
 
@@ -27,13 +25,9 @@ DEFAULT_POLL_INTERVAL = 2e-4  # seconds; chosen with benchmarks/bench_consistenc
 
 class GradientRule:
     """Apply pushed gradients to a shard with any minidl optimizer.
-
-    ``per_clock=True`` (bsp, ssp): the n gradients of a clock are averaged and
-    applied as one optimizer step once all have arrived (``ssp.ClockedGradients``),
-    so bsp is synchronous SGD on the global batch. ``per_clock=False`` (asp):
-    each push is applied on arrival as g / n, one n-th of a global batch
-    (Downpour, Dean et al. 2012, with the sync learning-rate convention).
-    """
+    ``per_clock`` (bsp, ssp): a clock's n gradients are averaged and applied as one step
+    once all arrived (``ssp.ClockedGradients``), so bsp is synchronous SGD. Else (asp)
+    each push is applied on arrival as g / n (Downpour, Dean et al. 2012)."""
 
     def __init__(self, optimizer, compressor, workers, per_clock):
         if len(optimizer.params) != 1:
@@ -105,11 +99,8 @@ class ParameterServer:
     # ---- one epoch -------------------------------------------------------------------------
     def serve_epoch(self, tickets=None):
         """Serve until every worker ended the epoch; returns False when one aborted.
-
-        ``tickets``: asp's shared batch queue (server 0 only): the epoch has that
-        many batches, worker w starts with batch w, and each reply hands out the
-        next one (``END`` when none is left).
-        """
+        ``tickets`` (asp, server 0): the epoch's batch count; worker w starts with batch w
+        and each reply hands out the next one (``END`` when none is left)."""
         workers = self.layout.workers
         self.counters = RankCounters(
             role="server",

@@ -1,17 +1,14 @@
 """Stale-synchronous parallel bookkeeping: worker clocks, the gate, per-clock gradient sets.
 
-SSP (Ho et al. 2013): each worker's clock c counts the gradients it has
-pushed. A worker about to compute step c may start only while the slowest
-worker's clock is >= c - S; S = 0 is bulk-synchronous (BSP), no bound
-(``staleness=None``) is asynchronous (ASP).
+SSP (Ho et al. 2013): a worker's clock c counts the gradients it pushed; it may compute
+step c only while the slowest worker's clock is >= c - S. S = 0 is BSP, no bound
+(``staleness=None``) is ASP.
 
-minidl's server applies a clock only once it is complete: the n gradients of
-clock c are averaged (in worker order) and applied as one optimizer step,
-version c -> c + 1. Reads therefore see exactly the completed clocks, which
-Ho et al.'s guarantee allows ("all updates from clocks <= c - S - 1, maybe
-more"); in exchange ssp:0 is exactly BSP, BSP is exactly synchronous
-minibatch SGD with n times the batch, and the staleness of every update,
-version at apply minus version read, is at most S.
+A clock is applied only once complete: its n gradients are averaged (in worker order) as
+one step, version c -> c + 1. Reads see exactly the completed clocks, which Ho et al.
+allow ("all updates from clocks <= c - S - 1, maybe more"); in exchange ssp:0 is exactly
+synchronous minibatch SGD with n times the batch, and every update's staleness (version
+at apply minus version read) is at most S.
 """
 
 from minidl.backend import get_array_module
@@ -51,12 +48,9 @@ class ClockTable:
 
 class ClockedGradients:
     """Gradients waiting for their clock to complete; complete clocks come out averaged.
-
-    ``add(worker, clock, read_version, grad)`` stores a copy; ``pop_complete()``
-    yields ``(mean_gradient, [(worker, read_version), ...])`` for every complete
-    clock, in clock order. The mean is summed in worker order, then divided
-    by n the way ``allreduce(op="mean")`` divides (so n = 2 matches it bit for bit).
-    """
+    ``pop_complete()`` yields ``(mean_gradient, [(worker, read_version), ...])`` per
+    complete clock, in clock order: summed in worker order, then divided by n as
+    ``allreduce(op="mean")`` divides (so n = 2 matches it bit for bit)."""
 
     def __init__(self, workers):
         self.workers = int(workers)

@@ -1,12 +1,9 @@
 """The worker side of the parameter server: push a gradient, wait for the weights.
 
-``ServerLink`` talks to every shard (one push and one reply per shard and
-step). ``ParameterServerOptimizer.step()`` pushes each shard's slice of the
-(optionally compressed) gradient, waits at the SSP gate for the replies and
-loads the new weights into the model; the update rule runs on the servers.
-``TicketBatches`` is asp's shared batch queue: each reply from server 0
-names the next unclaimed batch of the epoch, so a fast worker processes
-more batches than a slow one and no batch is processed twice.
+``ParameterServerOptimizer.step()`` pushes each shard's slice of the (optionally
+compressed) gradient through ``ServerLink``, waits at the SSP gate for the replies and
+loads the new weights. ``TicketBatches`` is asp's shared batch queue: each reply from
+server 0 names the next unclaimed batch, so a fast worker does more and none is done twice.
 """
 
 import numpy as np
@@ -35,11 +32,8 @@ class ServerLink:
         return self.comm.isend(data, k, tag=ps.TAG_PUSH)
 
     def exchange(self, clock, versions, ticket, payloads):
-        """Push ``payloads[k]`` to server k; wait for every reply; returns the reply headers.
-
-        Each header is [status, version, ticket, 0, payload_bytes]; the payloads
-        are in ``self.inbox[k].body()``.
-        """
+        """Push ``payloads[k]`` to server k; wait for every reply; returns the reply headers,
+        each [status, version, ticket, 0, payload_bytes] (payloads: ``inbox[k].body()``)."""
         requests = [
             self.comm.irecv(message.buffer, k, tag=ps.TAG_REPLY)
             for k, message in enumerate(self.inbox)
@@ -102,11 +96,8 @@ class ServerClient:
 
 class ParameterServerOptimizer(ServerClient):
     """A worker's optimizer for bsp / ssp:S / asp: ``step()`` = push gradient, pull weights.
-
-    The gradient pushed is the local mean gradient times ``set_batch_weight``'s
-    weight (as in ``DistributedOptimizer``), so that the server's average of
-    the n pushes of a clock is the mean gradient over the global batch.
-    """
+    The pushed gradient is weighted by ``set_batch_weight``, so that the server's average
+    of a clock's n pushes is the mean gradient over the global batch."""
 
     def __init__(self, params, link, compression=None, error_feedback=None, seed=0):
         self.params = list(params)
@@ -153,12 +144,8 @@ class ParameterServerOptimizer(ServerClient):
 
 
 class TicketBatches:
-    """asp's batches: the one server 0 assigned, until it says END.
-
-    Batch (ticket) k of an epoch is what rank k % n of an n-worker
-    ``DataLoader`` takes at step k // n, so the epoch covers every sample once
-    whoever takes which batch.
-    """
+    """asp's batches: the one server 0 assigned, until it says END. Ticket k is what rank
+    k % n of an n-worker ``DataLoader`` takes at step k // n: every sample once per epoch."""
 
     def __init__(self, dataset, batch_size, workers, optimizer, seed=0, transform=None, worker=0):
         self.parts = [
