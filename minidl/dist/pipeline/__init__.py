@@ -1,13 +1,10 @@
 """Pipeline parallelism (layer pipelining; the survey, §5.3): stages, schedules, trainer.
 
-``partition`` cuts a ``Sequential`` into stages; ``schedules`` lists, per rank, the
-instructions of naive, GPipe, 1F1B, interleaved 1F1B and PipeDream pipelines;
+``partition`` cuts a ``Sequential`` into stages; ``schedules`` lists each rank's
+instructions for naive, GPipe, 1F1B, interleaved 1F1B and PipeDream pipelines;
 ``PipelineTrainer`` runs them over a ``Communicator`` with the serial result.
-The performance tools of pipelines live in ``minidl.perf``: the simulator
-(``pipeline_simulate``; here also as ``simulate``, so ``simulate.simulate`` runs the
-lists without MPI: deadlock freedom, bubble, live activations), the timelines
-(``pipeline_timeline``) and the measured per-layer costs (``pipeline_profile``, home
-of ``Partition``).
+``simulate`` (``minidl.perf.pipeline_simulate``) runs the lists without MPI: deadlock
+freedom, bubble, live activations.
 """
 
 from minidl.dist.pipeline.schedules import SCHEDULES, Instruction, build

@@ -1,28 +1,19 @@
 """Run one rank's pipeline instruction list over a ``Communicator``.
 
-Sends are ``isend``s (completed at the batch's end). A gradient's receive is posted
-early, as soon as the output it belongs to has been sent on (its shape and dtype are
-the output's), so the message can land while the stage computes other micro-batches;
-its ``recv_grad`` only waits for it. An activation travels as a small header (dtype
-and shape) followed by the array, whose buffer cannot exist before the header came:
-``recv_act`` receives both, blocking, right before the forward that needs them.
-Each forward keeps its input and output until the micro-batch's backward; the last
-stage turns its output into the loss.
+Sends are ``isend``s, completed at the batch's end. A gradient's receive is posted as
+soon as its output has been sent on (same shape and dtype), so it can land while the
+stage computes other micro-batches. An activation travels as a header (dtype, shape)
+then the array, received blocking by ``recv_act`` right before the forward that needs it.
 
-Loss scaling: micro-batch m holds n_m of the batch's N rows and its loss is the
-mean over them, so L = sum_m (n_m / N) * L_m is the mean over the whole batch and
-the accumulated gradient sum_m (n_m / N) * dL_m/dw equals the full-batch gradient.
-Parameter gradients accumulate over micro-batches in the order the schedule runs
-the backwards (micro-batch order for every built-in schedule); ``step`` then
-updates once per batch.
+Loss scaling: micro-batch m holds n_m of the batch's N rows and its loss is their mean,
+so L = sum_m (n_m / N) * L_m is the batch mean and the accumulated gradient
+sum_m (n_m / N) * dL_m/dw the full-batch gradient; ``step`` updates once per batch.
 
 Asynchronous lists (PipeDream) ``step`` after every backward, on that micro-batch's
-own gradient (its loss unscaled: each micro-batch is an SGD batch). Weight
-stashing: a forward leaves the arrays it computed with to its autograd graph and
-gives the stage fresh copies to update; the backward puts the stashed arrays back
-in place while it runs, so it differentiates the weights its forward saw. The
-updates between a micro-batch's forward and its backward are its staleness
-(``staleness``, a ``minidl.perf.telemetry.StalenessHistogram``).
+unscaled gradient. Weight stashing: a forward leaves the arrays it used to its autograd
+graph and gives the stage copies to update; its backward puts them back while it runs,
+so it differentiates the weights its forward saw. The updates in between are its
+staleness (``staleness``).
 """
 
 import time
@@ -72,12 +63,10 @@ def _header(array):
 class PipelineExecutor:
     """Runs a rank's instruction list for one batch on its model chunks.
 
-    ``chunks[c]`` is the module of stage ``c * P + rank``; ``optimizer`` (None when
-    the rank holds no parameters) is stepped by the ``step`` instruction;
-    ``loss_fn(output, target)`` must return the mean over its micro-batch;
-    ``metric(output, target)`` (optional), a number the last stage sums over the
-    micro-batches into ``metric_sum``; ``stash``: weight stashing, for lists that update
-    after every backward.
+    ``chunks[c]`` is the module of stage ``c * P + rank``; ``optimizer``: None when the
+    rank holds no parameters; ``loss_fn(output, target)`` must return the mean over its
+    micro-batch; ``metric(output, target)``: summed by the last stage into ``metric_sum``;
+    ``stash``: weight stashing, for lists that update after every backward.
     """
 
     def __init__(self, comm, chunks, optimizer, loss_fn, metric=None, stash=False):
@@ -97,13 +86,9 @@ class PipelineExecutor:
         self._tracer, self._trace_skip, self._trace_steps = tracer, skip, steps
 
     def run(self, program, inputs, targets, shares):
-        """Run ``program`` on the batch's micro-batches; the summed scaled loss (0 off the end).
-
-        ``inputs[m]`` (used by stage 0) and ``targets[m]`` (used by the last stage)
-        are micro-batch m's arrays, ``shares[m] = n_m / N``. An update refused for a
-        non-finite gradient does not stop the list (the neighbours wait for its
-        messages): it is kept in ``failure`` for the caller.
-        """
+        """Run ``program`` on ``inputs[m]``, ``targets[m]`` with ``shares[m] = n_m / N``; the
+        summed scaled loss (0 off the last stage). An update refused for a non-finite
+        gradient goes to ``failure``: the list goes on, as the neighbours wait for it."""
         self._inputs, self._outputs, self._received, self._sent = {}, {}, {}, []
         self._posted = {}  # (m, chunk): the gradient's receive, posted by _send_act
         self._batch = (inputs, targets, shares)

@@ -1,33 +1,25 @@
 """Pipeline schedules as data: for each rank, the list of ``Instruction``s it runs per batch.
 
-A batch is split into M micro-batches; P ranks hold the stages. With v model chunks
-per rank (``interleaved``) there are S = v*P stages and stage k = c*P + r lives on
-rank r as its chunk c (``stage_of``, from ``minidl.perf.pipeline_simulate``), so
-activations go round the ranks v times (the interleaved 1F1B schedule, 2021). Every
-schedule is built the same way: a per-rank order of forwards and backwards, into which
-``recv_*`` go right before the compute that needs them and ``send_*`` right after the
-compute that made them; ``step`` ends the list.
+A batch is M micro-batches on P ranks. With v model chunks per rank there are S = v*P
+stages, stage k = c*P + r on rank r as its chunk c (``stage_of``). Each schedule is a
+per-rank order of forwards and backwards; ``recv_*`` go right before the compute that
+needs them, ``send_*`` right after the compute that made them, and ``step`` ends the list.
 
-- ``naive``: one micro-batch at a time through the whole pipeline (forward, backward,
-  then the next): what model parallelism without micro-batching does; bubble (P-1)/P.
-- ``gpipe``: all M forwards, then all M backwards (the GPipe paper, 2019);
-  every stage holds M micro-batches' activations; bubble (P-1)/(M+P-1).
+- ``naive``: one micro-batch at a time through the whole pipeline; bubble (P-1)/P.
+- ``gpipe``: all M forwards, then all M backwards (GPipe, 2019); every stage holds M
+  micro-batches' activations; bubble (P-1)/(M+P-1).
 - ``one_f_one_b``: stage s runs min(P-s-1, M) warm-up forwards, then alternates one
-  forward and one backward, then cools down with the remaining backwards (PipeDream's
-  1F1B, 2019, flushed once per batch as in PipeDream-Flush); same bubble
-  as GPipe, but at most P-s micro-batches live on stage s.
-- ``interleaved``: 1F1B over v chunks per rank in groups of P micro-batches
-  (interleaved 1F1B, 2021); needs M a multiple of P; bubble
-  (P-1)/(v*M+P-1).
-- ``pipedream``: asynchronous PipeDream (Narayanan et al. 2019): the order of 1F1B,
-  but each stage updates its weights right after every backward (a ``step`` per
-  micro-batch, no flush between them) and keeps, for each micro-batch in flight,
-  the weight version its forward saw (weight stashing), so that its backward uses
-  it. On stage s micro-batch m is then min(m, P-s-1) updates stale; the list of a
-  batch drains the pipeline at its end, so a batch is a window of M updates.
+  forward and one backward, then the remaining backwards (PipeDream's 1F1B, 2019, flushed
+  once per batch as in PipeDream-Flush); GPipe's bubble, at most P-s micro-batches live.
+- ``interleaved``: 1F1B over v chunks per rank in groups of P micro-batches (interleaved
+  1F1B, 2021); M a multiple of P; bubble (P-1)/(v*M+P-1).
+- ``pipedream``: asynchronous PipeDream (Narayanan et al. 2019): 1F1B's order with a
+  ``step`` after every backward, each backward using the weight version its forward saw
+  (weight stashing). On stage s micro-batch m is min(m, P-s-1) updates stale; a batch
+  drains the pipeline at its end, so it is a window of M updates.
 
-Backwards of each chunk run in micro-batch order 0..M-1 in every schedule, so the
-gradients accumulate in the same order whichever schedule runs.
+Every schedule runs each chunk's backwards in micro-batch order 0..M-1, so gradients
+accumulate in the same order whichever schedule runs.
 """
 
 from dataclasses import dataclass
@@ -128,11 +120,9 @@ def pipedream(ranks, micro_batches):
 
 def interleaved(ranks, micro_batches, chunks=2):
     """Interleaved 1F1B with ``chunks`` = v model chunks per rank (M must be a multiple of P).
-
     Virtual micro-batch j (0..v*M-1) of a rank is micro-batch (j // vP) * P + j % P of
     chunk (j % vP) // P for a forward, chunk v-1 - (j % vP) // P for a backward.
-    Rank r warms up with min(2(P-r-1) + (v-1)P, vM) forwards, then alternates.
-    """
+    Rank r warms up with min(2(P-r-1) + (v-1)P, vM) forwards, then alternates."""
     _check_counts(ranks, micro_batches, chunks)
     _check_groups(ranks, micro_batches)
     group, total = ranks * chunks, chunks * micro_batches

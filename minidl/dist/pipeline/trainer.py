@@ -1,11 +1,10 @@
 """Pipeline stages, and ``PipelineTrainer`` that trains a ``Sequential`` cut into them.
 
 Layer pipelining (Ben-Nun & Hoefler 2019, §5.3): stage k holds the contiguous layers
-``bounds[k] = (start, stop)`` of a cut (``Partition``): uniform by layer count, min-max
-by parameter count or by measured time (``min_max_bounds``, a linear-partition dynamic
-programme; ``cut_by_cost``), or at given cut points. A pipeline runs at the pace
-of its slowest stage: a cut's balance is max_k cost_k / mean_k cost_k (1.0 is perfect).
-``PipelineTrainer`` runs the stages over the ranks of a communicator:
+``bounds[k] = (start, stop)`` of a ``Partition``: uniform by layer count, min-max by
+parameter count or measured time (``min_max_bounds``, a linear-partition dynamic
+programme), or at given cut points. A pipeline runs at its slowest stage's pace: a
+cut's balance is max_k cost_k / mean_k cost_k (1.0 is perfect).
 
     trainer = PipelineTrainer(model, comm, optimizer=lambda ps: optim.SGD(ps, lr=0.1),
                               micro_batches=8, schedule="1f1b")
@@ -14,38 +13,28 @@ of its slowest stage: a cut's balance is max_k cost_k / mean_k cost_k (1.0 is pe
     whole = trainer.full_optimizer_state()   # every rank: a one-process optimizer's state
     trainer.load_optimizer_state(whole)      # each rank takes its parameters' share
 
-Every rank builds the same model and passes the same batch (stage 0 reads ``x``,
-the last stage ``y``); the weights start from rank 0's. One step equals one step
-of the serial model on the whole batch (see ``executor.py`` for the loss scaling),
-for any schedule and any number of micro-batches. A batch with fewer rows than
-``micro_batches`` (the short last batch of an epoch) runs one micro-batch per row
-(interleaved: the largest multiple of P rows that fits).
+Every rank builds the same model and passes the same batch (stage 0 reads ``x``, the
+last stage ``y``); weights start from rank 0's. A step equals the serial model's step on
+the whole batch, for any schedule and micro-batch count. A batch with fewer rows than
+``micro_batches`` runs one micro-batch per row (interleaved: the largest multiple of P).
 
-Pipeline x data parallelism (``data_parallel=`` the ``dp`` group of a ``Grid``):
-each replica of the pipeline trains on its own batch, and the ranks holding the
-same stage average their gradients in one allreduce per step (one flat buffer,
-after the last backward), so D replicas with batches of b rows equal one process
-with the D*b rows (``DistributedOptimizer``'s batch weighting handles short ones).
+With ``data_parallel`` (the ``dp`` group of a ``Grid``) each pipeline replica trains on
+its own batch and the ranks holding the same stage average their gradients in one
+allreduce per step, so D replicas with b rows each equal one process with D*b rows.
 
-PipeDream (``schedule="pipedream"``) is asynchronous: each stage updates after every
-micro-batch's backward with that micro-batch's gradient, from the weights its forward
-saw (weight stashing; ``executor.py``), so a step is M updates, not the serial one;
-``staleness`` counts how many updates each gradient was late.
+PipeDream (``schedule="pipedream"``) updates after every micro-batch's backward, so a
+step is M updates, not the serial one; ``staleness`` counts how late each gradient was.
 
-Checkpoints: ``full_state_dict`` and ``full_optimizer_state`` hold the whole run as
-one process holds it (serial names; the optimizer's state listed in the model's
-parameter order), so a checkpoint moves between layouts: one process, data
-parallelism, any pipeline grid. PipeDream's stashed weight versions need no saving:
-every micro-batch's backward runs within its batch, so no version is in flight
-between batches.
+Checkpoints: ``full_state_dict`` and ``full_optimizer_state`` hold the run as one process
+holds it (serial names, parameter order), so a checkpoint moves between layouts.
+PipeDream's stashed weights need no saving: no version is in flight between batches.
 
-BatchNorm: statistics are per micro-batch, as GPipe does. Each micro-batch's
-forward normalises by its own mean and variance and updates the running
-statistics once, in micro-batch order, so with M > 1 a step equals one process
-that applies the model to each micro-batch separately and sums the losses scaled
-by n_m / N, not one process on the whole batch (``tests/pipeline`` checks both).
+BatchNorm statistics are per micro-batch, as in GPipe, and the running statistics update
+once per micro-batch in order: with M > 1 a step equals one process applying the model to
+each micro-batch separately and summing the losses scaled by n_m / N.
 """
 
+import itertools
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -56,6 +45,7 @@ from minidl import functional as F
 from minidl.dist.data_parallel import DistributedOptimizer
 from minidl.dist.pipeline.executor import PipelineExecutor, check_tag_room
 from minidl.dist.pipeline.schedules import ASYNCHRONOUS, build, default_chunks
+from minidl.intmath import block_sizes
 from minidl.layers import Module, Sequential
 from minidl.perf.pipeline_simulate import stage_of
 
@@ -81,11 +71,9 @@ class Partition:
 
 
 def min_max_bounds(costs, num_stages):
-    """The contiguous cut into non-empty stages with the smallest largest-stage cost.
-
-    best[k][j]: the least max-cost of cutting layers 0..j-1 into k stages;
-    best[k][j] = min_i max(best[k-1][i], sum(costs[i:j])). Ties keep the earliest cut.
-    """
+    """The contiguous cut into non-empty stages with the smallest largest-stage cost: with
+    best[k][j] the least max-cost of layers 0..j-1 in k stages,
+    best[k][j] = min_i max(best[k-1][i], sum(costs[i:j])). Ties keep the earliest cut."""
     n = len(costs)
     prefix = np.concatenate([[0], np.cumsum(costs)]).tolist()
     inf = float("inf")
@@ -114,11 +102,8 @@ def layer_costs(model, by="parameters"):
 
 
 class Stage(Module):
-    """Layers ``start..stop-1`` of a ``Sequential``, registered under their serial indices.
-
-    ``named_parameters()`` thus yields ``"3.weight"`` for the model's layer 3, the
-    name the whole model gives it, so stages' state dicts merge into the model's.
-    """
+    """Layers ``start..stop-1`` of a ``Sequential`` under their serial indices (``"3.weight"``
+    for layer 3), so stages' state dicts merge into the model's."""
 
     def __init__(self, model, start, stop):
         super().__init__()
@@ -150,9 +135,8 @@ def _check_model(model, num_stages):
 
 def _uniform_bounds(num_layers, num_stages):
     """Stage sizes differ by at most one; the first stages take the extra layers."""
-    sizes = [len(chunk) for chunk in np.array_split(np.arange(num_layers), num_stages)]
-    stops = np.cumsum(sizes).tolist()
-    return [(stop - size, stop) for size, stop in zip(sizes, stops)]
+    edges = [0, *itertools.accumulate(block_sizes(num_layers, num_stages))]
+    return list(zip(edges, edges[1:]))
 
 
 def _cut_bounds(num_layers, num_stages, cuts):
@@ -174,12 +158,9 @@ def _cut_bounds(num_layers, num_stages, cuts):
 
 def partition(model, num_stages, by="layers", cuts=None):
     """Cut ``model`` (a ``Sequential``) into ``num_stages`` stages; returns a ``Partition``.
-
-    ``by``: ``"layers"`` (uniform by layer count) or ``"parameters"`` (min-max by
-    parameter count); with ``cuts`` (the first layer of stages 1..P-1) the stages
-    are the user's and ``by`` only names the cost the balance is measured in.
-    Bad input is refused before any work, with what would fit.
-    """
+    ``by``: ``"layers"`` (uniform) or ``"parameters"`` (min-max); with ``cuts`` (the first
+    layer of stages 1..P-1) ``by`` only names the cost the balance is measured in. Bad
+    input is refused before any work, with what would fit."""
     _check_model(model, num_stages)
     costs = layer_costs(model, by)
     if cuts is not None:
@@ -230,16 +211,12 @@ def _partition(model, stages, num_stages):
 class PipelineTrainer:
     """Pipeline-parallel training of ``model`` (a ``Sequential``) on ``comm``'s ranks.
 
-    ``optimizer``: a function of a parameter list returning an optimizer (one per
-    rank, for its stages; clipping by the global norm is refused, as no rank sees
-    it). ``stages``: how to cut (see ``_partition``).
-    ``schedule``: one of ``SCHEDULES``; ``chunks``: model chunks per rank (the
-    interleaved schedule; 2 by default there, else 1). ``loss(output, target)``
-    must be the mean over its micro-batch. ``metric(output, target)`` (optional) is
-    summed over the micro-batches of a step into ``last_metric`` (e.g. correct
-    predictions). ``data_parallel``: the communicator of the ranks holding the same
-    stages in other replicas (see above), ``allreduce`` its algorithm.
-    Construction is collective.
+    ``optimizer(params)`` builds each rank's optimizer (clipping by the global norm is
+    refused: no rank sees it); ``stages``: see ``_partition``; ``chunks``: model chunks
+    per rank (default 2 for interleaved, else 1); ``loss(output, target)`` must be the
+    mean over its micro-batch; ``metric(output, target)``: summed over a step's
+    micro-batches into ``last_metric``; ``data_parallel``: the ranks holding the same
+    stages in other replicas, ``allreduce`` its algorithm. Construction is collective.
     """
 
     def __init__(
@@ -258,8 +235,7 @@ class PipelineTrainer:
         allreduce="auto",
     ):
         chunks = default_chunks(schedule) if chunks is None else chunks
-        self.programs = build(schedule, comm.size, micro_batches, chunks)
-        self._programs = {micro_batches: self.programs}
+        self._programs = {micro_batches: build(schedule, comm.size, micro_batches, chunks)}
         check_tag_room(micro_batches, chunks)
         self.partition = _partition(model, stages, comm.size * chunks)
         self.micro_batches, self.schedule = micro_batches, schedule
@@ -305,11 +281,6 @@ class PipelineTrainer:
             tensor.data[...] = buffer
 
     @property
-    def program(self):
-        """This rank's instruction list."""
-        return self.programs[self.comm.rank]
-
-    @property
     def staleness(self):
         """This rank's ``StalenessHistogram`` of the updates so far (all 0 unless PipeDream)."""
         return self.executor.staleness
@@ -323,11 +294,8 @@ class PipelineTrainer:
         return rows
 
     def step(self, x, y, global_rows=None):
-        """Train on one batch (collective); returns its mean loss on every rank.
-
-        ``global_rows``: with ``data_parallel``, the rows of this step over every
-        replica (default: this batch's rows times the replicas).
-        """
+        """Train on one batch (collective); returns its mean loss on every rank. ``global_rows``:
+        with ``data_parallel``, the step's rows over every replica (default: rows x replicas)."""
         if len(x) != len(y):
             raise ValueError(f"step: x has {len(x)} rows but y has {len(y)}")
         m = self.micro_batches_for(len(y))

@@ -1,9 +1,8 @@
-"""Spatial parallelism: convolution and pooling split over image rows, with halo exchange.
+"""Spatial parallelism: convolution and pooling split over image blocks, with halo exchange.
 
-``spatial_parallel(model, group, height)`` makes a Sequential model run on
-``group``'s ranks, each holding a block of every image's rows
-(``local_rows(x, group)``); ``plan_rows`` checks a split before any work. The
-halo arithmetic and its byte count are in ``minidl.perf.halo_cost``.
+``spatial_parallel(model, group, height)`` runs a Sequential on ``group``'s ranks, each
+holding a block of every image (``local_rows(x, group)``); ``plan_rows`` checks a split
+before any work. The halo arithmetic and its byte count are in ``minidl.perf.halo_cost``.
 """
 
 from minidl.dist.spatial.exchange import GatherRows, HaloExchange, SumOverGroup

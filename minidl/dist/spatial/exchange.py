@@ -1,24 +1,19 @@
 """The messages of spatial parallelism as autograd Functions: halo exchange, row gather, grad sum.
 
-P ranks of a spatial group each hold a contiguous block of image rows
-(``minidl.perf.halo_cost.split_rows``). Each Function here is linear in its
-input, and its backward is its adjoint (<F x, y> = <x, F* y>):
+Each of P ranks holds a contiguous block of image rows (``halo_cost.split_rows``). Each
+Function is linear and its backward is its adjoint (<F x, y> = <x, F* y>):
 
-- ``HaloExchange``: this rank's rows -> the rows its outputs read
-  (``needed_rows``): its neighbours' boundary rows around its own, and the
-  padding rows at the image's top and bottom. Backward sends the gradients of
-  the borrowed rows back to their owners, who add them to their own.
-- ``GatherRows``: this rank's rows -> the whole image (every rank gets every
-  rank's rows). Backward keeps this rank's rows of the gradient: what follows
-  the gather runs replicated, the same on every rank, so each rank's gradient
-  of the whole image is already the whole gradient (Megatron's gather /
-  split pair, Shoeybi et al. 2019).
-- ``SumOverGroup``: identity forward, sum of the gradient over the group
-  backward: a weight shared by all ranks, each applying it to its own rows,
-  gets the gradient of all rows.
+- ``HaloExchange``: this rank's rows -> the rows its outputs read (``needed_rows``): the
+  neighbours' boundary rows around its own, and padding rows at the image's top and
+  bottom. Backward sends the borrowed rows' gradients back to their owners, who add them.
+- ``GatherRows``: this rank's rows -> the whole image on every rank. Backward keeps this
+  rank's rows: what follows runs replicated, so each rank's gradient is already the
+  whole gradient (Megatron's gather / split pair, Shoeybi et al. 2019).
+- ``SumOverGroup``: identity forward, gradient summed over the group backward: a weight
+  each rank applies to its own rows gets the gradient of all rows.
 
-Every byte a rank sends is added to a ``RankCounters`` (``halo_bytes``,
-``gather_bytes``, ``grad_bytes``), which ``minidl.perf.halo_cost`` predicts.
+Every byte a rank sends is added to a ``RankCounters`` (``halo_bytes``, ``gather_bytes``,
+``grad_bytes``), which ``minidl.perf.halo_cost`` predicts.
 """
 
 from minidl.autograd import Function
@@ -70,9 +65,8 @@ def _rows(array, start, stop):
 
 
 def _along(array, axis):
-    """``array`` with ``axis`` (2: height, 3: width) as axis 2, where the code below splits.
-
-    ``_back`` swaps back (a swap is its own inverse) into a C-contiguous array."""
+    """``array`` with ``axis`` (2: height, 3: width) as axis 2, where the code below splits;
+    ``_back`` swaps back into a C-contiguous array."""
     if axis == 2:
         return array
     if axis != 3:
@@ -86,11 +80,8 @@ def _back(array, axis):
 
 class HaloExchange(Function):
     """(N, C, own rows, W) -> (N, C, hi - lo, W): the rows [lo, hi) this rank's outputs read.
-
-    ``needs`` and ``rows`` are every rank's (lo, hi) and (start, stop), the same
-    on all ranks; rows outside the image hold ``pad_value`` (0, or -inf for max pooling).
-    ``axis=3`` exchanges columns instead (a split over the width).
-    """
+    ``needs`` and ``rows``: every rank's (lo, hi) and (start, stop); rows outside the
+    image hold ``pad_value`` (0, or -inf for max pooling). ``axis=3`` exchanges columns."""
 
     def forward(self, x, comm, needs, rows, pad_value, counters, axis=2):
         xp = get_array_module(x)
@@ -160,9 +151,7 @@ class HaloExchange(Function):
 
 
 class GatherRows(Function):
-    """(N, C, own rows, W) -> (N, C, H, W) on every rank; backward keeps the own rows.
-
-    ``axis=3`` gathers columns instead."""
+    """(N, C, own rows, W) -> (N, C, H, W) on every rank; ``axis=3`` gathers columns."""
 
     def forward(self, x, comm, rows, counters, axis=2):
         xp = get_array_module(x)

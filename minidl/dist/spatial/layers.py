@@ -1,27 +1,21 @@
 """Spatial parallelism: window layers on a block of an image, and the model split into them.
 
-The ranks of a spatial group split every image into R x C blocks (``Blocks``):
-R blocks of rows, and C of columns (C = 1: a split over the height only). A
-spatial layer owns the outputs ``split_rows(O_h, R)[i]`` x ``split_rows(O_w,
-C)[j]`` of its serial layer. It fetches the input rows those outputs read from
-the ranks above and below (``HaloExchange``, padding rows included), then the
-columns, of the row-extended block, from the ranks left and right, which brings
-the corners along; then it runs the serial op with no padding along the split
-axes, so every output is computed from the same inputs and weights as in the
-serial layer (Ben-Nun & Hoefler 2019, §5.3, spatial partitioning with halo
-exchange). A convolution's weight and bias are the serial layer's own
-Parameters, passed through ``SumOverGroup``: each rank's gradient covers its
-block, and backward sums it over the group, so after ``backward()`` every rank
-holds the serial gradient.
+A spatial group splits every image into R x C blocks (``Blocks``; C = 1: rows only). A
+spatial layer owns the outputs ``split_rows(O_h, R)[i]`` x ``split_rows(O_w, C)[j]`` of
+its serial layer. It fetches the input rows they read from the ranks above and below
+(``HaloExchange``, padding included), then the columns of that row-extended block from
+the ranks left and right (corners come along), and runs the serial op without padding
+along the split axes: every output from the serial layer's inputs and weights (Ben-Nun &
+Hoefler 2019, §5.3, spatial partitioning with halo exchange). Weight and bias are the
+serial Parameters through ``SumOverGroup``, so after ``backward()`` every rank holds the
+serial gradient.
 
-``spatial_parallel(model, group, height)`` places a Sequential: from the first layer on,
-each ``Conv2d``, ``MaxPool2d`` and ``AvgPool2d`` becomes its spatial form, and the
-pointwise layers between them (``ReLU``, ``Tanh``, ``Sigmoid``, ``LocalResponseNorm``:
-they mix channels, never pixels) run on the block as they are. At the first other layer
-the blocks are gathered (``GatherRows``, rows then columns) and the tail runs replicated
-on every rank. ``BatchNorm2d`` (statistics of the whole image) and ``Dropout`` (a mask
-per process) are refused before the tail. The model keeps the serial Parameters under
-their serial names, so its ``state_dict`` is the serial model's.
+``spatial_parallel`` turns each leading ``Conv2d``, ``MaxPool2d`` and ``AvgPool2d`` into
+its spatial form; the pointwise layers between them (``POINTWISE``: they mix channels,
+never pixels) run on the block as they are. At the first other layer the blocks are
+gathered (rows, then columns) and the tail runs replicated. ``BatchNorm2d`` (whole-image
+statistics) and ``Dropout`` (a mask per process) are refused before the tail. Parameters
+keep their serial names, so ``state_dict`` is the serial model's.
 """
 
 import math
@@ -58,12 +52,10 @@ def check_cols(size, cols):
 
 
 class Blocks:
-    """A group's ranks as ``rows`` x ``cols`` blocks of an image (collective over ``group``).
-
-    Rank ``i * cols + j`` holds row block i and column block j. ``down`` is the
-    communicator of the ranks of column block j (ordered by i), ``across`` that of
-    row block i (None when ``cols`` is 1); ``group`` (a duplicate) sums gradients.
-    """
+    """A group's ranks as ``rows`` x ``cols`` blocks of an image (collective over ``group``):
+    rank ``i * cols + j`` holds row block i and column block j. ``down``: the ranks of column
+    block j (by i); ``across``: those of row block i (None when ``cols`` is 1); ``group``
+    (a duplicate) sums gradients."""
 
     def __init__(self, group, cols=1):
         check_cols(group.size, cols)
@@ -269,13 +261,9 @@ def local_rows(x, group, cols=1):
 
 class SpatialParallel(L.Sequential):
     """``model`` with its leading window layers split over ``group``'s ranks by image blocks.
-
     ``forward`` takes this rank's block of a ``height`` x ``width`` batch (``local_rows``,
-    with the same ``cols``) and returns what the serial model returns for the whole batch,
-    on every rank. ``cols`` > 1 splits the width too (``width`` is then needed).
-    ``counters`` sums the bytes this rank sent (``halo_bytes``, ``gather_bytes``,
-    ``grad_bytes``) and its halo messages.
-    """
+    same ``cols``; ``cols`` > 1 needs ``width``) and returns, on every rank, what the serial
+    model returns for the whole batch. ``counters``: the bytes and halo messages sent."""
 
     def __init__(self, model, group, height, width=None, cols=1):
         check_cols(group.size, cols)
@@ -317,6 +305,5 @@ class SpatialParallel(L.Sequential):
 
 
 def spatial_parallel(model, group, height, width=None, cols=1):
-    """``SpatialParallel(model, group, height, width, cols)``: see its docstring (collective
-    over ``group``)."""
+    """``SpatialParallel(model, group, height, width, cols)`` (collective over ``group``)."""
     return SpatialParallel(model, group, height, width, cols)

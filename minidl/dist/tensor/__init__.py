@@ -1,10 +1,8 @@
 """Tensor (model) parallelism: layers whose weights are split over the ranks of a group.
 
-``functions.py``: the differentiable collectives (each backward its forward's
-adjoint), the class-parallel cross-entropy, and ``Split`` (how one dimension is
-split over the ranks). ``layers.py``: the column/row-parallel ``Linear`` and the
-filter/input-channel/group-parallel ``Conv2d``. ``placement.py``: the rule that
-places a model's layers (``plan``) and the parallel model (``TensorParallel``).
+``functions.py``: the differentiable collectives and ``Split``; ``layers.py``: the
+split ``Linear`` and ``Conv2d``; ``placement.py``: the rule that places a model's layers
+(``plan``) and the parallel model (``TensorParallel``).
 """
 
 from .functions import (

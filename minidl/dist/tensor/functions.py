@@ -1,9 +1,8 @@
 """Differentiable collectives: the communication of tensor parallelism as autograd ``Function``s.
 
-A tensor on the ranks of a group is *replicated* (every rank holds the same
-value) or *per-rank* (a block of a split tensor, or a partial sum). Each
-backward is its forward's adjoint, ``<F x, y> = <x, F* y>``, for the inner
-product that counts a replicated tensor once and sums per-rank tensors over the
+A tensor on a group is *replicated* (the same on every rank) or *per-rank* (a block, or
+a partial sum). Each backward is its forward's adjoint, ``<F x, y> = <x, F* y>``, for the
+inner product that counts a replicated tensor once and sums per-rank tensors over the
 ranks (Megatron-LM, Shoeybi et al. 2019, section 3: their f and g are
 ``copy_to_group`` and ``reduce_from_group``):
 
@@ -19,21 +18,17 @@ function               forward                     backward (the adjoint)
 ``send`` / ``recv``    point to point a -> b       point to point b -> a
 =====================  ==========================  ============================
 
-Blocks along an axis follow ``Split``: rank r of p holds size_r = n // p +
-(r < n % p) elements from offset_r = size_0 + ... + size_{r-1}. Reduce-scatter
-is an allreduce followed by taking this rank's block.
+Rank r of p holds size_r = n // p + (r < n % p) elements of an axis, from offset
+size_0 + ... + size_{r-1} (``Split``). Reduce-scatter is an allreduce, then this rank's block.
 
-``class_parallel_cross_entropy``: rank r holds the logits z[:, block r] of its
-classes. With m_n = max_c z_nc, s_n = sum_c exp(z_nc - m_n) and t_n = z[n, y_n]
-(an all-gather of the ranks' maxima, one allreduce of s and t), the loss is
+``class_parallel_cross_entropy`` (Megatron-LM's vocabulary-parallel cross-entropy): rank
+r holds the logits z[:, block r]. With m_n = max_c z_nc, s_n = sum_c exp(z_nc - m_n) and
+t_n = z[n, y_n] (an all-gather of the maxima, one allreduce of s and t), the loss is
 mean_n (log s_n + m_n - t_n), replicated, and rank r's gradient is
-(exp(z[:, block r] - m) / s - onehot(y)[:, block r]) / N: the whole logit
-matrix never exists on one rank (Megatron-LM's vocabulary-parallel
-cross-entropy, Shoeybi et al. 2019).
+(exp(z[:, block r] - m) / s - onehot(y)[:, block r]) / N: no rank holds all the logits.
 
-``TRAFFIC`` counts the bytes each collective was handed on this rank
-(allreduce: the array; all-gather: the largest block; send: the array), the
-quantity ``minidl.perf.tensor_volume`` predicts.
+``TRAFFIC`` counts the bytes each collective was handed on this rank (all-gather: the
+largest block), the quantity ``minidl.perf.tensor_volume`` predicts.
 """
 
 import dataclasses
@@ -79,10 +74,8 @@ def take_block(array, axis, rank, parts):
 
 
 def gather_blocks(comm, block, axis, n):
-    """Every rank's block along ``axis`` concatenated in rank order (``n`` elements in all).
-
-    Each block travels padded to the largest, in one ``allgather``.
-    """
+    """Every rank's block along ``axis`` concatenated in rank order (``n`` elements in all);
+    each block travels padded to the largest, in one ``allgather``."""
     xp = get_array_module(block)
     split = Split(n, comm.size)
     axis = axis % block.ndim
@@ -145,20 +138,7 @@ class AllGather(Function):
         return _own_block(self.comm, _allreduce(self.comm, g), self.axis)
 
 
-class ReduceScatter(Function):
-    def forward(self, x, comm, axis):
-        self.comm, self.axis, self.n = comm, axis, x.shape[axis]
-        return _own_block(comm, _allreduce(comm, x), axis)
-
-    def backward(self, g):
-        return _all_gather(self.comm, g, self.axis, self.n)
-
-
-class GatherFromGroup(Function):
-    def forward(self, x, comm, axis, n):
-        self.comm, self.axis = comm, axis
-        return _all_gather(comm, x, axis, n)
-
+class GatherFromGroup(AllGather):
     def backward(self, g):
         return _own_block(self.comm, g, self.axis)
 
@@ -170,6 +150,11 @@ class SplitToGroup(Function):
 
     def backward(self, g):
         return _all_gather(self.comm, g, self.axis, self.n)
+
+
+class ReduceScatter(SplitToGroup):
+    def forward(self, x, comm, axis):
+        return super().forward(_allreduce(comm, x), comm, axis)
 
 
 class Send(Function):

@@ -1,16 +1,14 @@
 """Tensor-parallel layers: one layer's weights split over the ranks of a group.
 
-Each is built from the serial layer it replaces and holds this rank's block of
-its weights (``Split`` of the split dimension; uneven sizes allowed) under the
-serial layer's parameter names; ``split`` names the axis each parameter is
-split along (None: replicated).
+Each is built from the serial layer it replaces and holds this rank's block (``Split``;
+uneven sizes allowed) under the serial parameter names; ``split`` names the axis each
+parameter is split along (None: replicated).
 
-Megatron-LM's pairing (Shoeybi et al. 2019, section 3): a column-parallel
-``Linear`` (outputs split, Y_r = X W_r^T) followed by a row-parallel one
-(inputs split, Y = sum_r X_r W_r^T) costs one allreduce forward and one
-backward per pair. The filter-parallel and input-channel-parallel ``Conv2d``
-are the same pair with channels for features; the group-parallel ``Conv2d``
-runs one group of a grouped convolution per rank (Krizhevsky et al. 2012).
+Megatron-LM's pair (Shoeybi et al. 2019, section 3): a column-parallel ``Linear``
+(outputs split, Y_r = X W_r^T), then a row-parallel one (inputs split,
+Y = sum_r X_r W_r^T), costs one allreduce forward and one backward. The filter- and
+input-channel-parallel ``Conv2d`` are the same pair over channels; the group-parallel
+``Conv2d`` runs one group of a grouped convolution per rank (Krizhevsky et al. 2012).
 """
 
 from ... import functional as F
@@ -81,10 +79,8 @@ def _conv_options(layer, conv, groups):
 
 class ColumnParallelLinear(ShardedModule):
     """``Linear`` with its outputs split: rank r computes y[:, block r] = x W_r^T + b_r.
-
-    ``gather_output``: all-gather the blocks into the replicated y (else each
-    rank keeps its block, for a ``RowParallelLinear`` to take as input).
-    """
+    ``gather_output``: all-gather the blocks into the replicated y (else each rank keeps
+    its block, for a ``RowParallelLinear``)."""
 
     split = {"weight": 0, "bias": 0}
 
@@ -107,10 +103,8 @@ class ColumnParallelLinear(ShardedModule):
 
 class RowParallelLinear(ShardedModule):
     """``Linear`` with its inputs split: y = sum_r x[:, block r] W_r^T + b (one allreduce).
-
-    ``input_is_parallel``: x is already this rank's block of features (the
-    output of a ``ColumnParallelLinear``); else the replicated x is split here.
-    """
+    ``input_is_parallel``: x is already this rank's block of features (a
+    ``ColumnParallelLinear``'s output); else the replicated x is split here."""
 
     split = {"weight": 1, "bias": None}
 
@@ -132,9 +126,7 @@ class RowParallelLinear(ShardedModule):
 
 class FilterParallelConv2d(ShardedModule):
     """``Conv2d`` with its filters (output channels) split; the input is replicated.
-
-    ``gather_output``: all-gather the channel blocks into the replicated output.
-    """
+    ``gather_output`` as for ``ColumnParallelLinear``."""
 
     split = {"weight": 0, "bias": 0}
 
@@ -154,10 +146,7 @@ class FilterParallelConv2d(ShardedModule):
 
 class InputChannelParallelConv2d(ShardedModule):
     """``Conv2d`` with its input channels split: y = sum_r conv(x[:, block r], W[:, block r]) + b.
-
-    ``input_is_parallel``: x is already this rank's block of channels (the
-    output of a ``FilterParallelConv2d``); else the replicated x is split here.
-    """
+    ``input_is_parallel`` as for ``RowParallelLinear``."""
 
     split = {"weight": 1, "bias": None}
 
@@ -178,10 +167,7 @@ class InputChannelParallelConv2d(ShardedModule):
 class GroupParallelConv2d(ShardedModule):
     """A grouped ``Conv2d`` with one group per rank (Krizhevsky et al. 2012's two columns):
     rank g convolves its block of the input channels with group g's filters, no message.
-
-    ``input_is_parallel``: x is already this rank's block of channels; else the
-    replicated x is split here. ``gather_output``: all-gather the output's blocks.
-    """
+    ``input_is_parallel`` and ``gather_output`` as for the ``Linear`` layers."""
 
     split = {"weight": 0, "bias": 0}
 

@@ -1,26 +1,22 @@
 """Where each layer of a model goes on a tensor-parallel group: the rule (``plan``) and the
 parallel model (``TensorParallel``).
 
-A plan is one word per leaf layer. The rule walks the layers in order, tracking
-whether the activation between them is replicated or split (each rank a block
-of its features or channels):
+A plan is one word per leaf layer. The rule walks the layers tracking whether the
+activation between them is replicated or split (a block of features or channels):
 
-- a ``Linear`` on a replicated input is ``"column"`` (output split), on a split
-  input ``"row"`` (output replicated): Megatron-LM's pair (Shoeybi et al. 2019),
-  one allreduce forward and one backward per pair;
+- a ``Linear`` on a replicated input is ``"column"`` (output split), on a split input
+  ``"row"`` (output replicated): Megatron-LM's pair (Shoeybi et al. 2019);
 - a ``Conv2d`` likewise: ``"filter"`` on a replicated input, ``"input"`` on a split one;
-- a ``Conv2d`` with as many groups as ranks is ``"group"``, one group per rank
-  (Krizhevsky et al. 2012's two columns): output split, a split input needs no message;
+- a ``Conv2d`` with as many groups as ranks is ``"group"`` (Krizhevsky et al. 2012's two
+  columns): output split, a split input needs no message;
 - activations and pooling run on a split activation as they are (``""``);
-- any other layer needs the whole activation, so the split layer before it
-  gathers its output (``"+gather"``), as does the model's last split layer.
+- any other layer needs the whole activation, so the split layer before it gathers its
+  output (``"+gather"``), as does the model's last split layer.
 
-Krizhevsky's one weird trick (2014, ``one_weird_trick_plan``): the layers of a
-flat ``Sequential`` before its first ``Linear`` run on blocks of the batch with
-whole weights (``"batch"``, gradients summed over the group), the batch is
-gathered, and the rule splits the rest: convolutions move gradients, fully
-connected layers activations. Pass your own words to ``TensorParallel`` to
-override the rule.
+Krizhevsky's one weird trick (2014, ``one_weird_trick_plan``): the layers before the
+first ``Linear`` run on blocks of the batch with whole weights (``"batch"``, gradients
+summed over the group), then the rule splits the rest: convolutions move gradients, fully
+connected layers activations. Words passed to ``TensorParallel`` override the rule.
 """
 
 from ...layers import AvgPool2d, Conv2d, Linear, MaxPool2d, ReLU, Sequential, Sigmoid, Tanh, leaves
@@ -126,14 +122,11 @@ class BatchParallel(Sequential):
 
 class TensorParallel:
     """``model`` (a ``Sequential``, nested ones allowed) with its layers split over ``comm``.
-
-    ``module`` is the parallel model (same parameter names, this rank's
-    blocks), built by ``plan`` (default: the rule of the module doc) from the
-    serial ``model``, which stays as it is: ``gather()`` writes the whole
-    weights into it, ``scatter()`` takes this rank's blocks from it, and
-    ``gather_state``/``scatter_state`` do the same for an optimizer's state dict.
-    Layers that are not split are shared by both models. Collective over ``comm``.
-    """
+    ``module`` is the parallel model (same parameter names, this rank's blocks) built by
+    ``plan_words`` (default: the rule). The serial ``model`` stays: ``gather()`` writes
+    the whole weights into it, ``scatter()`` takes this rank's blocks from it, and
+    ``gather_state``/``scatter_state`` do the same for an optimizer's state dict. Layers
+    not split are shared by both models. Collective over ``comm``."""
 
     def __init__(self, model, comm, plan_words=None):
         if not isinstance(model, Sequential):
