@@ -1,12 +1,10 @@
 """Distributed minidl over MPI: communicators, allreduce, parameter servers, compression.
 
-``comm = minidl.dist.init()`` wraps ``MPI.COMM_WORLD``; ``comm.allreduce(x,
-op="mean", algorithm="ring")`` reduces a NumPy/CuPy array in place. mpi4py
-is imported by ``init()``, not by ``import minidl.dist``.
-``DistributedOptimizer`` is synchronous data parallelism, and
-``CompressedOptimizer`` the same with a gradient compressor of
-``compression.py``; ``make_session`` runs the other consistency models
-(bsp, ssp:S, asp, avg:H, easgd; see ``consistency/``).
+``comm = minidl.dist.init()`` wraps ``MPI.COMM_WORLD`` (mpi4py is imported by ``init()``,
+not by ``import minidl.dist``); ``comm.allreduce(x, op="mean", algorithm="ring")`` reduces
+a NumPy/CuPy array in place. ``DistributedOptimizer`` is synchronous data parallelism,
+``CompressedOptimizer`` the same with a gradient compressor; ``make_session`` runs the
+other consistency models (bsp, ssp:S, asp, avg:H, easgd).
 """
 
 from minidl.dist.collectives import ALLREDUCE_ALGORITHMS

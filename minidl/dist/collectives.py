@@ -187,9 +187,8 @@ def butterfly(comm, x, ex, divide_by=None):
 
 
 def tree(comm, x, ex, divide_by=None):
-    """Binomial reduce to rank 0, then binomial broadcast: 2 ceil(log2 P) rounds.
-    Rank r's parent is r minus its lowest set bit; rank 0 finishes the sum
-    and every other rank receives a copy, so the bits agree everywhere."""
+    """Binomial reduce to rank 0, then binomial broadcast: 2 ceil(log2 P) rounds. Rank r's
+    parent is r minus its lowest set bit; rank 0 finishes the sum, the others copy it."""
     rank, size = comm.Get_rank(), comm.Get_size()
     distance = 1
     while distance < size:
@@ -361,9 +360,8 @@ def check_algorithm(algorithm, allow_auto=True):
 
 
 def allreduce(comm, array, algorithm, divide_by, scratch):
-    """Sum (then divide by ``divide_by`` unless None) ``array`` over ``comm`` in place.
-    ``comm``: an mpi4py communicator; ``array``: C-contiguous, on the host or
-    (with a CUDA-aware MPI library) on a GPU."""
+    """Sum (then divide by ``divide_by`` unless None) ``array`` over ``comm``, an mpi4py
+    communicator, in place; ``array``: C-contiguous, on a GPU only with a CUDA-aware MPI."""
     check_algorithm(algorithm, allow_auto=False)
     flat = array.reshape(-1)
     if flat.size == 0 or comm.Get_size() == 1:

@@ -1,12 +1,9 @@
 """The MPI communicator of minidl: ``comm = md.dist.init()``.
 
-A thin layer over ``mpi4py`` that speaks NumPy and CuPy arrays through
-mpi4py's buffer calls (``Send``, ``Allreduce``...), never the pickle-based
-lower-case ones, ~10x slower on large arrays (small Python objects may use
-``bcast_object`` and ``allgather_object``). The rest of ``minidl.dist`` talks
-to MPI through a ``Communicator`` and its ``Request`` objects; ``staging.py``
-gives it the buffer MPI works on for a GPU array, ``collectives.py`` the
-allreduce algorithms, and ``minidl.perf.allreduce_cost`` the pick of ``"auto"``.
+A thin layer over mpi4py's buffer calls (``Send``, ``Allreduce``...) for NumPy and CuPy
+arrays, never the pickle-based lower-case ones, ~10x slower on large arrays (small
+Python objects may use ``bcast_object`` and ``allgather_object``). The rest of
+``minidl.dist`` talks to MPI through a ``Communicator`` and its ``Request`` objects.
 """
 
 import concurrent.futures
@@ -26,10 +23,7 @@ _world = None
 
 def init(auto: str = "rule") -> "Communicator":
     """Initialise MPI once (with ``job.install_abort_hooks``); returns the world ``Communicator``.
-
-    ``auto``: how ``algorithm="auto"`` picks, ``"rule"``, ``"measure"`` or
-    ``"model"`` (``minidl.dist.collectives.AutoChoice``); a second call only changes it.
-    """
+    ``auto``: how ``algorithm="auto"`` picks (``AutoChoice``); a second call only changes it."""
     global _world
     if _world is None:
         MPI = mpi_module()
@@ -74,11 +68,9 @@ def _on_device_of(array, function, *args):
 class Request:
     """A pending operation: ``wait()`` finishes it and returns its array, ``test()`` polls.
 
-    ``finish`` (copy a staged result back to the GPU, divide a mean) runs
-    once, in the thread that calls ``wait``/``test``. ``handle`` is the
-    mpi4py request behind an MPI operation (None for an operation that runs
-    on the background thread or finished at once), which lets
-    ``Communicator.wait_any`` wait for several in one ``MPI_Waitany``.
+    ``finish`` (copy a staged result back, divide a mean) runs once, in the thread that
+    calls ``wait``/``test``. ``handle``: the mpi4py request of an MPI operation (None on
+    the background thread or when done at once), for ``MPI_Waitany`` in ``wait_any``.
     """
 
     def __init__(self, result, wait=None, test=None, finish=None, handle=None):
@@ -118,11 +110,8 @@ class Request:
         return self._result
 
     def cancel(self):
-        """Withdraw a pending receive that no message will match (then it counts as complete).
-
-        What its array holds afterwards is undefined. Only MPI operations can
-        be withdrawn; a finished request is left as it is.
-        """
+        """Withdraw a pending receive that no message will match (then it counts as complete;
+        its array is undefined). Only MPI operations can be withdrawn; a finished one stays."""
         if self._done:
             return
         if self._handle is None:
@@ -150,10 +139,9 @@ def _requests(what, requests):
 class Communicator:
     """A group of MPI ranks exchanging NumPy/CuPy arrays.
 
-    Collectives run on a duplicate of the MPI communicator, so their messages
-    can never match a user's ``send``/``recv``; a protocol of point-to-point
-    messages gets a communicator of its own from ``dup()``. ``.mpi`` is the
-    wrapped mpi4py communicator, for experiments with what is not offered here.
+    Collectives run on a duplicate of the MPI communicator, so their messages never match
+    a user's ``send``/``recv``; a point-to-point protocol gets its own from ``dup()``.
+    ``.mpi`` is the wrapped mpi4py communicator.
     """
 
     def __init__(self, mpi_comm, auto="rule"):
@@ -207,10 +195,8 @@ class Communicator:
         return self._collective.allgather(obj)
 
     def allgather(self, array, out=None):
-        """Every rank's ``array`` stacked in rank order: ``out[r]`` is rank r's; returns ``out``.
-
-        ``out`` (made when None) has shape ``(size, *array.shape)`` and ``array``'s dtype.
-        """
+        """Every rank's ``array`` stacked in rank order: ``out[r]`` is rank r's; returns ``out``
+        (made when None), of shape ``(size, *array.shape)`` and ``array``'s dtype."""
         if out is None:
             out = backend.get_array_module(array).empty((self.size,) + array.shape, array.dtype)
         if out.shape != (self.size,) + array.shape or out.dtype != array.dtype:
@@ -230,11 +216,8 @@ class Communicator:
         return Request.of_mpi(None, self._collective.Ibarrier())
 
     def allreduce(self, array, op: str = "sum", algorithm: str = "auto"):
-        """Sum (or average) ``array`` over all ranks, in place; returns it.
-
-        ``algorithm``: ``"auto"`` or one of ``ALLREDUCE_ALGORITHMS``. Every
-        rank must call with the same length, dtype, op and algorithm.
-        """
+        """Sum (or average) ``array`` over all ranks, in place; returns it. Every rank calls with
+        the same length, dtype, op and ``algorithm`` (``"auto"`` or ``ALLREDUCE_ALGORITHMS``)."""
         divide_by = _check_reduction(array, op, self.size)
         name = self.choose_algorithm(array, algorithm)
         buffer = self._staging.outgoing(array)
@@ -246,12 +229,10 @@ class Communicator:
         """Start an allreduce and return a ``Request``; the result is in ``array`` after ``wait()``.
 
         ``"mpi"`` uses ``MPI_Iallreduce`` (with MPICH it progresses mostly inside
-        ``test``/``wait`` unless ``MPICH_ASYNC_PROGRESS=1``). The hand-written
-        algorithms run on one background thread (FIFO, on their own duplicate
-        communicator, so the order of calls matches on every rank) when MPI
-        grants ``THREAD_MULTIPLE``; otherwise they run at once and the request
-        is already complete. A failure in the background is raised by ``wait()``.
-        Do not touch ``array`` until the request completed.
+        ``test``/``wait`` unless ``MPICH_ASYNC_PROGRESS=1``). The hand-written algorithms run
+        in call order, the same on every rank, on one background thread with their own
+        communicator when MPI grants ``THREAD_MULTIPLE``, else at once; ``wait()`` raises a
+        background failure. Do not touch ``array`` until the request completed.
         """
         divide_by = _check_reduction(array, op, self.size)
         name = self.choose_algorithm(array, algorithm)
@@ -331,12 +312,8 @@ class Communicator:
         return Request.of_mpi(array, self.mpi.Isend(buffer, dest, tag))
 
     def irecv(self, array, source, tag=0):
-        """Non-blocking receive into ``array``; complete it with ``wait()``.
-
-        The message may be shorter than ``array`` (a byte buffer sized for
-        the largest message of a protocol): the rest of ``array`` is left as
-        it was, so the message itself must say how long it is.
-        """
+        """Non-blocking receive into ``array``; complete it with ``wait()``. A shorter message
+        leaves the rest of ``array`` as it was, so it must say how long it is itself."""
         buffer = self._staging.incoming(array, pending=True)
         request = self.mpi.Irecv(buffer, source, tag)
         return Request.of_mpi(array, request, lambda: self._staging.copy_back(array, buffer))
@@ -350,11 +327,9 @@ class Communicator:
         return Communicator(self.mpi.Split(color, key), auto=self.auto)
 
     def cartesian(self, extents) -> tuple:
-        """These ranks as a grid of ``extents``, row-major, rank order kept (collective).
-
-        Returns this rank's coordinates and, per dimension, the ``Communicator``
-        of the ranks that differ from this one only along it (``Create_cart``, ``Sub``).
-        """
+        """These ranks as a grid of ``extents``, row-major, rank order kept (collective): this
+        rank's coordinates and, per dimension, the ``Communicator`` of the ranks that differ
+        from this one only along it (``Create_cart``, ``Sub``)."""
         dims = len(extents)
         cart = self.mpi.Create_cart(list(extents), periods=[False] * dims, reorder=False)
         coords = tuple(cart.Get_coords(cart.Get_rank()))
@@ -370,11 +345,9 @@ class Communicator:
     def wait_any(requests):
         """Wait until one of ``requests`` is complete and return its index.
 
-        A request that completed earlier counts at once (the first one), so
-        replace a handled request (post the next ``irecv``) before waiting
-        again. MPI operations are waited for in ``MPI_Waitany``, which
-        busy-polls a core; when a background-thread request is among the
-        pending ones, all are tested in turn instead.
+        One that completed earlier counts at once, so replace a handled request before
+        waiting again. MPI operations wait in ``MPI_Waitany``, which busy-polls a core; with
+        a background-thread request among them, all are tested in turn instead.
         """
         requests = _requests("wait_any", requests)
         if not requests:

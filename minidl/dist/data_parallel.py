@@ -111,9 +111,8 @@ class OptimizerWrapper:
 
 
 class NonFiniteGradientError(ArithmeticError):
-    """The averaged gradient holds NaN or inf: every rank stops before the update.
-    Checked after the allreduce, on values all ranks hold, so all decide alike (a
-    decision on local values would leave the others waiting in the next collective)."""
+    """The averaged gradient holds NaN or inf: every rank stops before the update (checked
+    after the allreduce, on values all ranks hold, so that all decide alike)."""
 
 
 def _finite(flat):

@@ -371,9 +371,8 @@ class PipelineTrainer:
         return {"hyper": hyper, "state": [merged[i] for i in range(self._serial_count)]}
 
     def optimizer_share(self, whole):
-        """This rank's parameters' share of ``whole`` (a one-process optimizer's
-        ``state_dict``, e.g. from ``full_optimizer_state`` or a checkpoint); None when the
-        rank holds no parameters."""
+        """This rank's parameters' share of ``whole``, a one-process optimizer's ``state_dict``
+        (``full_optimizer_state``'s, a checkpoint's); None when the rank holds no parameters."""
         if len(whole["state"]) != self._serial_count:
             raise ValueError(
                 f"the optimizer state holds {len(whole['state'])} parameters, the model has "

@@ -178,9 +178,8 @@ def _walk(model, extent, parts, axis):
 
 
 def plan_rows(model, height, parts, axis=0):
-    """``_walk``'s plan of a split of the height (``axis`` 1: the width) into ``parts``; a
-    split that cannot work raises ``SplitError`` in one line that names the layer and the
-    most parts that would fit (what the grid refuses before any work)."""
+    """``_walk``'s plan of a split of the height (``axis`` 1: the width) into ``parts``, or a
+    one-line ``SplitError`` naming the layer and the most parts that would fit."""
     if not isinstance(model, L.Sequential):
         raise SplitError(
             f"spatial parallelism splits an L.Sequential, not a {type(model).__name__}; "
