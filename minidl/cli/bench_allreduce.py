@@ -1,9 +1,7 @@
 """``mpiexec -n N minidl bench allreduce``: every allreduce algorithm, measured vs the cost model.
 
-For each message size, each algorithm's time is the median over repetitions
-of the slowest rank's time (all ranks start after a barrier); next to it is
-the time ``minidl.perf.allreduce_cost.predict`` gives with the alpha, beta,
-gamma fitted on this machine at start-up.
+Per message size and algorithm: the median over repetitions of the slowest rank's time
+(after a barrier), beside ``allreduce_cost.predict``'s with alpha, beta, gamma fitted here.
 """
 
 import re
@@ -40,9 +38,7 @@ def auto_repeats(predicted_seconds, budget=0.05, low=5, high=100):
 
 def sweep(comm, sizes, algorithms, dtype="float32", repeats=None):
     """Median seconds ``{nbytes: {algorithm: t}}``; collective (rank order of calls is fixed).
-
-    ``repeats=None`` picks them from the model so small sizes get more.
-    """
+    ``repeats=None`` picks them from the model so small sizes get more."""
     params = comm.cost_params()
     itemsize = np.dtype(dtype).itemsize
     results = {}

@@ -1,18 +1,14 @@
 """``minidl bench consistency`` and ``minidl bench compression``: the experiments, one command each.
 
-consistency: LeNet-5 on Fashion-MNIST under bsp, ssp:2, asp and avg:4 with n
-workers, the last one slowed FACTOR times (sleep-based, so 2 cores give
-meaningful ratios); per mode the median over repeats of epoch time and
-throughput, the final test accuracy, staleness, waiting and bytes, then the
-target ratios (ssp:2 / bsp and asp / ssp:2 throughput, accuracy gaps to bsp).
-The parameter-server modes run on n + 1 ranks (rank 0 serves), avg on n.
+consistency: LeNet-5 on Fashion-MNIST under bsp, ssp:2, asp and avg:4 with n workers (n + 1
+ranks with a server), the last slowed FACTOR times by sleeping (so 2 cores suffice); per
+mode the medians of epoch time and throughput, final accuracy, staleness, waiting and
+bytes, then the target ratios.
 
-compression: synchronous SGD (n ranks) with each gradient compressor against
-float32: final accuracy and bytes per step; the target is top-k 1% with error
-feedback within 1 point of float32 on <= 5% of its bytes.
+compression: synchronous SGD with each gradient compressor against float32: accuracy
+and bytes per step; the target is top-k 1% within 1 point of float32 on <= 5% of its bytes.
 
-Each configuration is a real ``mpiexec ... minidl train`` run; its run
-directory stays under ``--out`` for ``minidl report``.
+Each configuration is a real ``mpiexec ... minidl train`` run, kept under ``--out``.
 """
 
 import os
@@ -113,10 +109,7 @@ def _median_row(runs):
 
 def run_consistency(args):
     """Run every mode (and poll interval) ``--repeats`` times; print the table and the targets.
-
-    Repeats are interleaved (every configuration once, then again), so that
-    load from other processes on the machine falls on all of them alike.
-    """
+    Repeats are interleaved, so load from other processes falls on all configurations alike."""
     polls = args.poll_intervals.split(",") if args.poll_intervals else [None]
     configs = [(mode, poll) for mode in args.modes.split(",") for poll in polls]
     runs = {config: [] for config in configs}

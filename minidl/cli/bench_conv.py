@@ -1,12 +1,10 @@
 """``minidl bench conv``: the convolution algorithms side by side on LeNet, AlexNet and 3x3 layers.
 
-For every layer and algorithm: forward time, forward+backward time (the
-first layer of a net computes no input gradient, as in training), GFLOP/s
-counted as the direct convolution's 2*N*K*C*KH*KW*OH*OW flops, the largest
-error relative to a float64 convolution (im2col), max|y - y64| / max|y64|, and
-the forward workspace; plus PyTorch's times when torch is installed. All
-candidates of a layer are timed in interleaved rounds in one process and
-the median is reported (the machine is shared; see benchmarks/RESULTS.md).
+Per layer and algorithm: forward and forward+backward time (a net's first layer computes
+no input gradient), GFLOP/s as the direct convolution's 2*N*K*C*KH*KW*OH*OW flops, the
+error max|y - y64| / max|y64| against a float64 im2col convolution, and the forward
+workspace; plus PyTorch's times when installed. A layer's candidates are timed in
+interleaved rounds in one process; medians are reported.
 """
 
 import contextlib
@@ -75,14 +73,10 @@ def wait_until_idle(max_busy, patience):
 def interleaved_medians(fns, repeats, max_busy=None, patience=10.0, pause_before=(), pause=0.2):
     """Median seconds of each function over ``repeats`` interleaved rounds (after one warm-up).
 
-    With ``max_busy`` (a fraction of all CPUs), every timed run first waits,
-    up to ``patience`` seconds, until other processes use less than that, and
-    runs once untimed: on a shared machine the timings (and the autotuner's,
-    which runs in the warm-up) then come from quiet, warm moments.
-    Before the functions whose indices are in ``pause_before`` the caller
-    sleeps ``pause`` seconds: where one framework hands over to another, the
-    first one's idle BLAS/OpenMP threads still spin for up to ~0.1 s and would
-    slow the second.
+    With ``max_busy`` (a fraction of all CPUs) every timed run first waits up to
+    ``patience`` s until other processes use less, then runs once untimed, so timings come
+    from quiet, warm moments. Before the functions at ``pause_before`` it sleeps ``pause``
+    s: a framework handing over leaves BLAS threads spinning for up to ~0.1 s.
     """
 
     def settle(i):

@@ -1,9 +1,6 @@
 """The PNG of a pipeline timeline: one row per rank, time to the right, each instruction a
 bar coloured by kind (forward, backward, send, waiting to receive, update); white is idle.
-
-``minidl report`` draws it for a run traced with ``--grid ...,pp=P --trace``; the
-benchmark and the example draw simulated timelines the same way.
-"""
+``minidl report`` draws it for a run traced with ``--grid ...,pp=P --trace``."""
 
 import json
 import os

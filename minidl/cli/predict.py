@@ -29,6 +29,16 @@ def parse_nodes(text):
     return nodes
 
 
+def describe_link(network):
+    """A network's bandwidth and latency as the reports print them: "56 GB/s, 0.7 us"."""
+    return f"{network.bandwidth / 1e9:g} GB/s, {network.latency_s * 1e6:g} us"
+
+
+def gradient_bytes(model, compression):
+    """Bytes of one gradient exchange: every parameter, over the compression ratio."""
+    return model.num_parameters() * next(model.parameters()).dtype.itemsize / compression
+
+
 def default_nodes(global_batch):
     """Powers of two up to 2B: one beyond n = B shows that limit."""
     return [2**k for k in range(int(math.log2(global_batch)) + 2)]
@@ -105,8 +115,7 @@ def levels_from_args(args):
         except ValueError as e:
             raise SystemExit(f"minidl predict: {e}") from None
     intra, inter = network_from_args(args, "intra_"), network_from_args(args)
-    words = lambda n: f"{n.bandwidth / 1e9:g} GB/s, {n.latency_s * 1e6:g} us"  # noqa: E731
-    text = f"between nodes {words(inter)}; inside a node {words(intra)}"
+    text = f"between nodes {describe_link(inter)}; inside a node {describe_link(intra)}"
     return {"intra": intra.cost_params(), "inter": inter.cost_params()}, text
 
 
@@ -128,7 +137,7 @@ def run_level_prediction(args, model, shape):
     """``--ppn``/``--levels``: each allreduce algorithm's time (ms) per node count."""
     levels, source = levels_from_args(args)
     ppn = args.ppn or 1
-    nbytes = model.num_parameters() * next(model.parameters()).dtype.itemsize / args.compression
+    nbytes = gradient_bytes(model, args.compression)
     nodes = args.nodes or [1, 2, 4, 8]
     print(
         f"{args.model}: one allreduce of {human_bytes(nbytes)} (compression "
@@ -188,15 +197,14 @@ def run_predict(args):
         return run_level_prediction(args, model, shape)
     nodes = args.nodes or default_nodes(args.batch)
     compute, source = compute_from_args(args, model, shape, nodes)
-    nbytes = model.num_parameters() * next(model.parameters()).dtype.itemsize / args.compression
+    nbytes = gradient_bytes(model, args.compression)
     network = network_from_args(args)
     points = predict_scaling(
         compute, args.batch, nodes, nbytes, network, args.scheme, args.serial_fraction, args.overlap
     )
     print(
-        f"{args.model}, B={args.batch}, {args.scheme} over {network.bandwidth / 1e9:g} GB/s, "
-        f"{network.latency_s * 1e6:g} us; gradients {human_bytes(nbytes)} "
-        f"(compression {args.compression:g}); compute: {source}"
+        f"{args.model}, B={args.batch}, {args.scheme} over {describe_link(network)}; gradients "
+        f"{human_bytes(nbytes)} (compression {args.compression:g}); compute: {source}"
     )
     print(format_prediction(points))
     for line in explain(points, compute, args.batch, nbytes, args.scheme, args.serial_fraction):
@@ -219,7 +227,7 @@ def run_grid_ranking(args, model, shape):
     )
     print(
         f"{args.model}, B={args.batch} on {args.grids} ranks, {args.scheme} over "
-        f"{network.bandwidth / 1e9:g} GB/s, {network.latency_s * 1e6:g} us; compute: {source}"
+        f"{describe_link(network)}; compute: {source}"
     )
     print(format_grids(points))
     return 0

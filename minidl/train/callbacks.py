@@ -1,9 +1,8 @@
 """Hooks of the epoch loop: what a run adds to the textbook step without changing it.
 
-A callback overrides any of the methods below; the loop calls them in the
-order of its ``callbacks`` list. Watchdogs, injected stragglers, the batch
-weighting of data parallelism, the non-finite loss check and what a layout
-does between epochs (gathering blocks, a consistency model's epoch) are callbacks.
+A callback overrides any of ``Callback``'s methods; the loop calls them in the order of
+its ``callbacks`` list. Watchdogs, stragglers, data parallelism's batch weighting, the
+non-finite loss check and a layout's work between epochs are callbacks.
 """
 
 import math
@@ -57,9 +56,8 @@ class Callback:
 
 
 class SampleKeys(Callback):
-    """Key the step's dropout masks by sample (``random.set_sample_keys``) with the keys of
-    the batch the loader just yielded, when it has them (datasets of files), so that a
-    data-parallel step draws the masks one process with the whole batch would."""
+    """Key the step's dropout masks by sample (``random.set_sample_keys``) when the loader has
+    keys (datasets of files): data-parallel ranks then draw a whole-batch process's masks."""
 
     def __init__(self, loader):
         self.loader = loader
@@ -72,11 +70,8 @@ class SampleKeys(Callback):
 
 
 class StopOnNonFiniteLoss(Callback):
-    """Raise ``NonFiniteLossError`` before the update when the loss is NaN or infinite.
-
-    Only for a process that decides alone: under data parallelism every rank
-    must take the same decision, which the averaged gradient's check makes.
-    """
+    """Raise ``NonFiniteLossError`` before the update when the loss is NaN or infinite. Only
+    for a process that decides alone: data-parallel ranks decide on the averaged gradient."""
 
     def after_forward(self, epoch, step, loss):
         if not math.isfinite(loss):

@@ -1,12 +1,10 @@
 """Checkpoints: model, optimizer state, epoch and RNG state in one ``.npz`` file.
 
-A checkpoint is data, never code: it is read with ``allow_pickle=False``,
-and the metadata (epoch, configuration, RNG state) is one JSON string. It
-is written atomically (``minidl.atomic``: a temporary file in the same
-folder, flushed to disk, then renamed over the old one), so a crash or a
-full disk mid-write leaves the previous checkpoint intact. Reading checks
-what it reads: a damaged file, missing metadata, or weights that hold NaN
-or inf (a diverged run) are errors that name the file and the fix.
+A checkpoint is data, never code: read with ``allow_pickle=False``, its metadata (epoch,
+configuration, RNG state) one JSON string. It is written atomically (``minidl.atomic``),
+so a crash or a full disk mid-write leaves the previous one intact. A damaged file,
+missing metadata, or weights holding NaN or inf (a diverged run) raise errors that name
+the file and the fix.
 """
 
 import json
@@ -43,8 +41,7 @@ def save_checkpoint(path, model, optimizer=None, **meta):
 
 
 class Checkpoint:
-    """What ``load_checkpoint`` returns: ``model_state``, ``optimizer_state`` (or None),
-    ``meta``."""
+    """What ``load_checkpoint`` returns: ``model_state``, ``optimizer_state`` or None, ``meta``."""
 
     def __init__(self, model_state, optimizer_state, meta, path=None):
         self.model_state, self.optimizer_state, self.meta = model_state, optimizer_state, meta

@@ -1,9 +1,8 @@
 """Run records: metrics as JSON lines (one object per line), and a plot of the curves.
 
-Appends go to disk before the call returns (flush and fsync), so a record is
-either whole or, after a crash mid-write, a damaged last line, which
-``read_metrics`` reports by file and line (or, with ``drop_torn_tail``,
-drops: what a resume does with the line a crash cut).
+Appends reach the disk before the call returns (flush and fsync), so a record is whole
+or, after a crash mid-write, a damaged last line, which ``read_metrics`` reports by file
+and line (or, with ``drop_torn_tail``, drops).
 """
 
 import json
@@ -29,12 +28,8 @@ def append_metrics(path, *records):
 
 
 def read_metrics(path, drop_torn_tail=False):
-    """All records of a metrics file, in order.
-
-    A line that is not a JSON object raises ``MetricsError`` naming the file
-    and the line; with ``drop_torn_tail`` an unfinished last line (no newline:
-    the write was cut) is left out instead.
-    """
+    """All records of a metrics file, in order. A line that is not a JSON object raises
+    ``MetricsError`` naming file and line; ``drop_torn_tail`` drops a cut last line instead."""
     with open(path) as f:
         lines = f.read().split("\n")
     records = []
@@ -67,10 +62,7 @@ def rewrite_metrics(path, records):
 
 def plot_curves(records, path):
     """Loss and accuracy per epoch (train and test) as a PNG, and the top-1 and top-5 test
-    error when the records hold them; returns the path or None.
-
-    Needs matplotlib (the ``plot`` extra); without it no plot is drawn.
-    """
+    error when the records hold them; returns the path, or None without matplotlib."""
     try:
         import matplotlib
 
