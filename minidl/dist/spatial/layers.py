@@ -237,12 +237,10 @@ def step_bytes(model, shape, parts, itemsize=4, cols=1, input_grad=False):
     longest_h = max(b - a for a, b in split_rows(tail_h, rows))
     longest_w = max(b - a for a, b in split_rows(tail_w, cols))
     weights = sum(p.data.size for name, _ in windows for p in layers[name].parameters())
+    gathered = rows * (rows - 1) * longest_h * tail_w + parts * (cols - 1) * tail_h * longest_w
     return {
         "halo_bytes": halo,
-        "gather_bytes": n
-        * channels
-        * itemsize
-        * (rows * (rows - 1) * longest_h * tail_w + parts * (cols - 1) * tail_h * longest_w),
+        "gather_bytes": n * channels * itemsize * gathered,
         "grad_bytes": parts * weights * itemsize if parts > 1 else 0,  # one rank sums nothing
     }
 
