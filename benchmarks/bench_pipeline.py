@@ -34,11 +34,10 @@ import numpy as np
 import minidl as md
 from minidl import layers as L
 from minidl.backend import limit_threads
-from minidl.cli.pipeline_plot import plot_timeline
 from minidl.dist.pipeline import build, cut_by_cost, partition
 from minidl.perf import pipeline_profile as prof
 from minidl.perf.pipeline_simulate import ideal_bubble, simulate
-from minidl.perf.pipeline_timeline import simulation_trace
+from minidl.perf.pipeline_timeline import plot_timeline, simulation_trace
 
 SCHEDULES = ("naive", "gpipe", "1f1b", "interleaved")
 BALANCED_SCHEDULES = ("gpipe", "1f1b", "interleaved", "pipedream")

@@ -6,7 +6,7 @@ runs, also one comparison line per run. It draws ``report.png`` (in the
 first run directory, or ``--out``): test accuracy against training wall time
 and against gradients computed, and the staleness histogram of each run. A
 pipeline run traced with ``--trace`` also gets ``pipeline_timeline.png`` in its
-folder (``pipeline_plot.py``) and its measured bubble printed. ``--check``
+folder (``perf/pipeline_timeline.py``) and its measured bubble printed. ``--check``
 prints instead whether each run finished (``train/rundir.py``) and exits
 1 unless all did.
 """
@@ -20,8 +20,8 @@ from minidl.perf.telemetry import StalenessHistogram, format_table
 from minidl.train.metrics import read_metrics
 from minidl.train.rundir import run_status
 
+from ..perf.pipeline_timeline import is_pipeline_trace, plot_timeline
 from . import flag
-from .pipeline_plot import is_pipeline_trace, plot_timeline
 
 EPOCH_COLUMNS = [
     ("epoch", "epoch", "{}"),

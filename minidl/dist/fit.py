@@ -21,7 +21,12 @@ from ..backend import to_device, to_numpy
 from ..layers import Module, leaves
 from ..perf.halo_cost import SplitError
 from ..perf.pipeline_timeline import PipelineTimeline
-from ..perf.telemetry import StalenessHistogram, summarize_epoch
+from ..perf.telemetry import (
+    StalenessHistogram,
+    describe_session,
+    describe_staleness,
+    summarize_epoch,
+)
 from ..perf.tensor_volume import gradient_bytes, tensor_volume
 from ..train.callbacks import Callback, Diverged, NonFiniteLossError, SampleKeys
 from ..train.config import ConfigError, TrainConfig, augmentation, make_optimizer, option
@@ -385,16 +390,6 @@ class PipelineSteps(Callback):
         ]
 
 
-def describe_staleness(summary):
-    """One console line of a PipeDream epoch's staleness."""
-    stale = summary["staleness"]
-    stages = " ".join(f"{mean:.2f}" for mean in summary["stage_staleness_mean"])
-    return (
-        f"  {summary['mode']}: {summary['updates']} updates, staleness mean "
-        f"{stale['mean']:.2f} max {stale['max']} (per stage {stages})"
-    )
-
-
 def consistency_training(run, options):
     """This rank's role in a consistency session (bsp / ssp:S / asp / avg:H / easgd): a
     server serves, a worker trains with the session's optimizer and loader."""
@@ -474,24 +469,6 @@ class SessionEpochs(Callback):
 
     def close(self):
         self.session.close()
-
-
-def describe_session(summary):
-    """One console line of a consistency session's ``"dist"`` record."""
-    line = (
-        f"  {summary['mode']}: {summary['gradients_per_s']:.1f} gradients/s, "
-        f"{summary['updates_per_s']:.1f} updates/s, "
-        f"{summary['worker_bytes_sent'] / 2**20:.1f} MiB pushed"
-    )
-    if "staleness" in summary:
-        st = summary["staleness"]
-        line += (
-            f", staleness mean {st['mean']:.2f} max {st['max']}, gate wait "
-            + " ".join(f"{w:.1f}" for w in summary["gate_wait_s"])
-            + " s"
-        )
-    waits = " ".join(f"{w:.1f}" for w in summary["per_worker"]["wait_s"])
-    return line + ", waiting " + waits + " s"
 
 
 class BatchWeighting(Callback):

@@ -120,3 +120,31 @@ def format_table(rows, columns):
     widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in cells]
     return "\n".join([lines[0], "  ".join("-" * w for w in widths)] + lines[1:])
+
+
+def describe_session(summary):
+    """One console line of a consistency session's ``"dist"`` record."""
+    line = (
+        f"  {summary['mode']}: {summary['gradients_per_s']:.1f} gradients/s, "
+        f"{summary['updates_per_s']:.1f} updates/s, "
+        f"{summary['worker_bytes_sent'] / 2**20:.1f} MiB pushed"
+    )
+    if "staleness" in summary:
+        st = summary["staleness"]
+        line += (
+            f", staleness mean {st['mean']:.2f} max {st['max']}, gate wait "
+            + " ".join(f"{w:.1f}" for w in summary["gate_wait_s"])
+            + " s"
+        )
+    waits = " ".join(f"{w:.1f}" for w in summary["per_worker"]["wait_s"])
+    return line + ", waiting " + waits + " s"
+
+
+def describe_staleness(summary):
+    """One console line of a PipeDream epoch's staleness."""
+    stale = summary["staleness"]
+    stages = " ".join(f"{mean:.2f}" for mean in summary["stage_staleness_mean"])
+    return (
+        f"  {summary['mode']}: {summary['updates']} updates, staleness mean "
+        f"{stale['mean']:.2f} max {stale['max']} (per stage {stages})"
+    )
