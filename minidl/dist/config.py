@@ -1,5 +1,5 @@
 """How ranks cooperate in a training run: the consistency model (``DistMode``, described in
-``consistency/``) and the options of the distributed engines (``DistConfig``), which the
+``consistency/``) and the options of the distributed layouts (``DistConfig``), which the
 ``minidl train`` flags ``--dist``, ``--servers``... fill.
 """
 
