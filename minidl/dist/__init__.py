@@ -3,8 +3,9 @@
 ``comm = minidl.dist.init()`` wraps ``MPI.COMM_WORLD`` (mpi4py is imported by ``init()``,
 not by ``import minidl.dist``); ``comm.allreduce(x, op="mean", algorithm="ring")`` reduces
 a NumPy/CuPy array in place. ``DistributedOptimizer`` is synchronous data parallelism,
-``CompressedOptimizer`` the same with a gradient compressor; ``make_session`` runs the
-other consistency models (bsp, ssp:S, asp, avg:H, easgd).
+``ZeroOptimizer`` the same with sharded optimizer state and gradients (ZeRO stages 1 and
+2), ``CompressedOptimizer`` with a gradient compressor; ``make_session`` runs the other
+consistency models (bsp, ssp:S, asp, avg:H, easgd).
 """
 
 from minidl.dist.collectives import ALLREDUCE_ALGORITHMS
@@ -12,7 +13,7 @@ from minidl.dist.comm import Communicator, Request, init
 from minidl.dist.compression import CompressedOptimizer, GradientEncoder
 from minidl.dist.config import DistConfig, DistMode
 from minidl.dist.consistency import make_session
-from minidl.dist.data_parallel import DistributedOptimizer, NonFiniteGradientError
+from minidl.dist.data_parallel import DistributedOptimizer, NonFiniteGradientError, ZeroOptimizer
 from minidl.dist.fit import fit
 from minidl.dist.grid import Grid, GridError, GridShape
 from minidl.dist.pipeline import PipelineTrainer
@@ -31,6 +32,7 @@ __all__ = [
     "NonFiniteGradientError",
     "PipelineTrainer",
     "Request",
+    "ZeroOptimizer",
     "fit",
     "init",
     "make_session",

@@ -210,6 +210,39 @@ class Communicator:
         self._staging.copy_back(out, buffer)
         return out
 
+    def reduce_scatter(self, array, counts, out, op="sum"):
+        """Sum (``op="mean"``: average) ``array`` over the ranks; rank r gets into ``out`` the
+        ``counts[r]`` elements that follow the first ``sum(counts[:r])`` of the result
+        (``MPI_Reduce_scatter``); returns ``out``."""
+        if op not in ("sum", "mean") or len(counts) != self.size or sum(counts) != array.size:
+            raise ValueError(
+                f"reduce_scatter: op {op!r} (sum or mean) and {len(counts)} counts summing to "
+                f"{sum(counts)} for {self.size} ranks and an array of {array.size} elements"
+            )
+        MPI = mpi_module()
+        buffer = self._staging.incoming(out)
+        send = self._staging.outgoing(array)
+        self._collective.Reduce_scatter(send, buffer, [int(c) for c in counts], op=MPI.SUM)
+        self._staging.copy_back(out, buffer)
+        collectives.divide_in_place(out, self.size if op == "mean" else None)
+        return out
+
+    def allgatherv(self, array, counts):
+        """Rank r's block of the flat ``array`` (its ``counts[r]`` elements after the first
+        ``sum(counts[:r])``) copied to every rank, in place (``MPI_Allgatherv``); returns it."""
+        if len(counts) != self.size or sum(counts) != array.size:
+            raise ValueError(
+                f"allgatherv: {len(counts)} counts summing to {sum(counts)} for {self.size} "
+                f"ranks and an array of {array.size} elements"
+            )
+        MPI = mpi_module()
+        buffer = self._staging.outgoing(array)
+        counts = [int(c) for c in counts]
+        displacements = [sum(counts[:r]) for r in range(self.size)]
+        self._collective.Allgatherv(MPI.IN_PLACE, [buffer, (counts, displacements)])
+        self._staging.copy_back(array, buffer)
+        return array
+
     def ibarrier(self):
         """Start a barrier: the ``Request`` completes once every rank has called ``ibarrier``
         (poll it with ``test()``, sleeping in between, to wait without busy-polling a core)."""

@@ -3,15 +3,21 @@
 Each of n ranks computes the gradient g_i of its shard of the minibatch and all apply
 g = (1/n) sum_i g_i, so the replicas stay identical: with local batches of b, minibatch
 SGD with batch n*b (Ben-Nun & Hoefler 2019, §5.1, §6.1). ``FlatBuffer`` and
-``OptimizerWrapper`` serve ``consistency/`` too.
+``OptimizerWrapper`` serve ``consistency/`` too. ``ZeroOptimizer`` applies the same
+update with the optimizer state (stage 1) and the gradients (stage 2) sharded over the
+ranks (ZeRO, Rajbhandari et al. 2020).
 """
 
 import math
 import time
 
+import numpy as np
+
 from minidl.autograd import no_grad
 from minidl.backend import get_array_module
 from minidl.dist.collectives import check_algorithm
+from minidl.intmath import block_sizes
+from minidl.layers import Parameter
 
 
 class FlatBuffer:
@@ -309,3 +315,174 @@ class DistributedOptimizer(ReplicatedOptimizer):
         """Share of allreduce time that ran while backward was still computing (0..1)."""
         total = self.stats["comm_seconds"]
         return self.stats["overlapped_seconds"] / total if total > 0 else 0.0
+
+
+def _runs(params, bucket_bytes):
+    """``params`` last first (the order backward produces them) in runs of at most
+    ``bucket_bytes`` (``make_buckets``'s grouping, without their buffers)."""
+    return [bucket.params for bucket in make_buckets(params, bucket_bytes)]
+
+
+class ZeroOptimizer(ReplicatedOptimizer):
+    """Data parallelism with ZeRO (Rajbhandari et al. 2020): each rank keeps and updates the
+    optimizer state of its 1/n of the parameters, then the ranks all-gather the weights.
+
+    A step: reduce-scatter of the gradients, g_r = (1/n) sum_i g_i[shard r] (bucket by
+    bucket); the update rule on shard r only; all-gather of the new weights. With P
+    parameters, K state numbers per parameter (momentum 1, Adam 2) and n ranks a rank holds
+    P weights, K P / n of state, and P gradients (``stage=1``) or P / n (``stage=2``: each
+    bucket is reduce-scattered as backward completes it and its gradients are dropped).
+    The optimizer is changed in place to update this rank's shard (a ``Parameter`` viewing
+    its part of one flat weight vector, of which every model parameter becomes a view), so
+    an LR schedule driving it keeps working; ``state_dict()`` (collective) and
+    ``load_state_dict`` speak the one-process layout. Every update rule works (they are
+    element-wise); clipping by the global norm does not, and is refused.
+    """
+
+    def __init__(self, optimizer, comm, stage=1, allreduce="auto", bucket_mb=4, model=None):
+        if stage not in (1, 2):
+            raise ValueError(f"ZeroOptimizer: stage {stage!r} must be 1 or 2")
+        if getattr(optimizer, "clip_grad_norm", None) is not None:
+            raise ValueError(
+                "ZeroOptimizer: clip_grad_norm needs the whole gradient's norm, which no rank "
+                "holds; clip without ZeRO"
+            )
+        super().__init__(optimizer, comm, allreduce, model)
+        self.stage, self.full = stage, list(optimizer.params)
+        xp = get_array_module(self.full[0].data)
+        self.runs = _runs(self.full, int(bucket_mb * 2**20))
+        order = [p for run in self.runs for p in run]
+        self.offsets, offset = {}, 0
+        for p in order:
+            self.offsets[id(p)], offset = offset, offset + p.size
+        self.weights = xp.empty(offset, dtype=self.full[0].dtype)
+        with no_grad():
+            for p in order:  # every parameter becomes a view of the flat weights
+                start = self.offsets[id(p)]
+                view = self.weights[start : start + p.size].reshape(p.shape)
+                view[...] = p.data
+                p.data = view
+        self.counts = block_sizes(offset, comm.size)
+        self.lo = sum(self.counts[: comm.rank])
+        self.hi = self.lo + self.counts[comm.rank]
+        self.grad = xp.zeros(self.hi - self.lo, dtype=self.weights.dtype)
+        self.shard = Parameter(self.weights[self.lo : self.hi])
+        optimizer.params, optimizer.state = [self.shard], [{}]
+        self._send = xp.empty(
+            max(sum(p.size for p in run) for run in self.runs), self.weights.dtype
+        )
+        self._reduced = [False] * len(self.runs)
+        self._ready = [set() for _ in self.runs]
+        self._run_of = {id(p): k for k, run in enumerate(self.runs) for p in run}
+        if stage == 2:
+            for p in self.full:
+                p.register_post_accumulate_grad_hook(self._grad_ready)
+
+    def zero_grad(self):
+        for p in self.full:
+            p.grad = None
+
+    def _grad_ready(self, p):
+        """Stage 2: reduce-scatter each complete run, in order, as backward produces it."""
+        k = self._run_of[id(p)]
+        self._reduced[k] = False  # a gradient accumulated after the run was reduced: again
+        self._ready[k].add(id(p))
+        first = self._reduced.index(False) if False in self._reduced else len(self.runs)
+        while first < len(self.runs) and len(self._ready[first]) == len(self.runs[first]):
+            self._reduce(first)
+            first += 1
+
+    def _reduce(self, k):
+        """Reduce-scatter run ``k``'s weighted gradients; add this rank's part to ``grad``."""
+        run = self.runs[k]
+        start = self.offsets[id(run[0])]
+        stop = start + sum(p.size for p in run)
+        send, xp = self._send[: stop - start], get_array_module(self._send)
+        for p in run:
+            view = send[self.offsets[id(p)] - start :][: p.size]
+            if p.grad is None:  # unused in this step, or an empty local batch: contributes 0
+                view[...] = 0
+            else:
+                xp.multiply(p.grad.reshape(-1), self._weight, out=view)
+        counts = [max(0, min(stop, hi) - max(start, lo)) for lo, hi in self._bounds()]
+        lo, hi = max(start, self.lo), min(stop, self.hi)
+        piece = xp.empty(max(hi - lo, 0), dtype=send.dtype)
+        self.comm.reduce_scatter(send, counts, piece, op="mean")
+        if hi > lo:
+            self.grad[lo - self.lo : hi - self.lo] += piece
+        self.stats["bytes_reduced"] += send.nbytes
+        if self.stage == 2:
+            for p in run:
+                p.grad = None
+        self._reduced[k], self._ready[k] = True, set()
+
+    def _bounds(self):
+        starts = np.cumsum([0, *self.counts])
+        return list(zip(starts[:-1].tolist(), starts[1:].tolist()))
+
+    def step(self):
+        """Reduce-scatter what backward has not, check the gradient finite on every rank,
+        update this rank's shard, then all-gather the weights."""
+        for k in range(len(self.runs)):
+            if not self._reduced[k]:
+                self._reduce(k)
+        bad = np.array([0.0 if _finite(self.grad) else 1.0])
+        if self.comm.allreduce(bad, op="sum")[0]:
+            self._clear()
+            raise NonFiniteGradientError(
+                "the gradient averaged over all ranks is not finite (NaN or inf); "
+                "no update was applied"
+            )
+        self.shard.grad = self.grad
+        self.optimizer.step()
+        self.comm.allgatherv(self.weights, self.counts)
+        self.stats["steps"] += 1
+        self._clear()
+
+    def _clear(self):
+        self._weight = 1.0
+        self.grad[...] = 0
+        self.shard.grad = None
+        self._reduced = [False] * len(self.runs)
+
+    def state_dict(self):
+        """The one-process optimizer's state (every parameter's, gathered: collective)."""
+        shard_state = self.optimizer.state[0]
+        serial = [{} for _ in self.full]
+        xp = get_array_module(self.weights)
+        for key in sorted(shard_state):
+            value = shard_state[key]
+            if not hasattr(value, "shape") or value.shape != self.shard.shape:
+                for state in serial:
+                    state[key] = value
+                continue
+            whole = xp.empty_like(self.weights)
+            whole[self.lo : self.hi] = value
+            self.comm.allgatherv(whole, self.counts)
+            for p, state in zip(self.full, serial):
+                start = self.offsets[id(p)]
+                state[key] = whole[start : start + p.size].reshape(p.shape).copy()
+        hyper = self.optimizer.state_dict()["hyper"]
+        return {"hyper": hyper, "state": serial}
+
+    def load_state_dict(self, state_dict):
+        """This rank's shard of a one-process optimizer's ``state_dict``."""
+        states = state_dict["state"]
+        if len(states) != len(self.full):
+            raise ValueError(
+                f"ZeroOptimizer.load_state_dict: the state holds {len(states)} parameters, the "
+                f"model has {len(self.full)}"
+            )
+        xp = get_array_module(self.weights)
+        shard_state = {}
+        for key in states[0] if states else ():
+            values = [state[key] for state in states]
+            if not hasattr(values[0], "shape"):
+                shard_state[key] = values[0]
+                continue
+            whole = xp.empty_like(self.weights)
+            for p, value in zip(self.full, values):
+                start = self.offsets[id(p)]
+                whole[start : start + p.size] = xp.asarray(value).reshape(-1)
+            shard_state[key] = whole[self.lo : self.hi].copy()
+        self.optimizer.load_state_dict({"hyper": state_dict["hyper"], "state": [shard_state]})
