@@ -131,6 +131,8 @@ TRAIN_HELP = {  # the help texts too long to share a line with their option
     "time; gpipe: all forwards, then all backwards; 1f1b: one forward, one backward; "
     "interleaved: 1f1b over --chunks model chunks per rank, M a multiple of P)",
     "--chunks": "with --schedule interleaved: model chunks per pipeline rank (default 2)",
+    "--zero": "with --dist sync (or the dp axis of --grid): ZeRO stage 1 shards the optimizer "
+    "state over the replicas, stage 2 the gradients too (0: none)",
     "--trace": "write a Chrome-trace timeline (trace.json) of the run to the run directory",
     "--recipe": "a published training recipe; options given anew override it. alexnet-2012: "
     "--model alexnet, momentum 0.9, --weight-decay 5e-4, --batch-size 128, --lr 0.01 divided by "
@@ -207,6 +209,7 @@ def add_train_arguments(p):
     add("--no-overlap", action="store_true")
     add("--hang-timeout", type=number(), default=300.0, metavar="SECONDS")
     add("--tp-layout", default="rule", choices=TP_LAYOUTS)
+    add("--zero", type=int, default=0, choices=(0, 1, 2), metavar="STAGE")
     add("--grid", type=grid_shape, metavar="AXIS=N,...")
     add("--micro-batches", type=positive_int, default=1, metavar="M")
     add("--schedule", default="1f1b", choices=list(PIPELINE_SCHEDULES))
@@ -268,6 +271,7 @@ def dist_config(args):
         micro_batches=args.micro_batches,
         schedule=args.schedule,
         chunks=args.chunks,
+        zero=args.zero,
     )
 
 
@@ -296,6 +300,8 @@ def run_train(args):
             f"started by mpiexec with {ranks} ranks but without --dist; add --dist sync to train "
             "one model together"
         )
+    if args.zero and not (args.dist or args.grid):
+        raise ValueError("--zero shards the replicas of --dist sync: start it under mpiexec")
     if (args.straggler or args.jitter) and not args.dist:
         raise ValueError("--straggler and --jitter slow down ranks of a --dist run")
     config, options = train_config(args), dist_config(args)

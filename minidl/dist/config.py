@@ -82,6 +82,7 @@ class DistConfig:
     micro_batches: int = 1  # pipeline (grid pp > 1): micro-batches per batch
     schedule: str = "1f1b"  # pipeline: one of minidl.dist.pipeline.SCHEDULES
     chunks: int | None = None  # pipeline: model chunks per rank (None: 2 interleaved, else 1)
+    zero: int = 0  # sync: ZeRO stage (1: optimizer state sharded, 2: gradients too; 0: none)
 
     def check(self, config: TrainConfig, resume=None) -> DistConfig:
         """Refuse options that do not fit the mode or ``config``; returns self."""
@@ -111,6 +112,7 @@ class DistConfig:
                 f"{option('grid')} arranges ranks for synchronous training, not for {what}"
             )
         self._check_pipeline(config)
+        self._check_zero(config, what)
         if self.servers != 1 and not mode.uses_server:
             raise ConfigError(
                 f"{option('servers')} applies to {option('dist')} bsp, ssp:S, asp and easgd, "
@@ -139,6 +141,32 @@ class DistConfig:
                 f"{option('dist')}, not with {what}"
             )
         return self
+
+    def _check_zero(self, config, what):
+        """ZeRO shards what the ranks of synchronous data parallelism replicate."""
+        check_choice("zero", self.zero, (0, 1, 2))
+        if not self.zero:
+            return
+        if self.mode.name != "sync":
+            raise ConfigError(
+                f"{option('zero')} shards the replicas of {option('dist')} sync; {what} keeps "
+                f"no replicated optimizer state to shard: drop {option('zero')}"
+            )
+        if self.compressed:
+            raise ConfigError(
+                f"{option('zero')} {self.zero} reduce-scatters gradients uncompressed: drop "
+                f"{option('compress')} or {option('zero')}"
+            )
+        if config.clip_grad_norm is not None:
+            raise ConfigError(
+                f"{option('clip_grad_norm')} needs the whole gradient's norm, which no rank "
+                f"holds under {option('zero')} {self.zero}: drop one of them"
+            )
+        if self.pipelined:
+            raise ConfigError(
+                f"{option('zero')} with a pipeline ({option('grid')} {self.grid}): the stages "
+                f"average their gradients once a step unsharded; drop {option('zero')}"
+            )
 
     @property
     def pipelined(self):
@@ -226,6 +254,7 @@ class DistConfig:
             "hang_timeout": self.hang_timeout,
             "tp_layout": self.tp_layout,
             "grid": None if self.grid is None else str(self.grid),
+            "zero": self.zero,
         } | (self._pipeline_record() if self.pipelined else {})
 
     def _pipeline_record(self):

@@ -37,7 +37,7 @@ from .compression import CompressedOptimizer
 from .config import DistConfig
 from .consistency import global_train_stats, make_session
 from .consistency.ps import TrainingAborted
-from .data_parallel import DistributedOptimizer
+from .data_parallel import DistributedOptimizer, ZeroOptimizer
 from .grid import Grid
 from .launch import fit_on_workers
 from .pipeline import PipelineTrainer
@@ -124,8 +124,18 @@ def parallelize(run, options):
 
 
 def data_parallel(optimizer, comm, options, model, seed=0, whole=False):
-    """``optimizer`` averaging its gradients over ``comm``: in buckets during backward, or
-    compressed (``options.compressor``), or (``whole``) in one flat allreduce per step."""
+    """``optimizer`` averaging its gradients over ``comm``: in buckets during backward, sharded
+    (``options.zero``), compressed (``options.compressor``), or (``whole``) in one flat
+    allreduce per step."""
+    if options.zero and not whole:
+        return ZeroOptimizer(
+            optimizer,
+            comm,
+            stage=options.zero,
+            allreduce=options.allreduce,
+            bucket_mb=options.bucket_mb,
+            model=model,
+        )
     if options.compressed:
         return CompressedOptimizer(
             optimizer,

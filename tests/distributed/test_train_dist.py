@@ -176,3 +176,42 @@ def test_a_diverging_sync_run_stops_every_rank_without_hanging(mpi_run, tmp_path
     assert result.returncode == 3, result.output
     assert "averaged over all ranks is not finite" in result.output
     assert not (tmp_path / "nan" / "checkpoint.npz").exists()
+
+
+@pytest.mark.parametrize("stage", ("1", "2"))
+def test_zero_trains_the_weights_and_state_of_plain_sync_and_resumes_in_one_process(
+    mpi_run, tmp_path, stage
+):
+    """``--zero 1|2`` on 3 ranks (uneven shards), Adam, float64: weights and optimizer state
+    of the checkpoint equal plain ``--dist sync``'s; a process alone resumes it."""
+    flags = ["--batch-size", "8", "--epochs", "1", "--dtype", "float64", "--optimizer", "adam"]
+    flags += ["--lr", "0.002", "--subset", "240", "--test-subset", "100"]
+    runs = {}
+    for name, zero in (("plain", []), ("zero", ["--zero", stage])):
+        out = str(tmp_path / name)
+        train_mpi(mpi_run, 3, "--dist", "sync", *flags, *zero, "--out", out)
+        runs[name] = load_checkpoint(os.path.join(out, "checkpoint.npz"))
+    plain, zero = runs["plain"], runs["zero"]
+    for key, value in plain.model_state.items():
+        assert np.abs(zero.model_state[key] - value).max() <= 1e-10, key
+    for mine, theirs in zip(zero.optimizer_state["state"], plain.optimizer_state["state"]):
+        for key, value in theirs.items():
+            assert np.abs(np.asarray(mine[key]) - value).max() <= 1e-10, key
+    resumed = str(tmp_path / "zero" / "checkpoint.npz")
+    assert main(["train", "--resume", resumed, "--epochs", "2", "--no-progress"]) == 0
+
+
+@pytest.mark.parametrize(
+    "flags, hint",
+    [
+        (["--dist", "ssp:1", "--zero", "1"], "--zero shards the replicas of --dist sync"),
+        (["--dist", "sync", "--zero", "2", "--compress", "fp16"], "reduce-scatters gradients"),
+        (["--dist", "sync", "--zero", "1", "--clip-grad-norm", "1"], "no rank"),
+        (["--grid", "pp=2", "--zero", "1"], "--zero with a pipeline"),
+        (["--zero", "1"], "start it under mpiexec"),
+    ],
+)
+def test_zero_where_it_cannot_shard_is_refused_in_one_line(flags, hint, capsys):
+    assert main(["train", *COMMON, *flags]) == 1
+    err = capsys.readouterr().err
+    assert hint in err and err.count("\n") == 1, err
