@@ -5,5 +5,6 @@ from . import autograd, backend, conv, data, dist, functional, layers, models, o
 from .autograd import DeviceError, Function, ShapeError, Tensor, is_grad_enabled, no_grad, tensor
 from .gradcheck import GradcheckError, gradcheck
 from .random import manual_seed
+from .recompute import checkpoint
 
 __version__ = "0.1.0"

@@ -45,6 +45,7 @@ class DeviceError(RuntimeError):
 
 class _GradMode:
     enabled = True
+    skipped = False  # an op left an input that requires grad out of the graph (without_graph)
 
 
 def is_grad_enabled():
@@ -52,13 +53,31 @@ def is_grad_enabled():
 
 
 @contextlib.contextmanager
-def no_grad():
-    """Context manager: ops inside it build no graph (inference, updates)."""
-    previous, _GradMode.enabled = _GradMode.enabled, False
+def set_grad_enabled(mode):
+    """Context manager: ops inside it build a graph when ``mode`` is True, none when False."""
+    previous, _GradMode.enabled = _GradMode.enabled, bool(mode)
     try:
         yield
     finally:
         _GradMode.enabled = previous
+
+
+def no_grad():
+    """Context manager: ops inside it build no graph (inference, updates)."""
+    return set_grad_enabled(False)
+
+
+def without_graph(fn, *args):
+    """``fn(*args)`` under ``no_grad``, and whether an op inside it had an input that requires
+    grad (its result would have required grad): activation recomputation (``minidl.recompute``)
+    links a segment into the graph only then."""
+    outer, _GradMode.skipped = _GradMode.skipped, False
+    try:
+        with no_grad():
+            out = fn(*args)
+        return out, _GradMode.skipped
+    finally:
+        _GradMode.skipped = outer or _GradMode.skipped
 
 
 def as_dtype(dtype):
@@ -93,13 +112,22 @@ class Function:
         arrays = [t.data for t in inputs]
         if len(arrays) > 1:
             _check_same_device(cls.__name__, arrays)
-        track = _GradMode.enabled and any(t.requires_grad for t in inputs)
-        if track:
+        needed = any(t.requires_grad for t in inputs)
+        track = needed and _GradMode.enabled
+        if track:  # before forward: an op may keep less when an input needs no gradient
             fn.needs_input_grad = tuple(t.requires_grad for t in inputs)
-        out = Tensor(fn.forward(*arrays, **params), requires_grad=track)
-        if track:
-            fn.inputs = inputs
-            out._ctx = fn
+        elif needed:
+            _GradMode.skipped = True
+        out = fn.forward(*arrays, **params)
+        return fn.link(out, inputs) if track else Tensor(out)
+
+    def link(self, data, inputs):
+        """``data``, computed by this op from the Tensors ``inputs``, as a Tensor in the graph:
+        backward passes its gradient through ``self.backward`` to the inputs that require it."""
+        self.inputs = inputs
+        self.needs_input_grad = tuple(t.requires_grad for t in inputs)
+        out = Tensor(data, requires_grad=True)
+        out._ctx = self
         return out
 
 

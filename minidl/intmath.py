@@ -28,3 +28,13 @@ def block_sizes(n, parts):
     (sizes differ by at most one; every part gets one when n >= parts)."""
     base, extra = divmod(n, parts)
     return tuple(base + (r < extra) for r in range(parts))
+
+
+def block_bounds(n, parts):
+    """``(start, stop)`` of each of ``block_sizes(n, parts)``'s parts, in order: the contiguous
+    cut of n items (layers into pipeline stages or recomputed segments)."""
+    bounds, start = [], 0
+    for size in block_sizes(n, parts):
+        bounds.append((start, start + size))
+        start += size
+    return tuple(bounds)

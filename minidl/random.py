@@ -2,7 +2,8 @@
 
 ``manual_seed(n)`` makes every later random draw reproducible. The state of
 the CPU generator can be saved and restored as a JSON string (checkpoints
-store data, never pickled objects).
+store data, never pickled objects); where every stream stands can be saved and
+restored in memory (``snapshot``, ``restore``: a recomputed forward draws again).
 """
 
 import json
@@ -49,6 +50,38 @@ def sample_generators(rows):
         return None
     draw, _samples["draws"] = _samples["draws"], _samples["draws"] + 1
     return [np.random.default_rng([*key, draw]) for key in keys]
+
+
+def snapshot():
+    """Where every stream stands (each generator and its state, the sample keys and their draw
+    count), for ``restore``: activation recomputation draws a forward's numbers again."""
+    streams = {
+        name: (generator, _copied_state(generator))
+        for name, generator in _generators.items()
+        if name in ("cpu", "cuda")
+    }
+    return streams, dict(_samples)
+
+
+def restore(saved):
+    """Put every stream back where ``snapshot`` found it: the next draws repeat the ones made
+    after it (a GPU generator made since is dropped, to be seeded from the CPU stream again)."""
+    streams, samples = saved
+    _generators.pop("cuda", None)
+    for name, (generator, state) in streams.items():
+        if isinstance(generator, np.random.Generator):
+            generator.bit_generator.state = state
+        else:
+            generator.bit_generator._state[...] = state
+        _generators[name] = generator
+    _samples.update(samples)
+
+
+def _copied_state(generator):
+    """A copy of ``generator``'s state: NumPy's as a dict, CuPy's as its device array."""
+    if isinstance(generator, np.random.Generator):
+        return generator.bit_generator.state
+    return generator.bit_generator._state.copy()
 
 
 def get_state():

@@ -4,7 +4,7 @@
             -> train -> dist -> (the ``minidl`` facade) -> cli
 
 The top-level helper modules sit at the level of what they import (``atomic``,
-``chunks``, ``intmath``, ``random`` with the backend; ``gradcheck`` with
+``chunks``, ``intmath``, ``random`` with the backend; ``gradcheck`` and ``recompute`` with
 autograd). ``reference`` and ``exercises`` are leaves: they may import the
 whole library, and nothing below the command line imports them, not even
 lazily in a function or by a module-path string given to ``importlib``
@@ -36,6 +36,7 @@ LEVELS = {
     "random": 0,
     "autograd": 1,
     "gradcheck": 1,
+    "recompute": 1,
     "functional": 2,
     "conv": 2,
     "layers": 3,

@@ -20,6 +20,7 @@ then stay in the CPU cache.
 from ..autograd import Function, ShapeError, Tensor
 from ..backend import get_array_module
 from ..chunks import batch_chunks
+from ..recompute import is_recomputing
 
 
 def channel_axes(x):
@@ -92,8 +93,9 @@ def batch_norm(
     """Normalise each channel of an (N, C) or (N, C, ...) tensor (see the module doc).
 
     ``running_mean``/``running_var`` (Tensors or arrays of shape (C,)) are
-    updated in place when ``training``; evaluation uses them instead of the
-    batch statistics. ``weight`` (gamma) and ``bias`` (beta) default to 1 and 0.
+    updated in place when ``training`` (not again when ``minidl.recompute`` recomputes the
+    forward); evaluation uses them instead of the batch statistics. ``weight`` (gamma) and
+    ``bias`` (beta) default to 1 and 0.
     """
     if x.ndim < 2:
         raise ShapeError(f"batch_norm: expected (N, C) or (N, C, ...) input, got shape {x.shape}")
@@ -115,6 +117,8 @@ def batch_norm(
             )
     if not training and stats[0] is None:
         training = True  # no running estimates to use: normalise with the batch
+    if training and is_recomputing():
+        stats = [None, None]  # the first forward updated them: the batch's statistics suffice
     return BatchNorm.apply(
         x,
         weight,

@@ -10,6 +10,7 @@ from .linear import Linear
 from .module import Module, Parameter, Sequential, leaves
 from .normalization import BatchNorm1d, BatchNorm2d, LocalResponseNorm
 from .pooling import AvgPool2d, MaxPool2d
+from .recompute import Recompute, sqrt_segments
 
 __all__ = [
     "Module",
@@ -28,5 +29,7 @@ __all__ = [
     "BatchNorm1d",
     "BatchNorm2d",
     "LocalResponseNorm",
+    "Recompute",
+    "sqrt_segments",
     "init",
 ]

@@ -4,12 +4,14 @@ import numpy as np
 
 from .. import functional as F
 from ..autograd import ShapeError, Tensor, as_dtype
+from ..recompute import is_recomputing
 from .checks import int_arg, number_arg
 from .module import Module, Parameter
 
 
 class _BatchNorm(Module):
-    """gamma = 1, beta = 0, running mean 0 and variance 1, as in PyTorch."""
+    """gamma = 1, beta = 0, running mean 0 and variance 1, as in PyTorch. A recomputed forward
+    (``minidl.recompute``) counts no batch and updates no running statistics: the first did."""
 
     input_dims = ()
 
@@ -58,7 +60,7 @@ class _BatchNorm(Module):
                 f"{type(self).__name__}({self.num_features}): input has "
                 f"{x.shape[1]} channels (shape {x.shape})"
             )
-        if self.training and self.running_mean is not None:
+        if self.training and self.running_mean is not None and not is_recomputing():
             self.num_batches_tracked.data += 1
         return F.batch_norm(
             x,

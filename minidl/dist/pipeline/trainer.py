@@ -34,7 +34,6 @@ once per micro-batch in order: with M > 1 a step equals one process applying the
 each micro-batch separately and summing the losses scaled by n_m / N.
 """
 
-import itertools
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -45,7 +44,7 @@ from minidl import functional as F
 from minidl.dist.data_parallel import DistributedOptimizer
 from minidl.dist.pipeline.executor import PipelineExecutor, check_tag_room
 from minidl.dist.pipeline.schedules import ASYNCHRONOUS, build, default_chunks
-from minidl.intmath import block_sizes
+from minidl.intmath import block_bounds
 from minidl.layers import Module, Sequential
 from minidl.perf.pipeline_simulate import stage_of
 
@@ -133,12 +132,6 @@ def _check_model(model, num_stages):
         )
 
 
-def _uniform_bounds(num_layers, num_stages):
-    """Stage sizes differ by at most one; the first stages take the extra layers."""
-    edges = [0, *itertools.accumulate(block_sizes(num_layers, num_stages))]
-    return list(zip(edges, edges[1:]))
-
-
 def _cut_bounds(num_layers, num_stages, cuts):
     """Bounds from the first layer index of stages 1..P-1 (strictly increasing, in 1..L-1)."""
     cuts = [int(c) for c in cuts]
@@ -166,7 +159,7 @@ def partition(model, num_stages, by="layers", cuts=None):
     if cuts is not None:
         bounds = _cut_bounds(len(model), num_stages, cuts)
     elif by == "layers":
-        bounds = _uniform_bounds(len(model), num_stages)
+        bounds = block_bounds(len(model), num_stages)  # the first stages take the extra layers
     else:
         bounds = min_max_bounds(costs, num_stages)
     stage_costs = tuple(sum(costs[a:b]) for a, b in bounds)
