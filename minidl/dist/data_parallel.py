@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from minidl.autograd import no_grad
-from minidl.backend import get_array_module
+from minidl.backend import empty, get_array_module
 from minidl.dist.collectives import check_algorithm
 from minidl.intmath import block_sizes
 from minidl.layers import Parameter
@@ -327,16 +327,17 @@ class ZeroOptimizer(ReplicatedOptimizer):
     """Data parallelism with ZeRO (Rajbhandari et al. 2020): each rank keeps and updates the
     optimizer state of its 1/n of the parameters, then the ranks all-gather the weights.
 
-    A step: reduce-scatter of the gradients, g_r = (1/n) sum_i g_i[shard r] (bucket by
-    bucket); the update rule on shard r only; all-gather of the new weights. With P
-    parameters, K state numbers per parameter (momentum 1, Adam 2) and n ranks a rank holds
-    P weights, K P / n of state, and P gradients (``stage=1``) or P / n (``stage=2``: each
-    bucket is reduce-scattered as backward completes it and its gradients are dropped).
-    The optimizer is changed in place to update this rank's shard (a ``Parameter`` viewing
-    its part of one flat weight vector, of which every model parameter becomes a view), so
-    an LR schedule driving it keeps working; ``state_dict()`` (collective) and
-    ``load_state_dict`` speak the one-process layout. Every update rule works (they are
-    element-wise); clipping by the global norm does not, and is refused.
+    A step: reduce-scatter of the gradients, g_r = (1/n) sum_i g_i[shard r], bucket by
+    bucket, each bucket's local gradients dropped once it is reduced; the update rule on
+    shard r only; all-gather of the new weights. With P parameters, K state numbers per
+    parameter (momentum 1, Adam 2) and n ranks, a rank holds P weights, K P / n of state,
+    and at most P gradients (``stage=1``: reduced in ``step``) or about P / n plus a bucket
+    (``stage=2``: each bucket reduced as backward completes it). The optimizer is changed in
+    place to update this rank's shard (a ``Parameter`` per bucket viewing its part of one
+    flat weight vector, of which every model parameter becomes a view), so an LR schedule
+    driving it keeps working; ``state_dict()`` (collective) and ``load_state_dict`` speak
+    the one-process layout. Every update rule works (they are element-wise); clipping by
+    the global norm does not, and is refused.
     """
 
     def __init__(self, optimizer, comm, stage=1, allreduce="auto", bucket_mb=4, model=None):
@@ -351,32 +352,44 @@ class ZeroOptimizer(ReplicatedOptimizer):
         self.stage, self.full = stage, list(optimizer.params)
         xp = get_array_module(self.full[0].data)
         self.runs = _runs(self.full, int(bucket_mb * 2**20))
-        order = [p for run in self.runs for p in run]
-        self.offsets, offset = {}, 0
-        for p in order:
-            self.offsets[id(p)], offset = offset, offset + p.size
+        self.offsets, self.spans, offset = {}, [], 0
+        for run in self.runs:  # the flat order: run by run, each last parameter first
+            start = offset
+            for p in run:
+                self.offsets[id(p)], offset = offset, offset + p.size
+            self.spans.append((start, offset))
         self.weights = xp.empty(offset, dtype=self.full[0].dtype)
         with no_grad():
-            for p in order:  # every parameter becomes a view of the flat weights
+            for p in self.full:  # every parameter becomes a view of the flat weights
                 start = self.offsets[id(p)]
                 view = self.weights[start : start + p.size].reshape(p.shape)
                 view[...] = p.data
                 p.data = view
         self.counts = block_sizes(offset, comm.size)
-        self.lo = sum(self.counts[: comm.rank])
-        self.hi = self.lo + self.counts[comm.rank]
-        self.grad = xp.zeros(self.hi - self.lo, dtype=self.weights.dtype)
-        self.shard = Parameter(self.weights[self.lo : self.hi])
-        optimizer.params, optimizer.state = [self.shard], [{}]
-        self._send = xp.empty(
-            max(sum(p.size for p in run) for run in self.runs), self.weights.dtype
-        )
+        starts = np.cumsum([0, *self.counts]).tolist()
+        self.bounds = list(zip(starts[:-1], starts[1:]))
+        self.lo, self.hi = self.bounds[comm.rank]
+        self.pieces = {}  # run -> (start, stop, Parameter): this rank's part of the run
+        for k, (a, b) in enumerate(self.spans):
+            lo, hi = max(a, self.lo), min(b, self.hi)
+            if hi > lo:
+                self.pieces[k] = (lo, hi, Parameter(self.weights[lo:hi]))
+        if not self.pieces:  # fewer parameters than ranks: an empty shard still steps
+            self.pieces[None] = (self.lo, self.lo, Parameter(self.weights[self.lo : self.lo]))
+        optimizer.params = [piece for _, _, piece in self.pieces.values()]
+        optimizer.state = [{} for _ in optimizer.params]
+        self._send = xp.empty(max(b - a for a, b in self.spans), dtype=self.weights.dtype)
         self._reduced = [False] * len(self.runs)
         self._ready = [set() for _ in self.runs]
         self._run_of = {id(p): k for k, run in enumerate(self.runs) for p in run}
         if stage == 2:
             for p in self.full:
                 p.register_post_accumulate_grad_hook(self._grad_ready)
+
+    @property
+    def shard_size(self):
+        """The parameters this rank updates (and keeps optimizer state for)."""
+        return self.hi - self.lo
 
     def zero_grad(self):
         for p in self.full:
@@ -393,32 +406,26 @@ class ZeroOptimizer(ReplicatedOptimizer):
             first += 1
 
     def _reduce(self, k):
-        """Reduce-scatter run ``k``'s weighted gradients; add this rank's part to ``grad``."""
-        run = self.runs[k]
-        start = self.offsets[id(run[0])]
-        stop = start + sum(p.size for p in run)
+        """Reduce-scatter run ``k``'s weighted gradients, add this rank's part to its piece's
+        gradient, and drop the run's local gradients."""
+        start, stop = self.spans[k]
         send, xp = self._send[: stop - start], get_array_module(self._send)
-        for p in run:
+        for p in self.runs[k]:
             view = send[self.offsets[id(p)] - start :][: p.size]
             if p.grad is None:  # unused in this step, or an empty local batch: contributes 0
                 view[...] = 0
             else:
                 xp.multiply(p.grad.reshape(-1), self._weight, out=view)
-        counts = [max(0, min(stop, hi) - max(start, lo)) for lo, hi in self._bounds()]
-        lo, hi = max(start, self.lo), min(stop, self.hi)
-        piece = xp.empty(max(hi - lo, 0), dtype=send.dtype)
-        self.comm.reduce_scatter(send, counts, piece, op="mean")
-        if hi > lo:
-            self.grad[lo - self.lo : hi - self.lo] += piece
+            p.grad = None
+        counts = [max(0, min(stop, hi) - max(start, lo)) for lo, hi in self.bounds]
+        piece = self.pieces.get(k)
+        part = empty(counts[self.comm.rank], send.dtype, xp, op="ZeRO's gradient shard")
+        self.comm.reduce_scatter(send, counts, part, op="mean")
+        if piece is not None:
+            shard = piece[2]
+            shard.grad = part if shard.grad is None else shard.grad + part
         self.stats["bytes_reduced"] += send.nbytes
-        if self.stage == 2:
-            for p in run:
-                p.grad = None
         self._reduced[k], self._ready[k] = True, set()
-
-    def _bounds(self):
-        starts = np.cumsum([0, *self.counts])
-        return list(zip(starts[:-1].tolist(), starts[1:].tolist()))
 
     def step(self):
         """Reduce-scatter what backward has not, check the gradient finite on every rank,
@@ -426,14 +433,18 @@ class ZeroOptimizer(ReplicatedOptimizer):
         for k in range(len(self.runs)):
             if not self._reduced[k]:
                 self._reduce(k)
-        bad = np.array([0.0 if _finite(self.grad) else 1.0])
+        xp = get_array_module(self.weights)
+        for _, _, shard in self.pieces.values():
+            if shard.grad is None:  # the empty shard of a rank with no parameters
+                shard.grad = xp.zeros(shard.shape, dtype=shard.dtype)
+        finite = all(_finite(shard.grad) for _, _, shard in self.pieces.values())
+        bad = np.array([0.0 if finite else 1.0])
         if self.comm.allreduce(bad, op="sum")[0]:
             self._clear()
             raise NonFiniteGradientError(
                 "the gradient averaged over all ranks is not finite (NaN or inf); "
                 "no update was applied"
             )
-        self.shard.grad = self.grad
         self.optimizer.step()
         self.comm.allgatherv(self.weights, self.counts)
         self.stats["steps"] += 1
@@ -441,29 +452,28 @@ class ZeroOptimizer(ReplicatedOptimizer):
 
     def _clear(self):
         self._weight = 1.0
-        self.grad[...] = 0
-        self.shard.grad = None
+        for _, _, shard in self.pieces.values():
+            shard.grad = None
         self._reduced = [False] * len(self.runs)
 
     def state_dict(self):
         """The one-process optimizer's state (every parameter's, gathered: collective)."""
-        shard_state = self.optimizer.state[0]
+        states = self.optimizer.state
         serial = [{} for _ in self.full]
         xp = get_array_module(self.weights)
-        for key in sorted(shard_state):
-            value = shard_state[key]
-            if not hasattr(value, "shape") or value.shape != self.shard.shape:
+        for key in sorted(states[0]):
+            if not hasattr(states[0][key], "shape") or states[0][key].ndim != 1:
                 for state in serial:
-                    state[key] = value
+                    state[key] = states[0][key]
                 continue
             whole = xp.empty_like(self.weights)
-            whole[self.lo : self.hi] = value
+            for (lo, hi, _), state in zip(self.pieces.values(), states):
+                whole[lo:hi] = state[key]
             self.comm.allgatherv(whole, self.counts)
             for p, state in zip(self.full, serial):
                 start = self.offsets[id(p)]
                 state[key] = whole[start : start + p.size].reshape(p.shape).copy()
-        hyper = self.optimizer.state_dict()["hyper"]
-        return {"hyper": hyper, "state": serial}
+        return {"hyper": self.optimizer.state_dict()["hyper"], "state": serial}
 
     def load_state_dict(self, state_dict):
         """This rank's shard of a one-process optimizer's ``state_dict``."""
@@ -474,15 +484,17 @@ class ZeroOptimizer(ReplicatedOptimizer):
                 f"model has {len(self.full)}"
             )
         xp = get_array_module(self.weights)
-        shard_state = {}
+        pieces = [{} for _ in self.pieces]
         for key in states[0] if states else ():
             values = [state[key] for state in states]
             if not hasattr(values[0], "shape"):
-                shard_state[key] = values[0]
+                for piece in pieces:
+                    piece[key] = values[0]
                 continue
             whole = xp.empty_like(self.weights)
             for p, value in zip(self.full, values):
                 start = self.offsets[id(p)]
                 whole[start : start + p.size] = xp.asarray(value).reshape(-1)
-            shard_state[key] = whole[self.lo : self.hi].copy()
-        self.optimizer.load_state_dict({"hyper": state_dict["hyper"], "state": [shard_state]})
+            for (lo, hi, _), piece in zip(self.pieces.values(), pieces):
+                piece[key] = whole[lo:hi].copy()
+        self.optimizer.load_state_dict({"hyper": state_dict["hyper"], "state": pieces})
