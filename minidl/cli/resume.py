@@ -3,8 +3,9 @@
 ``minidl train --resume RUN/checkpoint.npz --epochs 10`` continues the same
 run: every option not given on the command line takes the value the
 checkpoint's run used, except those of this launch (where the data is, how
-ranks are started and slowed; compression and servers are restored only for
-a ``--dist`` run, micro-batches, schedule and chunks only for a pipeline).
+ranks are started and slowed, ``--recompute``: the memory of this machine decides it;
+compression and servers are restored only for a ``--dist`` run, micro-batches,
+schedule and chunks only for a pipeline).
 What may and may not change, and the notes on changes, are the library's
 (``minidl.train.resume``).
 """
@@ -14,7 +15,7 @@ from ..dist.grid import GridShape
 # how this launch runs, not what the run is
 NOT_RESTORED = tuple(
     "out resume overwrite verbose no_progress progress threads workers device trace hang_timeout "
-    "argv dist world_size data_dir verify_data straggler jitter grid".split()
+    "argv dist world_size data_dir verify_data straggler jitter grid recompute".split()
 )
 # options of a --dist run: restored only when the resumed run has --dist too
 DIST_ONLY = ("compress", "error_feedback", "servers", "zero")

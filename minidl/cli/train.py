@@ -20,6 +20,7 @@ from ..dist.grid import GridShape
 from ..dist.job import mpiexec_rank, mpiexec_ranks
 from ..dist.launch import run_workers, share_batch, worker_command
 from ..dist.pipeline import SCHEDULES as PIPELINE_SCHEDULES
+from ..layers import sqrt_segments
 from ..train import Diverged, TrainConfig
 from ..train.checkpoint import load_checkpoint
 from ..train.config import DATASETS, INITS, RECIPES, SCHEDULES, build_model, load_split
@@ -29,6 +30,7 @@ from .resume import reconcile
 from .specs import SPEC_HELP, parse_compression
 
 DIVERGED_EXIT = 3
+SQRT_SEGMENTS = -1  # --recompute without N (no value typed can be negative)
 MODES_HELP = "sync, bsp, ssp:S, asp, avg:H or easgd[:ALPHA[:TAU]]"
 
 
@@ -134,6 +136,9 @@ TRAIN_HELP = {  # the help texts too long to share a line with their option
     "--zero": "with --dist sync (or the dp axis of --grid): ZeRO stage 1 shards the optimizer "
     "state over the replicas, stage 2 the gradients too (0: none)",
     "--trace": "write a Chrome-trace timeline (trace.json) of the run to the run directory",
+    "--recompute": "keep only the inputs of N segments of the model's layers between forward "
+    "and backward, recomputing each segment in backward (Chen et al. 2016: O(sqrt(layers)) "
+    "activations held for one more forward); without N: round(sqrt(layers)); 0: none",
     "--recipe": "a published training recipe; options given anew override it. alexnet-2012: "
     "--model alexnet, momentum 0.9, --weight-decay 5e-4, --batch-size 128, --lr 0.01 divided by "
     "10 when the validation error stops improving (--lr-schedule plateau), --init paper, "
@@ -189,6 +194,7 @@ def add_train_arguments(p):
     add("--test-subset", type=positive_int, help="evaluate on the first N test images only")
     add_data_arguments(add)
     add("--dtype", default="float32", choices=("float32", "float64"))
+    add("--recompute", type=nonnegative_int, nargs="?", const=SQRT_SEGMENTS, metavar="N")
     add("--deterministic", default=True, action=argparse.BooleanOptionalAction)
     add("--out")
     add("--overwrite", action="store_true")
@@ -286,6 +292,8 @@ def run_train(args):
         if args.grid:  # the replicas share a step's samples; the other axes share the model
             world = GridShape.parse(args.grid).dp
         reconcile(saved, args, given_options(args.argv), world)
+    if args.recompute == SQRT_SEGMENTS:
+        args.recompute = sqrt_segments_of(args)
     if args.workers > 1 and (args.dist or ranks > 1):
         raise ValueError("--workers starts its own processes; under mpiexec use --dist instead")
     if args.grid and args.dist and args.dist != "sync":
@@ -319,6 +327,14 @@ def run_train(args):
             print(f"minidl train: {error_text(exc)}", file=sys.stderr, flush=True)
         return DIVERGED_EXIT
     return 0
+
+
+def sqrt_segments_of(args):
+    """N = round(sqrt(L)) for ``--recompute`` without N, L the layers of the model the flags
+    name (built once to count them)."""
+    variant = {"variant": args.variant} if args.model == "alexnet" and args.variant else {}
+    model = models.build(args.model, activation=args.activation, **variant)
+    return sqrt_segments(len(model))
 
 
 def relaunch(argv, config, workers):

@@ -113,6 +113,7 @@ class DistConfig:
             )
         self._check_pipeline(config)
         self._check_zero(config, what)
+        self._check_recompute(config)
         if self.servers != 1 and not mode.uses_server:
             raise ConfigError(
                 f"{option('servers')} applies to {option('dist')} bsp, ssp:S, asp and easgd, "
@@ -166,6 +167,24 @@ class DistConfig:
             raise ConfigError(
                 f"{option('zero')} with a pipeline ({option('grid')} {self.grid}): the stages "
                 f"average their gradients once a step unsharded; drop {option('zero')}"
+            )
+
+    def _check_recompute(self, config):
+        """Recomputed segments run a plain Sequential's layers: a placement whose model moves
+        data between two layers of its own forward is refused."""
+        if not config.recompute or self.grid is None:
+            return
+        if self.grid.spatial > 1:
+            raise ConfigError(
+                f"{option('recompute')} with {option('grid')} {self.grid}: the spatial model "
+                f"gathers its image blocks between two layers, which segments would skip; drop "
+                f"{option('recompute')} or the spatial axis"
+            )
+        if self.grid.tp > 1 and self.tp_layout != "rule":
+            raise ConfigError(
+                f"{option('recompute')} with {option('tp_layout')} {self.tp_layout}: its first "
+                f"layers run on blocks of the batch, gathered between two layers, which segments "
+                f"would skip; use {option('tp_layout')} rule"
             )
 
     @property

@@ -8,6 +8,8 @@ rank's blocks of each layer in its place, a pipeline cuts the model into this ra
 update averages the gradients of the replicas. A consistency model (bsp, ssp:S, asp, avg:H,
 easgd) gives the loop a worker's optimizer and loader instead, and its epoch instead of a
 plain one. What a layout adds between steps and epochs are loop callbacks, below.
+Recomputation (``--recompute N``) cuts the serial model into N segments (``build_model``),
+tensor parallelism's blocks the same way, and a pipeline's stages cut them at their bounds.
 """
 
 import dataclasses
@@ -29,7 +31,14 @@ from ..perf.telemetry import (
 )
 from ..perf.tensor_volume import gradient_bytes, tensor_volume
 from ..train.callbacks import Callback, Diverged, NonFiniteLossError, SampleKeys
-from ..train.config import ConfigError, TrainConfig, augmentation, make_optimizer, option
+from ..train.config import (
+    ConfigError,
+    TrainConfig,
+    augmentation,
+    make_optimizer,
+    option,
+    recomputed,
+)
 from ..train.loop import Training, train_epochs
 from ..train.run import TrainingRun
 from .comm import init
@@ -97,7 +106,7 @@ def parallelize(run, options):
     if grid is not None:
         plan = one_weird_trick_plan(run.model) if options.tp_layout == "one-weird-trick" else None
         placement = place_on_grid(run.model, grid, plan, run.train_set[0][0].shape[-2])
-    model = run.model if placement is None else placement.module
+    model = run.model if placement is None else recomputed(placement.module, config.recompute)
     optimizer = make_optimizer(config, model.parameters())
     loader = run.loader(run.train_set, config.batch_size, dp.rank, dp.size, train=True)
     callbacks.append(SampleKeys(loader))
@@ -256,7 +265,7 @@ def pipeline_training(run, options, grid, callbacks):
     batch; the replicas' gradients averaged once a step over the dp group."""
     config, dp = run.config, grid.group("dp")
     tensor = split_over_tp(run.model, grid, options)
-    layers = run.model if tensor is None else tensor.module
+    layers = run.model if tensor is None else recomputed(tensor.module, config.recompute)
     optimizers = []
 
     def optimizer(params):

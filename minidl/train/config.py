@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from .. import conv, models, optim
 from ..data import MNIST, Compose, FashionMNIST, ImageFolder, RandomCrop, RandomHorizontalFlip
+from ..layers import Recompute
 from ..models.alexnet import IMAGE_SIZE, paper_init
 
 DATASETS = {"fashion-mnist": FashionMNIST, "mnist": MNIST, "folder": ImageFolder}
@@ -100,7 +101,20 @@ def build_model(config, train_set):
     )
     if config.init == "paper":
         paper_init(model)
-    return model.to(config.dtype).to(config.device)
+    return recomputed(model, config.recompute).to(config.dtype).to(config.device)
+
+
+def recomputed(model, segments):
+    """``model`` (a ``Sequential``) recomputing ``segments`` segments in backward
+    (``L.Recompute``), or as it is for 0 or None; more segments than layers are refused."""
+    if not segments:
+        return model
+    if segments > len(model):
+        raise ConfigError(
+            f"{option('recompute')} {segments}: the model has {len(model)} layers; choose 1 to "
+            f"{len(model)} segments (0: none)"
+        )
+    return Recompute(model, segments)
 
 
 def load_split(config, train, stats=None, comm=None):
@@ -242,6 +256,7 @@ class TrainConfig:
     data_workers: int = 2  # threads decoding folder images
     skip_unreadable: bool = False  # leave out (and count) images that cannot be decoded
     dtype: str = "float32"
+    recompute: int | None = None  # segments recomputed in backward (L.Recompute); 0/None: none
     deterministic: bool = True  # 'auto' algorithms by a fixed rule, not by timing
     seed: int = 0
     threads: int | None = None  # BLAS/FFT threads and minidl's own (None: all cores)
@@ -293,6 +308,7 @@ class TrainConfig:
         for field in ("subset", "test_subset", "threads"):
             check_number(field, getattr(self, field), positive=True, integer=True, optional=True)
         check_number("warmup_epochs", self.warmup_epochs, integer=True)
+        check_number("recompute", self.recompute, integer=True, optional=True)
         check_number("seed", self.seed, integer=True)
         check_number("lr", self.lr, positive=True)
         check_number("momentum", self.momentum)

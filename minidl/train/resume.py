@@ -5,8 +5,11 @@ options that define it (model, activation, dataset, optimizer, subset,
 seed, dtype) cannot change. Others may (learning rate, momentum, weight
 decay, clipping, schedule, epochs, samples per step...): each change is
 applied and announced. An applied learning rate becomes the schedule's base
-rate; the schedule continues from its epoch. (The command line first takes
-every option not typed anew from the checkpoint: see ``minidl.cli.resume``.)
+rate; the schedule continues from its epoch. How a launch runs (``LAUNCH``:
+folders, threads, device, ranks, recomputed segments...) changes unannounced:
+recomputation trades memory for time, not results.
+(The command line first takes every option not typed anew from the checkpoint:
+see ``minidl.cli.resume``.)
 """
 
 import json
@@ -17,7 +20,7 @@ FIXED = ("model", "activation", "dataset", "optimizer", "subset", "seed", "dtype
 # how this launch runs, not what the run is: not announced when they differ
 LAUNCH = tuple(
     "out overwrite progress threads device trace data_dir verify_data hang_timeout straggler "
-    "jitter world_size batch_size dist grid".split()
+    "jitter world_size batch_size dist grid recompute".split()
 )
 
 

@@ -45,7 +45,8 @@ from minidl.dist.data_parallel import DistributedOptimizer
 from minidl.dist.pipeline.executor import PipelineExecutor, check_tag_room
 from minidl.dist.pipeline.schedules import ASYNCHRONOUS, build, default_chunks
 from minidl.intmath import block_bounds
-from minidl.layers import Module, Sequential
+from minidl.layers import Module, Recompute, Sequential
+from minidl.layers.recompute import run_segments
 from minidl.perf.pipeline_simulate import stage_of
 
 BALANCE_BY = ("layers", "parameters")
@@ -102,15 +103,20 @@ def layer_costs(model, by="parameters"):
 
 class Stage(Module):
     """Layers ``start..stop-1`` of a ``Sequential`` under their serial indices (``"3.weight"``
-    for layer 3), so stages' state dicts merge into the model's."""
+    for layer 3), so stages' state dicts merge into the model's. Of a ``Recompute`` model, the
+    stage recomputes its share of the segments, cut at the stage's bounds."""
 
     def __init__(self, model, start, stop):
         super().__init__()
         for index in range(start, stop):
             setattr(self, str(index), model[index])
+        self.segments = model.within(start, stop) if isinstance(model, Recompute) else None
 
     def forward(self, x):
-        for layer in self._modules.values():
+        layers = list(self._modules.values())
+        if self.segments is not None:
+            return run_segments(layers, self.segments, x)
+        for layer in layers:
             x = layer(x)
         return x
 
