@@ -15,6 +15,7 @@ algorithms; the library never imports it.
 Layout (mirrors the package)::
 
     autograd.py          reverse-mode differentiation on a small graph
+    recompute.py         activation recomputation over segments of a chain of layers
     functional/          layer forward and backward formulas
     conv/                direct, im2col, FFT and Winograd convolution
     optim/               the six update rules

@@ -14,4 +14,5 @@ MODULES = (
     "tensor_parallel",
     "spatial",
     "data",
+    "recompute",
 )

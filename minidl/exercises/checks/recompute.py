@@ -1,0 +1,117 @@
+"""Checks of the recomputation exercise (14.x): minidl/reference/recompute.py.
+
+The oracle is one training step of the same float64 chain (convolution, batch norm, dropout,
+fully connected layers) by minidl's autograd without recomputation, from the same seed: the
+gradients, the batch-norm buffers and the random stream after the step must be its. What
+the forward hands to backward is measured too: the segments' inputs, not every activation.
+"""
+
+import numpy as np
+
+import minidl as md
+from minidl import functional as F
+from minidl import layers as L
+from minidl import random
+from minidl.intmath import block_bounds
+from minidl.perf.graph_memory import graph_bytes
+from minidl.reference.recompute import checkpointed_backward, checkpointed_forward
+
+from .. import exercise, expect_close, expect_true
+
+RECOMPUTE = "minidl/reference/recompute.py"
+SEGMENTS = 3
+
+
+def chain():
+    """A small float64 network with every kind of state a rerun may disturb."""
+    md.manual_seed(5)
+    model = L.Sequential(
+        L.Conv2d(2, 4, 3, padding=1),
+        L.BatchNorm2d(4),
+        L.ReLU(),
+        L.Dropout(0.3),
+        L.Flatten(),
+        L.Linear(4 * 6 * 6, 16),
+        L.BatchNorm1d(16),
+        L.Tanh(),
+        L.Dropout(0.5),
+        L.Linear(16, 5),
+    )
+    return model.to("float64")
+
+
+def plain_step(x, y):
+    """The chain after one plain forward and backward from seed 9, the input's gradient, the
+    next draws of the random stream, and the bytes of the segments' inputs."""
+    model, starts = chain(), dict(block_bounds(10, SEGMENTS))
+    md.manual_seed(9)
+    out = x = md.tensor(x, dtype="float64", requires_grad=True)
+    inputs = 0
+    for index, layer in enumerate(model):
+        inputs += out.data.nbytes if index in starts else 0
+        out = layer(out)
+    F.cross_entropy(out, y).backward()
+    return model, x.grad, random.get_rng().random(4), inputs
+
+
+def kept_bytes(saved):
+    """Bytes of the arrays in ``saved`` (nested in tuples, lists and dicts), each once, and of
+    the graphs behind the Tensors in it."""
+    arrays, tensors, pending = {}, {}, [saved]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, md.Tensor):
+            tensors[id(item)] = item
+            arrays[id(item.data)] = item.data
+        elif isinstance(item, np.ndarray):
+            arrays[id(item)] = item
+        elif isinstance(item, dict):
+            pending += item.values()
+        elif isinstance(item, (tuple, list)):
+            pending += item
+    return sum(a.nbytes for a in arrays.values()) + sum(map(graph_bytes, tensors.values()))
+
+
+@exercise(
+    "14.1",
+    "Recompute a segment: keep its input, run it again in backward",
+    path=RECOMPUTE,
+    hint="forward: under no_grad, save each segment's input and random.snapshot() before running "
+    "its layers; backward, from the last segment: random.restore its snapshot, run its layers "
+    "again on a Tensor of its input that requires grad, put back the random streams and the "
+    "buffers as the first run left them, backpropagate grad, and pass the input's grad on",
+)
+def check_recompute():
+    rng = np.random.default_rng(31)
+    x, y = rng.standard_normal((16, 2, 6, 6)), rng.integers(0, 5, 16)
+    plain, plain_dx, plain_after, inputs = plain_step(x, y)
+    model, bounds = chain(), block_bounds(10, SEGMENTS)
+    md.manual_seed(9)
+    out, saved = checkpointed_forward(list(model), bounds, x)
+    expect_true(
+        "checkpointed_forward returns the output as an array, without a graph",
+        isinstance(out, np.ndarray),
+        detail=f"got a {type(out).__name__}",
+    )
+    kept = kept_bytes(saved)
+    expect_true(
+        f"the forward keeps the inputs of the {SEGMENTS} segments ({inputs} bytes), not every "
+        "activation",
+        kept <= inputs + 1024,
+        detail=f"it hands backward {kept} bytes",
+    )
+    logits = md.tensor(out, dtype="float64", requires_grad=True)
+    F.cross_entropy(logits, y).backward()
+    dx = checkpointed_backward(list(model), bounds, saved, logits.grad)
+    after = random.get_rng().random(4)
+    masks = "a rerun draws the first run's dropout masks: restore the snapshot taken before it"
+    for (name, p), q in zip(model.named_parameters(), plain.parameters()):
+        expect_close(f"dL/d{name} ({masks})", p.grad, q.grad, rtol=1e-9, atol=1e-12)
+    expect_close(f"dL/dx, the chain's input ({masks})", dx, plain_dx, rtol=1e-9, atol=1e-12)
+    expect_close(
+        "the random stream after the step (put the streams back where the first forward left them)",
+        after,
+        plain_after,
+    )
+    for (name, b), (_, c) in zip(model.named_buffers(), plain.named_buffers()):
+        expect_close(f"{name} after the step (updated once, by the first run)", b.data, c.data)
