@@ -1,4 +1,4 @@
-"""Activation recomputation (Chen et al. 2016, Training Deep Nets with Sublinear Memory Cost):
+"""Activation recomputation (Chen et al. 2016, Training Deep Nets with Sublinear Memory Cost, §4):
 ``checkpoint(fn, *inputs)`` keeps a segment's inputs, not its activations, and runs its
 forward again inside backward.
 

@@ -1,18 +1,18 @@
 """Recomputation of activations over a chain of layers (Chen et al. 2016, Training Deep Nets
-with Sublinear Memory Cost, §3-4).
+with Sublinear Memory Cost, §4).
 
 A chain x_l = f_l(x_{l-1}), l = 1..L, is backpropagated layer by layer from the last, and
 layer l's backward needs what its forward saw (its input x_{l-1}, a dropout mask, the
 normalised values of batch norm). Keeping all of it costs O(L) memory. Cut the chain into N
-segments [s_k, e_k) instead: the forward keeps only each segment's input x_{s_k}, and the
-backward walks the segments from the last,
+segments instead, segment k the layers s_k+1..e_k (e_k = s_{k+1}): the forward keeps only
+each segment's input x_{s_k}, and the backward walks the segments from the last,
 
     for k = N-1, ..., 0:
         x_{e_k} = f_{e_k} o ... o f_{s_k+1}(x_{s_k})     again, recording the graph this time
         dL/dx_{s_k} = backward of that graph from dL/dx_{e_k}   (parameters' gradients too)
 
 holding N inputs plus one segment's L/N activations: O(N + L/N), least at N = sqrt(L)
-(2 sqrt(L)), for one more forward a step (Chen et al. §4.1).
+(2 sqrt(L)), for one more forward a step (Chen et al. §4.3).
 
 Running a segment again must compute what its first run computed: the random draws
 (dropout) start from the streams as they stood before its first run (``minidl.random``'s
