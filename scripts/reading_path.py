@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "minidl"
 # the numeric core: what a training step computes with; everything else in minidl/ orchestrates
 NUMERIC_CORE = set(
-    "autograd.py gradcheck.py backend.py pool.py parallel.py random.py atomic.py chunks.py "
-    "intmath.py functional conv layers optim models data".split()
+    "autograd.py gradcheck.py recompute.py backend.py pool.py parallel.py random.py atomic.py "
+    "chunks.py intmath.py functional conv layers optim models data".split()
 )
 SMALL_RUN = ["--subset", "64", "--test-subset", "64", "--epochs", "1", "--batch-size", "16"]
 COMMON = ["--no-progress", *SMALL_RUN]
