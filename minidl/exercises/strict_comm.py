@@ -15,6 +15,11 @@ bytes) so a check can hold an algorithm to its pattern: the ring sends
 doubling 2 log2 P messages adding up to 2(P-1)/P of the array (Thakur,
 Rabenseifner & Gropp 2005); passing whole arrays around gives the same
 sums with up to P times the bytes.
+
+The reductions a rank calls are recorded too (``collectives``: allreduce or
+reduce_scatter, and the bytes of the result this rank receives), so that ZeRO can be held
+to its pattern: a rank receives its shard of the averaged gradient by a reduce-scatter,
+not the whole of it by an allreduce (Rajbhandari et al. 2020).
 """
 
 import numpy as np
@@ -25,17 +30,28 @@ from ..intmath import ceil_div, ceil_log2, largest_power_of_two
 
 class StrictComm:
     """Wraps a ``minidl.dist`` Communicator: ``send`` is ``Ssend``; ``send``, ``sendrecv`` and
-    ``isend`` are counted, and so are allreduces; everything else is the wrapped
-    communicator's."""
+    ``isend`` are counted, and so are allreduces and reduce-scatters; everything else is the
+    wrapped communicator's."""
 
     def __init__(self, comm):
         self._comm = comm
         self.sent = []  # (destination, bytes) of each message, in order
-        self.allreduces = 0
+        self.collectives = []  # (name, bytes of the result this rank receives), in order
+
+    @property
+    def allreduces(self):
+        return sum(name == "allreduce" for name, _ in self.collectives)
+
+    def _record(self, name, result):
+        self.collectives.append((name, int(result.nbytes)))
 
     def allreduce(self, array, op="sum", algorithm="auto"):
-        self.allreduces += 1
+        self._record("allreduce", array)
         return self._comm.allreduce(array, op=op, algorithm=algorithm)
+
+    def reduce_scatter(self, array, counts, out, op="sum"):
+        self._record("reduce_scatter", out)
+        return self._comm.reduce_scatter(array, counts, out, op=op)
 
     def __getattr__(self, name):
         return getattr(self._comm, name)

@@ -15,4 +15,5 @@ MODULES = (
     "spatial",
     "data",
     "recompute",
+    "sharding",
 )

@@ -19,7 +19,7 @@ from minidl.reference.recompute import checkpointed_backward, checkpointed_forwa
 from .. import exercise, expect_close, expect_true
 
 RECOMPUTE = "minidl/reference/recompute.py"
-SEGMENTS = 3
+LAYERS = 10
 
 
 def chain():
@@ -40,11 +40,11 @@ def chain():
     return model.to("float64")
 
 
-def plain_step(x, y):
-    """The chain after one plain forward and backward from seed 9, the input's gradient, the
-    next draws of the random stream, and the bytes of the segments' inputs."""
-    model, starts = chain(), dict(block_bounds(10, SEGMENTS))
-    md.manual_seed(9)
+def plain_step(x, y, segments, seed):
+    """The chain after one plain forward and backward from ``seed``, the input's gradient, the
+    next draws of the random stream, and the bytes of the inputs of ``segments`` segments."""
+    model, starts = chain(), dict(block_bounds(LAYERS, segments))
+    md.manual_seed(seed)
     out = x = md.tensor(x, dtype="float64", requires_grad=True)
     inputs = 0
     for index, layer in enumerate(model):
@@ -55,15 +55,18 @@ def plain_step(x, y):
 
 
 def kept_bytes(saved):
-    """Bytes of the arrays in ``saved`` (nested in tuples, lists and dicts), each once, and of
-    the graphs behind the Tensors in it."""
+    """Bytes of the arrays in ``saved`` (nested in tuples, lists and dicts), each once (a view
+    counts as the array it views: it keeps all of it alive), and of the graphs behind the
+    Tensors in it."""
     arrays, tensors, pending = {}, {}, [saved]
     while pending:
         item = pending.pop()
         if isinstance(item, md.Tensor):
             tensors[id(item)] = item
-            arrays[id(item.data)] = item.data
+            pending.append(item.data)
         elif isinstance(item, np.ndarray):
+            while isinstance(item.base, np.ndarray):
+                item = item.base
             arrays[id(item)] = item
         elif isinstance(item, dict):
             pending += item.values()
@@ -72,21 +75,14 @@ def kept_bytes(saved):
     return sum(a.nbytes for a in arrays.values()) + sum(map(graph_bytes, tensors.values()))
 
 
-@exercise(
-    "14.1",
-    "Recompute a segment: keep its input, run it again in backward",
-    path=RECOMPUTE,
-    hint="forward: under no_grad, save each segment's input and random.snapshot() before running "
-    "its layers; backward, from the last segment: random.restore its snapshot, run its layers "
-    "again on a Tensor of its input that requires grad, put back the random streams and the "
-    "buffers as the first run left them, backpropagate grad, and pass the input's grad on",
-)
-def check_recompute():
-    rng = np.random.default_rng(31)
-    x, y = rng.standard_normal((16, 2, 6, 6)), rng.integers(0, 5, 16)
-    plain, plain_dx, plain_after, inputs = plain_step(x, y)
-    model, bounds = chain(), block_bounds(10, SEGMENTS)
-    md.manual_seed(9)
+def compare_recompute(rng, batch, segments, seed):
+    """One step of the chain on a random batch, cut into ``segments``, with the random draws
+    from ``seed``: checkpointed against plain (gradients, buffers, the stream after), and the
+    bytes the forward hands backward against the segments' inputs."""
+    x, y = rng.standard_normal((batch, 2, 6, 6)), rng.integers(0, 5, batch)
+    plain, plain_dx, plain_after, inputs = plain_step(x, y, segments, seed)
+    model, bounds = chain(), block_bounds(LAYERS, segments)
+    md.manual_seed(seed)
     out, saved = checkpointed_forward(list(model), bounds, x)
     expect_true(
         "checkpointed_forward returns the output as an array, without a graph",
@@ -95,7 +91,7 @@ def check_recompute():
     )
     kept = kept_bytes(saved)
     expect_true(
-        f"the forward keeps the inputs of the {SEGMENTS} segments ({inputs} bytes), not every "
+        f"the forward keeps the inputs of the {segments} segments ({inputs} bytes), not every "
         "activation",
         kept <= inputs + 1024,
         detail=f"it hands backward {kept} bytes",
@@ -115,3 +111,16 @@ def check_recompute():
     )
     for (name, b), (_, c) in zip(model.named_buffers(), plain.named_buffers()):
         expect_close(f"{name} after the step (updated once, by the first run)", b.data, c.data)
+
+
+@exercise(
+    "14.1",
+    "Recompute a segment: keep its input, run it again in backward",
+    path=RECOMPUTE,
+    hint="forward: under no_grad, save each segment's input and random.snapshot() before running "
+    "its layers; backward, from the last segment: random.restore its snapshot, run its layers "
+    "again on a Tensor of its input that requires grad, put back the random streams and the "
+    "buffers as the first run left them, backpropagate grad, and pass the input's grad on",
+)
+def check_recompute():
+    compare_recompute(np.random.default_rng(31), batch=16, segments=3, seed=9)

@@ -7,4 +7,4 @@ comparisons (one home per oracle), with other inputs. Add a module's name to
 ``MODULES`` to include it.
 """
 
-MODULES = ("layers", "optim", "collectives", "data", "pipeline")
+MODULES = ("layers", "optim", "collectives", "data", "pipeline", "recompute", "sharding")
