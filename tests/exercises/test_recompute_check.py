@@ -1,11 +1,11 @@
-"""The recomputation exercise (14.1) fails a forward that keeps every activation and a rerun
-that draws other dropout masks, naming which."""
+"""The recomputation exercise (14.1), visible and hidden checks: both fail a forward that keeps
+every activation and a rerun that draws other dropout masks, naming which."""
 
 import types
 
 import minidl as md
 from minidl import random
-from minidl.exercises import get, grader
+from minidl.exercises import get, grader, hidden_catalogue
 from minidl.exercises.checks import recompute as check
 from minidl.reference import recompute
 
@@ -15,8 +15,14 @@ def verdict():
     return result
 
 
+def hidden_verdict():
+    (result,) = grader.grade([e for e in hidden_catalogue() if e.id == "14.1"])
+    return result
+
+
 def test_the_reference_passes():
     assert verdict().ok
+    assert hidden_verdict().ok
 
 
 def test_a_forward_that_keeps_every_activation_fails_on_its_bytes(monkeypatch):
@@ -41,6 +47,9 @@ def test_a_forward_that_keeps_every_activation_fails_on_its_bytes(monkeypatch):
     assert result.status == "failed"
     assert "keeps the inputs of the 3 segments" in result.message
     assert "not every activation" in result.message
+    hidden = hidden_verdict()
+    assert hidden.status == "failed"
+    assert "keeps the inputs of the 2 segments" in hidden.message
 
 
 def test_a_rerun_with_fresh_random_draws_fails_on_the_gradients(monkeypatch):
@@ -49,3 +58,5 @@ def test_a_rerun_with_fresh_random_draws_fails_on_the_gradients(monkeypatch):
     result = verdict()
     assert result.status == "failed"
     assert "draws the first run's dropout masks" in result.message
+    hidden = hidden_verdict()
+    assert hidden.status == "failed" and "draws the first run's dropout masks" in hidden.message
