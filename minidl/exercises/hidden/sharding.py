@@ -23,7 +23,7 @@ def adam(params):
 def expect_shards(run):
     """``run``'s reductions, optimizer state and held bytes: those of this rank's shard."""
     start, stop = run.bounds
-    shard = f"its shard, elements {start}:{stop} (block_bounds: the first n % P shards one longer)"
+    shard = f"elements {start}:{stop}, block_bounds' cut: the first n % P shards one longer"
     for phase, collectives, reduces_gradient in run.phases:
         whole = [nbytes for name, nbytes in collectives if name == "allreduce"]
         expect_true(
@@ -33,8 +33,8 @@ def expect_shards(run):
             "that each rank receives (and keeps) its shard of the mean only",
         )
         expect_equal(
-            f"{run.case}, {phase}: the reduce-scatters and the bytes this rank receives from "
-            f"each ({shard})",
+            f"{run.case}, {phase}: the reductions, and the bytes this rank receives from each "
+            f"(its shard of the gradient: {shard})",
             collectives,
             [("reduce_scatter", run.shard_bytes)] if reduces_gradient else [],
         )
@@ -43,7 +43,8 @@ def expect_shards(run):
         expect_equal(f"{run.case}: the names in the optimizer state", sorted(got), sorted(expected))
         for name, value in expected.items():
             expect_close(
-                f"{run.case}: the optimizer state {name!r} after {STEPS} steps, that of {shard}",
+                f"{run.case}: the optimizer state {name!r} after {STEPS} steps, that of this "
+                f"rank's shard only ({shard})",
                 got[name],
                 value,
                 rtol=1e-12,

@@ -5,8 +5,8 @@ Models, §5 and §7).
 Data parallelism keeps on each of P ranks all Ψ weights, their gradient and the optimizer's
 state (K Ψ numbers: momentum K = 1, Adam K = 2). ZeRO cuts the flat vector into P shards,
 rank r owning the elements [s_r, e_r) of ``minidl.intmath.block_bounds(Ψ, P)`` (sizes differ
-by at most one, the first Ψ mod P shards one longer: the cut of ``md.dist.ZeroOptimizer``),
-and keeps on rank r only what its shard needs.
+by at most one, the first Ψ mod P shards one longer), and keeps on rank r only what its shard
+needs.
 
 **Stage 1** (P_os, §5.1): the optimizer state of the shard only. From each rank's gradient g_i
 of its own batch, a step is
