@@ -84,6 +84,12 @@ class Autotuner:
             choice.layers.add(label)
         return IMPLEMENTATIONS[choice.algorithm]
 
+    def rule_pick(self, geom, dtype, device, pass_):
+        """The implementation the fixed rule picks for this key (what a deterministic run
+        uses), without timing or caching anything."""
+        candidates, _ = self._candidates(geom, dtype, device, pass_)
+        return IMPLEMENTATIONS[rule_choice(geom.per_group(), candidates)]
+
     def _candidates(self, geom, dtype, device, pass_):
         """The applicable algorithms whose workspace fits, and why the others do not."""
         group = geom.per_group()

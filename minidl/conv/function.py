@@ -106,16 +106,20 @@ class Conv2dFunction(Function):
         return TUNER.choose(self.geom, self.dtype, self.device, pass_, timed, self.label)
 
     def _keep(self, impl, need_x, need_w):
-        """Keep the forward's reusable state when a backward pass will use the same algorithm.
+        return keeps_state(impl, self.geom, self.dtype, self._impl, need_x, need_w)
 
-        Not when the state is larger than the autotuner's workspace limit.
-        """
-        limit = TUNER.workspace_limit
-        if limit is not None and impl.saved_bytes(self.geom.per_group(), self.dtype) > limit:
-            return False
-        for pass_, needed in (("backward_input", need_x), ("backward_weight", need_w)):
-            if needed and pass_ in impl.reuses:
-                later = self._impl(pass_)
-                if later is None or later is impl:
-                    return True
+
+def keeps_state(impl, geom, dtype, later, need_x, need_w):
+    """Whether ``impl``'s forward keeps its reusable state: a backward pass that is needed
+    (``need_x``: dx, ``need_w``: dw) reuses it and runs the same algorithm (``later(pass_)``:
+    its algorithm, None while not yet chosen), and the state fits the autotuner's workspace
+    limit."""
+    limit = TUNER.workspace_limit
+    if limit is not None and impl.saved_bytes(geom.per_group(), dtype) > limit:
         return False
+    for pass_, needed in (("backward_input", need_x), ("backward_weight", need_w)):
+        if needed and pass_ in impl.reuses:
+            chosen = later(pass_)
+            if chosen is None or chosen is impl:
+                return True
+    return False

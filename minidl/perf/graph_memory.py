@@ -13,9 +13,12 @@ from numpy.lib.array_utils import byte_bounds
 from ..autograd import Tensor
 
 
-def graph_bytes(root: Tensor) -> int:
-    """Bytes of the distinct arrays the graph behind ``root`` keeps, leaves' arrays left out."""
+def graph_bytes(root: Tensor, with_root: bool = False) -> int:
+    """Bytes of the distinct arrays the graph behind ``root`` keeps, leaves' arrays left out
+    (``with_root``: and ``root``'s own, as a loss keeps a model's output)."""
     held, leaves, seen, stack = [], [], set(), [root]
+    if with_root and root._ctx is not None:
+        held.append(_span(root.data))
     while stack:
         t = stack.pop()
         fn = t._ctx
@@ -29,6 +32,11 @@ def graph_bytes(root: Tensor) -> int:
         stack += fn.inputs
     kept = [s for s in held if not any(a <= s[0] and s[1] <= b for a, b in leaves)]
     return _union_length(kept)
+
+
+def distinct_bytes(arrays) -> int:
+    """Bytes of the union of ``arrays``' memory: an array shared or viewed twice counts once."""
+    return _union_length([_span(a) for a in arrays])
 
 
 def _arrays(value):

@@ -39,6 +39,7 @@ from .config import (
     worded,
 )
 from .loop import Training, evaluate, train_epochs
+from .memory_record import MemoryRecord
 from .resume import apply_changes, changes, check_fixed
 from .rundir import RunDirectory, job_aborted, when_aborted
 
@@ -154,7 +155,7 @@ class TrainingRun:
         """One process, the whole model, one update per step."""
         loader = self.loader(self.train_set, self.config.batch_size, train=True)
         optimizer = make_optimizer(self.config, self.model.parameters())
-        callbacks = [StopOnNonFiniteLoss(), SampleKeys(loader)]
+        callbacks = [StopOnNonFiniteLoss(), SampleKeys(loader), MemoryRecord(self.model, optimizer)]
         return Training(self.model, optimizer, loader, callbacks=callbacks, schedulable=optimizer)
 
     def record(self):

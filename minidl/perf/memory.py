@@ -1,0 +1,238 @@
+"""The bytes one rank holds while it trains, of four kinds: parameters, gradients, optimizer
+state and activations (what ``minidl summary`` predicts and a run's ``"memory"`` records
+measure).
+
+With P parameters of b bytes each (4 for float32, 8 for float64) and K state arrays per
+parameter (``STATE_ARRAYS``: what each update rule's ``update`` creates), one process holds
+P b of weights, P b of gradients and K P b of state. Data parallelism replicates all three.
+ZeRO (Rajbhandari et al. 2020, section 5) on N ranks gives rank r the share s_r of the flat
+parameter vector that ``ZeroOptimizer`` cuts, s_r = ceil(P / N) for r < P mod N, else
+floor(P / N) (``intmath.block_sizes``):
+
+    stage 1   P b + P b + K s_r b                  (optimizer state sharded)
+    stage 2   P b + s_r b + K s_r b                (gradients too)
+    stage 3   (s_r + A) b + s_r b + K s_r b        (weights too; A: the largest layer's
+                                                    parameters, gathered while it runs)
+
+Activations (``layer_activations``): between forward and backward the graph keeps, per
+layer, its output (not when it is a view of its input: a flatten of a row-major array)
+and what its backward needs besides its input and output (``saved``):
+
+    Conv2d            the algorithm's kept state, when a backward pass reuses it (im2col's
+                      columns N H' W' C k_h k_w, Winograd's input tiles, FFT's spectra)
+    MaxPool2d         the offset of each window's maximum: one byte per output
+    LocalResponseNorm two arrays like its input (the scale and its power)
+    Dropout           the mask, like its input
+    BatchNorm         the normalised input, and 1/sigma per channel
+    Flatten           a copy of its input when that is laid out channels-last (the output of
+                      an im2col or Winograd convolution, through pooling and activations)
+
+summed over the layers; the batch and the layers before the first one with parameters
+build no graph. A convolution's algorithm is the layer's own, or the fixed rule's
+(``algo="auto"`` in a deterministic run). Winograd's output is a view of whole m x m tiles:
+the tiles count. Recomputing N segments (Chen et al. 2016) keeps only the
+segments' inputs and the model's output between forward and backward, and in backward one
+segment's activations at a time: ``recomputed`` adds the largest segment's.
+
+A pipeline stage keeps each micro-batch's activations from its forward to its backward:
+``peak_in_flight`` walks a schedule's instruction list. 1F1B keeps min(M, P - k) micro-batches
+on stage k of P, GPipe all M, naive one.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..conv.autotune import TUNER
+from ..conv.function import keeps_state
+from ..conv.geometry import make_geometry
+from ..conv.registry import require
+from ..conv.winograd import Winograd, tile_counts
+from ..intmath import block_sizes
+from ..layers import (
+    BatchNorm1d,
+    BatchNorm2d,
+    Conv2d,
+    Dropout,
+    Flatten,
+    LocalResponseNorm,
+    MaxPool2d,
+)
+from .costs import elements
+from .instrument import leaf_modules
+from .model_costs import count_model
+
+# state arrays per parameter: momentum's velocity, AdaGrad's sum of squares, RMSProp's mean
+# square, Adam's two moments (Adam's step count is a number, not an array)
+STATE_ARRAYS = {"sgd": 0, "momentum": 1, "nesterov": 1, "adagrad": 1, "rmsprop": 1, "adam": 2}
+ZERO_STAGES = (0, 1, 2, 3)
+KINDS = ("params", "grads", "state", "activations")
+NCHW_OUTPUT = ("direct", "fft")  # convolutions that write their output row-major
+
+
+def state_arrays(optimizer):
+    """K, the state arrays an update rule keeps per parameter."""
+    if optimizer not in STATE_ARRAYS:
+        raise ValueError(
+            f"unknown optimizer {optimizer!r}: choose one of {', '.join(STATE_ARRAYS)}"
+        )
+    return STATE_ARRAYS[optimizer]
+
+
+@dataclass
+class Memory:
+    """One rank's bytes: ``activations`` are held between forward and backward, ``recomputed``
+    the largest recomputed segment's during backward (0 without recomputation)."""
+
+    params: int = 0
+    grads: int = 0
+    state: int = 0
+    activations: int = 0
+    recomputed: int = 0
+
+    @property
+    def total(self):
+        return self.params + self.grads + self.state + self.activations + self.recomputed
+
+
+def model_state(params, k, itemsize, zero=0, ranks=1, rank=0, largest=0):
+    """``Memory`` of weights, gradients and state of ``params`` numbers with ``k`` state arrays
+    each, replicated (``zero`` 0) or as rank ``rank`` of ``ranks`` holds them under ZeRO's
+    stage ``zero`` (``largest``: the parameters of the largest layer, gathered by stage 3)."""
+    if zero not in ZERO_STAGES:
+        raise ValueError(f"ZeRO stage {zero!r}: choose one of {ZERO_STAGES}")
+    share = block_sizes(params, ranks)[rank] if zero else params
+    weights = share + largest if zero == 3 else params
+    grads = share if zero >= 2 else params
+    return Memory(weights * itemsize, grads * itemsize, k * share * itemsize)
+
+
+@dataclass
+class LayerActivations:
+    """What one layer's forward leaves for backward: its ``output``'s bytes (no new bytes when
+    it is a ``view`` of the input) and the ``saved`` arrays besides."""
+
+    name: str
+    kind: str
+    output: int
+    view: bool
+    saved: int
+    channels: int = 1  # of the output: what tensor parallelism splits
+
+    @property
+    def held(self):
+        return (0 if self.view else self.output) + self.saved
+
+
+def layer_activations(model, input_shape, batch, device="cpu"):
+    """``LayerActivations`` of each leaf layer of ``model`` training on a batch of ``batch``
+    samples of ``input_shape`` (the shapes from ``count_model``'s pass, nothing computed)."""
+    costs = count_model(model, input_shape, batch)
+    modules = dict(leaf_modules(model))
+    dtype = next((p.dtype for p in model.parameters()), np.dtype("float32"))
+    row_major, layers = True, []
+    for cost in costs.layers:
+        module = modules[cost.name.partition("#")[0]]
+        output = elements(cost.output_shape) * dtype.itemsize
+        graph = cost.input_grad or any(True for _ in module.parameters())
+        view, saved = False, 0
+        if isinstance(module, Conv2d):
+            saved, output, row_major = _conv_state(module, cost, dtype, device)
+        elif isinstance(module, Flatten):
+            view, row_major = row_major, True
+        elif isinstance(module, MaxPool2d):
+            saved = elements(cost.output_shape)
+        elif isinstance(module, LocalResponseNorm):
+            saved = 2 * elements(cost.input_shape) * dtype.itemsize
+        elif isinstance(module, Dropout):
+            view = module.p == 0  # the identity
+            saved = 0 if view else elements(cost.input_shape) * dtype.itemsize
+        elif isinstance(module, (BatchNorm1d, BatchNorm2d)):
+            saved = (elements(cost.input_shape) + cost.input_shape[1]) * dtype.itemsize
+        if not graph:  # no parameter before it and none of its own: a plain array, no graph
+            view, saved = True, 0
+        channels = cost.output_shape[1]
+        layers.append(LayerActivations(cost.name, cost.kind, output, view, saved, channels))
+    return layers
+
+
+def _conv_state(module, cost, dtype, device):
+    """(bytes of the state the forward keeps for backward, of the output's buffer, whether the
+    output is row-major). Winograd writes whole m x m tiles: N (m ceil(H'/m)) (m ceil(W'/m)) K
+    numbers, of which the output is a view."""
+    geom = make_geometry(
+        cost.input_shape,
+        module.weight.shape,
+        module.stride,
+        module.padding,
+        module.dilation,
+        module.groups,
+    )
+
+    def algorithm(pass_):
+        if module.algo != "auto":
+            return require(module.algo, geom)
+        return TUNER.rule_pick(geom, dtype, device, pass_)
+
+    impl = algorithm("forward")
+    kept = keeps_state(impl, geom, dtype, algorithm, cost.input_grad, True)
+    saved = impl.saved_bytes(geom.per_group(), dtype) * geom.groups if kept else 0
+    output = elements(geom.output_shape)
+    if isinstance(impl, Winograd) and geom.groups == 1:
+        rows, columns = tile_counts(geom.out_h, geom.out_w, impl.m)
+        output = geom.batch * impl.m * rows * impl.m * columns * geom.out_channels
+    return saved, output * dtype.itemsize, impl.name in NCHW_OUTPUT
+
+
+def activation_bytes(layers, segments=None):
+    """(held, recomputed): the bytes ``layers`` (``LayerActivations``) keep between forward and
+    backward, and (with ``segments``, the ``(start, stop)`` of each recomputed segment) the
+    largest segment's, rebuilt in backward. Recomputed, a segment keeps its input (the model's
+    batch excepted) and the model its output."""
+    if not segments:
+        return sum(layer.held for layer in layers), 0
+    inputs = sum(layers[start - 1].output for start, _ in segments if start > 0)
+    largest = max(sum(layer.held for layer in layers[a:b]) for a, b in segments)
+    return inputs + layers[-1].output, largest
+
+
+def peak_in_flight(program, chunk_bytes):
+    """The most bytes of activations a rank's pipeline ``program`` (instructions with ``op``
+    and ``chunk``) keeps at once: a forward of chunk c adds ``chunk_bytes[c]``, its backward
+    frees them."""
+    live, peak = 0, 0
+    for instruction in program:
+        if instruction.op == "forward":
+            live += chunk_bytes[instruction.chunk]
+            peak = max(peak, live)
+        elif instruction.op == "backward":
+            live -= chunk_bytes[instruction.chunk]
+    return peak
+
+
+def split_activations(layers, plan, tp, rank, batch):
+    """``layers`` as rank ``rank`` of a tensor-parallel group of ``tp`` holds them under
+    ``plan`` (one word per layer, ``dist.tensor.placement``'s): a split activation is the
+    rank's block of its channels or features, a convolution's kept state follows its input,
+    a ``+gather`` layer (and the last ``batch`` one) holds its block and the gathered whole,
+    a ``batch`` layer its block of the batch. The collectives' own copies are not counted:
+    an estimate."""
+    share, result = 1.0, []
+    words = [word.partition("+") for word in plan]
+    for index, (layer, (kind, _, gather)) in enumerate(zip(layers, words, strict=True)):
+        before = share
+        if kind == "batch":
+            share = block_sizes(batch, tp)[rank] / batch
+            gather = index + 1 == len(words) or words[index + 1][0] != "batch"
+        elif kind in ("column", "filter", "group"):
+            share = block_sizes(layer.channels, tp)[rank] / layer.channels
+        elif kind in ("row", "input"):
+            share = 1.0
+        saved = layer.saved * (before if layer.kind == "Conv2d" else share)
+        output = 0 if layer.view else layer.output * share
+        if gather:
+            output, share = output + layer.output, 1.0
+        result.append(
+            LayerActivations(layer.name, layer.kind, round(output), False, round(saved), 1)
+        )
+    return result
