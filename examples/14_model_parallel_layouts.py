@@ -81,7 +81,7 @@ def train(comm, extents, plan, data):
         opt.step()
     seconds = max(comm.allgather_object(time.perf_counter() - start)) / len(data)
     if tp_size > 1:
-        parallel.gather()
+        parallel.gather(serial)
     counters = getattr(model, "counters", {})  # the spatial layers' own
     sent = sum(tensor.TRAFFIC.values()) + sum(v for k, v in counters.items() if "bytes" in k)
     sent += opt.stats["bytes_reduced"] if dp.size > 1 else 0

@@ -51,6 +51,7 @@ from .grid import Grid
 from .launch import fit_on_workers
 from .pipeline import PipelineTrainer
 from .pipeline.schedules import ASYNCHRONOUS
+from .pipeline.shares import PipelineShares
 from .spatial import local_rows, plan_rows, spatial_parallel
 from .straggler import Straggler
 from .tensor import TRAFFIC, PlacementError, TensorParallel, one_weird_trick_plan, tail_plan
@@ -102,13 +103,13 @@ def parallelize(run, options):
     callbacks = run_callbacks(options, comm, config.seed, namer=run.option)
     if grid is not None and shape.pp > 1:
         return pipeline_training(run, options, grid, callbacks)
-    placement = None
-    if grid is not None:
-        plan = one_weird_trick_plan(run.model) if options.tp_layout == "one-weird-trick" else None
-        placement = place_on_grid(run.model, grid, plan, run.train_set[0][0].shape[-2])
-    model = run.model if placement is None else recomputed(placement.module, config.recompute)
-    optimizer = make_optimizer(config, model.parameters())
+    placement, model = None, run.model
     loader = run.loader(run.train_set, config.batch_size, dp.rank, dp.size, train=True)
+    if grid is not None:
+        plan = one_weird_trick_plan(model) if options.tp_layout == "one-weird-trick" else None
+        placement = place_on_grid(model, grid, plan, run.train_set[0][0].shape[-2])
+        model = recomputed(placement.module, config.recompute)
+    optimizer = make_optimizer(config, model.parameters())
     callbacks.append(SampleKeys(loader))
     averaged = optimizer
     if grid is None or dp.size > 1:
@@ -118,7 +119,8 @@ def parallelize(run, options):
         callbacks.append(CompressionRecord(averaged))
     record = options.record()
     if placement is not None:
-        callbacks.append(GridTraffic(grid, placement, averaged, run.train_set[0][0].shape))
+        sample = run.train_set[0][0].shape
+        callbacks.append(GridTraffic(grid, placement, averaged, run.model, loader, sample))
         record["plan"] = placement.plan
     return Training(
         model,
@@ -177,33 +179,42 @@ class RowBlocks(Module):
         return self.spatial(Tensor(local_rows(x.data, self.group)))
 
 
-class SpatialPlacement:
-    """A spatial-parallel model on the grid: its parameters are the serial model's own, so
-    there is nothing to gather (``TensorParallel``'s face, with no blocks)."""
+class GridPlacement:
+    """A model placed on a tensor and/or spatial grid (``Training.placement``): ``module``
+    is what this rank trains; evaluation runs ``evaluated`` on ``replicas``' shares of the
+    test set; the checkpoint streams the serial model's state (``model_state``) and its
+    optimizer's (``optimizer_state``) from the ``tensor`` blocks, made whole one at a time,
+    and ``scatter_state`` takes this rank's blocks of a one-process optimizer state. A
+    spatial grid's parameters are the serial model's own: nothing to gather."""
 
-    plan = ["spatial"]
+    def __init__(self, module, evaluated, replicas, plan, tensor=None):
+        self.module, self.evaluated, self.replicas = module, evaluated, replicas
+        self.plan, self.tensor = plan, tensor
 
-    def __init__(self, model, group, height):
-        self.serial = model
-        self.module = RowBlocks(spatial_parallel(model, group, height), group)
+    def model_state(self):
+        return self.tensor.state_items() if self.tensor else self.evaluated.state_dict().items()
 
-    def gather(self):
-        pass
+    def optimizer_state(self, state_dict):
+        if self.tensor is None:
+            return state_dict
+        names = [name for name, _ in self.tensor.module.named_parameters()]
+        states = self.tensor.blocks.whole_states(names, state_dict["state"])
+        return {**state_dict, "state": states}
 
-    def gather_state(self, state_dict):
-        return state_dict
-
-    scatter_state = gather_state
+    def scatter_state(self, state_dict):
+        return state_dict if self.tensor is None else self.tensor.scatter_state(state_dict)
 
 
-class SpatialTensorPlacement:
+class SpatialTensorPlacement(GridPlacement):
     """Spatial x tensor parallelism: the conv/pool front split over image rows on the spatial
-    group, the layers after it split by ``TensorParallel``'s rule on the tp group.
+    group, the layers after it split by ``TensorParallel``'s rule (or ``plan_words``) on the
+    tp group.
 
     Every rank of a tp group computes the same front on the same rows; the tail's first
     split layer takes a replicated input, so the gradient it returns to the front is whole
     on every tp rank. The tail runs on the gathered activation, the same on every rank of a
-    spatial group: each rank's gradients are the serial ones (or their blocks).
+    spatial group: each rank's gradients are the serial ones (or their blocks). Evaluation
+    runs the tensor-parallel model on whole images, one tp group per share of the test set.
     """
 
     def __init__(self, model, grid, height, plan_words=None):
@@ -216,17 +227,16 @@ class SpatialTensorPlacement:
                 f"the first {front} layers run split over image rows (spatial); give them the "
                 "word '' and split only the layers after them over tp"
             )
-        self.tensor = TensorParallel(model, tp, plan_words)
-        self.serial, self.plan = model, self.tensor.plan
-        self.module = RowBlocks(spatial_parallel(self.tensor.module, rows, height), rows)
-        self.gather, self.gather_state = self.tensor.gather, self.tensor.gather_state
-        self.scatter_state = self.tensor.scatter_state
+        tensor = TensorParallel(model, tp, plan_words)
+        module = RowBlocks(spatial_parallel(tensor.module, rows, height), rows)
+        replicas = grid.world.split(grid.coords["tp"], grid.world.rank)
+        super().__init__(module, tensor.module, replicas, tensor.plan, tensor)
 
 
 def place_on_grid(model, grid, plan, height):
-    """``TensorParallel`` over the tp axis, ``SpatialPlacement`` over the spatial one, or
-    ``SpatialTensorPlacement`` over both; a layout that cannot run raises ``ConfigError`` in
-    one line saying what would fit."""
+    """``model`` split over the tp axis by ``TensorParallel``, over image rows on the spatial
+    one, or both (``SpatialTensorPlacement``), as a ``GridPlacement``; a layout that cannot
+    run raises ``ConfigError`` in one line saying what would fit."""
     shape = grid.shape
     if shape.pp > 1:
         raise ConfigError(
@@ -234,11 +244,16 @@ def place_on_grid(model, grid, plan, height):
             "stages (with dp and tp), not on this placement"
         )
     try:
-        if shape.spatial > 1 and shape.tp > 1:
-            return SpatialTensorPlacement(model, grid, height, plan)
-        if shape.spatial > 1:
-            return SpatialPlacement(model, grid.group("spatial"), height)
-        return TensorParallel(model, grid.group("tp"), plan)
+        if shape.spatial == 1:
+            tensor = TensorParallel(model, grid.group("tp"), plan)
+            return GridPlacement(
+                tensor.module, tensor.module, grid.group("dp"), tensor.plan, tensor
+            )
+        if shape.tp == 1:
+            rows = grid.group("spatial")
+            module = RowBlocks(spatial_parallel(model, rows, height), rows)
+            return GridPlacement(module, model, grid.world, ["spatial"])
+        return SpatialTensorPlacement(model, grid, height, plan)
     except (PlacementError, SplitError) as exc:
         raise ConfigError(f"{option('grid')} {shape}: {exc}") from None
 
@@ -266,6 +281,8 @@ def pipeline_training(run, options, grid, callbacks):
     config, dp = run.config, grid.group("dp")
     tensor = split_over_tp(run.model, grid, options)
     layers = run.model if tensor is None else recomputed(tensor.module, config.recompute)
+    blocks = None if tensor is None else tensor.blocks
+    del tensor  # from here on this rank holds its stages' layers alone (see ``begin``)
     optimizers = []
 
     def optimizer(params):
@@ -295,15 +312,16 @@ def pipeline_training(run, options, grid, callbacks):
             f"stages (layers) {stages}, balance {part.balance:.2f} by {part.by}",
             flush=True,
         )
+    shares = PipelineShares(trainer, dp, blocks)
     return Training(
-        layers,
+        shares.evaluated,
         trainer.optimizer,
         loader,
         step=steps,
         callbacks=callbacks,
         comm=dp,
         schedulable=optimizers[0] if optimizers else None,  # None: a stage without parameters
-        placement=WholePipeline(trainer, run.model, tensor),
+        placement=shares,
         options=options.record() | {"world_size": grid.shape.dp},
         describe=describe_staleness,
         timeline=lambda: PipelineTimeline(trainer.executor, run.rank),
@@ -327,31 +345,6 @@ def check_last_batch(loader, schedule, pp):
             f"schedule's P = {pp}: change {option('subset')} or {option('batch_size')}, "
             "or use 1f1b"
         )
-
-
-class WholePipeline:
-    """The serial model and optimizer state of a pipeline's stages (and their tp blocks):
-    what evaluation and the checkpoint see. ``gather()`` and ``gather_state()`` are
-    collective; ``scatter_state(state)`` is this rank's share of a serial optimizer state."""
-
-    def __init__(self, trainer, serial, tensor=None):
-        self.trainer, self.serial, self.tensor = trainer, serial, tensor
-
-    def gather(self):
-        if self.tensor is None:
-            self.serial.load_state_dict(self.trainer.full_state_dict())
-        else:
-            self.tensor.module.load_state_dict(self.trainer.full_state_dict())
-            self.tensor.gather()
-
-    def gather_state(self, state_dict):
-        whole = self.trainer.full_optimizer_state()
-        return whole if self.tensor is None else self.tensor.gather_state(whole)
-
-    def scatter_state(self, state_dict):
-        if self.tensor is not None:
-            state_dict = self.tensor.scatter_state(state_dict)
-        return self.trainer.optimizer_share(state_dict)
 
 
 class PipelineSteps(Callback):
@@ -520,12 +513,22 @@ class CompressionRecord(Callback):
 
 class GridTraffic(Callback):
     """The epoch's ``"grid"`` record: the bytes each rank moved over tp and dp, beside what
-    ``minidl.perf.tensor_volume`` predicts for the steps it trained (collective)."""
+    ``minidl.perf.tensor_volume`` predicts for the steps it trained (collective). The
+    prediction per batch size is worked out here, from the ``serial`` model's shapes."""
 
-    def __init__(self, grid, placement, optimizer, sample_shape):
+    def __init__(self, grid, placement, optimizer, serial, loader, sample_shape):
         self.grid, self.placement, self.optimizer = grid, placement, optimizer
-        self.sample_shape = sample_shape
         self.steps, self.before, self.reduced = Counter(), {}, 0
+        plan, tp = placement.plan, grid.shape.tp
+        if plan == ["spatial"]:  # its layers count their own bytes
+            plan = [""] * len(leaves(serial))
+        itemsize = next(iter(serial.parameters())).dtype.itemsize
+        self.grads = gradient_bytes(serial, plan, tp, grid.coords["tp"], itemsize)
+        most = -(-loader.global_batch // loader.world_size)  # a rank's largest share of a batch
+        self.volume = [
+            sum(tensor_volume(serial, plan, sample_shape, rows, tp, itemsize).values())
+            for rows in range(most + 1)
+        ]
 
     def before_epoch(self, epoch):
         self.steps.clear()
@@ -539,8 +542,12 @@ class GridTraffic(Callback):
         dp = self.grid.group("dp")
         reduced = self.optimizer.stats["bytes_reduced"] if dp.size > 1 else 0
         dp_bytes, self.reduced = reduced - self.reduced, reduced
+        predicted = {
+            "tp_predicted": sum(n * self.volume[rows] for rows, n in self.steps.items()),
+            "dp_predicted": self.grads * self.steps.total() if dp.size > 1 else 0,
+        }
         counts = self.grid.world.allgather_object(
-            {"tp": sum(sent.values()), "dp": dp_bytes} | self._predicted()
+            {"tp": sum(sent.values()), "dp": dp_bytes} | predicted
         )
         record = {
             "kind": "grid",
@@ -552,22 +559,6 @@ class GridTraffic(Callback):
         for key in counts[0]:
             record[f"{key}_bytes"] = [c[key] for c in counts]
         return [record]
-
-    def _predicted(self):
-        """What ``perf.tensor_volume`` predicts for the epoch this rank just trained (the tp
-        bytes of a spatial grid are none: its layers count their own)."""
-        serial, plan, tp = self.placement.serial, self.placement.plan, self.grid.shape.tp
-        if isinstance(self.placement, SpatialPlacement):
-            plan = [""] * len(leaves(serial))
-        itemsize = next(iter(serial.parameters())).dtype.itemsize
-        grads = gradient_bytes(serial, plan, tp, self.grid.coords["tp"], itemsize)
-        volume = sum(
-            count * sum(tensor_volume(serial, plan, self.sample_shape, b, tp, itemsize).values())
-            for b, count in self.steps.items()
-        )
-        dp = self.grid.group("dp")
-        dp_volume = grads * self.steps.total() if dp.size > 1 else 0
-        return {"tp_predicted": volume, "dp_predicted": dp_volume}
 
 
 def run_callbacks(options, comm, seed, servers=0, namer=str):

@@ -22,22 +22,34 @@ class CheckpointError(ValueError):
 
 
 def save_checkpoint(path, model, optimizer=None, **meta):
-    """Write ``model``'s and ``optimizer``'s state (an optimizer, or its ``state_dict()``) plus
-    JSON-able ``meta`` to ``path`` atomically."""
-    arrays = {f"model/{k}": to_numpy(v) for k, v in model.state_dict().items()}
-    if optimizer is not None:
-        state = optimizer if isinstance(optimizer, dict) else optimizer.state_dict()
-        arrays.update((f"optim/hyper/{k}", np.asarray(v)) for k, v in state["hyper"].items())
-        for i, per_param in enumerate(state["state"]):
-            arrays.update(
-                (f"optim/state/{i}/{k}", np.asarray(to_numpy(v))) for k, v in per_param.items()
-            )
-        meta["optimizer_params"] = len(state["state"])
-    arrays["meta"] = np.array(json.dumps(meta))
+    """Write ``model``'s and ``optimizer``'s state plus JSON-able ``meta`` to ``path`` atomically.
+
+    ``model``: a model, or its state as (name, array) pairs; ``optimizer``: an optimizer, or a
+    state dict whose ``"state"`` may be an iterable of per-parameter dicts. Pairs and states are
+    written one by one as they come (a layout gathers them layer by layer: ``minidl.dist``), so
+    no more than one of them needs to be held here at a time."""
+    items = model.state_dict().items() if hasattr(model, "state_dict") else model
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with atomic_write(path) as handle:
-        np.savez(handle, **arrays)
+    with atomic_write(path) as handle, zipfile.ZipFile(handle, "w", allowZip64=True) as archive:
+        for name, value in items:
+            _write(archive, f"model/{name}", to_numpy(value))
+        if optimizer is not None:
+            state = optimizer if isinstance(optimizer, dict) else optimizer.state_dict()
+            for name, value in state["hyper"].items():
+                _write(archive, f"optim/hyper/{name}", np.asarray(value))
+            count = 0
+            for count, per_param in enumerate(state["state"], 1):
+                for name, value in per_param.items():
+                    _write(archive, f"optim/state/{count - 1}/{name}", to_numpy(value))
+            meta["optimizer_params"] = count
+        _write(archive, "meta", np.array(json.dumps(meta)))
     return path
+
+
+def _write(archive, key, array):
+    """``array`` as the ``.npy`` member ``key`` of ``archive`` (what ``np.load`` reads)."""
+    with archive.open(f"{key}.npy", "w", force_zip64=True) as member:
+        np.lib.format.write_array(member, np.asarray(array), allow_pickle=False)
 
 
 class Checkpoint:

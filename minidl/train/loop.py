@@ -22,9 +22,10 @@ from .progress import progress as progress_bar
 
 
 def _inputs(model, x, device):
-    """A batch of images as a Tensor on ``device`` in the model's dtype (float64 runs too)."""
+    """A batch of images as a Tensor on ``device`` in the model's dtype (float64 runs too; a
+    rank that holds no parameters, such as a pipeline stage of pooling, passes it as it is)."""
     x = to_device(x, device)
-    dtype = next(model.parameters()).dtype
+    dtype = next((p.dtype for p in model.parameters()), x.dtype)
     return Tensor(x if x.dtype == dtype else x.astype(dtype))
 
 
@@ -173,9 +174,13 @@ class Training:
 
     ``model``, ``optimizer``, ``loader``, ``step``, ``callbacks`` and ``comm`` are
     ``train_epoch``'s. ``schedulable``: the optimizer an LR schedule drives (None: none on
-    this rank). ``placement``: how the trained blocks map to the serial model that
-    evaluation and checkpoints see (``gather()``, ``scatter()``, ``gather_state(state)``,
-    ``scatter_state(state)``; None: they are the serial model). ``checkpoints_optimizer``:
+    this rank). ``placement``: what evaluation and checkpoints see of a layout whose ranks
+    hold shares of the model (None: ``model`` is the whole model): ``evaluated``, run on
+    ``replicas``' shares of the test set; ``model_state()``, the serial model's (name, array)
+    pairs, and ``optimizer_state(state_dict)``, a one-process optimizer's state with its
+    per-parameter states as a generator, both streamed to rank 0 one entry at a time
+    (collective; None elsewhere); ``scatter_state(state)``, this rank's share of a
+    one-process optimizer state. ``checkpoints_optimizer``:
     whether the checkpoint keeps the optimizer's state. ``around_epoch(train) -> stats``: how
     an epoch runs around ``train()`` (None: just that). ``options``: what ``config.json``
     adds; ``describe(record)``: the console line of a ``"dist"`` record; ``timeline()``: the

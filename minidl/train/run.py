@@ -1,12 +1,13 @@
 """One training run in every layout: what ``minidl train`` and ``fit`` set up around the loop.
 
-``TrainingRun`` holds the run's data, the serial model (as one process builds it) and its
-folder; a layout turns the model into what this rank trains (``loop.Training``: the local
-one is ``local_training``, the distributed ones come from ``minidl.dist``), and
-``loop.train_epochs`` runs the epochs. Per epoch the run evaluates the serial model on the
-test set (globally, over every rank's share), checks that nothing diverged, steps the LR
-schedule, then rank 0 writes the checkpoint, the epoch's metrics records and the plot, in
-that order (``rundir``).
+``TrainingRun`` holds the run's data, the serial model (as one process builds it, with the
+checkpoint's weights when it resumes) and its folder; a layout turns the model into what this
+rank trains (``loop.Training``: the local one is ``local_training``, the distributed ones come
+from ``minidl.dist``), and from ``begin`` on the run holds no more of the model than that.
+``loop.train_epochs`` runs the epochs. Per epoch the run evaluates the model on the test set
+(globally, over every rank's share), checks that nothing diverged, steps the LR schedule,
+then rank 0 writes the checkpoint (the serial model, streamed from the layout's shares), the
+epoch's metrics records and the plot, in that order (``rundir``).
 
 A diverged epoch (a loss, the test loss or a weight that is NaN or inf)
 raises ``Diverged`` before anything of that epoch is written: the checkpoint
@@ -50,7 +51,8 @@ DIVERGED_GROWTH = 1e6
 
 def divergence(result, model, first_loss=None):
     """Why the epoch's outcome is unusable, or None: a test loss that is not finite or grew
-    beyond ``DIVERGED_GROWTH`` times ``first_loss`` (the first epoch's), or weights not finite."""
+    beyond ``DIVERGED_GROWTH`` times ``first_loss`` (the first epoch's), or weights of
+    ``model`` (this rank's) not finite."""
     if not math.isfinite(result["loss"]):
         return f"the test loss is {result['loss']}"
     if first_loss is not None and result["loss"] > DIVERGED_GROWTH * first_loss:
@@ -133,7 +135,6 @@ class TrainingRun:
         self.model = build_model(config, self.train_set)
         if self.checkpoint is not None:
             self.model.load_state_dict(self.checkpoint.model_state)
-        self.test_loader = self.loader(self.test_set, config.test_batch_size, self.rank, self.size)
 
     def loader(self, dataset, batch_size, rank=0, world_size=1, train=False):
         """A ``DataLoader`` of ``dataset`` for rank ``rank`` of ``world_size`` (``train``:
@@ -167,7 +168,10 @@ class TrainingRun:
     def begin(self, training):
         """Put the checkpoint's optimizer, schedule and RNG state in place for ``training``,
         then take and prepare the run folder (rank 0)."""
-        self.training = training
+        self.training, self.model = training, None  # the layout holds this rank's share
+        replicas = training.placement.replicas if training.placement else self.comm
+        rank, size = (replicas.rank, replicas.size) if replicas is not None else (0, 1)
+        self.test_loader = self.loader(self.test_set, self.config.test_batch_size, rank, size)
         schedulable = training.schedulable
         self.scheduler = make_scheduler(self.config, schedulable) if schedulable else None
         self.start_epoch = 0
@@ -177,6 +181,7 @@ class TrainingRun:
                 for note in notes:
                     print(f"resume: {worded(note, self.option)}", flush=True)
             self.start_epoch = self._load(self.checkpoint, changed)
+            self.checkpoint.model_state = self.checkpoint.optimizer_state = None  # in place now
         self._last_good = self.start_epoch
         self._start_run_directory()
         self.tracing = self._tracing() if self.config.trace else None
@@ -275,16 +280,15 @@ class TrainingRun:
         return schedulable.lr if schedulable is not None else self.config.lr
 
     def evaluate(self, training):
-        """The serial model's loss and accuracy on the test set, over every rank's share (the
-        trained blocks gathered into it first: collective)."""
-        if training.placement is not None:
-            training.placement.gather()
+        """The model's loss and accuracy on the test set, over every replica's share (a
+        layout's shares evaluate together: collective)."""
+        placement = training.placement
         result = evaluate(
-            self.model,
+            placement.evaluated if placement else training.model,
             self.test_loader,
             len(self.train_set.classes),
             self.config.device,
-            comm=self.comm,
+            comm=placement.replicas if placement else self.comm,
             callbacks=training.callbacks,
         )
         if self.config.skip_unreadable:
@@ -293,7 +297,7 @@ class TrainingRun:
 
     def end_epoch(self, epoch, lr, stats, result, records, training):
         """Stop on divergence, step the LR schedule, then rank 0 writes the epoch."""
-        problem = divergence(result, self.model, self._first_loss)
+        problem = self._divergence(result, training)
         if problem is not None:
             raise Diverged(
                 f"epoch {epoch}: {problem}; training diverged. Lower {option('lr')}, or "
@@ -305,14 +309,29 @@ class TrainingRun:
             self.scheduler.step(1.0 - result["acc"])  # the validation top-1 error
         elif self.scheduler is not None:
             self.scheduler.step()
-        state = None
-        if training.checkpoints_optimizer and training.optimizer is not None:
-            state = training.optimizer.state_dict()
-            if training.placement is not None:  # collective: every rank's blocks
-                state = training.placement.gather_state(state)
+        placement, state = training.placement, None
+        model = placement.model_state() if placement else training.model.state_dict().items()
+        if training.checkpoints_optimizer:
+            state = training.optimizer.state_dict() if training.optimizer is not None else None
+            state = placement.optimizer_state(state) if placement else state
         if self.rank == 0:
-            self._record(epoch, lr, stats, result, records, state)
+            self._record(epoch, lr, stats, result, records, model, state)
+        else:  # a layout's shares stream to rank 0: every rank takes part, entry by entry
+            for _ in model:
+                pass
+            for _ in state["state"] if state is not None else ():
+                pass
         self._last_good = epoch
+
+    def _divergence(self, result, training):
+        """``divergence`` of this epoch, agreed by every rank (each checks its own weights)."""
+        placement = training.placement
+        problem = divergence(
+            result, placement.evaluated if placement else training.model, self._first_loss
+        )
+        if self.comm is not None and placement is not None:
+            problem = next((p for p in self.comm.allgather_object(problem) if p), None)
+        return problem
 
     def finish(self, result):
         """After the last epoch: write the trace, say where the run is; returns ``result``."""
@@ -342,11 +361,11 @@ class TrainingRun:
             count = int(self.comm.allreduce(total, op="sum")[0])
         return count
 
-    def _record(self, epoch, lr, stats, result, records, optimizer_state):
+    def _record(self, epoch, lr, stats, result, records, model_state, optimizer_state):
         def save(path):
             save_checkpoint(
                 path,
-                self.model,
+                model_state,
                 optimizer_state,
                 epoch=epoch,
                 rng=md_random.get_state(),

@@ -229,20 +229,20 @@ def train_grid(make_model, data, comm, dp, tp_size, layout):
         opt.zero_grad()
         F.cross_entropy(parallel.module(md.Tensor(x[share])), y[share]).backward()
         opt.step()
-    check_counted_volume(parallel, opt, data, grid, dp, tp_size)
-    parallel.gather()
+    check_counted_volume(serial, parallel.plan, opt, data, grid, dp, tp_size)
+    parallel.gather(serial)
     return serial
 
 
-def check_counted_volume(parallel, opt, data, grid, dp, tp_size):
+def check_counted_volume(serial, plan, opt, data, grid, dp, tp_size):
     """The bytes counted during training equal the formula of minidl.perf.tensor_volume."""
     x = data[0][0]
     local = tp.Split(len(x), dp).sizes[grid.coords["dp"]]
-    per_step = tensor_volume(parallel.serial, parallel.plan, x.shape[1:], local, tp_size, 8)
+    per_step = tensor_volume(serial, plan, x.shape[1:], local, tp_size, 8)
     for kind, value in per_step.items():
         assert tp.TRAFFIC[kind] == value * len(data), (kind, tp.TRAFFIC[kind], value)
     rank = grid.coords["tp"]
-    grads = gradient_bytes(parallel.serial, parallel.plan, tp_size, rank, 8)
+    grads = gradient_bytes(serial, plan, tp_size, rank, 8)
     assert opt.stats["bytes_reduced"] == (grads * len(data) if dp > 1 else 0)
 
 
@@ -345,7 +345,8 @@ def check_spatial_tp_training(comm):
     want = dict(train_serial(lenet, data).named_parameters())
     dp = comm.size // 4
     grid = dist.Grid(comm, dp=dp, spatial=2, tp=2)
-    parallel = SpatialTensorPlacement(lenet(), grid, 28)
+    serial = lenet()
+    parallel = SpatialTensorPlacement(serial, grid, 28)
     assert parallel.plan[:7] == [""] * 7 and parallel.plan[7] == "column", parallel.plan
     plain = optim.Momentum(parallel.module.parameters(), lr=LR, momentum=0.9)
     opt = dist.DistributedOptimizer(plain, grid.group("dp"), model=parallel.module)
@@ -355,10 +356,10 @@ def check_spatial_tp_training(comm):
         opt.zero_grad()
         F.cross_entropy(parallel.module(md.Tensor(x[share])), y[share]).backward()
         opt.step()
-    check_counted_volume(parallel, opt, data, grid, dp, 2)
-    parallel.gather()
-    state = parallel.gather_state(plain.state_dict())["state"]
-    for (name, p), mine in zip(parallel.serial.named_parameters(), state, strict=True):
+    check_counted_volume(serial, parallel.plan, opt, data, grid, dp, 2)
+    parallel.tensor.gather(serial)
+    state = parallel.tensor.gather_state(plain.state_dict())["state"]
+    for (name, p), mine in zip(serial.named_parameters(), state, strict=True):
         err = np.abs(p.data - want[name].data).max()
         assert err <= 1e-10, f"{grid.shape} {name}: {err:.2e}"
         assert mine["momentum_buffer"].shape == p.shape, name
@@ -412,7 +413,8 @@ def check_pipeline_tp_training(comm):
         want = dict(train_serial(make, batches).named_parameters())
         dp = comm.size // 4
         grid = dist.Grid(comm, dp=dp, pp=2, tp=2)
-        parallel = tp.TensorParallel(make(), grid.group("tp"))
+        serial = make()
+        parallel = tp.TensorParallel(serial, grid.group("tp"))
         trainer = PipelineTrainer(
             parallel.module,
             grid.group("pp"),
@@ -424,10 +426,10 @@ def check_pipeline_tp_training(comm):
         for x, y in batches:
             share = tp.Split(len(x), dp).slice(grid.coords["dp"])
             trainer.step(x[share], y[share], len(x))
-        parallel.gather()
+        parallel.gather(serial)
         mine = {name for chunk in trainer.chunks for name, _ in chunk.named_parameters()}
         assert mine, "every stage of these models holds parameters"
-        for name, p in parallel.serial.named_parameters():
+        for name, p in serial.named_parameters():
             if name in mine:
                 err = np.abs(p.data - want[name].data).max()
                 assert err <= 1e-10, f"{grid.shape} {make.__name__} {name}: {err:.2e}"

@@ -60,7 +60,7 @@ def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     def crash(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(np, "savez", crash)
+    monkeypatch.setattr(np.lib.format, "write_array", crash)
     with pytest.raises(OSError, match="disk full"):
         save_checkpoint(path, model, opt, epoch=2)
     assert open(path, "rb").read() == before

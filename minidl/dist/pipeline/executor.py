@@ -27,7 +27,7 @@ from minidl.perf import pipeline_timeline
 from minidl.perf.pipeline_simulate import place_of, stage_of
 from minidl.perf.telemetry import StalenessHistogram
 
-DTYPES = ("float16", "float32", "float64")
+DTYPES = ("float16", "float32", "float64", "int64")
 MAX_DIMS = 8
 ACT, GRAD = 0, 1
 HEADER, DATA = 0, 1
@@ -58,6 +58,25 @@ def _header(array):
     header[0], header[1] = DTYPES.index(array.dtype.name), array.ndim
     header[2 : 2 + array.ndim] = array.shape
     return header
+
+
+def _empty_for(header, xp):
+    """An uninitialised array of the dtype and shape ``header`` describes."""
+    dtype, ndim = DTYPES[int(header[0])], int(header[1])
+    return xp.empty(tuple(int(d) for d in header[2 : 2 + ndim]), dtype=dtype)
+
+
+def send_array(comm, array, dest, tag=0):
+    """Blocking send of ``array`` to a ``recv_array``: its header (dtype, shape), then its data."""
+    xp = backend.get_array_module(array)
+    comm.send(_header(array), dest, tag)
+    comm.send(xp.ascontiguousarray(array), dest, tag)
+
+
+def recv_array(comm, source, tag=0, xp=np):
+    """The array a ``send_array`` from ``source`` sends (messages of one tag arrive in order)."""
+    header = comm.recv(np.empty(2 + MAX_DIMS, np.int64), source, tag)
+    return comm.recv(_empty_for(header, xp), source, tag)
 
 
 class PipelineExecutor:
@@ -143,9 +162,7 @@ class PipelineExecutor:
         header = self.comm.recv(
             np.empty(2 + MAX_DIMS, np.int64), rank, self._tag(ACT, m, c, HEADER)
         )
-        dtype, ndim = DTYPES[int(header[0])], int(header[1])
-        xp = self._array_module()
-        buffer = xp.empty(tuple(int(d) for d in header[2 : 2 + ndim]), dtype=dtype)
+        buffer = _empty_for(header, self._array_module())
         self._received[m, c] = self.comm.recv(buffer, rank, self._tag(ACT, m, c))
 
     def _send_grad(self, m, c):

@@ -239,7 +239,11 @@ class PipelineTrainer:
         self.partition = _partition(model, stages, comm.size * chunks)
         self.micro_batches, self.schedule = micro_batches, schedule
         self.comm = comm.dup()
-        self._names = list(model.state_dict())
+        self.state_names = list(model.state_dict())
+        self.parameter_names = [name for name, _ in model.named_parameters()]
+        self.stage_of_layer = [
+            k for k, (a, b) in enumerate(self.partition.bounds) for _ in range(a, b)
+        ]
         self._broadcast_weights(model)
         self.chunks = [
             build_stage(model, self.partition, stage_of(comm.rank, c, comm.size))
@@ -247,8 +251,7 @@ class PipelineTrainer:
         ]
         params = [p for chunk in self.chunks for p in chunk.parameters()]
         serial = {id(p): i for i, p in enumerate(model.parameters())}
-        self._serial_indices = [serial[id(p)] for p in params]
-        self._serial_count = len(serial)
+        self.serial_indices = [serial[id(p)] for p in params]
         local_optimizer, problem = None, None
         try:
             local_optimizer = optimizer(params) if params else None
@@ -345,7 +348,7 @@ class PipelineTrainer:
         merged = {}
         for part in self.comm.allgather_object(local):
             merged.update(part)
-        return OrderedDict((name, merged[name]) for name in self._names)
+        return OrderedDict((name, merged[name]) for name in self.state_names)
 
     def state_dict(self):
         """The whole model's state under its serial names on rank 0 (None elsewhere); collective."""
@@ -360,27 +363,27 @@ class PipelineTrainer:
         if self._stage_optimizer is not None:
             state = self._stage_optimizer.state_dict()
             hyper = state["hyper"]
-            for index, per_param in zip(self._serial_indices, state["state"]):
+            for index, per_param in zip(self.serial_indices, state["state"]):
                 local[index] = {k: np.array(backend.to_numpy(v)) for k, v in per_param.items()}
         merged, hypers = {}, []
         for part_hyper, part in self.comm.allgather_object((hyper, local)):
             merged.update(part)
             hypers.append(part_hyper)
         hyper = next(h for h in hypers if h is not None)
-        return {"hyper": hyper, "state": [merged[i] for i in range(self._serial_count)]}
+        return {"hyper": hyper, "state": [merged[i] for i in range(len(self.parameter_names))]}
 
     def optimizer_share(self, whole):
         """This rank's parameters' share of ``whole``, a one-process optimizer's ``state_dict``
         (``full_optimizer_state``'s, a checkpoint's); None when the rank holds no parameters."""
-        if len(whole["state"]) != self._serial_count:
+        if len(whole["state"]) != len(self.parameter_names):
             raise ValueError(
                 f"the optimizer state holds {len(whole['state'])} parameters, the model has "
-                f"{self._serial_count}; load the state of an optimizer over this model's "
+                f"{len(self.parameter_names)}; load the state of an optimizer over this model's "
                 "parameters"
             )
         if self._stage_optimizer is None:
             return None
-        return {"hyper": whole["hyper"], "state": [whole["state"][i] for i in self._serial_indices]}
+        return {"hyper": whole["hyper"], "state": [whole["state"][i] for i in self.serial_indices]}
 
     def load_optimizer_state(self, whole):
         """Give this rank's optimizer its parameters' share of ``whole``."""

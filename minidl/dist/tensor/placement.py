@@ -20,7 +20,7 @@ connected layers activations. Words passed to ``TensorParallel`` override the ru
 """
 
 from ...layers import AvgPool2d, Conv2d, Linear, MaxPool2d, ReLU, Sequential, Sigmoid, Tanh, leaves
-from .functions import TRAFFIC, gather_from_group, split_to_group
+from .functions import TRAFFIC, Split, gather_blocks, gather_from_group, split_to_group, take_block
 from .layers import (
     ColumnParallelLinear,
     FilterParallelConv2d,
@@ -123,17 +123,19 @@ class BatchParallel(Sequential):
 class TensorParallel:
     """``model`` (a ``Sequential``, nested ones allowed) with its layers split over ``comm``.
     ``module`` is the parallel model (same parameter names, this rank's blocks) built by
-    ``plan_words`` (default: the rule). The serial ``model`` stays: ``gather()`` writes
-    the whole weights into it, ``scatter()`` takes this rank's blocks from it, and
-    ``gather_state``/``scatter_state`` do the same for an optimizer's state dict. Layers
-    not split are shared by both models. Collective over ``comm``."""
+    ``plan_words`` (default: the rule); layers not split are shared with ``model``, the
+    split ones copied block by block, so ``model`` can be dropped once this is built.
+    ``blocks`` maps a parameter between its block and its serial shape; ``state_items``
+    gives the serial model's state one parameter at a time, ``gather_state`` and
+    ``scatter_state`` map an optimizer's state dict.
+    Collective over ``comm``."""
 
     def __init__(self, model, comm, plan_words=None):
         if not isinstance(model, Sequential):
             raise PlacementError(
                 f"tensor parallelism splits a Sequential's layers, not a {type(model).__name__}"
             )
-        self.serial, self.comm = model, comm
+        self.comm = comm
         layers = leaves(model)
         self.plan = list(plan(model, comm.size) if plan_words is None else plan_words)
         if len(self.plan) != len(layers):
@@ -141,7 +143,7 @@ class TensorParallel:
                 f"the plan has {len(self.plan)} words but the model has {len(layers)} layers "
                 f"({', '.join(type(m).__name__ for _, m in layers)}); give one word per layer"
             )
-        self._check_widths(layers)
+        self._check_widths(model, layers)
         self.batch_layers = self._batch_prefix(layers)
         words = {path: word for (path, _), word in zip(layers, self.plan)}
         self._split = False
@@ -153,13 +155,13 @@ class TensorParallel:
                 "the model's output is split over the ranks; end the last split layer's word "
                 "with '+gather'"
             )
-        self._pairs = self._parameter_pairs()
+        self.blocks = self._blocks(model)
 
-    def _check_widths(self, layers):
+    def _check_widths(self, model, layers):
         kinds = [KINDS.get(word.partition("+")[0]) for word in self.plan]
         if any(k is not None and not isinstance(m, k) for k, (_, m) in zip(kinds, layers)):
             return  # a word for the wrong kind of layer: _place names it
-        narrow = [t for t in split_widths(self.serial, self.plan) if t[0] < self.comm.size]
+        narrow = [t for t in split_widths(model, self.plan) if t[0] < self.comm.size]
         if narrow:
             width, path, layer = min(narrow, key=lambda t: t[0])
             raise PlacementError(
@@ -246,57 +248,86 @@ class TensorParallel:
         self._split = not gather
         return parallel
 
-    def _parameter_pairs(self):
-        """(serial parameter, parallel parameter, its layer or None, axis) in parameter order."""
+    def _blocks(self, model):
+        """The ``Blocks`` of this model's split parameters: which axis, of what serial shape."""
         owners = {}
         for _, m in self.module.named_modules():
             if isinstance(m, ShardedModule):
                 for name, axis in m.split.items():
-                    if getattr(m, name) is not None:
-                        owners[id(getattr(m, name))] = (m, axis)
-        serial, parallel = self.serial.named_parameters(), self.module.named_parameters()
-        pairs = []
-        for (name, s), (pname, p) in zip(serial, parallel, strict=True):
-            assert name == pname, (name, pname)
-            pairs.append((s, p, *owners.get(id(p), (None, None))))
-        return pairs
+                    if getattr(m, name) is not None and axis is not None:
+                        owners[id(getattr(m, name))] = axis
+        shapes = dict(model.named_parameters())
+        splits = {
+            name: (owners[id(p)], shapes[name].shape)
+            for name, p in self.module.named_parameters()
+            if id(p) in owners
+        }
+        return Blocks(self.comm, splits)
 
-    def gather(self):
-        """Write every split parameter's whole value into the serial model (collective)."""
-        for s, p, layer, axis in self._pairs:
-            if layer is not None:
-                s.data[...] = p.data if axis is None else layer.whole(p.data, axis, s.shape[axis])
+    def state_items(self):
+        """(name, value) of the serial model's ``state_dict``, each made whole in turn
+        (collective): at most one split parameter's whole value exists at a time."""
+        for name, value in self.module.state_dict().items():
+            yield name, self.blocks.whole(name, value)
 
-    def scatter(self):
-        """Take this rank's block of every split parameter from the serial model."""
-        for s, p, layer, axis in self._pairs:
-            if layer is not None:
-                p.data[...] = s.data if axis is None else layer.block(s.data, axis)
-
-    def _map_state(self, state_dict, shape_of, convert):
-        states = []
-        for state, (s, p, layer, axis) in zip(state_dict["state"], self._pairs, strict=True):
-            split = layer is not None and axis is not None
-            states.append(
-                {
-                    key: convert(layer, value, axis, s)
-                    if split and getattr(value, "shape", None) == shape_of(s, p)
-                    else value
-                    for key, value in state.items()
-                }
-            )
-        return {**state_dict, "state": states}
+    def gather(self, model):
+        """Write every parameter's whole value into ``model``, the serial model (collective)."""
+        model.load_state_dict(dict(self.state_items()))
 
     def gather_state(self, state_dict):
         """An optimizer state dict of the parallel model's parameters, made whole (collective)."""
-        return self._map_state(
-            state_dict,
-            lambda s, p: p.shape,
-            lambda layer, v, axis, s: layer.whole(v, axis, s.shape[axis]),
-        )
+        names = [name for name, _ in self.module.named_parameters()]
+        return {**state_dict, "state": list(self.blocks.whole_states(names, state_dict["state"]))}
 
     def scatter_state(self, state_dict):
         """This rank's blocks of an optimizer state dict of the serial model's parameters."""
-        return self._map_state(
-            state_dict, lambda s, p: s.shape, lambda layer, v, axis, s: layer.block(v, axis)
-        )
+        names = [name for name, _ in self.module.named_parameters()]
+        return {**state_dict, "state": list(self.blocks.block_states(names, state_dict["state"]))}
+
+
+class Blocks:
+    """Where the blocks of a tensor-parallel model's split parameters lie: ``splits`` maps a
+    parameter's name to (the axis it is split along over ``comm``, its serial shape).
+    ``whole`` and ``block`` map one value between this rank's block and the serial shape; an
+    optimizer's per-parameter states map the same way, value by value."""
+
+    def __init__(self, comm, splits):
+        self.comm, self.splits = comm, splits
+
+    def whole(self, name, array):
+        """The serial-shaped value of ``name`` from this rank's block ``array`` (collective for
+        a split parameter; ``array`` itself for the others)."""
+        if name not in self.splits:
+            return array
+        axis, shape = self.splits[name]
+        return gather_blocks(self.comm, array, axis, shape[axis])
+
+    def block(self, name, array):
+        """This rank's block of ``array``, a serial-shaped value of ``name``."""
+        if name not in self.splits:
+            return array
+        axis, _ = self.splits[name]
+        return take_block(array, axis, self.comm.rank, self.comm.size)
+
+    def block_shape(self, name):
+        axis, shape = self.splits[name]
+        size = Split(shape[axis], self.comm.size).sizes[self.comm.rank]
+        return (*shape[:axis], size, *shape[axis + 1 :])
+
+    def whole_states(self, names, states):
+        """Optimizer states of parameters ``names``, each made whole in turn (collective)."""
+        return self._map(names, states, self.block_shape, self.whole)
+
+    def block_states(self, names, states):
+        """This rank's blocks of serial-shaped optimizer states of parameters ``names``."""
+        return self._map(names, states, lambda name: self.splits[name][1], self.block)
+
+    def _map(self, names, states, shape, convert):
+        for name, state in zip(names, states, strict=True):
+            split = name in self.splits
+            yield {
+                key: convert(name, value)
+                if split and tuple(getattr(value, "shape", ())) == tuple(shape(name))
+                else value
+                for key, value in state.items()
+            }
