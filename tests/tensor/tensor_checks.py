@@ -452,5 +452,60 @@ def check_grid_refusals(comm):
     assert want in message and "tp <= 2 fits" in message and "\n" not in message, message
 
 
+def check_shares_only(comm):
+    """On tp=2 and pp=2 (and dp x each on 4 ranks) a rank of a ``minidl train`` run, once its
+    layout is placed, holds the parameters of its blocks or its stage and nothing more: the
+    live ``Parameter`` arrays of the process add up to the share worked out from the serial
+    shapes (a split layer's weight: its rows or columns of the rank's block; a stage: its
+    layers'), so a serial model kept beside the blocks, or another stage's layers, fail."""
+    import gc
+    import tempfile
+
+    from minidl.dist.fit import parallelize
+    from minidl.dist.grid import GridShape
+    from minidl.dist.pipeline.trainer import partition
+    from minidl.dist.tensor.placement import split_widths
+    from minidl.layers import Parameter
+    from minidl.train.config import TrainConfig
+    from minidl.train.run import TrainingRun
+
+    dp = comm.size // 2
+    for axis in ("tp", "pp"):
+        shape = GridShape(dp=dp, **{axis: 2})
+        grid = dist.Grid(comm, **{"dp": dp, axis: 2})
+        rank = grid.coords[axis]
+        serial = lenet()
+        if axis == "tp":
+            plan = tp.plan(serial, 2)
+            block = {
+                path: tp.Split(width, 2).sizes[rank] / width
+                for width, path, _ in split_widths(serial, plan)
+            }
+            kinds = dict(zip((p for p, _ in L.leaves(serial)), plan))
+            want = sum(
+                p.size
+                * (
+                    block[path]
+                    if path in block
+                    and not (name == "bias" and kinds[path].startswith(("row", "input")))
+                    else 1
+                )
+                for path, layer in L.leaves(serial)
+                for name, p in layer.named_parameters()
+            )
+        else:
+            start, stop = partition(serial, 2).bounds[rank]
+            want = sum(p.size for i in range(start, stop) for p in serial[i].parameters())
+        del serial
+        out = comm.bcast_object(tempfile.mkdtemp(prefix="minidl-shares-"))
+        config = TrainConfig(model="lenet5", subset=64, test_subset=64, batch_size=16, out=out)
+        with TrainingRun(config, comm) as run:
+            training = parallelize(run, dist.DistConfig(grid=shape).check(config))
+            run.begin(training)
+            gc.collect()
+            held = sum(o.data.size for o in gc.get_objects() if isinstance(o, Parameter))
+            assert held == want, f"{shape} rank {comm.rank}: {held} parameters held, {want} wanted"
+
+
 if __name__ == "__main__":
     run_named_checks(globals(), sys.argv[1:])

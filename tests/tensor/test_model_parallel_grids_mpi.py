@@ -19,3 +19,10 @@ def test_pipeline_stages_of_tensor_parallel_layers_train_20_steps_to_the_serial_
 ):
     """4 ranks: pp=2,tp=2; 8: dp=2,pp=2,tp=2. LeNet-5 and an MLP, 2 micro-batches."""
     run_checks(nprocs, "pipeline_tp_training", timeout=150)
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("nprocs", (2, 4))
+def test_a_tp_or_pp_rank_holds_only_its_blocks_or_its_stage(run_checks, nprocs):
+    """2 ranks: tp=2 and pp=2; 4: dp=2 x each. Counted over every live parameter array."""
+    run_checks(nprocs, "shares_only", timeout=150)
