@@ -75,8 +75,15 @@ def layouts(tmp_path):
     return example("14_model_parallel_layouts").plot(rows, 2, tmp_path / "14.png")
 
 
+def zero_memory(tmp_path):
+    rows = [
+        (s, (4e5, 4e5 / (1 + (s > 1)), 4e5 / (1 + (s > 0))), (4e5,) * 3, 0.0) for s in (0, 1, 2)
+    ]
+    return example("15_zero_memory").plot(rows, 2, tmp_path / "15.png")
+
+
 @pytest.mark.parametrize(
-    "draw", [optimizers, conv_algorithms, allreduce_lab, scaling, pipeline, layouts]
+    "draw", [optimizers, conv_algorithms, allreduce_lab, scaling, pipeline, layouts, zero_memory]
 )
 def test_every_example_figure_has_labelled_axes_units_and_a_title(draw, tmp_path):
     plt.close("all")
@@ -97,7 +104,7 @@ def test_every_example_figure_has_labelled_axes_units_and_a_title(draw, tmp_path
 
 
 def test_every_example_that_saves_a_figure_is_drawn_here():
-    drawn = {"04", "05", "06", "10", "12", "14"}
+    drawn = {"04", "05", "06", "10", "12", "14", "15"}
     saving = {
         name[:2]
         for name in os.listdir(EXAMPLES)

@@ -319,3 +319,25 @@ def test_model_parallel_layouts_example_trains_one_process_weights_with_the_pred
     assert names == ["data", "tensor", "spatial", "one weird trick"], out
     for name, sent, formula, gap in rows:
         assert sent == formula and float(gap) <= 1e-10, name
+
+
+@pytest.mark.mpi
+def test_zero_memory_example_holds_the_formulas_bytes_and_the_plain_weights(tmp_path):
+    out = run_mpi_example(2, "15_zero_memory.py", "--steps", 2, "--plot", tmp_path / "15.png")
+    cell = r"([\d,]+) \(([\d,]+)\)\s+"
+    rows = re.findall(rf"^(\d)\s+(\d)\s+{cell * 3}(\S+)$", out, re.M)
+    assert sorted((stage, rank) for stage, rank, *_ in rows) == [
+        (s, r) for s in "012" for r in "01"
+    ], out
+    for stage, _, *cells, gap in rows:
+        params, params_formula, grads, grads_formula, state, state_formula = (
+            int(c.replace(",", "")) for c in cells
+        )
+        assert params == params_formula and state == state_formula, out
+        if stage == "2":  # its shard, and for a moment the bucket backward completes
+            assert grads_formula < grads < params, out
+        else:
+            assert grads == grads_formula == params, out
+        assert state == (params if stage == "0" else params // 2), out
+        assert float(gap) <= 1e-6, out
+    assert (tmp_path / "15.png").stat().st_size > 0
