@@ -14,7 +14,7 @@ from .. import dist, models, optim, train
 from ..conv import ALGORITHMS as CONV_ALGORITHMS
 from ..data import DataLoader
 from ..dist import ALLREDUCE_ALGORITHMS
-from ..dist.config import TP_LAYOUTS, DistConfig, DistMode
+from ..dist.config import STAGE_CUTS, TP_LAYOUTS, DistConfig, DistMode
 from ..dist.consistency.server import DEFAULT_POLL_INTERVAL
 from ..dist.grid import GridShape
 from ..dist.job import mpiexec_rank, mpiexec_ranks
@@ -133,8 +133,12 @@ TRAIN_HELP = {  # the help texts too long to share a line with their option
     "time; gpipe: all forwards, then all backwards; 1f1b: one forward, one backward; "
     "interleaved: 1f1b over --chunks model chunks per rank, M a multiple of P)",
     "--chunks": "with --schedule interleaved: model chunks per pipeline rank (default 2)",
+    "--stages": "with --grid ...,pp=P: cut the model into stages whose largest holds the fewest "
+    "bytes of weights, gradients, optimizer state and in-flight activations (memory), the same "
+    "number of layers each (layers), or the fewest parameters (parameters)",
     "--zero": "with --dist sync (or the dp axis of --grid): ZeRO stage 1 shards the optimizer "
-    "state over the replicas, stage 2 the gradients too (0: none)",
+    "state over the replicas, stage 2 the gradients too, stage 3 the weights too, gathering "
+    "each layer's when it runs (one more forward of it a step; 0: none)",
     "--trace": "write a Chrome-trace timeline (trace.json) of the run to the run directory",
     "--recompute": "keep only the inputs of N segments of the model's layers between forward "
     "and backward, recomputing each segment in backward (Chen et al. 2016: O(sqrt(layers)) "
@@ -215,11 +219,12 @@ def add_train_arguments(p):
     add("--no-overlap", action="store_true")
     add("--hang-timeout", type=number(), default=300.0, metavar="SECONDS")
     add("--tp-layout", default="rule", choices=TP_LAYOUTS)
-    add("--zero", type=int, default=0, choices=(0, 1, 2), metavar="STAGE")
+    add("--zero", type=int, default=0, choices=(0, 1, 2, 3), metavar="STAGE")
     add("--grid", type=grid_shape, metavar="AXIS=N,...")
     add("--micro-batches", type=positive_int, default=1, metavar="M")
     add("--schedule", default="1f1b", choices=list(PIPELINE_SCHEDULES))
     add("--chunks", type=positive_int, metavar="V")
+    add("--stages", default="memory", choices=STAGE_CUTS)
     add("--trace", action="store_true")  # perf: timeline
     add("--recipe", choices=list(RECIPES))
     add("--variant", choices=("original", "torchvision"))
@@ -277,6 +282,7 @@ def dist_config(args):
         micro_batches=args.micro_batches,
         schedule=args.schedule,
         chunks=args.chunks,
+        stages=args.stages,
         zero=args.zero,
     )
 

@@ -3,9 +3,9 @@
 ``comm = minidl.dist.init()`` wraps ``MPI.COMM_WORLD`` (mpi4py is imported by ``init()``,
 not by ``import minidl.dist``); ``comm.allreduce(x, op="mean", algorithm="ring")`` reduces
 a NumPy/CuPy array in place. ``DistributedOptimizer`` is synchronous data parallelism,
-``ZeroOptimizer`` the same with sharded optimizer state and gradients (ZeRO stages 1 and
-2), ``CompressedOptimizer`` with a gradient compressor; ``make_session`` runs the other
-consistency models (bsp, ssp:S, asp, avg:H, easgd).
+``ZeroOptimizer`` the same with sharded optimizer state, gradients and parameters (ZeRO
+stages 1, 2 and 3), ``CompressedOptimizer`` with a gradient compressor; ``make_session``
+runs the other consistency models (bsp, ssp:S, asp, avg:H, easgd).
 """
 
 from minidl.dist.collectives import ALLREDUCE_ALGORITHMS
@@ -13,10 +13,11 @@ from minidl.dist.comm import Communicator, Request, init
 from minidl.dist.compression import CompressedOptimizer, GradientEncoder
 from minidl.dist.config import DistConfig, DistMode
 from minidl.dist.consistency import make_session
-from minidl.dist.data_parallel import DistributedOptimizer, NonFiniteGradientError, ZeroOptimizer
+from minidl.dist.data_parallel import DistributedOptimizer, NonFiniteGradientError
 from minidl.dist.fit import fit
 from minidl.dist.grid import Grid, GridError, GridShape
 from minidl.dist.pipeline import PipelineTrainer
+from minidl.dist.zero import ZeroOptimizer
 
 __all__ = [
     "ALLREDUCE_ALGORITHMS",

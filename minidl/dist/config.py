@@ -16,6 +16,7 @@ from .pipeline import schedules
 
 MODES = ("sync", "bsp", "ssp", "asp", "avg", "easgd")
 TP_LAYOUTS = ("rule", "one-weird-trick")  # minidl.dist.tensor.plan, one_weird_trick_plan
+STAGE_CUTS = ("memory", "layers", "parameters")  # minidl.dist.pipeline.cut
 EASGD_TAU = 4
 
 
@@ -82,7 +83,8 @@ class DistConfig:
     micro_batches: int = 1  # pipeline (grid pp > 1): micro-batches per batch
     schedule: str = "1f1b"  # pipeline: one of minidl.dist.pipeline.SCHEDULES
     chunks: int | None = None  # pipeline: model chunks per rank (None: 2 interleaved, else 1)
-    zero: int = 0  # sync: ZeRO stage (1: optimizer state sharded, 2: gradients too; 0: none)
+    stages: str = "memory"  # pipeline: cut the stages by "memory", "layers" or "parameters"
+    zero: int = 0  # sync: ZeRO stage (1: optimizer state sharded, 2: gradients, 3: weights too)
 
     def check(self, config: TrainConfig, resume=None) -> DistConfig:
         """Refuse options that do not fit the mode or ``config``; returns self."""
@@ -145,7 +147,7 @@ class DistConfig:
 
     def _check_zero(self, config, what):
         """ZeRO shards what the ranks of synchronous data parallelism replicate."""
-        check_choice("zero", self.zero, (0, 1, 2))
+        check_choice("zero", self.zero, (0, 1, 2, 3))
         if not self.zero:
             return
         if self.mode.name != "sync":
@@ -167,6 +169,29 @@ class DistConfig:
             raise ConfigError(
                 f"{option('zero')} with a pipeline ({option('grid')} {self.grid}): the stages "
                 f"average their gradients once a step unsharded; drop {option('zero')}"
+            )
+        if self.zero == 3:
+            self._check_zero3(config)
+
+    def _check_zero3(self, config):
+        """Stage 3 gathers each layer's weights when the layer runs: over dp alone, or on the
+        dp axis of a tp grid laid out by the rule; nothing else may wrap the layers' forward."""
+        if self.grid is not None and self.grid.spatial > 1:
+            raise ConfigError(
+                f"{option('zero')} 3 with {option('grid')} {self.grid}: stage 3 gathers each "
+                f"layer over dp alone or beside tp, not beside spatial blocks; use "
+                f"{option('zero')} 1 or 2 there"
+            )
+        if self.tp_layout != "rule":
+            raise ConfigError(
+                f"{option('zero')} 3 with {option('tp_layout')} {self.tp_layout}: stage 3 gathers "
+                f"each layer beside tp laid out by the rule; use {option('tp_layout')} rule, or "
+                f"{option('zero')} 1 or 2"
+            )
+        if config.trace:
+            raise ConfigError(
+                f"{option('trace')} times each layer's forward, which {option('zero')} 3 "
+                f"already wraps to gather its weights: drop one of them"
             )
 
     def _check_recompute(self, config):
@@ -194,12 +219,15 @@ class DistConfig:
 
     def _check_pipeline(self, config):
         if not self.pipelined:
-            if (self.micro_batches, self.schedule, self.chunks) != (1, "1f1b", None):
+            pipeline = (self.micro_batches, self.schedule, self.chunks, self.stages)
+            if pipeline != (1, "1f1b", None, "memory"):
                 raise ConfigError(
-                    f"{option('micro_batches')}, {option('schedule')} and {option('chunks')} "
-                    f"set up a pipeline: add pp=P to {option('grid')} (e.g. {option('grid')} pp=2)"
+                    f"{option('micro_batches')}, {option('schedule')}, {option('chunks')} and "
+                    f"{option('stages')} set up a pipeline: add pp=P to {option('grid')} (e.g. "
+                    f"{option('grid')} pp=2)"
                 )
             return
+        check_choice("stages", self.stages, STAGE_CUTS)
         if self.grid.spatial > 1:
             raise ConfigError(
                 f"{option('grid')} {self.grid}: a pipeline (pp) trains through fit with dp "
@@ -281,4 +309,5 @@ class DistConfig:
             "micro_batches": self.micro_batches,
             "schedule": self.schedule,
             "chunks": self.chunks,
+            "stages": self.stages,
         }

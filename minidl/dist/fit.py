@@ -46,7 +46,7 @@ from .compression import CompressedOptimizer
 from .config import DistConfig
 from .consistency import global_train_stats, make_session
 from .consistency.ps import TrainingAborted
-from .data_parallel import DistributedOptimizer, ZeroOptimizer
+from .data_parallel import DistributedOptimizer
 from .grid import Grid
 from .launch import fit_on_workers
 from .pipeline import PipelineTrainer
@@ -57,6 +57,7 @@ from .straggler import Straggler
 from .tensor import TRAFFIC, PlacementError, TensorParallel, one_weird_trick_plan, tail_plan
 from .watchdog import Heartbeat, Watchdog, idle
 from .watchdog import progress as made_progress
+from .zero import WholeModelBetweenEpochs, ZeroOptimizer
 
 
 def fit(
@@ -115,6 +116,8 @@ def parallelize(run, options):
     if grid is None or dp.size > 1:
         averaged = data_parallel(optimizer, dp, options, model, config.seed)
         callbacks.insert(0, BatchWeighting(averaged, loader, dp))
+        if options.zero == 3:  # evaluation and the checkpoint read the model whole
+            callbacks.append(WholeModelBetweenEpochs(averaged))
     if options.compressed:
         callbacks.append(CompressionRecord(averaged))
     record = options.record()

@@ -1,4 +1,5 @@
-"""ZeRO stages 1 and 2 under mpiexec (2 and 3 ranks, uneven shards): see zero_checks.py."""
+"""ZeRO stages 1, 2 and 3 under mpiexec (2 and 3 ranks, uneven shards; the dp axis of a
+dp=2, tp=2 grid on 4): see zero_checks.py."""
 
 import pytest
 
@@ -10,8 +11,13 @@ def test_zero_equals_one_process_for_every_rule_and_holds_a_share(run_checks, np
     run_checks(
         nprocs,
         "every_rule_equals_one_process",
+        "stage3_recomputes_the_same_dropout_masks",
         "shards_hold_a_share",
         "state_round_trip_and_resume",
         script="zero_checks.py",
         timeout=180,
     )
+
+
+def test_zero_on_the_dp_axis_of_a_tensor_parallel_grid_equals_one_process(run_checks):
+    run_checks(4, "dp_axis_of_a_tensor_parallel_grid", script="zero_checks.py", timeout=120)
