@@ -1,18 +1,107 @@
-"""``minidl summary``: per-layer shapes, parameters, FLOPs, memory, work and depth."""
+"""``minidl summary``: per-layer shapes, parameters, FLOPs, memory, work and depth; then each
+rank's bytes of parameters, gradients, optimizer state and activations on a grid."""
 
+from .. import optim
+from ..dist.config import TP_LAYOUTS, DistConfig
+from ..dist.grid import GridShape
+from ..dist.memory import format_memory, predict_memory
+from ..dist.pipeline import SCHEDULES
+from ..layers import sqrt_segments
+from ..models import MODELS
 from ..perf.costs import CONVENTIONS
+from ..perf.memory import STATE_ARRAYS, ZERO_STAGES
 from ..perf.summary import format_summary, summarize
-from . import add_model_arguments, positive_int
+from ..perf.zoo import build_named
+from ..train.config import TrainConfig
+from . import add_model_arguments, nonnegative_int, option_adder, positive_int
+from .train import SQRT_SEGMENTS, TRAIN_HELP, grid_shape
+
+SUMMARY_HELP = {
+    "--grid": "the ranks as a grid dp=D,pp=P,spatial=S,tp=T, as minidl train --grid: the "
+    "memory table shows each rank's share",
+    "--zero": "ZeRO stage over the data-parallel replicas (--grid dp=D, D >= 2): 1 shards "
+    "the optimizer state, 2 the gradients too, 3 the parameters too",
+    "--recompute": TRAIN_HELP["--recompute"],
+    "--micro-batches": TRAIN_HELP["--micro-batches"],
+    "--schedule": TRAIN_HELP["--schedule"],
+    "--chunks": TRAIN_HELP["--chunks"],
+    "--tp-layout": TRAIN_HELP["--tp-layout"],
+}
 
 
 def add_summary_arguments(p):
     add_model_arguments(p)
-    p.add_argument("--batch", type=positive_int, default=1, help="batch size the counts are for")
+    add = option_adder(p, SUMMARY_HELP)
+    batch = "batch size the counts are for (per data-parallel replica)"
+    add("--batch", "--batch-size", dest="batch", type=positive_int, default=1, help=batch)
     paper = "'paper' reproduces Ben-Nun & Hoefler's LeNet example (W=665,832, D=41)"
-    p.add_argument("--convention", default="corrected", choices=CONVENTIONS, help=paper)
+    add("--convention", default="corrected", choices=CONVENTIONS, help=paper)
+    add("--optimizer", default="momentum", choices=list(optim.OPTIMIZERS), help="its state")
+    add("--dtype", default="float32", choices=("float32", "float64"), help="of the weights")
+    add("--grid", type=grid_shape, metavar="AXIS=N,...")
+    add("--zero", type=int, default=0, choices=ZERO_STAGES, metavar="STAGE")
+    add("--recompute", type=nonnegative_int, nargs="?", const=SQRT_SEGMENTS, metavar="N")
+    add("--micro-batches", type=positive_int, default=1, metavar="M")
+    add("--schedule", default="1f1b", choices=list(SCHEDULES))
+    add("--chunks", type=positive_int, metavar="V")
+    add("--tp-layout", default="rule", choices=TP_LAYOUTS)
 
 
 def run_summary(args):
     costs = summarize(args.model, args.input, args.batch, args.convention)
     print(format_summary(costs, title=args.model + ":"))
+    model, shape = build_named(args.model, args.input)
+    model = model.to(args.dtype)
+    grid = GridShape.parse(args.grid) if args.grid else GridShape()
+    recompute = sqrt_segments(len(model)) if args.recompute == SQRT_SEGMENTS else args.recompute
+    check_layout(args, grid, recompute)
+    ranks = predict_memory(
+        model,
+        shape,
+        args.batch,
+        args.optimizer,
+        grid,
+        args.zero,
+        recompute,
+        args.micro_batches,
+        args.schedule,
+        args.chunks,
+        args.tp_layout,
+    )
+    k = STATE_ARRAYS[args.optimizer]
+    print()
+    print(
+        f"memory per rank (MiB): {args.optimizer} keeps {k} state array(s) per parameter, "
+        f"{args.dtype}, batch {args.batch}"
+        + (f", grid {grid}" if args.grid else "")
+        + (f", ZeRO stage {args.zero}" if args.zero else "")
+        + (f", {recompute} recomputed segments" if recompute else "")
+    )
+    print(format_memory(ranks))
+    if recompute or args.zero == 3:
+        print(
+            "activations: those held between forward and backward, plus the largest "
+            "recomputed segment's while backward rebuilds it"
+        )
+    print("not counted: communication buffers (data parallelism's buckets, P more bytes)")
     return 0
+
+
+def check_layout(args, grid, recompute):
+    """Refuse what ``minidl train`` would refuse of these options, and ZeRO without replicas."""
+    if args.zero and grid.dp < 2:
+        raise ValueError(
+            f"--zero {args.zero} shards the optimizer state over data-parallel replicas: "
+            "give --grid dp=D with D >= 2"
+        )
+    trained = args.model if args.model in MODELS else "alexnet"
+    config = TrainConfig(model=trained, batch_size=args.batch, recompute=recompute)
+    options = DistConfig(
+        grid=grid if args.grid else None,
+        zero=args.zero,
+        micro_batches=args.micro_batches,
+        schedule=args.schedule,
+        chunks=args.chunks,
+        tp_layout=args.tp_layout,
+    )
+    options.check(config)

@@ -40,6 +40,7 @@ from ..train.config import (
     recomputed,
 )
 from ..train.loop import Training, train_epochs
+from ..train.memory_record import MemoryRecord
 from ..train.run import TrainingRun
 from .comm import init
 from .compression import CompressedOptimizer
@@ -120,6 +121,7 @@ def parallelize(run, options):
             callbacks.append(WholeModelBetweenEpochs(averaged))
     if options.compressed:
         callbacks.append(CompressionRecord(averaged))
+    callbacks.append(MemoryRecord(model, averaged, comm))
     record = options.record()
     if placement is not None:
         sample = run.train_set[0][0].shape
@@ -306,7 +308,7 @@ def pipeline_training(run, options, grid, callbacks):
     loader = run.loader(run.train_set, config.batch_size, dp.rank, dp.size, train=True)
     check_last_batch(loader, options.schedule, grid.shape.pp)
     steps = PipelineSteps(trainer, loader, run.comm, config.device, config.dtype)
-    callbacks.append(steps)
+    callbacks += [steps, MemoryRecord(None, trainer.optimizer, run.comm)]
     if run.rank == 0:
         part = trainer.partition
         stages = " ".join(f"{a}-{b - 1}" for a, b in part.bounds)

@@ -15,7 +15,9 @@ Rank r of ``--grid dp=D,pp=P,spatial=S,tp=T`` (coordinates ``GridShape.coords``)
   keeps an older weight version per update in flight (``peak_stashed`` of
   ``perf.pipeline_simulate``), counted with the parameters;
 - data parallelism: the same on every replica, or ZeRO's shards of the rank's parameters
-  (``perf.memory.model_state``).
+  (``perf.memory.model_state``), cut bucket by bucket; stage 3 runs each layer with
+  parameters as a recomputed segment of its own (its weights gathered again in backward),
+  so such a layer keeps its input and output but not what its backward needs.
 
 Recomputation cuts the model into segments as ``L.Recompute`` does, a pipeline stage's at
 its bounds (``Recompute.within``).
@@ -32,9 +34,10 @@ from ..perf.memory import (
     peak_in_flight,
     split_activations,
     state_arrays,
+    zero_share,
 )
 from ..perf.pipeline_simulate import simulate, stage_of
-from ..perf.tensor_volume import gradient_bytes
+from ..perf.tensor_volume import block_numbers
 from .grid import GridShape
 from .pipeline import partition
 from .pipeline.schedules import build, default_chunks
@@ -45,9 +48,9 @@ from .tensor.placement import split_widths
 
 @dataclass
 class RankMemory:
-    """Rank ``rank``'s predicted ``memory`` (``perf.memory.Memory``): its grid ``coords``, the
-    ``(stage, start, stop)`` of each pipeline stage it holds (empty without a pipeline) and
-    the ``parameters`` (numbers) of its share of the model."""
+    """Rank ``rank``'s predicted ``memory`` (``perf.memory.Memory``): its ``coords`` on the
+    grid's axes longer than 1, the ``(stage, start, stop)`` of each pipeline stage it holds
+    (empty without a pipeline) and the ``parameters`` (numbers) of its share of the model."""
 
     rank: int
     coords: dict
@@ -68,6 +71,7 @@ def predict_memory(
     schedule="1f1b",
     chunks=None,
     tp_layout="rule",
+    bucket_mb=4.0,
     device="cpu",
 ):
     """A ``RankMemory`` per rank of ``grid`` (a ``GridShape``; None: one process) training
@@ -87,14 +91,18 @@ def predict_memory(
     ranks = []
     for rank in range(grid.size):
         at = grid.coords(rank)
-        own = [
-            gradient_bytes(Sequential(layer), [word], grid.tp, at["tp"], itemsize) // itemsize
+        numbers = [
+            block_numbers(Sequential(layer), [word], grid.tp, at["tp"])
             for layer, word in zip(model, words)
         ]
+        own = [sum(layer) for layer in numbers]
         acts = split_activations(layers, words, grid.tp, at["tp"], rows) if grid.tp > 1 else layers
         acts = [_rows(a, grid.spatial) if i < front else a for i, a in enumerate(acts)]
+        if zero == 3:  # a layer with parameters keeps its input, rebuilt in backward
+            rebuilt = max(a.held for a, n in zip(acts, own) if n)
+            acts = [replace(a, saved=0) if n else a for a, n in zip(acts, own)]
         stages = pipeline.stages(at["pp"]) if pipeline else [(0, 0, len(model))]
-        held, rebuilt = [], 0
+        held, rebuilt = [], rebuilt if zero == 3 else 0
         for _, start, stop in stages:
             segments = segmented.within(start, stop) if segmented else None
             kept, largest = activation_bytes(acts[start:stop], segments)
@@ -102,12 +110,15 @@ def predict_memory(
             rebuilt = max(rebuilt, largest)
         parameters = sum(sum(own[a:b]) for _, a, b in stages)
         widest = max(max(own[a:b]) for _, a, b in stages)
-        memory = model_state(parameters, k, itemsize, zero, grid.dp, at["dp"], widest)
+        sizes = [n for layer in numbers for n in layer]
+        share = zero_share(_buckets(sizes, itemsize, bucket_mb), grid.dp, at["dp"])
+        memory = model_state(parameters, k, itemsize, zero, share, widest)
         memory.activations = pipeline.in_flight(at["pp"], held) if pipeline else held[0]
         memory.recomputed = rebuilt
         if pipeline:
             memory.params += pipeline.stashed[at["pp"]] * parameters * itemsize
-        ranks.append(RankMemory(rank, at, tuple(stages) if pipeline else (), parameters, memory))
+        axes = {axis: i for axis, i in at.items() if getattr(grid, axis) > 1}
+        ranks.append(RankMemory(rank, axes, tuple(stages) if pipeline else (), parameters, memory))
     return ranks
 
 
@@ -151,6 +162,55 @@ def _plan(model, grid, input_shape, tp_layout):
     return words
 
 
+def _buckets(sizes, itemsize, bucket_mb):
+    """The numbers in each gradient bucket of parameters of ``sizes`` numbers: last first, runs
+    of at most ``bucket_mb`` MiB (``data_parallel.make_buckets``' grouping)."""
+    buckets, limit = [], int(bucket_mb * 2**20)
+    for n in reversed(sizes):
+        if buckets and (buckets[-1] + n) * itemsize <= limit:
+            buckets[-1] += n
+        else:
+            buckets.append(n)
+    return buckets
+
+
 def _rows(layer, parts):
     """A layer of the spatial front: 1/``parts`` of its activations (its block of rows)."""
     return replace(layer, output=layer.output // parts, saved=layer.saved // parts)
+
+
+COLUMNS = ("rank", "grid", "stages (layers)", "parameters", "params", "grads", "state")
+COLUMNS += ("activations", "total MiB", "total bytes")
+
+
+def mib(nbytes):
+    """Bytes as MiB with two decimals."""
+    return f"{nbytes / 2**20:.2f}"
+
+
+def format_memory(ranks):
+    """The per-rank table of ``predict_memory``'s prediction, in MiB (activations: those held
+    between forward and backward plus the largest recomputed segment's)."""
+    rows = []
+    for r in ranks:
+        m = r.memory
+        rows.append(
+            (
+                str(r.rank),
+                ",".join(f"{axis}={i}" for axis, i in r.coords.items()),
+                " ".join(f"{k}:{a}-{b - 1}" for k, a, b in r.stages) or "-",
+                f"{r.parameters:,}",
+                *(mib(v) for v in (m.params, m.grads, m.state, m.activations + m.recomputed)),
+                mib(m.total),
+                f"{m.total:,}",
+            )
+        )
+    widths = [max(len(row[i]) for row in (COLUMNS, *rows)) for i in range(len(COLUMNS))]
+
+    def line(row):
+        return "  ".join(
+            c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))
+        )
+
+    rule = "-" * len(line(COLUMNS))
+    return "\n".join([line(COLUMNS), rule, *map(line, rows)])

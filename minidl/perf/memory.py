@@ -5,9 +5,9 @@ measure).
 With P parameters of b bytes each (4 for float32, 8 for float64) and K state arrays per
 parameter (``STATE_ARRAYS``: what each update rule's ``update`` creates), one process holds
 P b of weights, P b of gradients and K P b of state. Data parallelism replicates all three.
-ZeRO (Rajbhandari et al. 2020, section 5) on N ranks gives rank r the share s_r of the flat
-parameter vector that ``ZeroOptimizer`` cuts, s_r = ceil(P / N) for r < P mod N, else
-floor(P / N) (``intmath.block_sizes``):
+ZeRO (Rajbhandari et al. 2020, section 5) on N ranks gives rank r the share s_r that
+``ZeroOptimizer`` cuts: the sum over its gradient buckets (B numbers each) of ceil(B / N) for
+r < B mod N, else floor(B / N) (``zero_share``; P / N to one number per bucket):
 
     stage 1   P b + P b + K s_r b                  (optimizer state sharded)
     stage 2   P b + s_r b + K s_r b                (gradients too)
@@ -95,13 +95,19 @@ class Memory:
         return self.params + self.grads + self.state + self.activations + self.recomputed
 
 
-def model_state(params, k, itemsize, zero=0, ranks=1, rank=0, largest=0):
+def zero_share(buckets, ranks, rank):
+    """s_r: the numbers rank ``rank`` of ``ranks`` keeps of buckets of ``buckets`` numbers,
+    each cut into blocks whose sizes differ by at most one (the first ones larger)."""
+    return sum(block_sizes(size, ranks)[rank] for size in buckets)
+
+
+def model_state(params, k, itemsize, zero=0, share=0, largest=0):
     """``Memory`` of weights, gradients and state of ``params`` numbers with ``k`` state arrays
-    each, replicated (``zero`` 0) or as rank ``rank`` of ``ranks`` holds them under ZeRO's
-    stage ``zero`` (``largest``: the parameters of the largest layer, gathered by stage 3)."""
+    each, replicated (``zero`` 0) or under ZeRO's stage ``zero`` with this rank's ``share``
+    (``zero_share``; ``largest``: the largest layer's parameters, which stage 3 gathers)."""
     if zero not in ZERO_STAGES:
         raise ValueError(f"ZeRO stage {zero!r}: choose one of {ZERO_STAGES}")
-    share = block_sizes(params, ranks)[rank] if zero else params
+    share = share if zero else params
     weights = share + largest if zero == 3 else params
     grads = share if zero >= 2 else params
     return Memory(weights * itemsize, grads * itemsize, k * share * itemsize)

@@ -100,8 +100,14 @@ def tensor_volume(model, plan, input_shape, batch, tp, itemsize=4) -> dict:
 
 def gradient_bytes(model, plan, tp, rank, itemsize=4) -> int:
     """Bytes of the gradient rank ``rank`` of a tp group holds: its blocks, and the rest whole."""
+    return sum(block_numbers(model, plan, tp, rank)) * itemsize
+
+
+def block_numbers(model, plan, tp, rank):
+    """The numbers of each parameter (in model order) that rank ``rank`` of a tp group holds:
+    its block of a split layer's, the others whole."""
     split_axis = {"column": 0, "filter": 0, "group": 0, "row": 1, "input": 1}
-    total = 0
+    numbers = []
     for (_, layer), word in zip(leaves(model), plan, strict=True):
         kind = word.partition("+")[0]
         for name, p in layer.named_parameters():
@@ -110,5 +116,5 @@ def gradient_bytes(model, plan, tp, rank, itemsize=4) -> int:
                 axis = 0 if name == "bias" else split_axis[kind]
                 width = p.shape[axis]
                 n = n // width * block_sizes(width, tp)[rank]
-            total += n * itemsize
-    return total
+            numbers.append(n)
+    return numbers
