@@ -176,7 +176,12 @@ def _buckets(sizes, itemsize, bucket_mb):
 
 def _rows(layer, parts):
     """A layer of the spatial front: 1/``parts`` of its activations (its block of rows)."""
-    return replace(layer, output=layer.output // parts, saved=layer.saved // parts)
+    return replace(
+        layer,
+        output=layer.output // parts,
+        padding=layer.padding // parts,
+        saved=layer.saved // parts,
+    )
 
 
 COLUMNS = ("rank", "grid", "stages (layers)", "parameters", "params", "grads", "state")

@@ -39,7 +39,7 @@ A pipeline stage keeps each micro-batch's activations from its forward to its ba
 on stage k of P, GPipe all M, naive one.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -115,8 +115,9 @@ def model_state(params, k, itemsize, zero=0, share=0, largest=0):
 
 @dataclass
 class LayerActivations:
-    """What one layer's forward leaves for backward: its ``output``'s bytes (no new bytes when
-    it is a ``view`` of the input) and the ``saved`` arrays besides."""
+    """What one layer's forward leaves for backward: its output's ``buffer`` (no new bytes when
+    it is a ``view`` of the input), ``output`` bytes of it the output's own, and the ``saved``
+    arrays besides."""
 
     name: str
     kind: str
@@ -124,10 +125,17 @@ class LayerActivations:
     view: bool
     saved: int
     channels: int = 1  # of the output: what tensor parallelism splits
+    bias: bool = False  # the layer adds a bias
+    graph: bool = True  # False: no parameter before it nor its own, so no graph node
+    padding: int = 0  # bytes of the output's buffer beyond the output (Winograd's tiles)
+
+    @property
+    def buffer(self):
+        return self.output + self.padding
 
     @property
     def held(self):
-        return (0 if self.view else self.output) + self.saved
+        return (0 if self.view else self.buffer) + self.saved
 
 
 def layer_activations(model, input_shape, batch, device="cpu"):
@@ -141,9 +149,9 @@ def layer_activations(model, input_shape, batch, device="cpu"):
         module = modules[cost.name.partition("#")[0]]
         output = elements(cost.output_shape) * dtype.itemsize
         graph = cost.input_grad or any(True for _ in module.parameters())
-        view, saved = False, 0
+        view, saved, padding = False, 0, 0
         if isinstance(module, Conv2d):
-            saved, output, row_major = _conv_state(module, cost, dtype, device)
+            saved, padding, row_major = _conv_state(module, cost, dtype, device)
         elif isinstance(module, Flatten):
             view, row_major = row_major, True
         elif isinstance(module, MaxPool2d):
@@ -157,15 +165,20 @@ def layer_activations(model, input_shape, batch, device="cpu"):
             saved = (elements(cost.input_shape) + cost.input_shape[1]) * dtype.itemsize
         if not graph:  # no parameter before it and none of its own: a plain array, no graph
             view, saved = True, 0
+        bias = getattr(module, "bias", None) is not None
         channels = cost.output_shape[1]
-        layers.append(LayerActivations(cost.name, cost.kind, output, view, saved, channels))
+        layers.append(
+            LayerActivations(
+                cost.name, cost.kind, output, view, saved, channels, bias, graph, padding
+            )
+        )
     return layers
 
 
 def _conv_state(module, cost, dtype, device):
-    """(bytes of the state the forward keeps for backward, of the output's buffer, whether the
-    output is row-major). Winograd writes whole m x m tiles: N (m ceil(H'/m)) (m ceil(W'/m)) K
-    numbers, of which the output is a view."""
+    """(bytes of the state the forward keeps for backward, of the output's buffer beyond the
+    output, whether the output is row-major). Winograd writes whole m x m tiles:
+    N (m ceil(H'/m)) (m ceil(W'/m)) K numbers, of which the output is a view."""
     geom = make_geometry(
         cost.input_shape,
         module.weight.shape,
@@ -183,11 +196,12 @@ def _conv_state(module, cost, dtype, device):
     impl = algorithm("forward")
     kept = keeps_state(impl, geom, dtype, algorithm, cost.input_grad, True)
     saved = impl.saved_bytes(geom.per_group(), dtype) * geom.groups if kept else 0
-    output = elements(geom.output_shape)
+    padding = 0
     if isinstance(impl, Winograd) and geom.groups == 1:
         rows, columns = tile_counts(geom.out_h, geom.out_w, impl.m)
-        output = geom.batch * impl.m * rows * impl.m * columns * geom.out_channels
-    return saved, output * dtype.itemsize, impl.name in NCHW_OUTPUT
+        tiles = geom.batch * impl.m * rows * impl.m * columns * geom.out_channels
+        padding = tiles - elements(geom.output_shape)
+    return saved, padding * dtype.itemsize, impl.name in NCHW_OUTPUT
 
 
 def activation_bytes(layers, segments=None):
@@ -197,9 +211,9 @@ def activation_bytes(layers, segments=None):
     batch excepted) and the model its output."""
     if not segments:
         return sum(layer.held for layer in layers), 0
-    inputs = sum(layers[start - 1].output for start, _ in segments if start > 0)
+    inputs = sum(layers[start - 1].buffer for start, _ in segments if start > 0)
     largest = max(sum(layer.held for layer in layers[a:b]) for a, b in segments)
-    return inputs + layers[-1].output, largest
+    return inputs + layers[-1].buffer, largest
 
 
 def peak_in_flight(program, chunk_bytes):
@@ -218,27 +232,30 @@ def peak_in_flight(program, chunk_bytes):
 
 def split_activations(layers, plan, tp, rank, batch):
     """``layers`` as rank ``rank`` of a tensor-parallel group of ``tp`` holds them under
-    ``plan`` (one word per layer, ``dist.tensor.placement``'s): a split activation is the
-    rank's block of its channels or features, a convolution's kept state follows its input,
-    a ``+gather`` layer (and the last ``batch`` one) holds its block and the gathered whole,
-    a ``batch`` layer its block of the batch. The collectives' own copies are not counted:
-    an estimate."""
-    share, result = 1.0, []
+    ``plan`` (one word per layer, ``dist.tensor.placement``'s). A split activation is the
+    rank's block of its channels or features (``batch``: of the samples), and a convolution's
+    kept state follows its input. A ``row`` or ``input`` layer keeps its partial output, the
+    sum over the group (a row-major copy: a flatten after it is a view) and, with a bias,
+    their sum plus the bias; a ``+gather`` layer (and the last ``batch`` one) its block and
+    the gathered whole."""
+    share, summed, result = 1.0, False, []
     words = [word.partition("+") for word in plan]
     for index, (layer, (kind, _, gather)) in enumerate(zip(layers, words, strict=True)):
-        before = share
-        if kind == "batch":
-            share = block_sizes(batch, tp)[rank] / batch
+        before, copies = share, 1
+        if kind == "batch":  # its input a block of the batch too
+            before = share = block_sizes(batch, tp)[rank] / batch
+            summed = False
             gather = index + 1 == len(words) or words[index + 1][0] != "batch"
         elif kind in ("column", "filter", "group"):
-            share = block_sizes(layer.channels, tp)[rank] / layer.channels
+            share, summed = block_sizes(layer.channels, tp)[rank] / layer.channels, False
         elif kind in ("row", "input"):
-            share = 1.0
+            share, summed, copies = 1.0, True, 2 + layer.bias
         saved = layer.saved * (before if layer.kind == "Conv2d" else share)
-        output = 0 if layer.view else layer.output * share
+        view = layer.view or (layer.kind == "Flatten" and summed)
+        output = 0 if view else layer.buffer * share + layer.output * (copies - 1)
         if gather:
-            output, share = output + layer.output, 1.0
+            output, share = output + layer.output * layer.graph, 1.0
         result.append(
-            LayerActivations(layer.name, layer.kind, round(output), False, round(saved), 1)
+            replace(layer, output=round(output), view=False, saved=round(saved), padding=0)
         )
     return result
