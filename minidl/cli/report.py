@@ -6,7 +6,8 @@ runs, also one comparison line per run. It draws ``report.png`` (in the
 first run directory, or ``--out``): test accuracy against training wall time
 and against gradients computed, and the staleness histogram of each run. A
 pipeline run traced with ``--trace`` also gets ``pipeline_timeline.png`` in its
-folder (``perf/pipeline_timeline.py``) and its measured bubble printed. ``--check``
+folder (``perf/pipeline_timeline.py``) and its measured bubble printed. A run's memory
+records show each rank's measured bytes next to ``dist.memory``'s prediction. ``--check``
 prints instead whether each run finished (``train/rundir.py``) and exits
 1 unless all did.
 """
@@ -14,14 +15,16 @@ prints instead whether each run finished (``train/rundir.py``) and exits
 import itertools
 import json
 import os
+from textwrap import indent
 
 from minidl.perf.pipeline_timeline import bubble
 from minidl.perf.telemetry import StalenessHistogram, format_table
 from minidl.train.metrics import read_metrics
 from minidl.train.rundir import run_status
 
+from ..dist.memory import format_measured, predict_run
 from ..perf.pipeline_timeline import is_pipeline_trace, plot_timeline
-from . import flag
+from . import error_text, flag
 
 EPOCH_COLUMNS = [
     ("epoch", "epoch", "{}"),
@@ -74,6 +77,7 @@ def load_run(path):
         "epochs": [r for r in records if r.get("kind") == "epoch"],
         "dist": {r["epoch"]: r for r in records if r.get("kind") == "dist"},
         "compression": {r["epoch"]: r for r in records if r.get("kind") == "compression"},
+        "memory": [r for r in records if r.get("kind") == "memory"],
     }
 
 
@@ -188,6 +192,18 @@ def report_pipeline_trace(run):
         print(f"  timeline: {path}")
 
 
+def report_memory(run):
+    """The last epoch's measured memory per rank, next to what ``dist.memory`` predicts for
+    the run's options."""
+    if not run["memory"]:
+        return
+    try:
+        predicted = predict_run(run["config"])
+    except (ValueError, KeyError, TypeError) as exc:
+        predicted = f"no prediction: {error_text(exc)}"
+    print(indent(format_measured(run["memory"][-1], predicted), "  "))
+
+
 def add_report_arguments(p):
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories of minidl train")
     plot = "where to write the plot (default RUN_DIR/report.png of the first run)"
@@ -218,6 +234,7 @@ def run_report(args):
                 f"per step, {100 * record['ratio']:.2f}% of float32"
             )
         report_pipeline_trace(run)
+        report_memory(run)
         print()
     if len(runs) > 1:
         print(format_table([run_row(run) for run in runs], RUN_COLUMNS))

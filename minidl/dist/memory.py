@@ -25,6 +25,9 @@ its bounds (``Recompute.within``).
 
 import math
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
+
+import numpy as np
 
 from ..layers import Recompute, Sequential, leaves
 from ..perf.memory import (
@@ -38,6 +41,7 @@ from ..perf.memory import (
 )
 from ..perf.pipeline_simulate import simulate, stage_of
 from ..perf.tensor_volume import block_numbers
+from ..train.config import TrainConfig, build_model
 from .grid import GridShape
 from .pipeline import partition
 from .pipeline.schedules import build, default_chunks
@@ -219,3 +223,66 @@ def format_memory(ranks):
 
     rule = "-" * len(line(COLUMNS))
     return "\n".join([line(COLUMNS), rule, *map(line, rows)])
+
+
+IDX_IMAGES = (1, 28, 28)  # MNIST and Fashion-MNIST: one 28x28 channel, ten classes
+
+
+def predict_run(config):
+    """``predict_memory`` for the run a ``config.json`` describes (``minidl train``'s record),
+    or a one-line reason why there is none."""
+    if config.get("dataset") == "folder":
+        return "config.json does not say the image folder's classes and sizes"
+    if config.get("dist") not in (None, "sync"):
+        return f"--dist {config['dist']} keeps the optimizer's state on servers"
+    fields = {k: v for k, v in config.items() if k in TrainConfig.__dataclass_fields__}
+    trained = TrainConfig(**fields | {"recompute": None})
+    stand_in = SimpleNamespace(images=np.empty((0, *IDX_IMAGES)), classes=range(10))
+    model = build_model(trained, stand_in)
+    grid = GridShape.parse(config["grid"]) if config.get("grid") else None
+    if grid is None and config.get("dist") == "sync":
+        grid = GridShape(dp=config.get("world_size", 1))
+    return predict_memory(
+        model,
+        IDX_IMAGES,
+        config["batch_size"],
+        config["optimizer"],
+        grid,
+        config.get("zero", 0),
+        config.get("recompute"),
+        config.get("micro_batches", 1),
+        config.get("schedule", "1f1b"),
+        config.get("chunks"),
+        config.get("tp_layout", "rule"),
+        config.get("bucket_mb", 4.0),
+        config.get("device", "cpu"),
+    )
+
+
+def format_measured(record, predicted):
+    """A ``"memory"`` record's per-rank bytes (MiB) next to ``predicted`` (``RankMemory``s, or
+    the reason there are none)."""
+    kinds = ("params", "grads", "state", "activations")
+    ranks = len(record["params"])
+    guess = predicted if isinstance(predicted, list) and len(predicted) == ranks else None
+    head = ("rank", *kinds, "peak RSS")
+    rows = []
+    for r in range(ranks):
+        cells = [str(r)]
+        for kind in kinds:
+            value = record[kind][r]
+            cell = "-" if value is None else mib(value)
+            if guess is not None:
+                m = guess[r].memory
+                cell += " / " + mib(m.activations if kind == "activations" else getattr(m, kind))
+            cells.append(cell)
+        rows.append((*cells, mib(record["max_rss"][r])))
+    widths = [max(len(row[i]) for row in (head, *rows)) for i in range(len(head))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in (head, *rows)]
+    what = "measured / predicted" if guess is not None else f"measured ({predicted})"
+    title = (
+        f"memory per rank, epoch {record['epoch']} (MiB, {what}; peaks over the first "
+        f"{record['sampled_steps']} steps)"
+    )
+    notes = [record["note"]] if record.get("note") else []
+    return "\n".join([title, *lines, *notes])
