@@ -201,10 +201,46 @@ def test_zero_trains_the_weights_and_state_of_plain_sync_and_resumes_in_one_proc
     assert main(["train", "--resume", resumed, "--epochs", "2", "--no-progress"]) == 0
 
 
+def test_zero3_trains_plain_sync_s_weights_with_an_empty_share_and_resumes_on_other_layouts(
+    mpi_run, tmp_path
+):
+    """``--zero 3`` on 3 ranks, Adam, float64, 242 samples (the last batch of 2 leaves rank 2
+    none): the checkpoint's weights and optimizer state equal plain ``--dist sync``'s; it
+    resumes in one process and under ``--zero 3`` on 2 ranks to the same weights."""
+    flags = ["--batch-size", "8", "--epochs", "1", "--dtype", "float64", "--optimizer", "adam"]
+    flags += ["--lr", "0.002", "--subset", "242", "--test-subset", "100"]
+    runs = {}
+    for name, zero in (("plain", []), ("zero", ["--zero", "3"])):
+        out = str(tmp_path / name)
+        train_mpi(mpi_run, 3, "--dist", "sync", *flags, *zero, "--out", out)
+        runs[name] = load_checkpoint(os.path.join(out, "checkpoint.npz"))
+    plain, zero = runs["plain"], runs["zero"]
+    for key, value in plain.model_state.items():
+        assert np.abs(zero.model_state[key] - value).max() <= 1e-10, key
+    for mine, theirs in zip(zero.optimizer_state["state"], plain.optimizer_state["state"]):
+        for key, value in theirs.items():
+            assert np.abs(np.asarray(mine[key]) - value).max() <= 1e-10, key
+    saved = str(tmp_path / "zero" / "checkpoint.npz")
+    alone, two = str(tmp_path / "alone"), str(tmp_path / "two")
+    resume = ["--resume", saved, "--epochs", "2", "--no-progress"]
+    assert main(["train", *resume, "--out", alone]) == 0
+    result = mpi_run(
+        2, "-m", "minidl", "train", *resume, "--dist", "sync", "--out", two, timeout=180
+    )
+    assert not result.timed_out and result.returncode == 0, result.output
+    with open(os.path.join(two, "config.json")) as f:
+        assert json.load(f)["zero"] == 3  # restored with --dist
+    a, b = weights(alone), weights(two)
+    for key, value in a.items():
+        assert np.abs(b[key] - value).max() <= 1e-10, key
+
+
 @pytest.mark.parametrize(
     "flags, hint",
     [
         (["--dist", "ssp:1", "--zero", "1"], "--zero shards the replicas of --dist sync"),
+        (["--dist", "sync", "--zero", "3", "--trace"], "--trace times each layer's forward"),
+        (["--grid", "dp=2,spatial=2", "--zero", "3"], "not beside spatial blocks"),
         (["--dist", "sync", "--zero", "2", "--compress", "fp16"], "reduce-scatters gradients"),
         (["--dist", "sync", "--zero", "1", "--clip-grad-norm", "1"], "no rank"),
         (["--grid", "pp=2", "--zero", "1"], "--zero with a pipeline"),

@@ -138,12 +138,14 @@ def test_the_one_weird_trick_layout_trains_the_serial_weights(mpi_run, tmp_path,
 
 
 @pytest.mark.timeout(400)
+@pytest.mark.parametrize("stage", ("2", "3"))
 def test_zero_on_the_dp_axis_of_dp2_tp2_trains_the_serial_weights_and_momentum(
-    mpi_run, tmp_path, serial_run
+    mpi_run, tmp_path, serial_run, stage
 ):
-    """``--grid dp=2,tp=2 --zero 2``: each tp rank's blocks and their momentum sharded over
-    its dp group; the checkpoint equals one process with twice the batch."""
+    """``--grid dp=2,tp=2 --zero 2|3``: each tp rank's blocks and their momentum (and at stage
+    3 the blocks' weights) sharded over its dp group; the checkpoint equals one process with
+    twice the batch."""
     out = str(tmp_path / "zero")
-    flags = ["--grid", "dp=2,tp=2", "--zero", "2", "--batch-size", "32", "--epochs", "1"]
+    flags = ["--grid", "dp=2,tp=2", "--zero", stage, "--batch-size", "32", "--epochs", "1"]
     train_mpi(mpi_run, 4, *flags, "--out", out)
     assert_serial_weights_and_momentum(out, serial_run)
