@@ -20,7 +20,7 @@ NOT_RESTORED = tuple(
 # options of a --dist run: restored only when the resumed run has --dist too
 DIST_ONLY = ("compress", "error_feedback", "servers", "zero")
 # options of a pipeline: restored only when the resumed run has a pipeline (--grid ...,pp=P)
-PIPELINE_ONLY = ("micro_batches", "schedule", "chunks")
+PIPELINE_ONLY = ("micro_batches", "schedule", "chunks", "stages")
 # saved under the option's own name, typed as its negation
 NEGATED = {"overlap": "no_overlap"}
 

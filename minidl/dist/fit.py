@@ -50,8 +50,8 @@ from .consistency.ps import TrainingAborted
 from .data_parallel import DistributedOptimizer
 from .grid import Grid
 from .launch import fit_on_workers
-from .pipeline import PipelineTrainer
-from .pipeline.schedules import ASYNCHRONOUS
+from .pipeline import PipelineTrainer, memory_partition
+from .pipeline.schedules import ASYNCHRONOUS, default_chunks
 from .pipeline.shares import PipelineShares
 from .spatial import local_rows, plan_rows, spatial_parallel
 from .straggler import Straggler
@@ -298,6 +298,7 @@ def pipeline_training(run, options, grid, callbacks):
         layers,
         grid.group("pp"),
         optimizer=optimizer,
+        stages=stage_cut(run, options, dp.size),
         micro_batches=options.micro_batches,
         schedule=options.schedule,
         chunks=options.chunks,
@@ -330,6 +331,24 @@ def pipeline_training(run, options, grid, callbacks):
         options=options.record() | {"world_size": grid.shape.dp},
         describe=describe_staleness,
         timeline=lambda: PipelineTimeline(trainer.executor, run.rank),
+    )
+
+
+def stage_cut(run, options, replicas):
+    """How ``options.stages`` cuts ``run``'s serial model: a ``Partition`` by the memory each
+    stage holds for a replica's share of a batch, else the word ("layers", "parameters")."""
+    if options.stages != "memory":
+        return options.stages
+    config, schedule = run.config, options.schedule
+    return memory_partition(
+        run.model,
+        options.grid.pp,
+        run.train_set[0][0].shape,
+        -(-config.batch_size // replicas),
+        micro_batches=options.micro_batches,
+        schedule=schedule,
+        chunks=options.chunks or default_chunks(schedule),
+        optimizer=config.optimizer,
     )
 
 

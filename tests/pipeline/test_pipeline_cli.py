@@ -100,6 +100,7 @@ def test_pipedream_reports_its_staleness_and_its_traced_timeline(tmp_path, capsy
     assert dist[0]["staleness"]["histogram"] == {"0": 25, "1": 15}
     assert dist[0]["stage_staleness_mean"] == [0.75, 0.0]
     assert "pipedream: 40 updates, staleness mean 0.38 max 1" in output
+    assert ", balance " in output and " by memory" in output, output  # the default cut
     events = json.load(open(out / "trace.json"))["traceEvents"]
     computes = [e for e in events if e.get("cat") in ("forward", "backward")]
     assert sorted({e["args"]["step"] for e in computes}) == [1, 2, 3, 4]
@@ -117,6 +118,7 @@ REFUSED = [
     (["--grid", "pp=4", "--schedule", "interleaved", "--micro-batches", "6"], "not a multiple"),
     (["--grid", "pp=2", "--micro-batches", "8", "--batch-size", "4"], "cannot make 8 micro"),
     (["--micro-batches", "4"], "add pp=P to --grid"),
+    (["--stages", "layers"], "set up a pipeline: add pp=P to --grid"),
     (["--grid", "pp=2", "--clip-grad-norm", "1"], "which no pipeline stage sees"),
 ]
 
@@ -162,7 +164,11 @@ def test_the_python_api_refuses_the_same_pipelines():
 
 @pytest.mark.parametrize(
     "flags, hint",
-    [(["--micro-batches", "0"], "not a positive integer"), (["--schedule", "zigzag"], "1f1b")],
+    [
+        (["--micro-batches", "0"], "not a positive integer"),
+        (["--schedule", "zigzag"], "1f1b"),
+        (["--stages", "flops"], "memory"),
+    ],
 )
 def test_bad_pipeline_flags_are_usage_errors(flags, hint, capsys):
     with pytest.raises(SystemExit) as exit_:

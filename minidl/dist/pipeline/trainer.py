@@ -1,10 +1,7 @@
 """Pipeline stages, and ``PipelineTrainer`` that trains a ``Sequential`` cut into them.
 
 Layer pipelining (Ben-Nun & Hoefler 2019, §5.3): stage k holds the contiguous layers
-``bounds[k] = (start, stop)`` of a ``Partition``: uniform by layer count, min-max by
-parameter count or measured time (``min_max_bounds``, a linear-partition dynamic
-programme), or at given cut points. A pipeline runs at its slowest stage's pace: a
-cut's balance is max_k cost_k / mean_k cost_k (1.0 is perfect).
+``bounds[k] = (start, stop)`` of a ``Partition`` (``cut.py``).
 
     trainer = PipelineTrainer(model, comm, optimizer=lambda ps: optim.SGD(ps, lr=0.1),
                               micro_batches=8, schedule="1f1b")
@@ -35,70 +32,18 @@ each micro-batch separately and summing the losses scaled by n_m / N.
 """
 
 from collections import OrderedDict
-from dataclasses import dataclass
 
 import numpy as np
 
 from minidl import backend
 from minidl import functional as F
 from minidl.dist.data_parallel import DistributedOptimizer
+from minidl.dist.pipeline.cut import BALANCE_BY, Partition, partition
 from minidl.dist.pipeline.executor import PipelineExecutor, check_tag_room
 from minidl.dist.pipeline.schedules import ASYNCHRONOUS, build, default_chunks
-from minidl.intmath import block_bounds
-from minidl.layers import Module, Recompute, Sequential
+from minidl.layers import Module, Recompute
 from minidl.layers.recompute import run_segments
 from minidl.perf.pipeline_simulate import stage_of
-
-BALANCE_BY = ("layers", "parameters")
-
-
-@dataclass(frozen=True)
-class Partition:
-    """Where a model is cut: ``bounds[k] = (start, stop)`` layers of stage k and its cost."""
-
-    bounds: tuple
-    costs: tuple
-    by: str
-
-    @property
-    def balance(self):
-        """max / mean of the per-stage cost (1.0: every stage costs the same)."""
-        mean = sum(self.costs) / len(self.costs)
-        return max(self.costs) / mean if mean > 0 else 1.0
-
-    def __len__(self):
-        return len(self.bounds)
-
-
-def min_max_bounds(costs, num_stages):
-    """The contiguous cut into non-empty stages with the smallest largest-stage cost: with
-    best[k][j] the least max-cost of layers 0..j-1 in k stages,
-    best[k][j] = min_i max(best[k-1][i], sum(costs[i:j])). Ties keep the earliest cut."""
-    n = len(costs)
-    prefix = np.concatenate([[0], np.cumsum(costs)]).tolist()
-    inf = float("inf")
-    best = [[inf] * (n + 1) for _ in range(num_stages + 1)]
-    cut = [[0] * (n + 1) for _ in range(num_stages + 1)]
-    best[0][0] = 0
-    for k in range(1, num_stages + 1):
-        for j in range(k, n - (num_stages - k) + 1):
-            for i in range(k - 1, j):
-                value = max(best[k - 1][i], prefix[j] - prefix[i])
-                if value < best[k][j]:
-                    best[k][j], cut[k][j] = value, i
-    bounds, stop = [], n
-    for k in range(num_stages, 0, -1):
-        start = cut[k][stop]
-        bounds.append((start, stop))
-        stop = start
-    return bounds[::-1]
-
-
-def layer_costs(model, by="parameters"):
-    """The cost of each layer of ``model``: 1 per layer, or its number of trained scalars."""
-    if by not in BALANCE_BY:
-        raise ValueError(f"unknown stage cost {by!r}; choose one of {', '.join(BALANCE_BY)}")
-    return [1 if by == "layers" else layer.num_parameters() for layer in model]
 
 
 class Stage(Module):
@@ -121,66 +66,6 @@ class Stage(Module):
         return x
 
 
-def _check_model(model, num_stages):
-    if not isinstance(model, Sequential):
-        raise TypeError(
-            f"pipeline stages cut a Sequential, got a {type(model).__name__}; "
-            "write the model as L.Sequential(layer, layer, ...)"
-        )
-    if isinstance(num_stages, bool) or not isinstance(num_stages, (int, np.integer)):
-        raise TypeError(f"the number of stages must be an int, got {num_stages!r}")
-    if num_stages < 1:
-        raise ValueError(f"a pipeline needs at least 1 stage, got {num_stages}")
-    if num_stages > len(model):
-        raise ValueError(
-            f"cannot cut a model of {len(model)} layers into {num_stages} stages "
-            f"(each stage needs a layer); use at most {len(model)} stages"
-        )
-
-
-def _cut_bounds(num_layers, num_stages, cuts):
-    """Bounds from the first layer index of stages 1..P-1 (strictly increasing, in 1..L-1)."""
-    cuts = [int(c) for c in cuts]
-    if len(cuts) != num_stages - 1:
-        raise ValueError(
-            f"{num_stages} stages need {num_stages - 1} cut points (the first layer of "
-            f"stages 1..{num_stages - 1}), got {len(cuts)}: {cuts}"
-        )
-    edges = [0, *cuts, num_layers]
-    if any(b <= a for a, b in zip(edges, edges[1:])):
-        raise ValueError(
-            f"cut points must increase strictly within 1..{num_layers - 1} so that every "
-            f"stage gets a layer, got {cuts} for a model of {num_layers} layers"
-        )
-    return list(zip(edges, edges[1:]))
-
-
-def partition(model, num_stages, by="layers", cuts=None):
-    """Cut ``model`` (a ``Sequential``) into ``num_stages`` stages; returns a ``Partition``.
-    ``by``: ``"layers"`` (uniform) or ``"parameters"`` (min-max); with ``cuts`` (the first
-    layer of stages 1..P-1) ``by`` only names the cost the balance is measured in. Bad
-    input is refused before any work, with what would fit."""
-    _check_model(model, num_stages)
-    costs = layer_costs(model, by)
-    if cuts is not None:
-        bounds = _cut_bounds(len(model), num_stages, cuts)
-    elif by == "layers":
-        bounds = block_bounds(len(model), num_stages)  # the first stages take the extra layers
-    else:
-        bounds = min_max_bounds(costs, num_stages)
-    stage_costs = tuple(sum(costs[a:b]) for a, b in bounds)
-    return Partition(tuple(bounds), stage_costs, by)
-
-
-def cut_by_cost(costs, num_stages):
-    """The ``Partition`` into ``num_stages`` contiguous stages that minimises the largest
-    stage's summed ``costs`` (one number per layer)."""
-    if not 1 <= num_stages <= len(costs):
-        raise ValueError(f"cannot cut {len(costs)} layers into {num_stages} stages")
-    bounds = min_max_bounds(list(costs), num_stages)
-    return Partition(tuple(bounds), tuple(float(sum(costs[a:b])) for a, b in bounds), "time")
-
-
 def build_stage(model, partition, index):
     """The ``Stage`` module of stage ``index`` (it shares the model's layers)."""
     start, stop = partition.bounds[index]
@@ -198,6 +83,11 @@ def _partition(model, stages, num_stages):
             )
         return stages
     if isinstance(stages, str):
+        if stages == "memory":
+            raise ValueError(
+                "stages='memory' needs the batch the stages will hold: pass "
+                "memory_partition(model, ranks, input_shape, rows, ...), or 'layers'"
+            )
         if stages not in BALANCE_BY:
             raise ValueError(
                 f"stages={stages!r}: choose {' or '.join(map(repr, BALANCE_BY))}, "
