@@ -2,7 +2,7 @@
 rank's bytes of parameters, gradients, optimizer state and activations on a grid."""
 
 from .. import optim
-from ..dist.config import TP_LAYOUTS, DistConfig
+from ..dist.config import STAGE_CUTS, TP_LAYOUTS, DistConfig
 from ..dist.grid import GridShape
 from ..dist.memory import format_memory, predict_memory
 from ..dist.pipeline import SCHEDULES
@@ -25,6 +25,7 @@ SUMMARY_HELP = {
     "--micro-batches": TRAIN_HELP["--micro-batches"],
     "--schedule": TRAIN_HELP["--schedule"],
     "--chunks": TRAIN_HELP["--chunks"],
+    "--stages": TRAIN_HELP["--stages"],
     "--tp-layout": TRAIN_HELP["--tp-layout"],
 }
 
@@ -44,6 +45,7 @@ def add_summary_arguments(p):
     add("--micro-batches", type=positive_int, default=1, metavar="M")
     add("--schedule", default="1f1b", choices=list(SCHEDULES))
     add("--chunks", type=positive_int, metavar="V")
+    add("--stages", default="memory", choices=STAGE_CUTS)
     add("--tp-layout", default="rule", choices=TP_LAYOUTS)
 
 
@@ -66,6 +68,7 @@ def run_summary(args):
         args.micro_batches,
         args.schedule,
         args.chunks,
+        args.stages,
         args.tp_layout,
     )
     k = STATE_ARRAYS[args.optimizer]
@@ -102,6 +105,7 @@ def check_layout(args, grid, recompute):
         micro_batches=args.micro_batches,
         schedule=args.schedule,
         chunks=args.chunks,
+        stages=args.stages,
         tp_layout=args.tp_layout,
     )
     options.check(config)

@@ -43,7 +43,7 @@ from ..perf.pipeline_simulate import simulate, stage_of
 from ..perf.tensor_volume import block_numbers
 from ..train.config import TrainConfig, build_model
 from .grid import GridShape
-from .pipeline import partition
+from .pipeline import memory_partition, partition
 from .pipeline.schedules import build, default_chunks
 from .spatial import plan_rows
 from .tensor import one_weird_trick_plan, plan, tail_plan
@@ -74,6 +74,7 @@ def predict_memory(
     micro_batches=1,
     schedule="1f1b",
     chunks=None,
+    stages="memory",
     tp_layout="rule",
     bucket_mb=4.0,
     device="cpu",
@@ -88,7 +89,10 @@ def predict_memory(
     k = state_arrays(optimizer)
     words = _plan(model, grid, input_shape, tp_layout)
     segmented = Recompute(model, recompute) if recompute else None
-    pipeline = _Pipeline(model, grid.pp, micro_batches, schedule, chunks) if grid.pp > 1 else None
+    pipeline = None
+    if grid.pp > 1:
+        pipeline = _Pipeline(model, grid.pp, micro_batches, schedule, chunks)
+        pipeline.cut(stages, input_shape, batch, optimizer)
     rows = math.ceil(batch / micro_batches) if pipeline else batch
     layers = layer_activations(model, input_shape, rows, device)
     front = plan_rows(model, input_shape[-2], grid.spatial)[1] if grid.spatial > 1 else 0
@@ -130,10 +134,26 @@ class _Pipeline:
     """The stage cut and the schedule's programs of a pipeline of ``ranks`` ranks."""
 
     def __init__(self, model, ranks, micro_batches, schedule, chunks):
-        self.ranks, self.chunks = ranks, chunks or default_chunks(schedule)
-        self.bounds = partition(model, ranks * self.chunks).bounds
+        self.model, self.ranks, self.chunks = model, ranks, chunks or default_chunks(schedule)
+        self.micro_batches, self.schedule = micro_batches, schedule
         self.programs = build(schedule, ranks, micro_batches, self.chunks)
         self.stashed = simulate(self.programs).peak_stashed or (0,) * ranks
+
+    def cut(self, stages, input_shape, rows, optimizer):
+        """The stages as ``minidl train --stages`` cuts them (``pipeline.cut``)."""
+        if stages == "memory":
+            self.bounds = memory_partition(
+                self.model,
+                self.ranks,
+                input_shape,
+                rows,
+                micro_batches=self.micro_batches,
+                schedule=self.schedule,
+                chunks=self.chunks,
+                optimizer=optimizer,
+            ).bounds
+        else:
+            self.bounds = partition(self.model, self.ranks * self.chunks, by=stages).bounds
 
     def stages(self, rank):
         """``(stage, start, stop)`` of each chunk of ``rank``."""
@@ -253,6 +273,7 @@ def predict_run(config):
         config.get("micro_batches", 1),
         config.get("schedule", "1f1b"),
         config.get("chunks"),
+        config.get("stages", "layers"),  # runs before the memory cut were cut by layers
         config.get("tp_layout", "rule"),
         config.get("bucket_mb", 4.0),
         config.get("device", "cpu"),
