@@ -86,7 +86,8 @@ def run_summary(args):
             "activations: those held between forward and backward, plus the largest "
             "recomputed segment's while backward rebuilds it"
         )
-    print("not counted: communication buffers (data parallelism's buckets, P more bytes)")
+    if grid.dp > 1 and not args.zero:
+        print("not counted: the buckets data parallelism averages gradients in (P more bytes)")
     return 0
 
 
