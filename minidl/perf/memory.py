@@ -35,8 +35,11 @@ segments' inputs and the model's output between forward and backward, and in bac
 segment's activations at a time: ``recomputed`` adds the largest segment's.
 
 A pipeline stage keeps each micro-batch's activations from its forward to its backward:
-``peak_in_flight`` walks a schedule's instruction list. 1F1B keeps min(M, P - k) micro-batches
-on stage k of P, GPipe all M, naive one.
+``peak_in_flight`` walks a schedule's instruction list. On stage k of P with M micro-batches,
+1F1B and PipeDream (its order) keep min(M, P - k) (the P - k - 1 warm-up forwards and one
+more), GPipe all M, naive one; interleaved 1F1B with v chunks keeps on rank r at most
+min(v M, (v - 1) P + 2 (P - r) - 1) chunk activations: its warm-up of (v - 1) P + 2 (P - r - 1)
+forwards, and one more.
 """
 
 from dataclasses import dataclass, replace

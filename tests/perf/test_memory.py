@@ -164,18 +164,28 @@ def test_zero_cuts_each_bucket():
 
 
 @pytest.mark.parametrize("ranks", [2, 3, 4])
-@pytest.mark.parametrize("micro_batches", [1, 2, 5, 8])
+@pytest.mark.parametrize("micro_batches", [1, 2, 5, 8, 12])
 def test_micro_batches_in_flight_follow_the_schedules(ranks, micro_batches):
-    """1F1B keeps min(M, P - k) micro-batches on stage k, GPipe M, naive 1; with one byte per
+    """1F1B and PipeDream keep min(M, P - k) micro-batches on stage k, GPipe M, naive 1,
+    interleaved (v chunks) min(v M, (v - 1) P + 2 (P - r) - 1) on rank r; with one byte per
     micro-batch every schedule's walk is the simulator's peak of live activations."""
     forms = {
         "1f1b": lambda k: min(micro_batches, ranks - k),
+        "pipedream": lambda k: min(micro_batches, ranks - k),
         "gpipe": lambda k: micro_batches,
         "naive": lambda k: 1,
     }
     for schedule, form in forms.items():
         programs = build(schedule, ranks, micro_batches)
         assert [peak_in_flight(p, [1]) for p in programs] == [form(k) for k in range(ranks)]
+    for v in (2, 3):
+        if micro_batches % ranks == 0:
+            programs = build("interleaved", ranks, micro_batches, v)
+            held = [peak_in_flight(p, [1] * v) for p in programs]
+            form = [
+                min(v * micro_batches, (v - 1) * ranks + 2 * (ranks - r) - 1) for r in range(ranks)
+            ]
+            assert held == form
     for schedule, chunks in [("pipedream", 1), ("interleaved", 2)]:
         if schedule == "interleaved" and micro_batches % ranks:
             continue
