@@ -50,7 +50,8 @@ from .consistency.ps import TrainingAborted
 from .data_parallel import DistributedOptimizer
 from .grid import Grid
 from .launch import fit_on_workers
-from .pipeline import PipelineTrainer, memory_partition
+from .pipeline import PipelineTrainer
+from .pipeline.cut import cut_stages
 from .pipeline.schedules import ASYNCHRONOUS, default_chunks
 from .pipeline.shares import PipelineShares
 from .spatial import local_rows, plan_rows, spatial_parallel
@@ -335,20 +336,19 @@ def pipeline_training(run, options, grid, callbacks):
 
 
 def stage_cut(run, options, replicas):
-    """How ``options.stages`` cuts ``run``'s serial model: a ``Partition`` by the memory each
-    stage holds for a replica's share of a batch, else the word ("layers", "parameters")."""
-    if options.stages != "memory":
-        return options.stages
-    config, schedule = run.config, options.schedule
-    return memory_partition(
+    """The ``Partition`` ``options.stages`` makes of ``run``'s serial model (by memory: for a
+    replica's share of a batch)."""
+    schedule = options.schedule
+    return cut_stages(
         run.model,
+        options.stages,
         options.grid.pp,
         run.train_set[0][0].shape,
-        -(-config.batch_size // replicas),
+        -(-run.config.batch_size // replicas),
+        chunks=options.chunks or default_chunks(schedule),
         micro_batches=options.micro_batches,
         schedule=schedule,
-        chunks=options.chunks or default_chunks(schedule),
-        optimizer=config.optimizer,
+        optimizer=run.config.optimizer,
     )
 
 

@@ -8,7 +8,7 @@ Rank r of ``--grid dp=D,pp=P,spatial=S,tp=T`` (coordinates ``GridShape.coords``)
   (``perf.memory.split_activations``, an estimate);
 - spatial parallelism: every parameter; 1/S of the split front's activations (its rows;
   halos not counted: an estimate);
-- pipeline parallelism: the layers of its v stages (``pipeline.partition`` by layers, stage
+- pipeline parallelism: the layers of its v stages (``pipeline.cut.cut_stages``, stage
   c P + r as its chunk c). A micro-batch (ceil(b / M) rows) keeps its stage's activations and
   the activation it received from its forward to its backward, as many at once as the
   schedule's instructions have in flight (``perf.memory.peak_in_flight``); PipeDream also
@@ -31,6 +31,7 @@ import numpy as np
 
 from ..layers import Recompute, Sequential, leaves
 from ..perf.memory import (
+    KINDS,
     activation_bytes,
     layer_activations,
     model_state,
@@ -43,7 +44,7 @@ from ..perf.pipeline_simulate import simulate, stage_of
 from ..perf.tensor_volume import block_numbers
 from ..train.config import TrainConfig, build_model
 from .grid import GridShape
-from .pipeline import memory_partition, partition
+from .pipeline.cut import cut_stages
 from .pipeline.schedules import build, default_chunks
 from .spatial import plan_rows
 from .tensor import one_weird_trick_plan, plan, tail_plan
@@ -141,19 +142,17 @@ class _Pipeline:
 
     def cut(self, stages, input_shape, rows, optimizer):
         """The stages as ``minidl train --stages`` cuts them (``pipeline.cut``)."""
-        if stages == "memory":
-            self.bounds = memory_partition(
-                self.model,
-                self.ranks,
-                input_shape,
-                rows,
-                micro_batches=self.micro_batches,
-                schedule=self.schedule,
-                chunks=self.chunks,
-                optimizer=optimizer,
-            ).bounds
-        else:
-            self.bounds = partition(self.model, self.ranks * self.chunks, by=stages).bounds
+        schedule = dict(micro_batches=self.micro_batches, schedule=self.schedule)
+        self.bounds = cut_stages(
+            self.model,
+            stages,
+            self.ranks,
+            input_shape,
+            rows,
+            chunks=self.chunks,
+            optimizer=optimizer,
+            **schedule,
+        ).bounds
 
     def stages(self, rank):
         """``(stage, start, stop)`` of each chunk of ``rank``."""
@@ -283,14 +282,13 @@ def predict_run(config):
 def format_measured(record, predicted):
     """A ``"memory"`` record's per-rank bytes (MiB) next to ``predicted`` (``RankMemory``s, or
     the reason there are none)."""
-    kinds = ("params", "grads", "state", "activations")
     ranks = len(record["params"])
     guess = predicted if isinstance(predicted, list) and len(predicted) == ranks else None
-    head = ("rank", *kinds, "peak RSS")
+    head = ("rank", *KINDS, "peak RSS")
     rows = []
     for r in range(ranks):
         cells = [str(r)]
-        for kind in kinds:
+        for kind in KINDS:
             value = record[kind][r]
             cell = "-" if value is None else mib(value)
             if guess is not None:

@@ -209,3 +209,13 @@ def memory_partition(
         bounds = _cut_bounds(len(model), num_stages, cuts)
     costs = tuple(stage_cost(k, a, b) for k, (a, b) in enumerate(bounds))
     return Partition(tuple(bounds), costs, "memory")
+
+
+def cut_stages(model, by, ranks, input_shape, rows, *, chunks=1, **schedule):
+    """The ``Partition`` of ``model`` into ``ranks * chunks`` stages that ``minidl train
+    --stages by`` makes: by memory (``memory_partition``, for ``rows`` rows of ``input_shape``
+    per replica and ``schedule``'s micro_batches, schedule and optimizer), layers or
+    parameters (``partition``)."""
+    if by == "memory":
+        return memory_partition(model, ranks, input_shape, rows, chunks=chunks, **schedule)
+    return partition(model, ranks * chunks, by=by)
