@@ -29,10 +29,11 @@ and what its backward needs besides its input and output (``saved``):
 
 summed over the layers; the batch and the layers before the first one with parameters
 build no graph. A convolution's algorithm is the layer's own, or the fixed rule's
-(``algo="auto"`` in a deterministic run). Winograd's output is a view of whole m x m tiles:
-the tiles count. Recomputing N segments (Chen et al. 2016) keeps only the
-segments' inputs and the model's output between forward and backward, and in backward one
-segment's activations at a time: ``recomputed`` adds the largest segment's.
+(``algo="auto"`` in a deterministic run); Winograd's output is a view of whole m x m tiles,
+which count. Recomputing N segments (Chen et al. 2016) keeps only the segments' inputs and
+the model's output between forward and backward, and in backward one segment's activations
+at a time: ``activation_bytes`` gives the largest segment's besides. A tensor-parallel rank
+holds its blocks (``split_activations``).
 
 A pipeline stage keeps each micro-batch's activations from its forward to its backward:
 ``peak_in_flight`` walks a schedule's instruction list. On stage k of P with M micro-batches,

@@ -19,10 +19,10 @@ import resource
 import sys
 
 from ..perf.graph_memory import distinct_bytes, graph_bytes
+from ..perf.memory import KINDS
 from .callbacks import Callback
 
 SAMPLED_STEPS = 2
-KINDS = ("params", "grads", "state", "activations")
 PIPELINE_NOTE = "a pipeline's schedule runs forward and backward inside its step: not measured"
 
 
