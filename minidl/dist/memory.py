@@ -107,11 +107,12 @@ def predict_memory(
         own = [sum(layer) for layer in numbers]
         acts = split_activations(layers, words, grid.tp, at["tp"], rows) if grid.tp > 1 else layers
         acts = [_rows(a, grid.spatial) if i < front else a for i, a in enumerate(acts)]
+        rebuilt = 0
         if zero == 3:  # a layer with parameters keeps its input, rebuilt in backward
             rebuilt = max(a.held for a, n in zip(acts, own) if n)
             acts = [replace(a, saved=0) if n else a for a, n in zip(acts, own)]
         stages = pipeline.stages(at["pp"]) if pipeline else [(0, 0, len(model))]
-        held, rebuilt = [], rebuilt if zero == 3 else 0
+        held = []
         for _, start, stop in stages:
             segments = segmented.within(start, stop) if segmented else None
             kept, largest = activation_bytes(acts[start:stop], segments)
