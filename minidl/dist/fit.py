@@ -59,7 +59,8 @@ from .straggler import Straggler
 from .tensor import TRAFFIC, PlacementError, TensorParallel, one_weird_trick_plan, tail_plan
 from .watchdog import Heartbeat, Watchdog, idle
 from .watchdog import progress as made_progress
-from .zero import WholeModelBetweenEpochs, ZeroOptimizer
+from .zero import ZeroOptimizer
+from .zero_layers import WholeModelBetweenEpochs
 
 
 def fit(

@@ -7,19 +7,19 @@ cut into buckets of at most ``bucket_mb`` (``make_buckets``' runs); each bucket 
 blocks whose sizes differ by at most one, block r rank r's (``_blocks``). A step reduce-scatters
 each bucket's gradients as it is complete, g_r = (1/n) sum_i g_i[block r], applies the update
 rule to this rank's blocks, then stages 1 and 2 all-gather the new weights; stage 3 keeps its
-blocks only and gathers a layer's weights when the layer runs. With P parameters, K state
-numbers per parameter (momentum 1, Adam 2) and s = P / n (to one number per bucket), a rank
-holds
+blocks only and gathers a layer's weights when the layer runs (``zero_layers``). With P
+parameters, K state numbers per parameter (momentum 1, Adam 2) and s = P / n (to one number
+per bucket), a rank holds
 
     stage 1   P weights                    P gradients (until the step)    K s state
     stage 2   P weights                    s + one bucket's gradients      K s state
     stage 3   s + one layer's weights      s + one bucket's gradients      K s state
 
+where a ``Linear`` larger than a bucket counts as tiles of a bucket each (``TiledLinear``).
 Stage 3 moves 3P a step instead of 2P: each layer's weights are gathered for its forward and
 again for its backward, and the gradients reduce-scattered (§7.2.2).
 """
 
-import functools
 import math
 
 import numpy as np
@@ -27,11 +27,10 @@ import numpy as np
 from minidl.autograd import no_grad
 from minidl.backend import empty, get_array_module
 from minidl.intmath import block_sizes
-from minidl.layers import Parameter, leaves
-from minidl.recompute import checkpoint
-from minidl.train.callbacks import Callback
+from minidl.layers import Parameter
 
 from .data_parallel import NonFiniteGradientError, ReplicatedOptimizer, _finite, make_buckets
+from .zero_layers import release, tile_rows, wrap_layers
 
 
 def _blocks(start, stop, n):
@@ -53,9 +52,10 @@ class ZeroOptimizer(ReplicatedOptimizer):
     bucket), so an LR schedule driving it keeps working; ``state_dict()`` (collective) and
     ``load_state_dict`` speak the one-process layout. Every update rule works (they are
     element-wise); clipping by the global norm does not, and is refused. Stages 1 and 2 make
-    every parameter a view of one flat weight vector. Stage 3 needs ``model``: each of its
-    leaf layers that holds parameters gathers them when it runs (``_forward``), and between
-    uses a parameter holds an empty array.
+    every parameter a view of one flat weight vector. ``model``, the model whose layers hold
+    the parameters (stage 3 needs it): its layers run through ``zero_layers`` (at stage 2,
+    only the ``Linear`` layers larger than a bucket, in tiles); at stage 3 a parameter holds
+    an empty array between uses.
     """
 
     def __init__(self, optimizer, comm, stage=1, allreduce="auto", bucket_mb=4, model=None):
@@ -74,7 +74,8 @@ class ZeroOptimizer(ReplicatedOptimizer):
         super().__init__(optimizer, comm, allreduce, model)
         self.stage, self.full = stage, list(optimizer.params)
         self.stats.update(bytes_gathered=0)
-        self.runs = [bucket.params for bucket in make_buckets(self.full, int(bucket_mb * 2**20))]
+        bucket_bytes = int(bucket_mb * 2**20)
+        self.runs = [bucket.params for bucket in make_buckets(self.full, bucket_bytes)]
         self.where, self.spans, offset = {}, [], 0  # id(p) -> (bucket, flat offset, shape)
         for k, run in enumerate(self.runs):
             start = offset
@@ -82,7 +83,8 @@ class ZeroOptimizer(ReplicatedOptimizer):
                 self.where[id(p)], offset = (k, offset, p.shape), offset + p.size
             self.spans.append((start, offset))
         self.blocks = [_blocks(a, b, comm.size) for a, b in self.spans]
-        self.layers, self.whole = [], True  # stage 3: each layer's parameters; held whole?
+        self.whole = True  # whether the model's parameters hold their values (stage 3: not)
+        self.tiles = {}  # id(weight) -> (start, stop) rows of each tile (``TiledLinear``)
         if stage < 3:
             self.weights = get_array_module(self.full[0].data).empty(offset, self.full[0].dtype)
             with no_grad():
@@ -94,17 +96,21 @@ class ZeroOptimizer(ReplicatedOptimizer):
         else:
             mine = [self._own_block(k, [p.data for p in run]) for k, run in enumerate(self.runs)]
             self._nothing = get_array_module(mine[0]).empty(0, dtype=mine[0].dtype)
-            self.layers = self._wrap_layers(model)
-            self.release_model()
         self.pieces = [Parameter(block) for block in mine]
         optimizer.params = self.pieces
         optimizer.state = [{} for _ in self.pieces]
+        self.layers = []  # (layer, its parameters) that run through zero_layers
+        if model is not None and stage >= 2:
+            self.tiles = tile_rows(model, self.where, bucket_bytes)
+            self.layers = wrap_layers(self, model)
+        self.release_model()
         self._reduced = [False] * len(self.runs)
         self._ready = [set() for _ in self.runs]
-        self._log, self._last_log = [], self._chain_log()
+        self._log, self._last_log = [], None
         if stage >= 2:
             for p in self.full:
-                p.register_post_accumulate_grad_hook(self._grad_ready)
+                if id(p) not in self.tiles:  # a tiled weight's tiles are reduced as made
+                    p.register_post_accumulate_grad_hook(self._grad_ready)
 
     # ---------------------------------------------------------------- layout
     def _span(self, p):
@@ -134,104 +140,50 @@ class ZeroOptimizer(ReplicatedOptimizer):
                 block[a - lo : b - lo] = xp.asarray(value).reshape(-1)[a - start : b - start]
         return block
 
-    def _whole(self, p, blocks):
-        """Parameter ``p``'s whole array from every rank's block of it (``blocks[k]``: this
-        rank's block of bucket k, of the weights or of a state entry); collective."""
-        k, shape = self.where[id(p)][0], self.where[id(p)][2]
-        (start, stop), (lo, hi) = self._span(p), self.blocks[k][self.comm.rank]
+    def _gathered(self, p, a, b, blocks):
+        """Elements ``[a, b)`` of parameter ``p``'s flat array, from every rank's block of them
+        (``blocks[k]``: this rank's block of bucket k, of the weights or of a state entry), as
+        a new flat array; collective."""
+        k, start = self.where[id(p)][:2]
+        (lo, hi), start, stop = self.blocks[k][self.comm.rank], start + a, start + b
         xp = get_array_module(blocks[k])
         whole = empty(stop - start, blocks[k].dtype, xp, op="ZeRO's gathered parameter")
         a, b = max(start, lo), min(stop, hi)
         if b > a:
             whole[a - start : b - start] = blocks[k][a - lo : b - lo]
         self.comm.allgatherv(whole, _overlaps(start, stop, self.blocks[k]))
-        return whole.reshape(shape)
+        return whole
 
-    # --------------------------------------------------------------- stage 3
-    def _wrap_layers(self, model):
-        """Put ``_forward`` in front of the forward of each leaf layer of ``model`` that holds
-        parameters (an instance attribute, as ``perf.instrument`` times layers); returns each
-        such layer's parameters, in model order."""
-        layers = []
-        for _, layer in leaves(model):
-            params = [p for p in layer._parameters.values() if id(p) in self.where]
-            if params:
-                forward = functools.partial(self._forward, params, layer.forward)
-                object.__setattr__(layer, "forward", forward)
-                layers.append(params)
-        held = {id(p) for params in layers for p in params}
-        for name, p in zip(self._param_names(self.full), self.full):
-            if id(p) not in held:
-                raise ValueError(
-                    f"ZeroOptimizer: stage 3 gathers parameters layer by layer, but {name} is in "
-                    "no leaf layer of the model; pass the model that holds it, or use stage 1 or 2"
-                )
-        return layers
+    def _whole(self, p, blocks):
+        """Parameter ``p``'s whole array (``_gathered``), in its shape."""
+        start, stop = self._span(p)
+        return self._gathered(p, 0, stop - start, blocks).reshape(self.where[id(p)][2])
 
-    def _forward(self, params, forward, x):
-        """A layer's ``forward`` on its gathered ``params``, which it does not keep: without a
-        graph, and again in backward (``checkpoint``, which replays the random draws), where
-        the gradients reach their owners (``_grad_ready``).
-
-        Keeping the graph instead would keep every gathered weight alive until backward (a
-        ``Linear`` saves W for dX = dY W), so no layer's copy could be freed; recomputing costs
-        one more forward of each layer with parameters a step, and keeps its input only."""
-        if self.whole:
-            return forward(x)
-        return checkpoint(functools.partial(self._run_gathered, params, forward), x)
-
-    def _run_gathered(self, params, forward, x):
-        """``forward(x)`` with ``params`` gathered, then released (logged for ``_join``)."""
-        self._log.append(("gather", params))
-        self._gather(params)
-        try:
-            return forward(x)
-        finally:
-            self._release(params)
-
-    def _gather(self, params):
-        weights = [piece.data for piece in self.pieces]
-        for p in params:
-            p.data = self._whole(p, weights)
-            self.stats["bytes_gathered"] += p.data.nbytes
-
-    def _release(self, params):
-        for p in params:
-            p.data = self._nothing
+    def weights_of(self, p, a, b):
+        """Stage 3: the weights ``[a, b)`` of ``p``'s flat array, gathered for a layer to use and
+        drop (collective; logged for ``_join``)."""
+        self._log.append(("gather", p, a, b))
+        gathered = self._gathered(p, a, b, [piece.data for piece in self.pieces])
+        self.stats["bytes_gathered"] += gathered.nbytes
+        return gathered
 
     def gather_model(self):
         """Stage 3: every parameter whole on every rank (collective) until ``release_model`` or
         the next step, so that evaluation and a checkpoint read the model without gathering
         layer by layer (``WholeModelBetweenEpochs``); P weights on each rank meanwhile."""
         if not self.whole:
-            for params in self.layers:
-                self._gather(params)
+            weights = [piece.data for piece in self.pieces]
+            for _, params in self.layers:
+                for p in params:
+                    p.data = self._whole(p, weights)
             self.whole = True
 
     def release_model(self):
         """Stage 3: the parameters hold nothing again (their values live in the blocks)."""
-        for params in self.layers:
-            self._release(params)
-        self.whole = self.stage < 3
-
-    def _chain_log(self):
-        """A step's collectives when the layers run as a chain: each one's forward in model order,
-        then each backward in reverse, its gradients ready as it ends. What ``_join`` repeats
-        before this rank has run a step of its own."""
-        backward = [("gather", params) for params in reversed(self.layers)]
-        ready = [[("ready", p) for p in params] for params in reversed(self.layers)]
-        chain = [("gather", params) for params in self.layers]
-        return chain + [entry for b, r in zip(backward, ready) for entry in (b, *r)]
-
-    def _join(self, log):
-        """Take part, without samples, in the step the other ranks run: ``log``'s gathers and
-        reduce-scatters (a step's, in its order), with zero gradients. A rank whose share of a
-        batch is empty (an uneven last batch) runs no forward, but stage 3's gathers need it."""
-        for kind, what in log:
-            if kind == "gather":  # gathered and released, as a forward or backward would
-                self._run_gathered(what, lambda _: None, None)
-            else:
-                self._grad_ready(what)
+        if self.stage == 3:
+            for _, params in self.layers:
+                release(self, params)
+            self.whole = False
 
     # ------------------------------------------------------------------ step
     def zero_grad(self):
@@ -241,7 +193,6 @@ class ZeroOptimizer(ReplicatedOptimizer):
 
     def _grad_ready(self, p):
         """Stages 2 and 3: reduce-scatter each complete bucket, in order, as backward fills it."""
-        self._log.append(("ready", p))
         k = self.where[id(p)][0]
         self._reduced[k] = False  # a gradient accumulated after the bucket was reduced: again
         self._ready[k].add(id(p))
@@ -251,9 +202,9 @@ class ZeroOptimizer(ReplicatedOptimizer):
             first += 1
 
     def _reduce(self, k):
-        """Reduce-scatter bucket ``k``'s weighted gradients, add this rank's block of the mean to
-        its piece's gradient, and drop the bucket's local gradients. A bucket of one parameter
-        is sent from that gradient itself, a longer one from a copy in a pooled buffer."""
+        """Reduce-scatter bucket ``k``'s weighted gradients (``_scatter_add``) and drop them. A
+        bucket of one parameter is sent from that gradient itself, a longer one from a copy in
+        a pooled buffer."""
         (start, stop), run, piece = self.spans[k], self.runs[k], self.pieces[k]
         xp = get_array_module(piece.data)
         if len(run) == 1 and run[0].grad is not None:
@@ -270,17 +221,63 @@ class ZeroOptimizer(ReplicatedOptimizer):
                     xp.multiply(p.grad.reshape(-1), self._weight, out=send[a - start : b - start])
         for p in run:
             p.grad = None
-        part = empty(piece.size, piece.dtype, xp, op="ZeRO's gradient block")
-        self.comm.reduce_scatter(send, _overlaps(start, stop, self.blocks[k]), part, op="mean")
-        piece.grad = part if piece.grad is None else piece.grad + part
+        self._scatter_add(k, start, stop, send)
+
+    def reduce_rows(self, p, r0, r1, grad):
+        """The gradient of rows ``r0..r1-1`` of weight ``p`` (a tile's, this rank's: weighted
+        here) reduce-scattered to their owners (``_scatter_add``)."""
+        k, start, shape = self.where[id(p)]
+        if self._weight != 1.0:
+            grad *= self._weight
+        row = math.prod(shape[1:])
+        self._scatter_add(k, start + r0 * row, start + r1 * row, grad.reshape(-1))
+
+    def _scatter_add(self, k, start, stop, send):
+        """Reduce-scatter ``send`` (elements ``[start, stop)`` of bucket ``k``, this rank's) and
+        add this rank's share of the mean to its piece's gradient; a bucket reduced to its end
+        is done for the step (logged for ``_join``)."""
+        self._log.append(("reduce", k, start, stop))
+        counts = _overlaps(start, stop, self.blocks[k])
+        piece, (lo, _) = self.pieces[k], self.blocks[k][self.comm.rank]
+        xp = get_array_module(piece.data)
+        part = empty(counts[self.comm.rank], piece.dtype, xp, op="ZeRO's gradient block")
+        self.comm.reduce_scatter(send, counts, part, op="mean")
+        if piece.grad is None and part.size == piece.size:
+            piece.grad = part
+        else:
+            if piece.grad is None:
+                piece.grad = xp.zeros(piece.shape, dtype=piece.dtype)
+            at = max(start, lo) - lo
+            piece.grad[at : at + part.size] += part
         self.stats["bytes_reduced"] += send.nbytes
-        self._reduced[k], self._ready[k] = True, set()
+        if stop == self.spans[k][1]:
+            self._reduced[k], self._ready[k] = True, set()
+
+    def _join(self):
+        """Take part, without samples, in the step the other ranks run: the gathers and
+        reduce-scatters of this rank's last step, in its order, with zero gradients. A rank
+        whose share of a batch is empty (an uneven last batch) runs no forward, while stage
+        3's gathers and the tiles' reduce-scatters happen inside the others' forward and
+        backward."""
+        if self._last_log is None:
+            raise RuntimeError(
+                f"ZeroOptimizer: rank {self.comm.rank} has no sample in its first step, so it "
+                "cannot know which layers the other ranks gather and reduce; give every rank a "
+                "sample in the first step"
+            )
+        xp = get_array_module(self.pieces[0].data)
+        for kind, *what in self._last_log:
+            if kind == "gather":  # gathered and dropped, as a forward or backward does
+                self.weights_of(*what)
+            else:
+                k, start, stop = what
+                self._scatter_add(k, start, stop, xp.zeros(stop - start, self.pieces[k].dtype))
 
     def step(self):
         """Reduce-scatter what backward has not, check the gradient finite on every rank, update
         this rank's blocks; stages 1 and 2 then all-gather the weights."""
-        if self.stage == 3 and not self._log:  # no forward on this rank: join the others'
-            self._join(self._last_log)
+        if self.layers and not self._log:  # no forward here: join the others' collectives
+            self._join()
         for k in range(len(self.runs)):
             if not self._reduced[k]:
                 self._reduce(k)
@@ -304,7 +301,9 @@ class ZeroOptimizer(ReplicatedOptimizer):
         for piece in self.pieces:
             piece.grad = None
         self._reduced = [False] * len(self.runs)
-        self._last_log, self._log = self._log or self._last_log, []
+        if self._log:
+            self._last_log = self._log
+        self._log = []
 
     # ----------------------------------------------------------------- state
     def state_dict(self):
@@ -339,53 +338,3 @@ class ZeroOptimizer(ReplicatedOptimizer):
                 else:
                     piece[key] = self._own_block(k, [states[index[id(p)]][key] for p in run])
         self.optimizer.load_state_dict({"hyper": state_dict["hyper"], "state": pieces})
-
-
-class WholeModelBetweenEpochs(Callback):
-    """Stage 3 in the epoch loop: the model whole on every rank from the end of an epoch's
-    training (``after_epoch``, which every rank reaches) to the end of its evaluation and
-    checkpoint. Evaluation then issues no gathers, so the ranks' shares of the test set may
-    hold different numbers of batches; it costs the whole weights on each rank meanwhile."""
-
-    def __init__(self, zero):
-        self.zero = zero
-
-    def after_epoch(self, epoch, stats):
-        self.zero.gather_model()
-        return []
-
-    def after_evaluation(self):
-        self.zero.release_model()
-
-
-class Zero3Placement:
-    """What evaluation and the checkpoint see of a model trained with ZeRO stage 3 (the
-    protocol of ``loop.Training.placement``): ``module`` (the model) evaluated on ``replicas``'
-    shares of the test set (whole between epochs: ``WholeModelBetweenEpochs``); the serial
-    model's state (``model_state``) and the optimizer's (``optimizer_state``) streamed to rank
-    0, each parameter gathered in turn when the model is not whole (collective; None on the
-    other ranks); ``scatter_state``, what ``ZeroOptimizer.load_state_dict`` takes (the
-    one-process layout: it cuts this rank's blocks itself)."""
-
-    def __init__(self, zero):
-        self.zero, self.module, self.replicas = zero, zero.model, zero.comm
-        self.evaluated = self.module
-
-    def model_state(self):
-        root, zero = self.replicas.rank == 0, self.zero
-        weights = [piece.data for piece in zero.pieces]
-        for name, p in self.module.named_parameters():
-            whole = p.data if zero.whole or id(p) not in zero.where else zero._whole(p, weights)
-            yield name, whole if root else None
-        for name, b in self.module.named_buffers():
-            yield name, b.data if root else None
-
-    def optimizer_state(self, state_dict):
-        root = self.replicas.rank == 0
-        return {
-            "hyper": state_dict["hyper"],
-            "state": (state if root else None for state in state_dict["state"]),
-        }
-
-    def scatter_state(self, state_dict):
-        return state_dict

@@ -21,3 +21,10 @@ def test_zero_equals_one_process_for_every_rule_and_holds_a_share(run_checks, np
 
 def test_zero_on_the_dp_axis_of_a_tensor_parallel_grid_equals_one_process(run_checks):
     run_checks(4, "dp_axis_of_a_tensor_parallel_grid", script="zero_checks.py", timeout=120)
+
+
+def test_a_stage3_rank_without_a_sample_in_its_first_step_stops_the_job(mpi_run, checks_script):
+    script = checks_script.parent / "zero_checks.py"
+    result = mpi_run(2, script, "a_first_step_without_samples_stops_the_job", timeout=60)
+    assert not result.timed_out, result.output
+    assert result.returncode != 0 and "no sample in its first step" in result.output

@@ -19,11 +19,11 @@ from minidl import optim, random
 from minidl.dist import Grid, ZeroOptimizer
 from minidl.dist.tensor import TensorParallel
 from minidl.dist.tensor.layers import ShardedModule
-from minidl.dist.zero import Zero3Placement
+from minidl.dist.zero_layers import Zero3Placement
 from minidl.intmath import block_bounds, block_sizes
 
 STEPS, LOCAL_BATCH = 20, 3
-EMPTY_SHARE = (0, 11)  # steps whose global batch leaves the last rank no sample
+EMPTY_SHARE = (5, 11)  # steps whose global batch leaves the last rank no sample
 RULES = {
     "sgd": lambda ps: optim.SGD(ps, lr=0.05, weight_decay=1e-3),
     "momentum": lambda ps: optim.Momentum(ps, lr=0.05, momentum=0.9),
@@ -87,25 +87,35 @@ def assert_equal(net, opt, want, plain, what):
 
 def check_every_rule_equals_one_process(comm):
     """Stages 1, 2 and 3, every update rule, 20 steps (two with an empty share on the last
-    rank, the first of them before it ran a step), buckets of one parameter: weights and
-    optimizer state to 1e-10."""
+    rank): weights and optimizer state to 1e-10. In buckets of one parameter, where every
+    ``Linear`` runs in tiles of one row at stages 2 and 3, and at stage 3 in one bucket too,
+    where each layer is gathered whole."""
     data = batches(comm.size)
     for name, make in RULES.items():
         want = model()
         plain = make(want.parameters())
         train(want, plain, data)
-        for stage in (1, 2, 3):
+        for stage, bucket_mb in ((1, 1e-4), (2, 1e-4), (3, 1e-4), (3, 4)):
             net = model()
-            opt = zero(net, make, comm, stage, bucket_mb=1e-4)
+            opt = zero(net, make, comm, stage, bucket_mb=bucket_mb)
+            if bucket_mb < 1:
+                assert len(opt.tiles) == (3 if stage > 1 else 0), opt.tiles
             train(net, opt, data, comm, opt.set_batch_weight)
-            assert_equal(net, opt, want, plain, f"stage {stage} {name}")
+            assert_equal(net, opt, want, plain, f"stage {stage} ({bucket_mb} MiB) {name}")
+
+
+def check_a_first_step_without_samples_stops_the_job(comm):
+    """Stage 3 on a rank whose first step holds no sample: it cannot know which layers the
+    others gather, and says so; the job ends instead of hanging (the test runs it)."""
+    net = model()
+    opt = zero(net, lambda ps: optim.SGD(ps, lr=0.1), comm, 3)
+    train(net, opt, batches(comm.size, empty=(0,))[:1], comm)
 
 
 def check_stage3_recomputes_the_same_dropout_masks(comm):
     """Stage 3 inside recomputed segments (each layer's forward run three times a step), with
-    dropout keyed by sample: Adam's 20 steps equal one process without either. (A rank with
-    no sample in its very first step repeats a chain's collectives, not the segments'.)"""
-    data = batches(comm.size, empty=EMPTY_SHARE[1:])
+    dropout keyed by sample: Adam's 20 steps equal one process without either."""
+    data = batches(comm.size)
     want = model(dropout=True)
     plain = optim.Adam(want.parameters(), lr=0.01)
     train(want, plain, data)
@@ -126,7 +136,8 @@ def check_shards_hold_a_share(comm):
     parameter as its own; stage 2 drops the whole gradients once reduce-scattered; stage 3
     holds no weight between steps, nor any gathered copy once a forward or backward is done."""
     sizes = [p.size for p in model().parameters()]
-    for stage, bucket_mb, buckets in ((2, 4, [sum(sizes)]), (3, 1e-4, sizes), (3, 4, [sum(sizes)])):
+    one, each = [sum(sizes)], sizes  # the buckets of 4 MiB, and of 1e-4 MiB
+    for stage, bucket_mb, buckets in ((2, 4, one), (2, 1e-4, each), (3, 1e-4, each), (3, 4, one)):
         net = model()
         opt = zero(net, lambda ps: optim.Adam(ps, lr=0.01), comm, stage, bucket_mb=bucket_mb)
         train(net, opt, batches(comm.size)[1:2], comm)
@@ -140,8 +151,8 @@ def check_shards_hold_a_share(comm):
         assert blocks == 8 * shard and held == (0 if stage == 3 else 8 * sum(sizes)), held
         gathered = []
         if stage == 3:  # every gathered copy: weak references, dead once nothing holds it
-            whole = opt._whole
-            opt._whole = lambda p, blocks: keep(gathered, whole(p, blocks))
+            gather = opt._gathered
+            opt._gathered = lambda *args: keep(gathered, gather(*args))
         loss = net(md.Tensor(np.ones((2, 7)))).sum()
         assert_freed(net, gathered, stage, "forward")
         loss.backward()
