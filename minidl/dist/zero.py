@@ -144,13 +144,13 @@ class ZeroOptimizer(ReplicatedOptimizer):
         """Elements ``[a, b)`` of parameter ``p``'s flat array, from every rank's block of them
         (``blocks[k]``: this rank's block of bucket k, of the weights or of a state entry), as
         a new flat array; collective."""
-        k, start = self.where[id(p)][:2]
-        (lo, hi), start, stop = self.blocks[k][self.comm.rank], start + a, start + b
+        k, offset = self.where[id(p)][:2]
+        (lo, hi), start, stop = self.blocks[k][self.comm.rank], offset + a, offset + b
         xp = get_array_module(blocks[k])
         whole = empty(stop - start, blocks[k].dtype, xp, op="ZeRO's gathered parameter")
-        a, b = max(start, lo), min(stop, hi)
-        if b > a:
-            whole[a - start : b - start] = blocks[k][a - lo : b - lo]
+        first, last = max(start, lo), min(stop, hi)  # what this rank holds of them
+        if last > first:
+            whole[first - start : last - start] = blocks[k][first - lo : last - lo]
         self.comm.allgatherv(whole, _overlaps(start, stop, self.blocks[k]))
         return whole
 
