@@ -292,6 +292,7 @@ class ZeroOptimizer(ReplicatedOptimizer):
         if self.stage < 3:
             for (a, b), blocks in zip(self.spans, self.blocks):
                 self.comm.allgatherv(self.weights[a:b], _overlaps(a, b, blocks))
+            self.stats["bytes_gathered"] += self.weights.nbytes
         self.release_model()  # stage 3: whole copies gathered before the update are stale
         self.stats["steps"] += 1
         self._clear()
