@@ -111,7 +111,7 @@ def minidl_workers_epochs(args):
             cmd += ["--data-dir", args.data_dir]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         with open(os.path.join(out, "metrics.jsonl")) as f:
-            records = [json.loads(line) for line in f]
+            records = [r for r in map(json.loads, f) if r["kind"] == "epoch"]
     return [r["seconds"] for r in records], records[-1]["test_acc"]
 
 

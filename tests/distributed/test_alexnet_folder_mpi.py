@@ -34,7 +34,8 @@ def test_two_ranks_share_the_folder_and_report_global_metrics(mpi_run, folder, t
     result = mpi_run(2, *common, *options, "--out", str(out), env=env, timeout=240)
     assert not result.timed_out and result.returncode == 0, result.output
     assert result.output.count("epoch 1/1") == 1  # only rank 0 reports
-    (record,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    (record,) = [r for r in map(json.loads, lines) if r["kind"] == "epoch"]
     assert record["train_images"] == len(made["train"])  # every readable image once
     assert record["skipped_images"] == 1  # the corrupt one, counted over both ranks
     assert record["test_images"] == len(made["val"])
@@ -85,7 +86,8 @@ def test_two_ranks_equal_one_process_with_the_whole_batch(mpi_run, tmp_path, cor
         result = mpi_run(ranks, *common, *extra, "--out", str(out), env=env, timeout=240)
         assert not result.timed_out and result.returncode == 0, result.output
         checkpoint = load_checkpoint(out / "checkpoint.npz")
-        record = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+        lines = (out / "metrics.jsonl").read_text().splitlines()
+        record = [r for r in map(json.loads, lines) if r["kind"] == "epoch"][-1]
         runs[ranks] = (checkpoint.model_state, checkpoint.optimizer_state["state"], record)
     (one, one_velocity, one_record), (two, two_velocity, two_record) = runs[1], runs[2]
     assert one_record["train_images"] == two_record["train_images"] == (images if corrupt else 12)
