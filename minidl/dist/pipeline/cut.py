@@ -26,7 +26,7 @@ import numpy as np
 
 from minidl.intmath import block_bounds
 from minidl.layers import Sequential
-from minidl.perf.memory import layer_activations, state_arrays
+from minidl.perf.memory import layer_activations, peak_in_flight, state_arrays
 from minidl.perf.pipeline_simulate import place_of, simulate
 
 from .schedules import build
@@ -150,17 +150,13 @@ def cut_by_cost(costs, num_stages):
 
 
 def in_flight(programs, chunks):
-    """F_k: the most micro-batches each stage (k = c P + r) has between forward and backward."""
+    """F_k: the most micro-batches each stage (k = c P + r) has between forward and backward
+    (``peak_in_flight`` of its rank's program, counting its chunk's micro-batches alone)."""
     ranks = len(programs)
-    counts = [0] * (ranks * chunks)
-    for rank, program in enumerate(programs):
-        live = [0] * chunks
-        for instruction in program:
-            if instruction.op in ("forward", "backward"):
-                live[instruction.chunk] += 1 if instruction.op == "forward" else -1
-                stage = instruction.chunk * ranks + rank
-                counts[stage] = max(counts[stage], live[instruction.chunk])
-    return counts
+    return [
+        peak_in_flight(programs[k % ranks], [int(c == k // ranks) for c in range(chunks)])
+        for k in range(ranks * chunks)
+    ]
 
 
 def memory_partition(
