@@ -77,7 +77,8 @@ def layouts(tmp_path):
 
 def zero_memory(tmp_path):
     rows = [
-        (s, (4e5, 4e5 / (1 + (s > 1)), 4e5 / (1 + (s > 0))), (4e5,) * 3, 0.0) for s in (0, 1, 2)
+        (s, (4e5 / (1 + (s > 2)), 4e5 / (1 + (s > 1)), 4e5 / (1 + (s > 0))), (4e5,) * 3, 0.0)
+        for s in (0, 1, 2, 3)
     ]
     return example("15_zero_memory").plot(rows, 2, tmp_path / "15.png")
 

@@ -322,22 +322,32 @@ def test_model_parallel_layouts_example_trains_one_process_weights_with_the_pred
 
 
 @pytest.mark.mpi
-def test_zero_memory_example_holds_the_formulas_bytes_and_the_plain_weights(tmp_path):
+def test_zero_memory_example_holds_the_predicted_bytes_and_the_plain_weights(tmp_path):
     out = run_mpi_example(2, "15_zero_memory.py", "--steps", 2, "--plot", tmp_path / "15.png")
     cell = r"([\d,]+) \(([\d,]+)\)\s+"
-    rows = re.findall(rf"^(\d)\s+(\d)\s+{cell * 3}(\S+)$", out, re.M)
-    assert sorted((stage, rank) for stage, rank, *_ in rows) == [
-        (s, r) for s in "012" for r in "01"
-    ], out
-    for stage, _, *cells, gap in rows:
-        params, params_formula, grads, grads_formula, state, state_formula = (
+    rows = re.findall(rf"^(\d)\s+(\d)\s+{cell * 3}([\d.]+) \(([\d.]+)\)\s+(\S+)$", out, re.M)
+    stages_and_ranks = [(stage, rank) for stage, rank, *_ in rows]
+    assert stages_and_ranks == [(s, r) for s in "0123" for r in "01"], out
+    ratios = {}
+    for stage, rank, *cells, ratio, ratio_predicted, gap in rows:
+        params, params_predicted, grads, grads_predicted, state, state_predicted = (
             int(c.replace(",", "")) for c in cells
         )
-        assert params == params_formula and state == state_formula, out
-        if stage == "2":  # its shard, and for a moment the bucket backward completes
-            assert grads_formula < grads < params, out
+        if stage == "0":
+            whole = params
+        assert params == params_predicted and state == state_predicted, out
+        assert state == (whole if stage == "0" else whole // 2), out  # momentum: K = 1
+        if stage == "3":  # its share, and the largest layer gathered
+            assert state < params < whole, out
         else:
-            assert grads == grads_formula == params, out
-        assert state == (params if stage == "0" else params // 2), out
+            assert params == whole, out
+        if stage in "23":  # its share, and for a moment the bucket backward completes
+            assert grads_predicted == state < grads < whole, out
+        else:
+            assert grads == grads_predicted == whole, out
+        ratios.setdefault(rank, []).append(float(ratio))
+        assert float(ratio_predicted) <= float(ratio), out
         assert float(gap) <= 1e-6, out
+    for held in ratios.values():
+        assert held[0] == 1.0 and all(a > b for a, b in zip(held, held[1:])), out
     assert (tmp_path / "15.png").stat().st_size > 0
