@@ -214,18 +214,25 @@ class Bucket(FlatBuffer):
 
 def make_buckets(params, bucket_bytes):
     """Group parameters, last first (the order backward produces their gradients), into runs
-    of one dtype of at most ``bucket_bytes`` each."""
-    buckets, run, run_bytes = [], [], 0
-    for p in reversed(params):
-        nbytes = p.size * p.dtype.itemsize
-        if run and (run_bytes + nbytes > bucket_bytes or p.dtype != run[0].dtype):
-            buckets.append(Bucket(len(buckets), run))
+    of one dtype of at most ``bucket_bytes`` each (``bucket_runs``)."""
+    runs = bucket_runs(
+        [p.size * p.dtype.itemsize for p in params], bucket_bytes, [p.dtype for p in params]
+    )
+    return [Bucket(index, [params[i] for i in run]) for index, run in enumerate(runs)]
+
+
+def bucket_runs(sizes, bucket_bytes, kinds=None):
+    """The indices of items of ``sizes`` bytes, last first, in runs of at most ``bucket_bytes``
+    (an item larger alone) that never mix two ``kinds`` (dtypes)."""
+    kinds = kinds or [None] * len(sizes)
+    runs, run, run_bytes = [], [], 0
+    for index in reversed(range(len(sizes))):
+        if run and (run_bytes + sizes[index] > bucket_bytes or kinds[index] != kinds[run[0]]):
+            runs.append(run)
             run, run_bytes = [], 0
-        run.append(p)
-        run_bytes += nbytes
-    if run:
-        buckets.append(Bucket(len(buckets), run))
-    return buckets
+        run.append(index)
+        run_bytes += sizes[index]
+    return runs + [run] if run else runs
 
 
 class DistributedOptimizer(ReplicatedOptimizer):

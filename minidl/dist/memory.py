@@ -43,6 +43,7 @@ from ..perf.memory import (
 from ..perf.pipeline_simulate import simulate, stage_of
 from ..perf.tensor_volume import block_numbers
 from ..train.config import TrainConfig, build_model
+from .data_parallel import bucket_runs
 from .grid import GridShape
 from .pipeline.cut import cut_stages
 from .pipeline.schedules import build, default_chunks
@@ -188,14 +189,9 @@ def _plan(model, grid, input_shape, tp_layout):
 
 def _buckets(sizes, itemsize, bucket_mb):
     """The numbers in each gradient bucket of parameters of ``sizes`` numbers: last first, runs
-    of at most ``bucket_mb`` MiB (``data_parallel.make_buckets``' grouping)."""
-    buckets, limit = [], int(bucket_mb * 2**20)
-    for n in reversed(sizes):
-        if buckets and (buckets[-1] + n) * itemsize <= limit:
-            buckets[-1] += n
-        else:
-            buckets.append(n)
-    return buckets
+    of at most ``bucket_mb`` MiB (``data_parallel.bucket_runs``, as ``make_buckets`` groups)."""
+    runs = bucket_runs([n * itemsize for n in sizes], int(bucket_mb * 2**20))
+    return [sum(sizes[i] for i in run) for run in runs]
 
 
 def _rows(layer, parts):
