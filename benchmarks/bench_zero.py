@@ -33,6 +33,7 @@ import minidl as md
 from minidl import functional as F
 from minidl import optim
 from minidl.dist import DistributedOptimizer, ZeroOptimizer
+from minidl.models.alexnet import IMAGE_SIZE
 from minidl.perf.graph_memory import distinct_bytes
 from minidl.pool import HOST_POOL, default_limit
 
@@ -46,7 +47,8 @@ COLLECTIVES = {"reduce_scatter": "grads", "allgatherv": "params", "iallreduce": 
 def build(name, variant):
     md.manual_seed(0)
     if name == "alexnet":
-        return md.models.alexnet(num_classes=1000, variant=variant), (3, 224, 224)
+        size = IMAGE_SIZE[variant]
+        return md.models.alexnet(num_classes=1000, variant=variant), (3, size, size)
     return md.models.lenet5(), (1, 28, 28)
 
 
