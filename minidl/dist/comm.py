@@ -330,6 +330,14 @@ class Communicator:
         self._staging.copy_back(array, buffer)
         return array
 
+    def send_object(self, obj, dest, tag=0):
+        """Blocking send of a small picklable object (the layout of a state) to rank ``dest``."""
+        self.mpi.send(obj, dest, tag)
+
+    def recv_object(self, source, tag=0):
+        """The object a ``send_object`` from rank ``source`` sent."""
+        return self.mpi.recv(source=source, tag=tag)
+
     def sendrecv(self, send_array, dest, recv_array, source, sendtag=0, recvtag=0):
         """Send to ``dest`` and receive from ``source`` at once (no deadlock in rings)."""
         recv_buffer = self._staging.incoming(recv_array)

@@ -122,12 +122,12 @@ class PipelineShares:
 
 def _send_state(comm, state, dest):
     """A per-parameter optimizer state: its skeleton (scalars as they are), then its arrays."""
-    comm.mpi.send({k: ARRAY if hasattr(v, "shape") else v for k, v in state.items()}, dest)
+    comm.send_object({k: ARRAY if hasattr(v, "shape") else v for k, v in state.items()}, dest)
     for value in state.values():
         if hasattr(value, "shape"):
             send_array(comm, backend.to_numpy(value), dest)
 
 
 def _recv_state(comm, source):
-    skeleton = comm.mpi.recv(source=source)
+    skeleton = comm.recv_object(source)
     return {k: recv_array(comm, source) if v == ARRAY else v for k, v in skeleton.items()}
