@@ -1,12 +1,12 @@
 """ZeRO on 2 ranks: bytes of parameters, gradients and optimizer state per rank, and step time.
 
     mpiexec -n 2 python benchmarks/bench_zero.py [--model alexnet] [--variant torchvision]
-                                                 [--batch-size 16] [--steps 5]
+                                                 [--batch-size 16] [--rounds 5]
 
 For plain sync data parallelism (``DistributedOptimizer``) and ZeRO stages 1, 2 and 3
-(``ZeroOptimizer``), with momentum and with Adam, each rank trains ``--steps`` timed steps
-of the model on random data (local batch ``--batch-size``, float32), then one more step in
-which it counts the bytes it holds, distinct arrays by address (``distinct_bytes``):
+(``ZeroOptimizer``), with momentum and with Adam, each rank trains the model on random data
+(local batch ``--batch-size``, float32); in its second step it counts the bytes it holds,
+distinct arrays by address (``distinct_bytes``):
 
 - parameters: the model's weights (under stage 3 the gathered copies, while a layer runs)
   and the optimizer's (ZeRO's blocks);
@@ -18,8 +18,9 @@ sampled as each gradient is accumulated (before ZeRO reduces it), at every colle
 (with its buffers) and after the step; it prints the largest total and its parts, next to
 one process's P + P + K P (P parameter bytes, K state arrays per parameter: momentum 1,
 Adam 2) and to the ZeRO paper's formula (Rajbhandari et al. 2020) for n ranks: stage 1
-P + P + K P / n, stage 2 P + P / n + K P / n, stage 3 (P + P + K P) / n. Then the median
-step time (steps 2 on) and the seconds of it spent in collectives.
+P + P + K P / n, stage 2 P + P / n + K P / n, stage 3 (P + P + K P) / n. Then each stage's
+steps alternate with plain sync's, ``--rounds`` of each: the median step times, the median
+ratio round by round, the seconds in collectives and the bytes a step moves.
 """
 
 import argparse
@@ -104,42 +105,61 @@ def _owner(array):
     return array
 
 
-def measure(census, comm, args, rule, stage):
-    model, shape = build(args.model, args.variant)
-    make, _ = RULES[rule]
-    params = list(model.parameters())
-    inner = make(params)
-    for p in params:  # before ZeRO's own hooks: the whole gradient, before it is reduced
-        p.register_post_accumulate_grad_hook(lambda p: census.sample())
-    if stage:
-        opt = ZeroOptimizer(inner, comm, stage=stage, model=model)
-    else:
-        opt = DistributedOptimizer(inner, comm)
-    census.watch(params, inner, opt)
-    rng = np.random.default_rng(comm.rank)
-    x = rng.standard_normal((args.batch_size, *shape)).astype(np.float32)
-    y = rng.integers(0, 10, args.batch_size)
-    seconds, spent = [], []
-    for step in range(args.steps + 1):
-        census.sampling = step == args.steps  # the last step counts, untimed, unpooled
-        HOST_POOL.limit = 0 if census.sampling else default_limit()
-        comm.barrier()
-        start, before = time.perf_counter(), census.comm_seconds
-        opt.zero_grad()
-        F.cross_entropy(model(md.Tensor(x)), y).backward()
-        opt.step()
-        census.sample()
-        seconds.append(time.perf_counter() - start)
-        spent.append(census.comm_seconds - before)
-    census.sampling, HOST_POOL.limit = False, default_limit()
-    timed = slice(1, args.steps) if args.steps > 1 else slice(0, 1)
-    moved = sum(opt.stats.get(key, 0) for key in ("bytes_gathered", "bytes_reduced"))
-    with md.no_grad():  # a forward alone: what stage 3 adds once more (its layers' share)
-        start = time.perf_counter()
-        model(md.Tensor(x))
-        forward = time.perf_counter() - start
-    seconds, spent = statistics.median(seconds[timed]), statistics.median(spent[timed])
-    return census.peak, seconds, spent, moved / (args.steps + 1), forward
+class Layout:
+    """One rank's model and data-parallel optimizer: plain sync (``stage`` 0) or ZeRO."""
+
+    def __init__(self, census, comm, args, rule, stage):
+        self.census, self.comm, self.stage = census, comm, stage
+        self.model, shape = build(args.model, args.variant)
+        self.params = list(self.model.parameters())
+        self.inner = RULES[rule][0](self.params)
+        for p in self.params:  # before ZeRO's own hooks: the whole gradient, before reduced
+            p.register_post_accumulate_grad_hook(lambda p: census.sample())
+        if stage:
+            self.opt = ZeroOptimizer(self.inner, comm, stage=stage, model=self.model)
+        else:
+            self.opt = DistributedOptimizer(self.inner, comm)
+        rng = np.random.default_rng(comm.rank)
+        self.x = rng.standard_normal((args.batch_size, *shape)).astype(np.float32)
+        self.y = rng.integers(0, 10, args.batch_size)
+
+    def step(self):
+        """One step after a barrier: (its seconds, the seconds of it in collectives)."""
+        self.comm.barrier()
+        start, before = time.perf_counter(), self.census.comm_seconds
+        self.opt.zero_grad()
+        F.cross_entropy(self.model(md.Tensor(self.x)), self.y).backward()
+        self.opt.step()
+        self.census.sample()
+        return time.perf_counter() - start, self.census.comm_seconds - before
+
+    def peak(self):
+        """The bytes this rank holds at their peak in one step (the buffer pool off) after a
+        first one: (total, {kind: bytes}), and the bytes a step moves."""
+        self.step()
+        moved = sum(self.opt.stats.get(key, 0) for key in ("bytes_gathered", "bytes_reduced"))
+        self.census.watch(self.params, self.inner, self.opt)
+        self.census.sampling, HOST_POOL.limit = True, 0
+        self.step()
+        self.census.sampling, HOST_POOL.limit = False, default_limit()
+        return self.census.peak, moved
+
+    def forward(self):
+        """A forward alone (no graph): what stage 3 runs once more, for its recomputed layers."""
+        with md.no_grad():
+            start = time.perf_counter()
+            self.model(md.Tensor(self.x))
+            return time.perf_counter() - start
+
+
+def alternate(sync, zero, rounds):
+    """Steps of ``sync`` and ``zero`` taken in turn, ``rounds`` of each after a first: their
+    median seconds, the median of ``zero``'s over ``sync``'s round by round, and the median
+    seconds of ``zero``'s step in collectives (load that comes and goes hits both alike)."""
+    sync.step(), zero.step()
+    times = [(sync.step()[0], *zero.step()) for _ in range(rounds)]
+    plain, sharded, spent = (statistics.median(column) for column in zip(*times))
+    return plain, sharded, statistics.median(z / s for s, z, _ in times), spent
 
 
 def main():
@@ -147,34 +167,48 @@ def main():
     parser.add_argument("--model", choices=("alexnet", "lenet5"), default="alexnet")
     parser.add_argument("--variant", choices=("original", "torchvision"), default="torchvision")
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--rules", default="momentum,adam")
     args = parser.parse_args()
     comm = md.dist.init()
     md.backend.limit_threads(1)
     census = Census(comm)
-    p = sum(q.data.nbytes for q in build(args.model, args.variant)[0].parameters())
     for rule in args.rules.split(","):
-        k, base = RULES[rule][1], None
+        sync = Layout(census, comm, args, rule, 0)
         for stage in (0, 1, 2, 3):
-            mine = comm.allgather_object(measure(census, comm, args, rule, stage))
-            if comm.rank:
-                continue
-            n, one = comm.size, p + p + k * p
-            formula = {0: one, 1: 2 * p + k * p / n, 2: p + (1 + k) * p / n, 3: one / n}[stage]
-            (total, kinds), *_ = max(mine, key=lambda m: m[0][0])
-            step, spent, moved, forward = (max(m[i] for m in mine) for i in range(1, 5))
-            base = step if stage == 0 else base
-            parts = ", ".join(f"{kind} {kinds[kind] / 2**20:.1f}" for kind in kinds)
-            name = f"zero-{stage}" if stage else f"sync (a forward alone {1e3 * forward:.0f} ms)"
-            line = (
-                f"{args.model} {args.variant} {rule} {name}: peak per rank "
-                f"{total / 2**20:.1f} MiB ({parts}) = {total / one:.3f}x one process (formula "
-                f"{formula / one:.3f}x); step {1e3 * step:.0f} ms ({step / base:.2f}x sync)"
-            )
-            if stage:
-                line += f", collectives {1e3 * spent:.0f} ms moving {moved / p:.1f} P a step"
-            print(line, flush=True)
+            layout = sync if stage == 0 else Layout(census, comm, args, rule, stage)
+            peak, moved = layout.peak()
+            if stage == 0:
+                forward = comm.allgather_object(sync.forward())
+            timing = alternate(sync, layout, args.rounds) if stage else None
+            mine = comm.allgather_object((peak, moved, timing))
+            if comm.rank == 0:
+                report(args, rule, stage, mine, forward, sum(p.data.nbytes for p in sync.params))
+            del layout
+
+
+def report(args, rule, stage, everyone, forward, p):
+    """Rank 0's line: the largest peak over the ranks, with its parts, against one process
+    and the formula; for ZeRO the step against sync's (the slower rank's medians)."""
+    k, n = RULES[rule][1], len(everyone)
+    one = p + p + k * p
+    formula = {0: one, 1: 2 * p + k * p / n, 2: p + (1 + k) * p / n, 3: one / n}[stage]
+    (total, kinds), moved, _ = max(everyone, key=lambda mine: mine[0][0])
+    parts = ", ".join(f"{kind} {kinds[kind] / 2**20:.1f}" for kind in kinds)
+    line = (
+        f"{args.model} {args.variant} {rule} {f'zero-{stage}' if stage else 'sync'}: peak per "
+        f"rank {total / 2**20:.1f} MiB ({parts}) = {total / one:.3f}x one process (formula "
+        f"{formula / one:.3f}x)"
+    )
+    if stage:
+        plain, sharded, ratio, spent = (max(m[2][i] for m in everyone) for i in range(4))
+        line += (
+            f"; step {1e3 * sharded:.0f} ms against sync's {1e3 * plain:.0f} ms: {ratio:.2f}x "
+            f"(collectives {1e3 * spent:.0f} ms, moving {moved / p:.1f} P a step)"
+        )
+    else:
+        line += f"; a forward alone {1e3 * max(forward):.0f} ms"
+    print(line, flush=True)
 
 
 if __name__ == "__main__":
