@@ -260,7 +260,7 @@ class ZeroOptimizer(ReplicatedOptimizer):
         3's gathers and the tiles' reduce-scatters happen inside the others' forward and
         backward."""
         if self._last_log is None:
-            raise RuntimeError(
+            raise ValueError(
                 f"ZeroOptimizer: rank {self.comm.rank} has no sample in its first step, so it "
                 "cannot know which layers the other ranks gather and reduce; give every rank a "
                 "sample in the first step"
