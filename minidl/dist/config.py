@@ -219,12 +219,15 @@ class DistConfig:
 
     def _check_pipeline(self, config):
         if not self.pipelined:
-            pipeline = (self.micro_batches, self.schedule, self.chunks, self.stages)
-            if pipeline != (1, "1f1b", None, "memory"):
+            if (self.micro_batches, self.schedule, self.chunks) != (1, "1f1b", None):
                 raise ConfigError(
-                    f"{option('micro_batches')}, {option('schedule')}, {option('chunks')} and "
-                    f"{option('stages')} set up a pipeline: add pp=P to {option('grid')} (e.g. "
-                    f"{option('grid')} pp=2)"
+                    f"{option('micro_batches')}, {option('schedule')} and {option('chunks')} "
+                    f"set up a pipeline: add pp=P to {option('grid')} (e.g. {option('grid')} pp=2)"
+                )
+            if self.stages != "memory":
+                raise ConfigError(
+                    f"{option('stages')} {self.stages} cuts a pipeline's stages: add pp=P to "
+                    f"{option('grid')} (e.g. {option('grid')} pp=2)"
                 )
             return
         check_choice("stages", self.stages, STAGE_CUTS)

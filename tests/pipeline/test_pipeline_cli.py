@@ -118,7 +118,7 @@ REFUSED = [
     (["--grid", "pp=4", "--schedule", "interleaved", "--micro-batches", "6"], "not a multiple"),
     (["--grid", "pp=2", "--micro-batches", "8", "--batch-size", "4"], "cannot make 8 micro"),
     (["--micro-batches", "4"], "add pp=P to --grid"),
-    (["--stages", "layers"], "set up a pipeline: add pp=P to --grid"),
+    (["--stages", "layers"], "--stages layers cuts a pipeline's stages: add pp=P to --grid"),
     (["--grid", "pp=2", "--clip-grad-norm", "1"], "which no pipeline stage sees"),
 ]
 

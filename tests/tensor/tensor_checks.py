@@ -463,7 +463,6 @@ def check_shares_only(comm):
 
     from minidl.dist.fit import parallelize
     from minidl.dist.grid import GridShape
-    from minidl.dist.pipeline.trainer import partition
     from minidl.dist.tensor.placement import split_widths
     from minidl.layers import Parameter
     from minidl.train.config import TrainConfig
@@ -493,14 +492,14 @@ def check_shares_only(comm):
                 for path, layer in L.leaves(serial)
                 for name, p in layer.named_parameters()
             )
-        else:
-            start, stop = partition(serial, 2).bounds[rank]
-            want = sum(p.size for i in range(start, stop) for p in serial[i].parameters())
-        del serial
         out = comm.bcast_object(tempfile.mkdtemp(prefix="minidl-shares-"))
         config = TrainConfig(model="lenet5", subset=64, test_subset=64, batch_size=16, out=out)
         with TrainingRun(config, comm) as run:
             training = parallelize(run, dist.DistConfig(grid=shape).check(config))
+            if axis == "pp":  # the layers of the stage the run cut for this rank
+                start, stop = training.placement.trainer.partition.bounds[rank]
+                want = sum(p.size for i in range(start, stop) for p in serial[i].parameters())
+            del serial
             run.begin(training)
             gc.collect()
             held = sum(o.data.size for o in gc.get_objects() if isinstance(o, Parameter))

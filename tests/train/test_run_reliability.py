@@ -185,7 +185,7 @@ def test_a_full_disk_names_the_file_and_keeps_the_previous_checkpoint(
     def no_space(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(np, "savez", no_space)
+    monkeypatch.setattr(np.lib.format, "write_array", no_space)
     code, _, err = train(
         capsys, "--epochs", "2", "--no-progress", "--resume", str(run / "checkpoint.npz")
     )
@@ -307,7 +307,7 @@ def test_resume_applies_new_hyper_parameters_and_says_so(tmp_path, capsys):
     hyper = load_checkpoint(str(run / "checkpoint.npz")).optimizer_state["hyper"]
     assert (hyper["lr"], hyper["momentum"]) == (0.05, 0.5)
     records = [json.loads(line) for line in open(run / "metrics.jsonl")]
-    assert [r["lr"] for r in records] == [0.01, 0.05]
+    assert [r["lr"] for r in records if r["kind"] == "epoch"] == [0.01, 0.05]
 
 
 @pytest.mark.parametrize(
