@@ -6,7 +6,8 @@
 For plain sync data parallelism (``DistributedOptimizer``) and ZeRO stages 1, 2 and 3
 (``ZeroOptimizer``), with momentum and with Adam, each rank trains the model on random data
 (local batch ``--batch-size``, float32); in its second step it counts the bytes it holds,
-distinct arrays by address (``distinct_bytes``):
+distinct arrays by address (``distinct_bytes``), each view counted as the whole array it
+views:
 
 - parameters: the model's weights (under stage 3 the gathered copies, while a layer runs)
   and the optimizer's (ZeRO's blocks);
@@ -94,6 +95,7 @@ class Census:
         }
         if isinstance(self.opt, DistributedOptimizer):
             arrays["grads"] += [bucket.flat for bucket in self.opt.buckets]
+        arrays = {kind: [_owner(a) for a in held] for kind, held in arrays.items()}
         total = distinct_bytes([a for kind in arrays.values() for a in kind])
         if total > self.peak[0]:
             self.peak = total, {kind: distinct_bytes(a) for kind, a in arrays.items()}

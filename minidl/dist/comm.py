@@ -210,20 +210,26 @@ class Communicator:
         self._staging.copy_back(out, buffer)
         return out
 
-    def reduce_scatter(self, array, counts, out, op="sum"):
-        """Sum (``op="mean"``: average) ``array`` over the ranks; rank r gets into ``out`` the
-        ``counts[r]`` elements that follow the first ``sum(counts[:r])`` of the result
-        (``MPI_Reduce_scatter``); returns ``out``."""
+    def reduce_scatter(self, array, counts, out=None, op="sum"):
+        """Sum (``op="mean"``: average) ``array`` over the ranks; rank r gets the ``counts[r]``
+        elements that follow the first ``sum(counts[:r])`` of the result (``MPI_Reduce_scatter``)
+        into ``out``, or (``out`` None) into the first ``counts[r]`` of ``array`` itself
+        (``MPI_IN_PLACE``: no memory for them); returns them."""
         if op not in ("sum", "mean") or len(counts) != self.size or sum(counts) != array.size:
             raise ValueError(
                 f"reduce_scatter: op {op!r} (sum or mean) and {len(counts)} counts summing to "
                 f"{sum(counts)} for {self.size} ranks and an array of {array.size} elements"
             )
-        MPI = mpi_module()
-        buffer = self._staging.incoming(out)
-        send = self._staging.outgoing(array)
-        self._collective.Reduce_scatter(send, buffer, [int(c) for c in counts], op=MPI.SUM)
-        self._staging.copy_back(out, buffer)
+        MPI, counts = mpi_module(), [int(c) for c in counts]
+        if out is None:
+            buffer = self._staging.outgoing(array)
+            self._collective.Reduce_scatter(MPI.IN_PLACE, buffer, counts, op=MPI.SUM)
+            self._staging.copy_back(array, buffer)
+            out = array.reshape(-1)[: counts[self.rank]]
+        else:
+            buffer = self._staging.incoming(out)
+            self._collective.Reduce_scatter(self._staging.outgoing(array), buffer, counts, MPI.SUM)
+            self._staging.copy_back(out, buffer)
         collectives.divide_in_place(out, self.size if op == "mean" else None)
         return out
 

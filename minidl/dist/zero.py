@@ -235,13 +235,17 @@ class ZeroOptimizer(ReplicatedOptimizer):
     def _scatter_add(self, k, start, stop, send):
         """Reduce-scatter ``send`` (elements ``[start, stop)`` of bucket ``k``, this rank's) and
         add this rank's share of the mean to its piece's gradient; a bucket reduced to its end
-        is done for the step (logged for ``_join``)."""
+        is done for the step (logged for ``_join``). Stage 1 reduces in place: its share stays
+        in the memory of the whole gradient, which stage 1 holds until the step anyway."""
         self._log.append(("reduce", k, start, stop))
         counts = _overlaps(start, stop, self.blocks[k])
         piece, (lo, _) = self.pieces[k], self.blocks[k][self.comm.rank]
         xp = get_array_module(piece.data)
-        part = empty(counts[self.comm.rank], piece.dtype, xp, op="ZeRO's gradient block")
-        self.comm.reduce_scatter(send, counts, part, op="mean")
+        if self.stage == 1:
+            part = self.comm.reduce_scatter(send, counts, op="mean")
+        else:
+            part = empty(counts[self.comm.rank], piece.dtype, xp, op="ZeRO's gradient block")
+            self.comm.reduce_scatter(send, counts, part, op="mean")
         if piece.grad is None and part.size == piece.size:
             piece.grad = part
         else:

@@ -14,6 +14,7 @@ def test_zero_equals_one_process_for_every_rule_and_holds_a_share(run_checks, np
         "stage3_recomputes_the_same_dropout_masks",
         "shards_hold_a_share",
         "state_round_trip_and_resume",
+        "reduce_scatter_in_place",
         script="zero_checks.py",
         timeout=180,
     )

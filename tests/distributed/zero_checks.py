@@ -104,6 +104,16 @@ def check_every_rule_equals_one_process(comm):
             assert_equal(net, opt, want, plain, f"stage {stage} ({bucket_mb} MiB) {name}")
 
 
+def check_reduce_scatter_in_place(comm):
+    """``Communicator.reduce_scatter`` without ``out`` (stage 1's): each rank's share of the
+    mean lands at the start of the array it sent, equal to what ``out`` receives."""
+    counts = block_sizes(11, comm.size)
+    sent = np.random.default_rng([5, comm.rank]).standard_normal(11)
+    want = comm.reduce_scatter(sent.copy(), counts, np.empty(counts[comm.rank]), op="mean")
+    got = comm.reduce_scatter(sent, counts, op="mean")
+    assert np.shares_memory(got, sent) and np.array_equal(got, want), (got, want)
+
+
 def check_a_first_step_without_samples_stops_the_job(comm):
     """Stage 3 on a rank whose first step holds no sample: it cannot know which layers the
     others gather, and says so; the job ends instead of hanging (the test runs it)."""
