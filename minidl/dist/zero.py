@@ -3,7 +3,7 @@ replicas repeat: the optimizer state (stage 1), the averaged gradients too (stag
 parameters too (stage 3).
 
 The parameters form one flat vector, last first (the order backward makes their gradients),
-cut into buckets of at most ``bucket_mb`` (``make_buckets``' runs); each bucket is cut into n
+cut into buckets of at most ``bucket_mb`` (``bucket_runs``); each bucket is cut into n
 blocks whose sizes differ by at most one, block r rank r's (``_blocks``). A step reduce-scatters
 each bucket's gradients as it is complete, g_r = (1/n) sum_i g_i[block r], applies the update
 rule to this rank's blocks, then stages 1 and 2 all-gather the new weights; stage 3 keeps its
@@ -29,7 +29,7 @@ from minidl.backend import empty, get_array_module
 from minidl.intmath import block_sizes
 from minidl.layers import Parameter
 
-from .data_parallel import NonFiniteGradientError, ReplicatedOptimizer, _finite, make_buckets
+from .data_parallel import NonFiniteGradientError, ReplicatedOptimizer, _finite, bucket_runs
 from .zero_layers import release, tile_rows, wrap_layers
 
 
@@ -75,7 +75,9 @@ class ZeroOptimizer(ReplicatedOptimizer):
         self.stage, self.full = stage, list(optimizer.params)
         self.stats.update(bytes_gathered=0)
         bucket_bytes = int(bucket_mb * 2**20)
-        self.runs = [bucket.params for bucket in make_buckets(self.full, bucket_bytes)]
+        sizes, dtypes = [p.data.nbytes for p in self.full], [p.dtype for p in self.full]
+        runs = bucket_runs(sizes, bucket_bytes, dtypes)
+        self.runs = [[self.full[i] for i in run] for run in runs]
         self.where, self.spans, offset = {}, [], 0  # id(p) -> (bucket, flat offset, shape)
         for k, run in enumerate(self.runs):
             start = offset
