@@ -163,36 +163,3 @@ class WholeModelBetweenEpochs(Callback):
 
     def after_evaluation(self):
         self.zero.release_model()
-
-
-class Zero3Placement:
-    """What evaluation and the checkpoint see of a model trained with ZeRO stage 3 (the
-    protocol of ``loop.Training.placement``): ``module`` (the model) evaluated on ``replicas``'
-    shares of the test set (whole between epochs: ``WholeModelBetweenEpochs``); the serial
-    model's state (``model_state``) and the optimizer's (``optimizer_state``) streamed to rank
-    0, each parameter gathered in turn when the model is not whole (collective; None on the
-    other ranks); ``scatter_state``, what ``ZeroOptimizer.load_state_dict`` takes (the
-    one-process layout: it cuts this rank's blocks itself)."""
-
-    def __init__(self, zero):
-        self.zero, self.module, self.replicas = zero, zero.model, zero.comm
-        self.evaluated = self.module
-
-    def model_state(self):
-        root, zero = self.replicas.rank == 0, self.zero
-        weights = [piece.data for piece in zero.pieces]
-        for name, p in self.module.named_parameters():
-            whole = p.data if zero.whole or id(p) not in zero.where else zero._whole(p, weights)
-            yield name, whole if root else None
-        for name, b in self.module.named_buffers():
-            yield name, b.data if root else None
-
-    def optimizer_state(self, state_dict):
-        root = self.replicas.rank == 0
-        return {
-            "hyper": state_dict["hyper"],
-            "state": (state if root else None for state in state_dict["state"]),
-        }
-
-    def scatter_state(self, state_dict):
-        return state_dict
