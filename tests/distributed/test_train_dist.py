@@ -178,14 +178,12 @@ def test_a_diverging_sync_run_stops_every_rank_without_hanging(mpi_run, tmp_path
     assert not (tmp_path / "nan" / "checkpoint.npz").exists()
 
 
-@pytest.mark.parametrize("stage", ("1", "2"))
-def test_zero_trains_the_weights_and_state_of_plain_sync_and_resumes_in_one_process(
-    mpi_run, tmp_path, stage
-):
-    """``--zero 1|2`` on 3 ranks (uneven shards), Adam, float64: weights and optimizer state
-    of the checkpoint equal plain ``--dist sync``'s; a process alone resumes it."""
+def check_zero_equals_plain_sync(mpi_run, tmp_path, stage, subset):
+    """``--zero stage`` and plain ``--dist sync`` on 3 ranks (Adam, float64, ``subset``
+    samples) write checkpoints whose weights and optimizer state agree to 1e-10 (runs in
+    tmp_path/plain and tmp_path/zero)."""
     flags = ["--batch-size", "8", "--epochs", "1", "--dtype", "float64", "--optimizer", "adam"]
-    flags += ["--lr", "0.002", "--subset", "240", "--test-subset", "100"]
+    flags += ["--lr", "0.002", "--subset", str(subset), "--test-subset", "100"]
     runs = {}
     for name, zero in (("plain", []), ("zero", ["--zero", stage])):
         out = str(tmp_path / name)
@@ -197,6 +195,15 @@ def test_zero_trains_the_weights_and_state_of_plain_sync_and_resumes_in_one_proc
     for mine, theirs in zip(zero.optimizer_state["state"], plain.optimizer_state["state"]):
         for key, value in theirs.items():
             assert np.abs(np.asarray(mine[key]) - value).max() <= 1e-10, key
+
+
+@pytest.mark.parametrize("stage", ("1", "2"))
+def test_zero_trains_the_weights_and_state_of_plain_sync_and_resumes_in_one_process(
+    mpi_run, tmp_path, stage
+):
+    """``--zero 1|2`` on 3 ranks (uneven shards), Adam, float64: weights and optimizer state
+    of the checkpoint equal plain ``--dist sync``'s; a process alone resumes it."""
+    check_zero_equals_plain_sync(mpi_run, tmp_path, stage, subset=240)
     resumed = str(tmp_path / "zero" / "checkpoint.npz")
     assert main(["train", "--resume", resumed, "--epochs", "2", "--no-progress"]) == 0
 
@@ -207,19 +214,7 @@ def test_zero3_trains_plain_sync_s_weights_with_an_empty_share_and_resumes_on_ot
     """``--zero 3`` on 3 ranks, Adam, float64, 242 samples (the last batch of 2 leaves rank 2
     none): the checkpoint's weights and optimizer state equal plain ``--dist sync``'s; it
     resumes in one process and under ``--zero 3`` on 2 ranks to the same weights."""
-    flags = ["--batch-size", "8", "--epochs", "1", "--dtype", "float64", "--optimizer", "adam"]
-    flags += ["--lr", "0.002", "--subset", "242", "--test-subset", "100"]
-    runs = {}
-    for name, zero in (("plain", []), ("zero", ["--zero", "3"])):
-        out = str(tmp_path / name)
-        train_mpi(mpi_run, 3, "--dist", "sync", *flags, *zero, "--out", out)
-        runs[name] = load_checkpoint(os.path.join(out, "checkpoint.npz"))
-    plain, zero = runs["plain"], runs["zero"]
-    for key, value in plain.model_state.items():
-        assert np.abs(zero.model_state[key] - value).max() <= 1e-10, key
-    for mine, theirs in zip(zero.optimizer_state["state"], plain.optimizer_state["state"]):
-        for key, value in theirs.items():
-            assert np.abs(np.asarray(mine[key]) - value).max() <= 1e-10, key
+    check_zero_equals_plain_sync(mpi_run, tmp_path, "3", subset=242)
     saved = str(tmp_path / "zero" / "checkpoint.npz")
     alone, two = str(tmp_path / "alone"), str(tmp_path / "two")
     resume = ["--resume", saved, "--epochs", "2", "--no-progress"]
