@@ -9,7 +9,7 @@ from .flatten import Flatten
 from .linear import Linear
 from .module import Module, Parameter, Sequential, leaves
 from .normalization import BatchNorm1d, BatchNorm2d, LocalResponseNorm
-from .pooling import AvgPool2d, MaxPool2d
+from .pooling import AvgPool2d, GlobalAvgPool2d, MaxPool2d
 from .recompute import Recompute, sqrt_segments
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "Sigmoid",
     "MaxPool2d",
     "AvgPool2d",
+    "GlobalAvgPool2d",
     "Dropout",
     "Flatten",
     "BatchNorm1d",

@@ -1,6 +1,7 @@
 """Pooling layers over NCHW inputs (see ``functional.pooling``)."""
 
 from .. import functional as F
+from ..autograd import ShapeError
 from .checks import size_arg
 from .module import Module
 
@@ -32,3 +33,17 @@ class MaxPool2d(_Pool2d):
 class AvgPool2d(_Pool2d):
     def forward(self, x):
         return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding)
+
+
+class GlobalAvgPool2d(Module):
+    """The mean of each channel's map: (N, C, H, W) -> (N, C, 1, 1), whatever H and W are
+    (PyTorch's ``AdaptiveAvgPool2d(1)``; Lin et al. 2014's global average pooling). Its
+    gradient spreads g / (H*W) over the map (the autograd of ``mean``)."""
+
+    def forward(self, x):
+        if x.ndim != 4:
+            raise ShapeError(
+                f"GlobalAvgPool2d: expected an (N, C, H, W) input, got shape {x.shape}; "
+                "put it after the convolutions, before Flatten"
+            )
+        return x.mean(axis=(2, 3), keepdims=True)

@@ -1,10 +1,11 @@
-"""The model zoo: LeNet-5, AlexNet (three variants) and an MLP."""
+"""The model zoo: LeNet-5, AlexNet (three variants), ResNet-18/50/20 and an MLP."""
 
 from .activations import ACTIVATIONS
 from .alexnet import VARIANTS as ALEXNET_VARIANTS
 from .alexnet import alexnet
 from .lenet import lenet5
 from .mlp import mlp
+from .resnet import resnet18, resnet20, resnet50
 
 # CLI names -> builders taking (num_classes, in_channels, conv_algo, activation)
 MODELS = {
@@ -13,6 +14,9 @@ MODELS = {
     "alexnet-small": lambda classes, channels, algo, act: alexnet(
         classes, "small", channels, algo, activation=act
     ),
+    "resnet20": lambda classes, channels, algo, act: resnet20(classes, channels, algo, act),
+    "resnet18": lambda classes, channels, algo, act: resnet18(classes, channels, algo, act),
+    "resnet50": lambda classes, channels, algo, act: resnet50(classes, channels, algo, act),
     "alexnet": lambda classes, channels, algo, act, **options: alexnet(
         classes, in_channels=channels, conv_algo=algo, activation=act, **options
     ),
@@ -36,4 +40,15 @@ def build(
     return MODELS[name](num_classes, in_channels, conv_algo, activation, **options)
 
 
-__all__ = ["lenet5", "alexnet", "mlp", "ACTIVATIONS", "ALEXNET_VARIANTS", "MODELS", "build"]
+__all__ = [
+    "lenet5",
+    "alexnet",
+    "resnet18",
+    "resnet20",
+    "resnet50",
+    "mlp",
+    "ACTIVATIONS",
+    "ALEXNET_VARIANTS",
+    "MODELS",
+    "build",
+]
