@@ -5,7 +5,8 @@ not by ``import minidl.dist``); ``comm.allreduce(x, op="mean", algorithm="ring")
 a NumPy/CuPy array in place. ``DistributedOptimizer`` is synchronous data parallelism,
 ``ZeroOptimizer`` the same with sharded optimizer state, gradients and parameters (ZeRO
 stages 1, 2 and 3), ``CompressedOptimizer`` with a gradient compressor; ``make_session``
-runs the other consistency models (bsp, ssp:S, asp, avg:H, easgd).
+runs the other consistency models (bsp, ssp:S, asp, avg:H, easgd);
+``convert_sync_batchnorm(model, group)`` normalises its batch-norm layers over a group.
 """
 
 from minidl.dist.collectives import ALLREDUCE_ALGORITHMS
@@ -17,6 +18,7 @@ from minidl.dist.data_parallel import DistributedOptimizer, NonFiniteGradientErr
 from minidl.dist.fit import fit
 from minidl.dist.grid import Grid, GridError, GridShape
 from minidl.dist.pipeline import PipelineTrainer
+from minidl.dist.sync_batchnorm import convert_sync_batchnorm
 from minidl.dist.zero import ZeroOptimizer
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "PipelineTrainer",
     "Request",
     "ZeroOptimizer",
+    "convert_sync_batchnorm",
     "fit",
     "init",
     "make_session",

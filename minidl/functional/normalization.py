@@ -8,6 +8,16 @@ the running estimates in evaluation. Backward (App. A.6, simplified):
 Running statistics follow PyTorch: r <- (1 - momentum) r + momentum s, with
 the unbiased variance n/(n-1) Var for the running variance.
 
+Synchronised batch norm (``group``: a communicator; Ioffe & Szegedy's statistics over the
+samples of every rank of the group, as one process with the whole batch): the forward
+allgathers each rank's [count, mean, M2] per channel (M2 = sum (x - mean)^2) and joins
+them with Chan et al.'s parallel variance (1979),
+    mean = sum_r n_r mean_r / n,   M2 = sum_r M2_r + sum_r n_r (mean_r - mean)^2,
+every term of which is a sum of squares of deviations: unlike n E[x^2] - n E[x]^2, it
+loses no digits when mean^2 >> Var (float32). The backward allreduces
+[sum dy_hat, sum dy_hat x_hat] per channel (dy_hat = gamma dy) for the two means over the
+group; n in the running variance is the group's count.
+
 Local response norm (Krizhevsky et al. 2012, AlexNet), with PyTorch's scaling:
     b_c = a_c / (k + alpha/n * sum_{c' in window(c)} a_{c'}^2)^beta,
 the window spanning channels c - n//2 .. c + (n-1)//2. Krizhevsky writes
@@ -33,21 +43,56 @@ def per_channel(v, ndim):
     return v.reshape((1, -1) + (1,) * (ndim - 2))
 
 
+def group_statistics(x, axes, group):
+    """(n, mean, biased Var) per channel over the samples of every rank of ``group``, mean
+    and Var shaped like ``x.mean(axes, keepdims=True)``: Chan et al.'s join (module doc)."""
+    xp = get_array_module(x)
+    n = x.size // x.shape[1]
+    mean = x.mean(axis=axes, keepdims=True) if n else xp.zeros_like(x[:1].sum(axes, keepdims=True))
+    centered = x - mean
+    mine = xp.concatenate(
+        [xp.full(1, n, x.dtype), mean.reshape(-1), (centered * centered).sum(axis=axes).reshape(-1)]
+    )
+    every = group.allgather(mine)
+    c = x.shape[1]
+    counts, means, m2s = every[:, :1], every[:, 1 : 1 + c], every[:, 1 + c :]
+    total = int(counts.sum())
+    joined = (counts * means).sum(axis=0) / max(total, 1)
+    m2 = m2s.sum(axis=0) + (counts * (means - joined) ** 2).sum(axis=0)
+    return total, joined.reshape(mean.shape), (m2 / max(total, 1)).reshape(mean.shape)
+
+
+def group_mean(values, axes, n, group):
+    """The means over ``group``'s samples (``n`` of them) of each array of ``values``, per
+    channel: one allreduce of their sums."""
+    xp = get_array_module(values[0])
+    sums = xp.concatenate([v.sum(axis=axes).reshape(-1) for v in values])
+    group.allreduce(sums, op="sum")
+    c = values[0].shape[1]
+    return [per_channel(sums[i * c : (i + 1) * c] / n, values[0].ndim) for i in range(len(values))]
+
+
 class BatchNorm(Function):
-    def forward(self, x, weight, bias, running_mean, running_var, training, momentum, eps):
+    def forward(self, x, weight, bias, running_mean, running_var, training, momentum, eps, group):
         xp = get_array_module(x)
         axes = channel_axes(x)
-        self.axes, self.training = axes, training
+        self.axes, self.training, self.group = axes, training, group
         if training:
-            n = x.size // x.shape[1]
+            if group is None:
+                n = x.size // x.shape[1]
+                mean = x.mean(axis=axes, keepdims=True) if n > 1 else None
+            else:
+                n, mean, var = group_statistics(x, axes, group)
             if n < 2:
+                where = "" if group is None else f" over the {group.size} ranks of its group"
                 raise ValueError(
-                    f"batch_norm: training needs more than one value per channel, "
-                    f"got input of shape {x.shape}"
+                    f"batch_norm: training needs more than one value per channel{where}, "
+                    f"got input of shape {x.shape}; give it a larger batch"
                 )
-            mean = x.mean(axis=axes, keepdims=True)
+            self.n = n
             centered = x - mean
-            var = (centered * centered).mean(axis=axes, keepdims=True)
+            if group is None:
+                var = (centered * centered).mean(axis=axes, keepdims=True)
             if running_mean is not None:
                 running_mean *= 1 - momentum
                 running_mean += momentum * mean.reshape(-1)
@@ -66,7 +111,12 @@ class BatchNorm(Function):
         gx = gw = gb = None
         if need_x:
             gx_hat = g * self.weight
-            if self.training:
+            if self.training and self.group is not None:
+                mean_g, mean_gx = group_mean(
+                    [gx_hat, gx_hat * self.x_hat], self.axes, self.n, self.group
+                )
+                gx_hat = gx_hat - mean_g - self.x_hat * mean_gx
+            elif self.training:
                 gx_hat = (
                     gx_hat
                     - gx_hat.mean(axis=self.axes, keepdims=True)
@@ -89,13 +139,16 @@ def batch_norm(
     training: bool = False,
     momentum: float = 0.1,
     eps: float = 1e-5,
+    group=None,
 ) -> Tensor:
     """Normalise each channel of an (N, C) or (N, C, ...) tensor (see the module doc).
 
     ``running_mean``/``running_var`` (Tensors or arrays of shape (C,)) are
     updated in place when ``training`` (not again when ``minidl.recompute`` recomputes the
     forward); evaluation uses them instead of the batch statistics. ``weight`` (gamma) and
-    ``bias`` (beta) default to 1 and 0.
+    ``bias`` (beta) default to 1 and 0. ``group`` (a communicator, e.g. ``minidl.dist``'s):
+    training statistics over the samples of all its ranks, each of which calls with its
+    share of the batch (synchronised batch norm); None: this process's samples alone.
     """
     if x.ndim < 2:
         raise ShapeError(f"batch_norm: expected (N, C) or (N, C, ...) input, got shape {x.shape}")
@@ -128,6 +181,7 @@ def batch_norm(
         training=training,
         momentum=momentum,
         eps=eps,
+        group=group,
     )
 
 

@@ -11,7 +11,12 @@ from .module import Module, Parameter
 
 class _BatchNorm(Module):
     """gamma = 1, beta = 0, running mean 0 and variance 1, as in PyTorch. A recomputed forward
-    (``minidl.recompute``) counts no batch and updates no running statistics: the first did."""
+    (``minidl.recompute``) counts no batch and updates no running statistics: the first did.
+
+    ``group`` (a communicator; ``minidl.dist.convert_sync_batchnorm`` sets it): synchronised
+    batch norm, the training statistics over the samples of every rank of the group, each
+    rank calling with its share of the batch (``F.batch_norm``); None: this process's own.
+    """
 
     input_dims = ()
 
@@ -23,8 +28,10 @@ class _BatchNorm(Module):
         affine: bool = True,
         track_running_stats: bool = True,
         dtype: str = "float32",
+        group=None,
     ):
         super().__init__()
+        self.group = group
         name = type(self).__name__
         self.num_features = num_features = int_arg(
             name, "num_features", num_features, hint="the input's channels, x.shape[1]"
@@ -71,10 +78,12 @@ class _BatchNorm(Module):
             training=self.training or self.running_mean is None,
             momentum=self.momentum,
             eps=self.eps,
+            group=self.group,
         )
 
     def extra_repr(self):
-        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
+        synced = "" if self.group is None else f", group of {self.group.size} ranks"
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}{synced}"
 
 
 class BatchNorm1d(_BatchNorm):
