@@ -6,7 +6,7 @@ from ..dist.config import STAGE_CUTS, TP_LAYOUTS, DistConfig
 from ..dist.grid import GridShape
 from ..dist.memory import format_memory, predict_memory
 from ..dist.pipeline import SCHEDULES
-from ..layers import sqrt_segments
+from ..layers import leaves, sqrt_segments
 from ..models import MODELS
 from ..perf.costs import CONVENTIONS
 from ..perf.memory import STATE_ARRAYS, ZERO_STAGES
@@ -57,6 +57,12 @@ def run_summary(args):
     grid = GridShape.parse(args.grid) if args.grid else GridShape()
     recompute = sqrt_segments(len(model)) if args.recompute == SQRT_SEGMENTS else args.recompute
     check_layout(args, grid, recompute)
+    if len(leaves(model)) != len(model):
+        print(
+            f"\nmemory per rank: not predicted for {args.model}, whose residual blocks nest "
+            "layers (the memory model takes a Sequential of layers, none nested)"
+        )
+        return 0
     ranks = predict_memory(
         model,
         shape,

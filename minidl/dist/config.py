@@ -113,6 +113,7 @@ class DistConfig:
             raise ConfigError(
                 f"{option('grid')} arranges ranks for synchronous training, not for {what}"
             )
+        self._check_residual(config)
         self._check_pipeline(config)
         self._check_zero(config, what)
         self._check_recompute(config)
@@ -247,6 +248,20 @@ class DistConfig:
             raise ConfigError(
                 f"{option('clip_grad_norm')} needs the whole gradient's norm, which no pipeline "
                 "stage sees; drop it or train without pp"
+            )
+
+    def _check_residual(self, config):
+        """Tensor and spatial parallelism split the layers of a flat Sequential: a residual
+        block nests its layers beside a skip connection."""
+        axes = [
+            f"{axis}={n}" for axis in ("tp", "spatial") if (n := getattr(self.grid, axis, 1)) > 1
+        ]
+        if config.model in models.RESIDUAL_MODELS and axes:
+            how = "by the tensor-parallel rule" if "tp" in axes[0] else "into spatial row blocks"
+            raise ConfigError(
+                f"{option('grid')} {axes[0]}: {config.model}'s residual blocks cannot be split "
+                f"{how}; use {option('dist')} sync, {option('zero')}, {option('recompute')} "
+                "or a pipeline (pp) of whole blocks"
             )
 
     def _check_stages(self, layers):

@@ -21,6 +21,7 @@ MODELS = {
         classes, in_channels=channels, conv_algo=algo, activation=act, **options
     ),
 }
+RESIDUAL_MODELS = ("resnet20", "resnet18", "resnet50")  # their blocks nest layers
 
 
 def build(

@@ -148,11 +148,15 @@ class MaxPool2dCounter(Counter):
 
     is_max = True
 
+    def geometry(self, m, x_shape):
+        """(kernel, stride, padding, output size)."""
+        return _pool_geometry(m, x_shape)
+
     def output_shape(self, m, x_shape):
-        return x_shape[:2] + _pool_geometry(m, x_shape)[3]
+        return x_shape[:2] + self.geometry(m, x_shape)[3]
 
     def count(self, m, x_shape, y_shape, needs_input_grad, convention):
-        (kh, kw), (sh, sw) = _pool_geometry(m, x_shape)[:2]
+        (kh, kw), (sh, sw) = self.geometry(m, x_shape)[:2]
         window = kh * kw
         per_out = window - 1 if self.is_max else window
         outputs = elements(y_shape)
@@ -180,6 +184,14 @@ class AvgPool2dCounter(MaxPool2dCounter):
     """K_y*K_x - 1 additions and one scaling per output; the gradient is spread over the window."""
 
     is_max = False
+
+
+@register("GlobalAvgPool2d")
+class GlobalAvgPool2dCounter(AvgPool2dCounter):
+    """An average pool whose window is the whole H x W map."""
+
+    def geometry(self, m, x_shape):
+        return x_shape[2:], x_shape[2:], (0, 0), (1, 1)
 
 
 class ElementwiseCounter(Counter):
@@ -218,6 +230,24 @@ class SquashCounter(ElementwiseCounter):
 @register("Dropout")
 class DropoutCounter(ElementwiseCounter):
     """Training mode: one multiply by the scaled mask per value, forward and backward."""
+
+
+@register("_Residual")
+class ResidualAddCounter(Counter):
+    """A residual block's own work, ``F(x) + shortcut(x)`` (its inner layers are counted
+    as layers): one addition per output; in backward, one per input, where the two
+    branches' gradients meet."""
+
+    def count(self, m, x_shape, y_shape, needs_input_grad, convention):
+        n, bwd = elements(y_shape), elements(x_shape) if needs_input_grad else 0
+        return dict(
+            forward_flops=n,
+            backward_flops=bwd,
+            work=n,
+            depth=1,
+            backward_work=bwd,
+            backward_depth=1 if bwd else 0,
+        )
 
 
 @register("Flatten")

@@ -23,9 +23,10 @@ def leaf_modules(model):
 
 
 @contextlib.contextmanager
-def wrapped_forwards(model, make):
-    """Within the block, each leaf's ``forward`` is ``make(name, module, original_forward)``."""
-    leaves = leaf_modules(model)
+def wrapped_forwards(model, make, modules=None):
+    """Within the block, each leaf's ``forward`` (or each of ``modules``, (name, module)
+    pairs) is ``make(name, module, original_forward)``."""
+    leaves = leaf_modules(model) if modules is None else modules
     wrapped = []
     try:
         for name, m in leaves:

@@ -4,7 +4,8 @@
 one zero image with every counted leaf layer replaced by its counter's
 output shape (no arithmetic, no convolution autotuning), so any container
 structure works; leaves no counter knows run for real and are reported as
-uncounted. Counts are then taken for the requested batch: every counter
+uncounted. A container with a counter of its own (a residual block: its add) runs
+its layers and is counted after them. Counts are then taken for the requested batch: every counter
 sees the shapes with the batch size put back.
 """
 
@@ -14,7 +15,7 @@ import numpy as np
 
 from ..autograd import Tensor
 from .costs import LayerCost, check_convention, counter_for, elements
-from .instrument import wrapped_forwards
+from .instrument import leaf_modules, wrapped_forwards
 
 TOTALLED = (
     "params",
@@ -76,6 +77,10 @@ def count_model(model, input_shape, batch=1, convention="corrected"):
         def forward(x, *args, **kwargs):
             own = _own_parameters(module)
             needs_grad = isinstance(x, Tensor) and x.requires_grad
+            if module._modules:  # a counted container: its layers ran (and were recorded) first
+                y = original(x, *args, **kwargs)
+                records.append((name, module, counter, tuple(x.shape), tuple(y.shape), needs_grad))
+                return y
             if counter is None or args or kwargs or not isinstance(x, Tensor):
                 y = original(x, *args, **kwargs)
                 records.append((name, module, None, tuple(x.shape), tuple(y.shape), needs_grad))
@@ -86,7 +91,10 @@ def count_model(model, input_shape, batch=1, convention="corrected"):
 
         return forward
 
-    with wrapped_forwards(model, make):
+    counted = leaf_modules(model) + [
+        (name, m) for name, m in model.named_modules() if m._modules and counter_for(m)
+    ]
+    with wrapped_forwards(model, make, counted):
         model(Tensor(np.zeros((1,) + tuple(input_shape), dtype=dtype)))
 
     layers, seen = [], {}

@@ -3,7 +3,8 @@
 The training zoo (``models.MODELS``: 28x28 grey images, 10 classes) plus
 the ImageNet-sized AlexNets the performance papers talk about:
 ``alexnet-original`` (Krizhevsky 2012, 3x227x227, 1000 classes),
-``alexnet-torchvision`` (3x224x224) and ``alexnet``, the torchvision form.
+``alexnet-torchvision`` (3x224x224) and ``alexnet``, the torchvision form; ``resnet18``
+and ``resnet50`` at torchvision's 3x224x224 and 1000 classes too.
 """
 
 from .. import models
@@ -13,6 +14,8 @@ IMAGENET_ALEXNETS = {
     "alexnet-original": ("original", (3, 227, 227)),
     "alexnet-torchvision": ("torchvision", (3, 224, 224)),
 }
+IMAGENET_INPUT = (3, 224, 224)
+IMAGENET_RESNETS = ("resnet18", "resnet50")
 TRAINING_INPUT = (1, 28, 28)
 
 MODEL_NAMES = tuple(dict.fromkeys((*models.MODELS, *IMAGENET_ALEXNETS)))  # "alexnet" is in both
@@ -40,6 +43,9 @@ def build_named(name, input_shape=None, conv_algo="auto"):
             num_classes=1000, variant=variant, in_channels=shape[0], conv_algo=conv_algo
         )
         return model, shape
+    if name in IMAGENET_RESNETS:
+        shape = tuple(input_shape or IMAGENET_INPUT)
+        return models.build(name, 1000, shape[0], conv_algo), shape
     if name not in models.MODELS:
         raise ValueError(f"unknown model {name!r}: choose one of {', '.join(MODEL_NAMES)}")
     shape = tuple(input_shape or TRAINING_INPUT)

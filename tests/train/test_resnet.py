@@ -7,7 +7,9 @@ import pytest
 import minidl as md
 from minidl import layers as L
 from minidl import models
+from minidl.cli import main
 from minidl.models.resnet import BasicBlock, Bottleneck
+from minidl.perf.model_costs import count_model
 
 
 @pytest.mark.parametrize(
@@ -120,3 +122,23 @@ def test_resnet18_against_pytorch():
     y.sum().backward(), ref.sum().backward()
     for (name, a), (_, b) in pairs[: len(list(mine.parameters()))]:
         np.testing.assert_allclose(a.grad, b.grad.numpy(), rtol=1e-3, atol=1e-4, err_msg=name)
+
+
+@pytest.mark.parametrize("name, gmacs", [("resnet18", 1.81), ("resnet50", 4.09)])
+def test_counted_multiply_accumulates_are_torchvisions(name, gmacs):
+    costs = count_model(models.build(name, 1000, 3), (3, 224, 224))
+    assert round(costs.total("macs") / 1e9, 2) == gmacs  # torchvision's "GFLOPS" (MACs)
+    assert costs.num_parameters == sum(layer.params for layer in costs.layers)
+
+
+def test_a_blocks_add_and_global_pool_are_counted(capsys):
+    costs = count_model(models.resnet20(), (1, 28, 28), batch=2)
+    blocks = [layer for layer in costs.layers if layer.kind == "BasicBlock"]
+    assert len(blocks) == 9 and not costs.uncounted
+    assert blocks[3].output_shape == (2, 32, 14, 14)  # the first block of stage 2
+    assert blocks[3].forward_flops == 2 * 32 * 14 * 14  # one add per output
+    assert blocks[3].backward_flops == 2 * 16 * 28 * 28  # one per input: the branches meet
+    pool = next(layer for layer in costs.layers if layer.kind == "GlobalAvgPool2d")
+    assert pool.forward_flops == 2 * 64 * 7 * 7
+    assert main(["summary", "--model", "resnet20"]) == 0
+    assert "memory per rank: not predicted for resnet20" in capsys.readouterr().out
