@@ -143,8 +143,9 @@ class LayerActivations:
 
 
 def layer_activations(model, input_shape, batch, device="cpu"):
-    """``LayerActivations`` of each leaf layer (and residual block's add) of ``model`` training on a batch of ``batch``
-    samples of ``input_shape`` (the shapes from ``count_model``'s pass, nothing computed)."""
+    """``LayerActivations`` of each leaf layer (and residual block's add) of ``model`` training
+    on a batch of ``batch`` samples of ``input_shape`` (the shapes from ``count_model``'s
+    pass, nothing computed)."""
     costs = count_model(model, input_shape, batch)
     modules = dict(model.named_modules()) | dict(leaf_modules(model))  # a block: its add
     dtype = next((p.dtype for p in model.parameters()), np.dtype("float32"))

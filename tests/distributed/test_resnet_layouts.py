@@ -62,10 +62,11 @@ def test_a_pipeline_of_whole_blocks_trains_as_the_serial_run(serial_run, tmp_pat
 @pytest.mark.mpi
 @pytest.mark.timeout(240)
 def test_zero_on_nested_blocks_trains_as_plain_data_parallelism(tmp_path):
-    """Each replica normalises its own half-batch (no serial oracle), so ZeRO stage 2 is
-    checked against plain synchronous data parallelism on the same two ranks."""
+    """Each replica normalises its own half-batch (no serial oracle), so ZeRO stage 3 (which
+    wraps each leaf layer's forward, here inside the blocks) is checked against plain
+    synchronous data parallelism on the same two ranks."""
     runs = {}
-    for name, flags in {"sync": [], "zero": ["--zero", "2"]}.items():
+    for name, flags in {"sync": [], "zero": ["--zero", "3"]}.items():
         runs[name] = str(tmp_path / name)
         minidl_train_mpi(2, *COMMON, "--dist", "sync", *flags, "--out", runs[name])
     assert_same(weights(runs["zero"]), weights(runs["sync"]))
