@@ -18,7 +18,7 @@ NOT_RESTORED = tuple(
     "argv dist world_size data_dir verify_data straggler jitter grid recompute".split()
 )
 # options of a --dist run: restored only when the resumed run has --dist too
-DIST_ONLY = ("compress", "error_feedback", "servers", "zero")
+DIST_ONLY = ("compress", "error_feedback", "servers", "zero", "sync_bn")
 # options of a pipeline: restored only when the resumed run has a pipeline (--grid ...,pp=P)
 PIPELINE_ONLY = ("micro_batches", "schedule", "chunks", "stages")
 # saved under the option's own name, typed as its negation

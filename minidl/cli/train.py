@@ -139,6 +139,9 @@ TRAIN_HELP = {  # the help texts too long to share a line with their option
     "--zero": "with --dist sync (or the dp axis of --grid): ZeRO stage 1 shards the optimizer "
     "state over the replicas, stage 2 the gradients too, stage 3 the weights too, gathering "
     "each layer's when it runs (one more forward of it a step; 0: none)",
+    "--sync-bn": "with --dist sync (or the dp axis of --grid): batch-norm layers normalise with "
+    "the mean and variance of the whole batch of all replicas, as one process with it does "
+    "(without it: each rank's own share's)",
     "--trace": "write a Chrome-trace timeline (trace.json) of the run to the run directory",
     "--recompute": "keep only the inputs of N segments of the model's layers between forward "
     "and backward, recomputing each segment in backward (Chen et al. 2016: O(sqrt(layers)) "
@@ -220,6 +223,7 @@ def add_train_arguments(p):
     add("--hang-timeout", type=number(), default=300.0, metavar="SECONDS")
     add("--tp-layout", default="rule", choices=TP_LAYOUTS)
     add("--zero", type=int, default=0, choices=(0, 1, 2, 3), metavar="STAGE")
+    add("--sync-bn", action="store_true")
     add("--grid", type=grid_shape, metavar="AXIS=N,...")
     add("--micro-batches", type=positive_int, default=1, metavar="M")
     add("--schedule", default="1f1b", choices=list(PIPELINE_SCHEDULES))
@@ -284,6 +288,7 @@ def dist_config(args):
         chunks=args.chunks,
         stages=args.stages,
         zero=args.zero,
+        sync_bn=args.sync_bn,
     )
 
 
@@ -316,6 +321,11 @@ def run_train(args):
         )
     if args.zero and not (args.dist or args.grid):
         raise ValueError("--zero shards the replicas of --dist sync: start it under mpiexec")
+    if args.sync_bn and not (args.dist or args.grid):
+        raise ValueError(
+            "--sync-bn joins the batch statistics of --dist sync's replicas: start it under "
+            "mpiexec with --dist sync"
+        )
     if (args.straggler or args.jitter) and not args.dist:
         raise ValueError("--straggler and --jitter slow down ranks of a --dist run")
     config, options = train_config(args), dist_config(args)

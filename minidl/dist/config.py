@@ -85,6 +85,7 @@ class DistConfig:
     chunks: int | None = None  # pipeline: model chunks per rank (None: 2 interleaved, else 1)
     stages: str = "memory"  # pipeline: cut the stages by "memory", "layers" or "parameters"
     zero: int = 0  # sync: ZeRO stage (1: optimizer state sharded, 2: gradients, 3: weights too)
+    sync_bn: bool = False  # sync: batch-norm statistics over the dp replicas' whole batch
 
     def check(self, config: TrainConfig, resume=None) -> DistConfig:
         """Refuse options that do not fit the mode or ``config``; returns self."""
@@ -116,6 +117,7 @@ class DistConfig:
         self._check_residual(config)
         self._check_pipeline(config)
         self._check_zero(config, what)
+        self._check_sync_bn(what)
         self._check_recompute(config)
         if self.servers != 1 and not mode.uses_server:
             raise ConfigError(
@@ -173,6 +175,27 @@ class DistConfig:
             )
         if self.zero == 3:
             self._check_zero3(config)
+
+    def _check_sync_bn(self, what):
+        """Synchronised batch norm joins the statistics of replicas that each hold a share of
+        one batch: sync data parallelism, without tp or a pipeline."""
+        if not self.sync_bn:
+            return
+        if self.mode.name != "sync":
+            raise ConfigError(
+                f"{option('sync_bn')} joins the batch statistics of {option('dist')} sync's "
+                f"replicas in every step; {what} trains replicas apart: drop {option('sync_bn')}"
+            )
+        if self.pipelined:
+            raise ConfigError(
+                f"{option('sync_bn')} with a pipeline ({option('grid')} {self.grid}): "
+                f"micro-batches normalise separately by design; drop {option('sync_bn')}"
+            )
+        if self.grid is not None and self.grid.tp > 1:
+            raise ConfigError(
+                f"{option('sync_bn')} with {option('grid')} {self.grid}: tensor-parallel layers "
+                f"split channels, not the batch; drop {option('sync_bn')} or the tp axis"
+            )
 
     def _check_zero3(self, config):
         """Stage 3 gathers each layer's weights when the layer runs: over dp alone, or on the
@@ -320,7 +343,12 @@ class DistConfig:
             "tp_layout": self.tp_layout,
             "grid": None if self.grid is None else str(self.grid),
             "zero": self.zero,
-        } | (self._pipeline_record() if self.pipelined else {})
+        } | self._layout_record()
+
+    def _layout_record(self):
+        """A pipeline's options, and ``sync_bn`` when set (without it, config.json as before)."""
+        pipeline = self._pipeline_record() if self.pipelined else {}
+        return pipeline | ({"sync_bn": True} if self.sync_bn else {})
 
     def _pipeline_record(self):
         return {

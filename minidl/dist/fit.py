@@ -56,6 +56,7 @@ from .pipeline.schedules import ASYNCHRONOUS, default_chunks
 from .pipeline.shares import PipelineShares
 from .spatial import local_rows, plan_rows, spatial_parallel
 from .straggler import Straggler
+from .sync_batchnorm import sync_for_training
 from .tensor import TRAFFIC, PlacementError, TensorParallel, one_weird_trick_plan, tail_plan
 from .watchdog import Heartbeat, Watchdog, idle
 from .watchdog import progress as made_progress
@@ -108,6 +109,8 @@ def parallelize(run, options):
     if grid is not None and shape.pp > 1:
         return pipeline_training(run, options, grid, callbacks)
     placement, model = None, run.model
+    if options.sync_bn:  # before the placement: its layers (and the optimizer) keep these
+        sync_for_training(model, dp, len(run.train_set), config.batch_size)
     loader = run.loader(run.train_set, config.batch_size, dp.rank, dp.size, train=True)
     if grid is not None:
         plan = one_weird_trick_plan(model) if options.tp_layout == "one-weird-trick" else None

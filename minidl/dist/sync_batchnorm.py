@@ -11,6 +11,7 @@ the whole batch (Ioffe & Szegedy 2015, whose statistics are the mini-batch's).
 """
 
 from .. import layers as L
+from ..train.config import ConfigError, option
 
 
 def convert_sync_batchnorm(model, group):
@@ -28,6 +29,25 @@ def convert_sync_batchnorm(model, group):
     return model
 
 
-def has_batchnorm(model):
-    """True when ``model`` holds a ``BatchNorm1d`` or ``BatchNorm2d``."""
-    return any(isinstance(m, (L.BatchNorm1d, L.BatchNorm2d)) for m in model.modules())
+def sync_for_training(model, group, samples, batch_size):
+    """``convert_sync_batchnorm(model, group)`` for ``fit``'s ``--sync-bn``, refusing in one line
+    what cannot run: one replica, no batch-norm layer, or a short last batch that leaves a
+    replica without a sample (it runs no forward, so it could not join the statistics)."""
+    if group.size == 1:
+        raise ConfigError(
+            f"{option('sync_bn')} joins the batch statistics of several replicas; this run has "
+            f"one (dp=1): drop {option('sync_bn')}"
+        )
+    if not any(isinstance(m, (L.BatchNorm1d, L.BatchNorm2d)) for m in model.modules()):
+        raise ConfigError(
+            f"{option('sync_bn')}: the model has no BatchNorm1d/2d layer to synchronise; drop "
+            f"{option('sync_bn')}"
+        )
+    last = samples % (batch_size * group.size)
+    if 0 < last < group.size:
+        raise ConfigError(
+            f"{option('sync_bn')}: the last batch of {last} samples leaves a replica without "
+            f"one, which could not join the statistics; change {option('batch_size')} or the "
+            f"sample count ({samples})"
+        )
+    return convert_sync_batchnorm(model, group)
