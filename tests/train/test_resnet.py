@@ -1,6 +1,8 @@
 """ResNet-18/50/20 (He et al. 2016): parameter counts, the block's gradients, global average
 pooling, and ResNet-18 against the same network written in PyTorch."""
 
+import types
+
 import numpy as np
 import pytest
 
@@ -8,6 +10,7 @@ import minidl as md
 from minidl import layers as L
 from minidl import models
 from minidl.cli import main
+from minidl.dist.tensor import PlacementError, TensorParallel
 from minidl.models.resnet import BasicBlock, Bottleneck
 from minidl.perf.model_costs import count_model
 
@@ -142,3 +145,9 @@ def test_a_blocks_add_and_global_pool_are_counted(capsys):
     assert pool.forward_flops == 2 * 64 * 7 * 7
     assert main(["summary", "--model", "resnet20"]) == 0
     assert "memory per rank: not predicted for resnet20" in capsys.readouterr().out
+
+
+def test_the_tensor_parallel_placement_refuses_a_residual_block():
+    group = types.SimpleNamespace(size=2, rank=0)
+    with pytest.raises(PlacementError, match="layer 3 \\(BasicBlock\\) runs its layers in a "):
+        TensorParallel(models.resnet20(), group)

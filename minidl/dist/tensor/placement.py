@@ -135,6 +135,14 @@ class TensorParallel:
             raise PlacementError(
                 f"tensor parallelism splits a Sequential's layers, not a {type(model).__name__}"
             )
+        blocks = [(p, m) for p, m in model.named_modules() if m._modules]
+        path, block = next(((p, m) for p, m in blocks if not isinstance(m, Sequential)), ("", 0))
+        if block:
+            raise PlacementError(
+                f"layer {path} ({type(block).__name__}) runs its layers in a forward of its own "
+                "(a residual block's skip connection): tensor parallelism splits the layers of "
+                "Sequentials only; use data parallelism, ZeRO, recomputation or a pipeline"
+            )
         self.comm = comm
         layers = leaves(model)
         self.plan = list(plan(model, comm.size) if plan_words is None else plan_words)
