@@ -82,6 +82,21 @@ def check_a_batch_of_one_value_per_channel_is_refused(comm):
         raise AssertionError("a group batch of one sample was not refused")
 
 
+def check_float32_statistics_keep_their_digits(comm):
+    """float32 samples of mean 1e4 and variance ~1 (mean^2 / Var = 1e8, past float32's 2^24):
+    the joined variance within 1e-3 of float64's, where E[x^2] - E[x]^2 in float32 is off by
+    more than the variance itself."""
+    x = 1e4 + np.random.default_rng(4).standard_normal((4000, 2))
+    rows = slice(*block_bounds(len(x), comm.size)[comm.rank])
+    layer = L.BatchNorm1d(2, momentum=1.0, group=comm)
+    layer(md.tensor(x[rows]))
+    want = x.var(axis=0, ddof=1)
+    close(layer.running_var.data / want, 1, "float32 running variance", tol=1e-3)
+    x32 = x.astype(np.float32)
+    naive = (x32 * x32).mean(axis=0) - x32.mean(axis=0) ** 2
+    assert np.abs(naive - want).max() > want.min(), naive
+
+
 def model(seed=0):
     md.manual_seed(seed)
     return L.Sequential(

@@ -13,6 +13,7 @@ def test_sync_batch_norm_equals_one_process_with_the_whole_batch(run_checks, npr
         "a_batch_of_one_value_per_channel_is_refused",
         "convert_keeps_names_and_values",
         "training_equals_one_process",
+        "float32_statistics_keep_their_digits",
         script="sync_bn_checks.py",
         timeout=120,
     )

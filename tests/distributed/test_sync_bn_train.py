@@ -2,6 +2,7 @@
 the batch (ResNet-20's batch norms, float64); without --sync-bn each rank normalises with its
 own share, and the run differs; refusals in one line."""
 
+import json
 import os
 
 import numpy as np
@@ -36,21 +37,30 @@ def largest_difference(a, b):
 def test_sync_bn_on_two_ranks_gives_the_checkpoint_of_one_process_with_twice_the_batch(
     mpi_run, tmp_path
 ):
-    """4 steps of 2 x 8 against 1 x 16: weights, running statistics and momentum to 1e-10.
-    Without --sync-bn the ranks' running statistics are of 8 samples each (the docs' per-rank
-    statistics), which moves them (and so the weights) away from one process's."""
+    """4 steps of 2 x 8 against 1 x 16: weights, running statistics and momentum to 1e-10,
+    under plain sync and under --zero 3 (which gathers each layer's weights inside the blocks'
+    forwards; the batch norms' collectives run between, in the same order on every rank).
+    Without --sync-bn the ranks' running statistics are of 8 samples each (the docs'
+    per-rank statistics), which moves them away from one process's. A resume with --dist
+    restores --sync-bn (DIST_ONLY)."""
     one = train(mpi_run, 1, tmp_path / "one", "--batch-size", "16")
-    synced = train(
-        mpi_run, 2, tmp_path / "synced", "--dist", "sync", "--sync-bn", "--batch-size", "8"
-    )
+    synced = ["--dist", "sync", "--sync-bn", "--batch-size", "8"]
+    for zero in ([], ["--zero", "3"]):
+        got = train(mpi_run, 2, tmp_path / f"synced{len(zero)}", *synced, *zero)
+        assert largest_difference(got.model_state, one.model_state) <= 1e-10, zero
+        mine, theirs = got.optimizer_state["state"], one.optimizer_state["state"]
+        assert len(mine) == len(theirs) > 0
+        for a, b in zip(mine, theirs, strict=True):
+            assert largest_difference(a, b) <= 1e-10, zero
     apart = train(mpi_run, 2, tmp_path / "apart", "--dist", "sync", "--batch-size", "8")
-    assert largest_difference(synced.model_state, one.model_state) <= 1e-10
-    mine, theirs = synced.optimizer_state["state"], one.optimizer_state["state"]
-    assert len(mine) == len(theirs) > 0
-    for a, b in zip(mine, theirs, strict=True):
-        assert largest_difference(a, b) <= 1e-10
     running = {k: v for k, v in one.model_state.items() if "running" in k}
     assert running and largest_difference(apart.model_state, running) > 1e-6
+    saved, again = str(tmp_path / "synced0" / "checkpoint.npz"), str(tmp_path / "again")
+    resume = ["--resume", saved, "--epochs", "2", "--no-progress", "--test-subset", "16"]
+    result = mpi_run(2, "-m", "minidl", "train", *resume, "--dist", "sync", "--out", again)
+    assert not result.timed_out and result.returncode == 0, result.output
+    with open(os.path.join(again, "config.json")) as f:
+        assert json.load(f)["sync_bn"] is True
 
 
 def test_sync_bn_where_it_cannot_run_is_refused_in_one_line(mpi_run, tmp_path):
