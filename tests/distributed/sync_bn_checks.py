@@ -14,7 +14,8 @@ import minidl as md
 from minidl import functional as F
 from minidl import layers as L
 from minidl import optim
-from minidl.dist import DistributedOptimizer, ZeroOptimizer, convert_sync_batchnorm
+from minidl.dist import DistributedOptimizer, Grid, ZeroOptimizer, convert_sync_batchnorm
+from minidl.dist.spatial import local_rows, spatial_parallel
 from minidl.intmath import block_bounds
 
 SHAPES = {L.BatchNorm1d: [(3,), (3, 5)], L.BatchNorm2d: [(3, 4, 2)]}  # per-sample shapes
@@ -153,6 +154,35 @@ def check_training_equals_one_process(comm):
     train(plain, DistributedOptimizer(make(plain.parameters()), comm), data, comm)
     err = np.abs(plain.state_dict()["1.running_mean"] - expected["1.running_mean"]).max()
     assert err > 1e-6, f"per-rank statistics gave the group's running mean ({err:.1e})"
+
+
+def check_tail_of_a_spatial_grid_equals_one_process(comm):
+    """dp=2 x spatial=2: the conv runs on row blocks, the tail (Linear, BatchNorm1d, Linear) on
+    the gathered images, replicated over spatial; its batch norm synchronised over dp gives one
+    process's weights and running statistics for the batch of both replicas."""
+    grid = Grid(comm, dp=2, spatial=2)
+    rows, replicas = grid.group("spatial"), grid.group("dp")
+
+    def tail_model():
+        md.manual_seed(0)
+        layers = [L.Conv2d(2, 3, 3, padding=1), L.ReLU(), L.Flatten(), L.Linear(48, 5)]
+        return L.Sequential(*layers, L.BatchNorm1d(5), L.Linear(5, 3)).to("float64")
+
+    make = lambda ps: optim.Momentum(ps, lr=0.1, momentum=0.9)  # noqa: E731
+    data = batches(2)
+    want = tail_model()
+    train(want, make(want.parameters()), data)
+    net = spatial_parallel(convert_sync_batchnorm(tail_model(), replicas), rows, 4)
+    opt = DistributedOptimizer(make(net.parameters()), replicas)
+    for x, y in data:
+        mine = slice(*block_bounds(len(y), 2)[replicas.rank])
+        opt.zero_grad()
+        xs = md.tensor(local_rows(x[mine], rows), dtype="float64")
+        F.cross_entropy(net(xs), y[mine]).backward()
+        opt.step()
+    got, expected = net.state_dict(), want.state_dict()
+    for key in expected:
+        close(got[key], expected[key], f"dp=2,spatial=2 {key}")
 
 
 def check_convert_keeps_names_and_values(comm):

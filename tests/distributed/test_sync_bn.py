@@ -17,3 +17,7 @@ def test_sync_batch_norm_equals_one_process_with_the_whole_batch(run_checks, npr
         script="sync_bn_checks.py",
         timeout=120,
     )
+
+
+def test_sync_batch_norm_in_the_tail_of_a_spatial_grid_equals_one_process(run_checks):
+    run_checks(4, "tail_of_a_spatial_grid_equals_one_process", script="sync_bn_checks.py")
