@@ -38,20 +38,21 @@ def test_sync_bn_on_two_ranks_gives_the_checkpoint_of_one_process_with_twice_the
     mpi_run, tmp_path
 ):
     """4 steps of 2 x 8 against 1 x 16: weights, running statistics and momentum to 1e-10,
-    under plain sync and under --zero 3 (which gathers each layer's weights inside the blocks'
-    forwards; the batch norms' collectives run between, in the same order on every rank).
+    under plain sync, under --zero 3 (which gathers each layer's weights inside the blocks'
+    forwards; the batch norms' collectives run between, in the same order on every rank) and
+    under --recompute (the recomputed forward joins the statistics again, updating nothing).
     Without --sync-bn the ranks' running statistics are of 8 samples each (the docs'
     per-rank statistics), which moves them away from one process's. A resume with --dist
     restores --sync-bn (DIST_ONLY)."""
     one = train(mpi_run, 1, tmp_path / "one", "--batch-size", "16")
     synced = ["--dist", "sync", "--sync-bn", "--batch-size", "8"]
-    for zero in ([], ["--zero", "3"]):
-        got = train(mpi_run, 2, tmp_path / f"synced{len(zero)}", *synced, *zero)
-        assert largest_difference(got.model_state, one.model_state) <= 1e-10, zero
+    for index, extra in enumerate(([], ["--zero", "3"], ["--recompute", "3"])):
+        got = train(mpi_run, 2, tmp_path / f"synced{index}", *synced, *extra)
+        assert largest_difference(got.model_state, one.model_state) <= 1e-10, extra
         mine, theirs = got.optimizer_state["state"], one.optimizer_state["state"]
         assert len(mine) == len(theirs) > 0
         for a, b in zip(mine, theirs, strict=True):
-            assert largest_difference(a, b) <= 1e-10, zero
+            assert largest_difference(a, b) <= 1e-10, extra
     apart = train(mpi_run, 2, tmp_path / "apart", "--dist", "sync", "--batch-size", "8")
     running = {k: v for k, v in one.model_state.items() if "running" in k}
     assert running and largest_difference(apart.model_state, running) > 1e-6
