@@ -38,7 +38,7 @@ class _Residual(L.Module):
             self.downsample = L.Sequential(*_conv_bn(cin, cout, 1, stride, conv_algo))
 
     def residual(self, x):
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__}.residual")
 
     def forward(self, x):
         shortcut = x if self.downsample is None else self.downsample(x)

@@ -9,26 +9,8 @@ import minidl as md
 from minidl import functional as F
 from minidl import layers as L
 from minidl import random as md_random
+from minidl.exercises.checks.recompute import chain  # conv, BN, dropout: every kind of state
 from minidl.perf.graph_memory import graph_bytes
-
-
-def dropout_bn_model():
-    """Conv, batch norm, dropout, linear, batch norm, dropout: every kind of state a
-    recomputation must not disturb, in float64."""
-    md.manual_seed(3)
-    model = L.Sequential(
-        L.Conv2d(2, 4, 3, padding=1),
-        L.BatchNorm2d(4),
-        L.ReLU(),
-        L.Dropout(0.3),
-        L.Flatten(),
-        L.Linear(4 * 6 * 6, 16),
-        L.BatchNorm1d(16),
-        L.Tanh(),
-        L.Dropout(0.5),
-        L.Linear(16, 5),
-    )
-    return model.to("float64")
 
 
 def step(model, x, y, keys=None):
@@ -65,8 +47,8 @@ def batch(rng):
 @pytest.mark.parametrize("segments", [1, 2, 3, 10])
 def test_recomputed_segments_give_the_plain_gradients_draws_and_buffers(batch, segments):
     x, y = batch
-    plain = step(dropout_bn_model(), x, y)
-    recomputed = step(L.Recompute(dropout_bn_model(), segments), x, y)
+    plain = step(chain(), x, y)
+    recomputed = step(L.Recompute(chain(), segments), x, y)
     assert_same_step(recomputed, plain)
 
 
@@ -75,14 +57,14 @@ def test_keyed_dropout_draws_the_same_masks_again(batch):
     sample's stream from the same draw number as the first."""
     x, y = batch
     keys = [(0, 1, i) for i in range(len(y))]
-    plain = step(dropout_bn_model(), x, y, keys)
-    assert_same_step(step(L.Recompute(dropout_bn_model(), 3), x, y, keys), plain)
-    assert not np.allclose(plain["loss"], step(dropout_bn_model(), x, y)["loss"])
+    plain = step(chain(), x, y, keys)
+    assert_same_step(step(L.Recompute(chain(), 3), x, y, keys), plain)
+    assert not np.allclose(plain["loss"], step(chain(), x, y)["loss"])
 
 
 def test_batch_norm_counts_and_updates_its_statistics_once(batch):
     x, y = batch
-    model = L.Recompute(dropout_bn_model(), 2)
+    model = L.Recompute(chain(), 2)
     step(model, x, y)
     for norm in (model[1], model[6]):
         assert int(norm.num_batches_tracked.data) == 1
@@ -118,8 +100,8 @@ def test_checkpoint_links_a_node_only_where_a_gradient_can_flow(rng):
 
 def test_nested_checkpoints_and_each_parameter_hook_once_per_backward(batch):
     x, y = batch
-    plain = step(dropout_bn_model(), x, y)
-    model = dropout_bn_model()
+    plain = step(chain(), x, y)
+    model = chain()
     inner = L.Recompute(L.Sequential(*list(model)[5:]), 2)
     nested = L.Recompute(L.Sequential(*list(model)[:5], inner), 2)
     calls = []
