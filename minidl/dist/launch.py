@@ -172,7 +172,7 @@ def run_workers(command, env):
     previous = {s: signal.signal(s, forward) for s in FORWARDED}
     finished = False
     try:
-        code = job.wait()
+        code = _wait(job, received)
         finished = not received
     finally:
         if not finished:  # a signal, or an exception here: end the whole job
@@ -195,6 +195,20 @@ def run_workers(command, env):
     return code
 
 
+def _wait(job, received):
+    """The job's exit status; None once it outlives ``GRACE_S`` after a forwarded signal
+    (a rank that swallowed it keeps the others waiting in a collective)."""
+    while not received:
+        try:
+            return job.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        return job.wait(timeout=GRACE_S)
+    except subprocess.TimeoutExpired:
+        return None
+
+
 def _signal_group(job, signum):
     try:
         os.killpg(job.pid, signum)
@@ -204,6 +218,10 @@ def _signal_group(job, signum):
 
 if __name__ == "__main__":  # a rank of fit_on_workers
     from .fit import fit
+
+    # Ctrl-C ends a rank at once: a KeyboardInterrupt raised inside a __del__ is only
+    # printed, and the rank would train on while the others wait for it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     with open(sys.argv[1], "rb") as handle:
         config, options, resume, namer = pickle.load(handle)

@@ -179,3 +179,34 @@ def test_a_stopped_rank_does_not_hang_the_job(tmp_path, job_env):
     finally:
         job.kill()
         kill_everything(marker, groups)
+
+
+def test_a_job_that_ignores_the_forwarded_signal_is_killed_after_a_grace_period(tmp_path, job_env):
+    """A rank that swallows SIGINT (a KeyboardInterrupt raised in a ``__del__`` is only
+    printed) would keep the job alive: the launcher ends the group once ``GRACE_S`` is up."""
+    marker = str(tmp_path / "stubborn")
+    rank = (
+        "import signal, time; "
+        "[signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)]; "
+        f"time.sleep(600)  # {marker}"
+    )
+    launcher = (
+        "import sys; from minidl.dist.launch import run_workers; "
+        f"sys.exit(run_workers([sys.executable, '-c', {rank!r}], {{}}))"
+    )
+    job = start(["-c", launcher], job_env)
+    groups = set()
+    try:
+        deadline = time.monotonic() + 30
+        while not groups and time.monotonic() < deadline:  # the rank, in a group of its own
+            groups = {processes()[pid][0] for pid in leftovers(marker, set())} - {job.pid}
+            time.sleep(0.1)
+        assert groups, "the stubborn rank did not start"
+        job.send_signal(signal.SIGINT)
+        output, _ = job.communicate(timeout=60)
+        assert job.returncode == 128 + signal.SIGINT, output
+        assert "stopped by SIGINT" in output
+        assert_nothing_left(marker, groups, within=5)
+    finally:
+        job.kill()
+        kill_everything(marker, groups)
