@@ -42,6 +42,10 @@ COMMANDS = {  # name: (module, help)
         "time per iteration, speedup and efficiency of data-parallel training on n nodes",
     ),
     "report": ("minidl.cli.report", "tables and plots of distributed training runs"),
+    "verify": (
+        "minidl.cli.verify",
+        "K steps of a layout against one process: the first tensor that differs",
+    ),
     "exercise": (
         "minidl.exercises.command",
         "course exercises: list, check (expected vs got, a hint), write a student tree",

@@ -6,7 +6,8 @@ a NumPy/CuPy array in place. ``DistributedOptimizer`` is synchronous data parall
 ``ZeroOptimizer`` the same with sharded optimizer state, gradients and parameters (ZeRO
 stages 1, 2 and 3), ``CompressedOptimizer`` with a gradient compressor; ``make_session``
 runs the other consistency models (bsp, ssp:S, asp, avg:H, easgd);
-``convert_sync_batchnorm(model, group)`` normalises its batch-norm layers over a group.
+``convert_sync_batchnorm(model, group)`` normalises its batch-norm layers over a group;
+``verify(model, grid=...)`` compares K steps of a layout with one process, tensor by tensor.
 """
 
 from minidl.dist.collectives import ALLREDUCE_ALGORITHMS
@@ -19,6 +20,7 @@ from minidl.dist.fit import fit
 from minidl.dist.grid import Grid, GridError, GridShape
 from minidl.dist.pipeline import PipelineTrainer
 from minidl.dist.sync_batchnorm import convert_sync_batchnorm
+from minidl.dist.verify import Verdict, verify
 from minidl.dist.zero import ZeroOptimizer
 
 __all__ = [
@@ -35,9 +37,11 @@ __all__ = [
     "NonFiniteGradientError",
     "PipelineTrainer",
     "Request",
+    "Verdict",
     "ZeroOptimizer",
     "convert_sync_batchnorm",
     "fit",
     "init",
     "make_session",
+    "verify",
 ]

@@ -95,8 +95,9 @@ def fit(
         return train_epochs(run, parallelize(run, options))
 
 
-def parallelize(run, options):
-    """What this rank of ``run`` trains under ``options``: the ladder of the module doc."""
+def parallelize(run, options, plan=None):
+    """What this rank of ``run`` trains under ``options``: the ladder of the module doc.
+    ``plan``: tensor parallelism's word per layer (None: ``options.tp_layout``'s)."""
     config, comm = run.config, run.comm
     if options.mode.name != "sync":
         return consistency_training(run, options)
@@ -113,7 +114,8 @@ def parallelize(run, options):
         sync_for_training(model, dp, len(run.train_set), config.batch_size)
     loader = run.loader(run.train_set, config.batch_size, dp.rank, dp.size, train=True)
     if grid is not None:
-        plan = one_weird_trick_plan(model) if options.tp_layout == "one-weird-trick" else None
+        if plan is None and options.tp_layout == "one-weird-trick":
+            plan = one_weird_trick_plan(model)
         placement = place_on_grid(model, grid, plan, run.train_set[0][0].shape[-2])
         model = recomputed(placement.module, config.recompute)
     optimizer = make_optimizer(config, model.parameters())

@@ -156,7 +156,7 @@ class ZeroOptimizer(ReplicatedOptimizer):
         self.comm.allgatherv(whole, _overlaps(start, stop, self.blocks[k]))
         return whole
 
-    def _whole(self, p, blocks):
+    def whole_array(self, p, blocks):
         """Parameter ``p``'s whole array (``_gathered``), in its shape."""
         start, stop = self._span(p)
         return self._gathered(p, 0, stop - start, blocks).reshape(self.where[id(p)][2])
@@ -177,7 +177,7 @@ class ZeroOptimizer(ReplicatedOptimizer):
             weights = [piece.data for piece in self.pieces]
             for _, params in self.layers:
                 for p in params:
-                    p.data = self._whole(p, weights)
+                    p.data = self.whole_array(p, weights)
             self.whole = True
 
     def release_model(self):
@@ -325,7 +325,7 @@ class ZeroOptimizer(ReplicatedOptimizer):
                 continue
             blocks = [state[key] for state in states]
             for p, state in zip(self.full, serial):
-                state[key] = self._whole(p, blocks)
+                state[key] = self.whole_array(p, blocks)
         return {"hyper": self.optimizer.state_dict()["hyper"], "state": serial}
 
     def load_state_dict(self, state_dict):
