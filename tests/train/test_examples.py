@@ -351,3 +351,17 @@ def test_zero_memory_example_holds_the_predicted_bytes_and_the_plain_weights(tmp
     for held in ratios.values():
         assert held[0] == 1.0 and all(a > b for a, b in zip(held, held[1:])), out
     assert (tmp_path / "15.png").stat().st_size > 0
+
+
+@needs_data
+@pytest.mark.mpi
+def test_sync_batchnorm_example_drifts_without_sync_and_equals_one_process_with_it():
+    out = run_mpi_example(2, "16_sync_batchnorm.py", "--steps", 3)
+    rows = re.findall(r"^(\d+)\s+(\S+)\s+(\S+)$", out, re.M)
+    assert [int(step) for step, _, _ in rows] == [1, 2, 3], out
+    for _, plain, synced in rows:
+        assert float(plain) > 1e-4 and float(synced) <= 1e-10, out
+    verdicts = [line for line in out.splitlines() if line.startswith("verify: ")]
+    assert len(verdicts) == 2, out
+    assert "differ from one process; the first: step 0: output of layer bn:" in verdicts[0], out
+    assert "sync-bn equals one process" in verdicts[1], out

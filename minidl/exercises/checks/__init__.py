@@ -16,4 +16,5 @@ MODULES = (
     "data",
     "recompute",
     "sharding",
+    "sync_batchnorm",
 )

@@ -7,4 +7,13 @@ comparisons (one home per oracle), with other inputs. Add a module's name to
 ``MODULES`` to include it.
 """
 
-MODULES = ("layers", "optim", "collectives", "data", "pipeline", "recompute", "sharding")
+MODULES = (
+    "layers",
+    "optim",
+    "collectives",
+    "data",
+    "pipeline",
+    "recompute",
+    "sharding",
+    "sync_batchnorm",
+)
