@@ -116,7 +116,8 @@ def parallelize(run, options, plan=None):
     if grid is not None:
         if plan is None and options.tp_layout == "one-weird-trick":
             plan = one_weird_trick_plan(model)
-        placement = place_on_grid(model, grid, plan, run.train_set[0][0].shape[-2])
+        height = run.train_set[0][0].shape[-2]
+        placement = place_on_grid(model, grid, plan, height, options.sync_bn)
         model = recomputed(placement.module, config.recompute)
     optimizer = make_optimizer(config, model.parameters())
     callbacks.append(SampleKeys(loader))
@@ -245,10 +246,11 @@ class SpatialTensorPlacement(GridPlacement):
         super().__init__(module, tensor.module, replicas, tensor.plan, tensor)
 
 
-def place_on_grid(model, grid, plan, height):
+def place_on_grid(model, grid, plan, height, sync_bn=False):
     """``model`` split over the tp axis by ``TensorParallel``, over image rows on the spatial
     one, or both (``SpatialTensorPlacement``), as a ``GridPlacement``; a layout that cannot
-    run raises ``ConfigError`` in one line saying what would fit."""
+    run raises ``ConfigError`` in one line saying what would fit. The batch norms before a
+    spatial split's tail join their replica's blocks, and (``sync_bn``) every replica's."""
     shape = grid.shape
     if shape.pp > 1:
         raise ConfigError(
@@ -263,7 +265,8 @@ def place_on_grid(model, grid, plan, height):
             )
         if shape.tp == 1:
             rows = grid.group("spatial")
-            module = RowBlocks(spatial_parallel(model, rows, height), rows)
+            statistics = grid.world if sync_bn else rows
+            module = RowBlocks(spatial_parallel(model, rows, height, statistics=statistics), rows)
             return GridPlacement(module, model, grid.world, ["spatial"])
         return SpatialTensorPlacement(model, grid, height, plan)
     except (PlacementError, SplitError) as exc:

@@ -69,17 +69,22 @@ class _BatchNorm(Module):
             )
         if self.training and self.running_mean is not None and not is_recomputing():
             self.num_batches_tracked.data += 1
+        weight, bias = self.affine()
         return F.batch_norm(
             x,
             self.running_mean,
             self.running_var,
-            self.weight,
-            self.bias,
+            weight,
+            bias,
             training=self.training or self.running_mean is None,
             momentum=self.momentum,
             eps=self.eps,
             group=self.group,
         )
+
+    def affine(self):
+        """(gamma, beta) as the forward reads them (a spatial block sums their gradients)."""
+        return self.weight, self.bias
 
     def extra_repr(self):
         synced = "" if self.group is None else f", group of {self.group.size} ranks"

@@ -40,15 +40,23 @@ from ..layers import leaves
 
 
 def layer_shapes(model, input_shape):
-    """(input shape, output shape) of one sample for each leaf layer, in order."""
+    """(input shape, output shape) of one sample for each leaf layer, in order; the layers run
+    in evaluation mode, so no running statistic, batch count or random stream moves."""
     dtype = next((p.dtype for p in model.parameters()), np.float32)
     x = Tensor(np.zeros((1, *input_shape), dtype=dtype))
+    layers = [layer for _, layer in leaves(model)]
+    modes = [layer.training for layer in layers]
     shapes = []
-    with no_grad():
-        for _, layer in leaves(model):
-            y = layer(x)
-            shapes.append((x.shape[1:], y.shape[1:]))
-            x = y
+    try:
+        with no_grad():
+            for layer in layers:
+                layer.training = False
+                y = layer(x)
+                shapes.append((x.shape[1:], y.shape[1:]))
+                x = y
+    finally:
+        for layer, mode in zip(layers, modes, strict=True):
+            layer.training = mode
     return shapes
 
 

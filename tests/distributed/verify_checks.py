@@ -84,6 +84,30 @@ def check_batch_norm_without_sync_is_named(comm):
     assert_equal(verify(batch_normed, **SMALL, sync_bn=True), batch_normed())
 
 
+def image_normed():
+    """Batch norm on image blocks: after a convolution, and after the second one's."""
+    return L.Sequential(
+        L.Conv2d(1, 4, 3, padding=1),
+        L.BatchNorm2d(4),
+        L.ReLU(),
+        L.MaxPool2d(2),
+        L.Conv2d(4, 4, 3),
+        L.BatchNorm2d(4),
+        L.ReLU(),
+        L.Flatten(),
+        L.Linear(4 * 12 * 12, 10),
+    )
+
+
+def check_batch_norm_on_image_blocks_equals_one_process(comm):
+    """Spatial ranks hold rows of the same images: their statistics (and with ``sync_bn`` the
+    replicas') are joined, and gamma's and beta's gradients summed over the blocks."""
+    grids = {2: ["spatial=2"], 4: ["spatial=2,tp=2", "dp=2,spatial=2"]}[comm.size]
+    for grid in grids:
+        sync = grid.startswith("dp")
+        assert_equal(verify(image_normed, **SMALL, grid=grid, sync_bn=sync), image_normed())
+
+
 def check_a_row_parallel_layer_without_its_allreduce_is_named(comm):
     forward = RowParallelLinear.forward
     RowParallelLinear.forward = lambda self, x: F.linear(x, self.weight, self.bias)  # partial

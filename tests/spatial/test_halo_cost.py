@@ -65,9 +65,11 @@ def test_a_model_that_cannot_be_split_is_refused_naming_the_layer_and_what_fits(
     assert "layer 3 (Conv2d(6, 16" in message and message.endswith("; 4 blocks would fit")
     assert "\n" not in message
     with pytest.raises(
-        SplitError, match="layer 1 .*BatchNorm2d.* needs the whole image.*only the whole image"
+        SplitError, match="layer 1 .*Dropout.* drawn per block.*only the whole image"
     ):
-        plan_rows(L.Sequential(L.Conv2d(1, 2, 3), L.BatchNorm2d(2), L.Flatten()), 8, 2)
+        plan_rows(L.Sequential(L.Conv2d(1, 2, 3), L.Dropout(0.5), L.Flatten()), 8, 2)
+    normed = L.Sequential(L.Conv2d(1, 2, 3), L.BatchNorm2d(2), L.ReLU(), L.Flatten())
+    assert plan_rows(normed, 8, 2)[1] == 3  # batch norm joins its blocks: the tail is Flatten
     with pytest.raises(SplitError, match="width 28 into 8 blocks: layer 3"):
         plan_rows(md.models.lenet5(), 28, 8, axis=1)
     with pytest.raises(SplitError, match="splits an L.Sequential"):

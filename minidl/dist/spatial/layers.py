@@ -13,8 +13,10 @@ serial gradient.
 ``spatial_parallel`` turns each leading ``Conv2d``, ``MaxPool2d`` and ``AvgPool2d`` into
 its spatial form; the pointwise layers between them (``POINTWISE``: they mix channels,
 never pixels) run on the block as they are. At the first other layer the blocks are
-gathered (rows, then columns) and the tail runs replicated. ``BatchNorm2d`` (whole-image
-statistics) and ``Dropout`` (a mask per process) are refused before the tail. Parameters
+gathered (rows, then columns) and the tail runs replicated. A ``BatchNorm2d`` before the
+tail normalises its block with the statistics of every block of the batch (``statistics``,
+the spatial group by default: ``F.batch_norm``'s group joins the blocks' counts, means and
+M2 as it joins replicas'); ``Dropout`` (a mask per process) is refused there. Parameters
 keep their serial names, so ``state_dict`` is the serial model's.
 """
 
@@ -146,9 +148,31 @@ class SpatialPool2d(_Window):
         return F.avg_pool2d(self._halo(x, 0.0), self.kernel_size, self.stride, self.padding)
 
 
+class SpatialBatchNorm2d(L.BatchNorm2d):
+    """``bn`` (an ``L.BatchNorm2d``, its Parameters and buffers) on this rank's block: the
+    training statistics of every block of the batch (``statistics``, its ``group``), gamma
+    and beta through ``SumOverGroup`` over the blocks, so every rank holds their serial
+    gradient (each block's is a sum over its own pixels)."""
+
+    def __init__(self, bn, blocks, statistics, counters):
+        affine, tracked = bn.weight is not None, bn.running_mean is not None
+        super().__init__(bn.num_features, bn.eps, bn.momentum, affine, tracked, group=statistics)
+        for name, value in [*bn._parameters.items(), *bn._buffers.items()]:
+            setattr(self, name, value)
+        self.blocks, self.counters, self.training = blocks, counters, bn.training
+
+    def affine(self):
+        if self.weight is None:
+            return None, None
+        group, counters = self.blocks.group, self.counters
+        return tuple(
+            SumOverGroup.apply(p, comm=group, counters=counters) for p in (self.weight, self.bias)
+        )
+
+
 # ---- the split model ------------------------------------------------------------------------
-POINTWISE = (L.ReLU, L.Tanh, L.Sigmoid, L.LocalResponseNorm)
-REFUSED = (L.BatchNorm2d, L.Dropout)
+POINTWISE = (L.ReLU, L.Tanh, L.Sigmoid, L.LocalResponseNorm, L.BatchNorm2d)
+REFUSED = (L.Dropout,)
 AXES = ("height", "width")
 
 
@@ -169,8 +193,8 @@ def _walk(model, extent, parts, axis):
             extent = output_size(extent, *args)
         elif isinstance(layer, REFUSED):
             raise SplitError(
-                f"layer {name} ({layer!r}) cannot run on a block of an image: it needs the "
-                "whole image at once; put it after the Flatten, or use a grid without spatial"
+                f"layer {name} ({layer!r}) cannot run on a block of an image: its mask would "
+                "be drawn per block; put it after the Flatten, or use a grid without spatial"
             )
         elif not isinstance(layer, POINTWISE):
             return windows, index, extent
@@ -260,9 +284,11 @@ class SpatialParallel(L.Sequential):
     """``model`` with its leading window layers split over ``group``'s ranks by image blocks.
     ``forward`` takes this rank's block of a ``height`` x ``width`` batch (``local_rows``,
     same ``cols``; ``cols`` > 1 needs ``width``) and returns, on every rank, what the serial
-    model returns for the whole batch. ``counters``: the bytes and halo messages sent."""
+    model returns for the whole batch. ``counters``: the bytes and halo messages sent.
+    ``statistics``: the ranks whose blocks make the batch a ``BatchNorm2d`` before the tail
+    normalises (default ``group``; with replicas that join theirs, replicas x blocks)."""
 
-    def __init__(self, model, group, height, width=None, cols=1):
+    def __init__(self, model, group, height, width=None, cols=1, statistics=None):
         check_cols(group.size, cols)
         windows, gather_at, tail_h = plan_rows(model, height, group.size // cols)
         tail_w, widths = None, {}
@@ -275,11 +301,13 @@ class SpatialParallel(L.Sequential):
         super().__init__()
         self.counters = RankCounters()
         heights = dict(windows)
-        for name, layer in model._modules.items():
+        for index, (name, layer) in enumerate(model._modules.items()):
             if name in heights:
                 kind = SpatialConv2d if isinstance(layer, L.Conv2d) else SpatialPool2d
                 shape = (heights[name], widths.get(name))
                 layer = kind(layer, blocks, shape, self.counters)
+            elif isinstance(layer, L.BatchNorm2d) and index < gather_at:
+                layer = SpatialBatchNorm2d(layer, blocks, statistics or group, self.counters)
             setattr(self, name, layer)
         self._gather_at = gather_at
         self._gathers = [(2, blocks.down, split_rows(tail_h, blocks.rows))]
@@ -301,6 +329,7 @@ class SpatialParallel(L.Sequential):
         return x
 
 
-def spatial_parallel(model, group, height, width=None, cols=1):
-    """``SpatialParallel(model, group, height, width, cols)`` (collective over ``group``)."""
-    return SpatialParallel(model, group, height, width, cols)
+def spatial_parallel(model, group, height, width=None, cols=1, statistics=None):
+    """``SpatialParallel(model, group, height, width, cols, statistics)`` (collective over
+    ``group``)."""
+    return SpatialParallel(model, group, height, width, cols, statistics)
