@@ -6,6 +6,7 @@ store data, never pickled objects); where every stream stands can be saved and
 restored in memory (``snapshot``, ``restore``: a recomputed forward draws again).
 """
 
+import contextlib
 import json
 
 import numpy as np
@@ -42,14 +43,37 @@ def set_sample_keys(keys):
     _samples.update(keys=keys, draws=0)
 
 
-def sample_generators(rows):
+def sample_generators(rows, stream=None):
     """One NumPy Generator per row for the next draw when keys of ``rows`` samples are set
-    (``set_sample_keys``); None otherwise (a batch of another size, e.g. a micro-batch)."""
+    (``set_sample_keys``); None otherwise (a batch of another size). ``stream``: the drawing
+    layer's number in the serial model (``number_streams``), so a stage or a segment run
+    alone draws what the whole forward draws there; None: the step's draws are counted."""
     keys = _samples["keys"]
     if keys is None or len(keys) != rows:
         return None
-    draw, _samples["draws"] = _samples["draws"], _samples["draws"] + 1
-    return [np.random.default_rng([*key, draw]) for key in keys]
+    if stream is None:
+        stream, _samples["draws"] = _samples["draws"], _samples["draws"] + 1
+    return [np.random.default_rng([*key, stream]) for key in keys]
+
+
+@contextlib.contextmanager
+def sample_rows(start, stop):
+    """Within the block, the keys of rows ``start:stop`` of the batch only (a micro-batch)."""
+    keys = _samples["keys"]
+    _samples["keys"] = None if keys is None else keys[start:stop]
+    try:
+        yield
+    finally:
+        _samples["keys"] = keys
+
+
+def number_streams(model):
+    """Give each random layer of ``model`` (its ``Dropout``s, in order) its own ``stream``
+    number: a sample's draws then depend on the layer, not on what ran before it."""
+    layers = [m for m in model.modules() if hasattr(m, "stream")]
+    for number, layer in enumerate(layers):
+        layer.stream = number
+    return model
 
 
 def snapshot():

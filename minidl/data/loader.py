@@ -81,7 +81,7 @@ class DataLoader:
         self.skip_unreadable, self.skipped = bool(skip_unreadable), []
         self.epoch = 0
         self.current_global_batch_size = 0
-        self.current_sample_keys = None  # in-memory datasets: none (dropout draws as usual)
+        self.current_sample_keys = None  # (seed, epoch, dataset index) of the batch's samples
         if hasattr(dataset, "load"):
             self._images, self._labels = None, np.asarray(dataset.labels, dtype=np.int64)
         else:
@@ -132,6 +132,7 @@ class DataLoader:
         rng = np.random.default_rng([self.seed, epoch, self.rank]) if self.transform else None
         for step, index in enumerate(self.rank_indices(epoch)):
             self.current_global_batch_size = self.global_batch_size(step)
+            self.current_sample_keys = [(self.seed, epoch, int(i)) for i in index]
             x, y = self._gather(index)
             if self.transform is not None:
                 x, y = self.transform(x, y, rng)

@@ -319,7 +319,7 @@ def pipeline_training(run, options, grid, callbacks):
     loader = run.loader(run.train_set, config.batch_size, dp.rank, dp.size, train=True)
     check_last_batch(loader, options.schedule, grid.shape.pp)
     steps = PipelineSteps(trainer, loader, run.comm, config.device, config.dtype)
-    callbacks += [steps, MemoryRecord(None, trainer.optimizer, run.comm)]
+    callbacks += [SampleKeys(loader), steps, MemoryRecord(None, trainer.optimizer, run.comm)]
     if run.rank == 0:
         part = trainer.partition
         stages = " ".join(f"{a}-{b - 1}" for a, b in part.bounds)

@@ -25,7 +25,6 @@ from itertools import islice
 import numpy as np
 
 from .. import functional as F
-from .. import layers as L
 from .. import random as md_random
 from ..autograd import Tensor
 from ..backend import to_device, to_numpy
@@ -79,7 +78,6 @@ class Verdict:
     compared: int
     worst: float
     differences: list
-    caveat: str = ""
 
     @property
     def equal(self):
@@ -94,7 +92,7 @@ class Verdict:
             )
         return (
             f"verify: {len(self.differences)} tensors of {self.layout} differ from one "
-            f"process; the first: {self.differences[0]}{self.caveat}"
+            f"process; the first: {self.differences[0]}"
         )
 
 
@@ -124,7 +122,7 @@ def verify(
     with TrainingRun(config, comm) as run:
         if callable(model):
             md_random.manual_seed(config.seed)
-            run.model = model().to(config.dtype).to(config.device)
+            run.model = md_random.number_streams(model()).to(config.dtype).to(config.device)
         reference = Reference(run, options, model) if comm.rank == 0 else None
         names = {id(layer): name for name, layer in leaves(run.model)}
         params = [name for name, _ in run.model.named_parameters()]
@@ -160,11 +158,6 @@ def verify(
     if reference is not None:
         text = _layout_text(options, comm.size)
         verdict = Verdict(text, steps, reference.compared, reference.worst, differences)
-        if reference.unkeyed_dropout and not verdict.equal:
-            verdict.caveat = (
-                " (the model has dropout, and this dataset gives no per-sample keys: each "
-                "rank draws its own masks, so outputs after a dropout differ)"
-            )
     return comm.bcast_object(verdict)
 
 
@@ -235,8 +228,10 @@ class Reference:
     def __init__(self, run, options, model):
         config = run.config
         md_random.manual_seed(config.seed)
-        self.model = model() if callable(model) else build_model(config, run.train_set)
-        self.model = self.model.to(config.dtype).to(config.device)
+        if callable(model):
+            self.model = md_random.number_streams(model()).to(config.dtype).to(config.device)
+        else:
+            self.model = build_model(config, run.train_set)
         replicas = options.grid.dp if options.grid else run.comm.size
         self.loader = run.loader(run.train_set, config.batch_size * replicas, train=True)
         self.loader.set_epoch(0)
@@ -247,8 +242,6 @@ class Reference:
         self.order = [name for name, _ in leaves(self.model)]
         self.device, self.compared, self.worst = config.device, 0, 0.0
         self.draws = md_random.snapshot()  # its own random stream: rank 0's layout keeps its
-        self.dropout = any(isinstance(m, L.Dropout) and m.p > 0 for m in self.model.modules())
-        self.unkeyed_dropout = False
 
     def step(self, index):
         """Train one step; returns {kind: {name: array}} and the batch's size."""
@@ -260,7 +253,6 @@ class Reference:
 
     def _step(self, index):
         x, y = next(self.batches)
-        self.unkeyed_dropout = self.dropout and self.loader.current_sample_keys is None
         self.recorder.calls = {}
         self.keys.before_step(index, len(y))
         self.optimizer.zero_grad()

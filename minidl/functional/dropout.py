@@ -2,7 +2,7 @@
 with probability p and scale the survivors by 1/(1-p), so that evaluation is
 the identity. Draws come from ``minidl.random`` (seed it with ``manual_seed``):
 one stream per sample while the training loop sets the batch's sample keys
-(``random.set_sample_keys``, image folders), else the shared generator.
+(``random.set_sample_keys``: seed, epoch and dataset index), else the shared generator.
 """
 
 import numpy as np
@@ -13,9 +13,9 @@ from ..random import get_rng, sample_generators
 
 
 class Dropout(Function):
-    def forward(self, x, p):
+    def forward(self, x, p, stream=None):
         xp = get_array_module(x)
-        rows = sample_generators(x.shape[0])
+        rows = sample_generators(x.shape[0], stream)
         if rows is None:
             draws = get_rng(xp).random(x.shape, dtype=x.dtype)
         else:
@@ -29,10 +29,11 @@ class Dropout(Function):
         return g * self.mask
 
 
-def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
-    """Zero elements with probability ``p`` when ``training``; identity otherwise."""
+def dropout(x: Tensor, p: float = 0.5, training: bool = True, stream=None) -> Tensor:
+    """Zero elements with probability ``p`` when ``training``; identity otherwise. ``stream``:
+    the layer's number among the model's random draws (``random.sample_generators``)."""
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout: p={p} must lie in [0, 1)")
     if not training or p == 0.0:
         return x
-    return Dropout.apply(x, p=p)
+    return Dropout.apply(x, p=p, stream=stream)

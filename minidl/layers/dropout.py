@@ -6,8 +6,12 @@ from .module import Module
 
 
 class Dropout(Module):
+    """``F.dropout``; ``stream``: its draws' number within a sample's forward
+    (``random.number_streams``; None: counted as they come)."""
+
     def __init__(self, p: float = 0.5):
         super().__init__()
+        self.stream = None
         self.p = number_arg(
             "Dropout",
             "p",
@@ -17,7 +21,7 @@ class Dropout(Module):
         )
 
     def forward(self, x):
-        return F.dropout(x, self.p, self.training)
+        return F.dropout(x, self.p, self.training, self.stream)
 
     def extra_repr(self):
         return f"p={self.p}"

@@ -30,6 +30,7 @@ from .. import conv, models, optim
 from ..data import MNIST, Compose, FashionMNIST, ImageFolder, RandomCrop, RandomHorizontalFlip
 from ..layers import Recompute
 from ..models.alexnet import IMAGE_SIZE, paper_init
+from ..random import number_streams
 
 DATASETS = {"fashion-mnist": FashionMNIST, "mnist": MNIST, "folder": ImageFolder}
 
@@ -101,6 +102,7 @@ def build_model(config, train_set):
     )
     if config.init == "paper":
         paper_init(model)
+    number_streams(model)  # dropout masks keyed by layer: the same on every layout
     return recomputed(model, config.recompute).to(config.dtype).to(config.device)
 
 

@@ -20,6 +20,7 @@ def test_layouts_equal_one_process_and_injected_mistakes_are_named(run_checks):
         "layouts_on_two_ranks_equal_one_process",
         "batch_norm_without_sync_is_named",
         "batch_norm_on_image_blocks_equals_one_process",
+        "dropout_equals_one_process_on_every_layout",
         "a_row_parallel_layer_without_its_allreduce_is_named",
         "a_gradient_averaged_twice_is_named",
         "a_pipeline_that_drops_a_micro_batch_gradient_is_named",
@@ -33,6 +34,7 @@ def test_grids_on_four_ranks_equal_one_process(run_checks):
         4,
         "grids_on_four_ranks_equal_one_process",
         "batch_norm_on_image_blocks_equals_one_process",
+        "dropout_equals_one_process_on_every_layout",
         script="verify_checks.py",
         timeout=180,
     )

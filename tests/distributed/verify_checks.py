@@ -108,6 +108,41 @@ def check_batch_norm_on_image_blocks_equals_one_process(comm):
         assert_equal(verify(image_normed, **SMALL, grid=grid, sync_bn=sync), image_normed())
 
 
+def dropped():
+    """Two dropout layers (p 0.5 and 0.3) between fully connected ones."""
+    return L.Sequential(
+        L.Flatten(),
+        L.Linear(784, 32),
+        L.ReLU(),
+        L.Dropout(0.5),
+        L.Linear(32, 32),
+        L.ReLU(),
+        L.Dropout(0.3),
+        L.Linear(32, 10),
+    )
+
+
+def check_dropout_equals_one_process_on_every_layout(comm):
+    """Masks keyed by sample, step and layer: replicas, micro-batches, tp blocks and
+    one-weird-trick's half batches draw one process's masks."""
+    layouts = {
+        2: [
+            {},
+            {"grid": "tp=2"},
+            {"grid": "pp=2", "micro_batches": 2},
+            {"grid": "pp=2", "micro_batches": 4, "schedule": "interleaved"},
+            {"zero": 3},
+        ],
+        4: [{"grid": "dp=2,pp=2", "micro_batches": 2}, {"grid": "dp=2,tp=2"}],
+    }[comm.size]
+    for fields in layouts:
+        assert_equal(verify(dropped, **SMALL, **fields), dropped())
+    if comm.size == 2:
+        owt = verify("alexnet-small", **SMALL, grid="tp=2", tp_layout="one-weird-trick")
+        alexnet = build("alexnet-small", num_classes=10, in_channels=1)
+        assert_equal(owt, alexnet)
+
+
 def check_a_row_parallel_layer_without_its_allreduce_is_named(comm):
     forward = RowParallelLinear.forward
     RowParallelLinear.forward = lambda self, x: F.linear(x, self.weight, self.bias)  # partial

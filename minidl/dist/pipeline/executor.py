@@ -26,6 +26,7 @@ from minidl.autograd import Tensor
 from minidl.perf import pipeline_timeline
 from minidl.perf.pipeline_simulate import place_of, stage_of
 from minidl.perf.telemetry import StalenessHistogram
+from minidl.random import sample_rows
 
 DTYPES = ("float16", "float32", "float64", "int64")
 MAX_DIMS = 8
@@ -111,6 +112,7 @@ class PipelineExecutor:
         self._inputs, self._outputs, self._received, self._sent = {}, {}, {}, []
         self._posted = {}  # (m, chunk): the gradient's receive, posted by _send_act
         self._batch = (inputs, targets, shares)
+        self._starts = np.cumsum([0, *map(len, targets)]).tolist()  # each micro-batch's rows
         self.loss = self.metric_sum = 0.0
         self.failure = None
         tracer = self._tracer if self._trace_skip == 0 and self._trace_steps > 0 else None
@@ -181,7 +183,8 @@ class PipelineExecutor:
             x = Tensor(inputs[m])
         else:
             x = Tensor(self._received.pop((m, c)), requires_grad=True)
-        out = self.chunks[c](x)
+        with sample_rows(self._starts[m], self._starts[m + 1]):  # its samples' dropout masks
+            out = self.chunks[c](x)
         if stage == self.last_stage:
             if self.metric is not None:
                 self.metric_sum += float(self.metric(out.data, targets[m]))

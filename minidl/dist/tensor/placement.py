@@ -19,7 +19,10 @@ summed over the group), then the rule splits the rest: convolutions move gradien
 connected layers activations. Words passed to ``TensorParallel`` override the rule.
 """
 
+from contextlib import nullcontext
+
 from ...layers import AvgPool2d, Conv2d, Linear, MaxPool2d, ReLU, Sequential, Sigmoid, Tanh, leaves
+from ...random import sample_rows
 from .functions import TRAFFIC, Split, gather_blocks, gather_from_group, split_to_group, take_block
 from .layers import (
     ColumnParallelLinear,
@@ -112,11 +115,13 @@ class BatchParallel(Sequential):
 
     def forward(self, x):
         n = x.shape[0]
+        rows = Split(n, self.comm.size).slice(self.comm.rank)
         x = split_to_group(x, self.comm, 0)
         for index, layer in enumerate(self._modules.values()):
             if index == self.count:
                 x = gather_from_group(x, self.comm, 0, n)
-            x = layer(x)
+            with sample_rows(rows.start, rows.stop) if index < self.count else nullcontext():
+                x = layer(x)  # a dropout mask per sample of the block
         return gather_from_group(x, self.comm, 0, n) if self.count == len(self) else x
 
 
