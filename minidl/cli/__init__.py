@@ -19,6 +19,9 @@ import math
 import sys
 
 from .. import backend
+from ..dist.comm import init as init_mpi
+from ..dist.job import mpiexec_ranks, report_once
+from ..dist.launch import mpi_unavailable_reason
 from ..perf.zoo import MODEL_NAMES, parse_shape
 from ..train.config import OptionMessage, worded
 
@@ -155,7 +158,13 @@ class Parser(argparse.ArgumentParser):
     """A parser whose usage errors are one line, as every other error of the command."""
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
+        """Under mpiexec every rank parses the same line: it is reported once for the job."""
+        line = f"{self.prog}: error: {message} ({self.prog} --help lists the options)"
+        if mpiexec_ranks() > 1 and mpi_unavailable_reason() is None:
+            init_mpi()
+            report_once(line)
+            self.exit(2)
+        self.exit(2, line + "\n")
 
 
 def _add_verbose(p):
@@ -197,6 +206,8 @@ def main(argv=None):
         parser.print_help()
         return 2
     module, name = args._run
+    if mpiexec_ranks() > 1 and mpi_unavailable_reason() is None:
+        init_mpi()  # first, on every rank: an error of any rank is then reported once
     args.argv = argv[1:]  # the sub-command's own arguments, for commands that relaunch themselves
     try:
         return getattr(importlib.import_module(module), f"run_{name}")(args) or 0
@@ -209,12 +220,14 @@ def main(argv=None):
 
 
 def fail(message, code=ERROR_EXIT):
-    """Print ``message`` on stderr; under MPI with other ranks, end the whole job with ``code``."""
-    print(message, file=sys.stderr, flush=True)
+    """Print ``message`` on stderr; under MPI with other ranks, once for the job
+    (``job.report_once``), then end the whole job with ``code``."""
     comm = sys.modules["minidl.dist.comm"].world() if "minidl.dist.comm" in sys.modules else None
-    if comm is not None and comm.size > 1:
-        comm.abort(code)
-    return code
+    if comm is None or comm.size == 1:
+        print(message, file=sys.stderr, flush=True)
+        return code
+    sys.modules["minidl.dist.job"].report_once(message)
+    comm.abort(code)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ import threading
 import time
 import traceback
 
+import numpy as np
+
 from ..train.rundir import job_aborted
 
 OUTPUT_GRACE_S = 0.5
@@ -47,7 +49,9 @@ def mpiexec_rank():
     return _launcher_number(("PMI_RANK", "OMPI_COMM_WORLD_RANK"), 0)
 
 
-_job = {}  # the world communicator and every rank's host (install_abort_hooks)
+_job = {}  # the world communicator, every rank's host, the error line's (install_abort_hooks)
+REPORT_WAIT_S = 2.0  # how long a failing rank waits to hear whether every rank failed alike
+REPORT_BYTES = 4096  # of an error line, as the ranks compare them
 
 
 def install_abort_hooks(mpi_comm):
@@ -57,7 +61,7 @@ def install_abort_hooks(mpi_comm):
     Collective: it gathers every rank's host, which ``abort_if_peer_failed`` names.
     """
     rank, hosts = mpi_comm.Get_rank(), mpi_comm.allgather(socket.gethostname())
-    _job.update(comm=mpi_comm, hosts=hosts)
+    _job.update(comm=mpi_comm, hosts=hosts, reports=mpi_comm.Dup())
     header = (
         f"minidl.dist: uncaught exception on rank {rank} "
         f"of {mpi_comm.Get_size()} (host {hosts[rank]}), aborting all ranks\n"
@@ -70,6 +74,41 @@ def install_abort_hooks(mpi_comm):
 
     sys.excepthook = abort
     threading.excepthook = lambda hook: abort(hook.exc_type, hook.exc_value, hook.exc_traceback)
+
+
+def report_once(message, stream=None):
+    """Print an error ``message`` once for the job. When every rank reports within
+    ``REPORT_WAIT_S`` (one flag, grid or file wrong for all), rank 0 prints each distinct
+    line once, naming the ranks of a line that not all of them share; a rank that fails
+    alone prints its own, naming itself. Outside an MPI job: just print it."""
+    stream = stream or sys.stderr
+    comm = _job.get("reports")
+    if comm is None or comm.Get_size() == 1:
+        print(message, file=stream, flush=True)
+        return
+    rank, size = comm.Get_rank(), comm.Get_size()
+    mine = np.zeros(REPORT_BYTES, np.uint8)
+    text = np.frombuffer(message.encode()[:REPORT_BYTES], np.uint8)
+    mine[: text.size] = text
+    everyone = np.zeros((size, REPORT_BYTES), np.uint8)
+    request, deadline = comm.Iallgather(mine, everyone), time.monotonic() + REPORT_WAIT_S
+    while not request.Test():
+        if time.monotonic() > deadline:
+            print(f"rank {rank}: {message}", file=stream, flush=True)
+            return
+        time.sleep(0.01)
+    if rank != 0:
+        return
+    ranks = {}
+    for r, row in enumerate(everyone):
+        ranks.setdefault(row.tobytes().rstrip(b"\0").decode(errors="replace"), []).append(r)
+    for line, which in ranks.items():
+        named = (
+            ""
+            if len(ranks) == 1
+            else f"rank{'s' * (len(which) > 1)} " + ", ".join(map(str, which)) + ": "
+        )
+        print(named + line, file=stream, flush=True)
 
 
 def abort_if_peer_failed(exc, option=str):
