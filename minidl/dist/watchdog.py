@@ -20,6 +20,7 @@ reported as unknown).
 """
 
 import os
+import signal
 import socket
 import struct
 import sys
@@ -100,6 +101,8 @@ class Watchdog(Callback):
         )
         try:
             job_aborted(reason)
+            if self.heartbeat is not None:  # a stopped process ignores what the abort sends
+                self.heartbeat.kill_silent_here(self.timeout)
             self.abort(self.exit_code)
         finally:
             os._exit(self.exit_code)
@@ -130,13 +133,14 @@ class Heartbeat:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("0.0.0.0", 0))
         self.sock.settimeout(INTERVAL_S)
-        me = (self.host, _own_address(self.host), self.sock.getsockname()[1])
+        me = (self.host, _own_address(self.host), self.sock.getsockname()[1], os.getpid())
         peers = comm.allgather_object(me)
-        self.hosts = [host for host, _, _ in peers]
+        self.hosts = [host for host, *_ in peers]
+        self.pids = [pid for *_, pid in peers]
         one_host = len(set(self.hosts)) == 1
         self.targets = [
             ("127.0.0.1" if one_host else address, port)
-            for rank, (_, address, port) in enumerate(peers)
+            for rank, (_, address, port, _) in enumerate(peers)
             if rank != self.rank and (one_host or address)
         ]
         now = time.monotonic()
@@ -180,14 +184,30 @@ class Heartbeat:
     def name(self, rank):
         return f"rank {rank} on {self.hosts[rank]}"
 
+    def silent(self, timeout):
+        """The peers not heard from for ``timeout`` / 2 s (at least three heartbeats)."""
+        now = time.monotonic()
+        limit = max(timeout / 2, 3 * INTERVAL_S)
+        return [rank for rank, (when, _, _) in sorted(self.heard.items()) if now - when > limit]
+
+    def kill_silent_here(self, timeout):
+        """SIGKILL the silent peers on this host: a stopped (SIGSTOP) process holds every other
+        signal until it runs again, so the job's abort would leave it behind."""
+        for rank in self.silent(timeout):
+            if self.hosts[rank] == self.host:
+                try:
+                    os.kill(self.pids[rank], signal.SIGKILL)
+                except OSError:  # gone already, or not ours
+                    pass
+
     def describe(self, timeout):
         """The peers that went silent, and those alive without progress, for ``timeout`` s."""
         now = time.monotonic()
-        silent, stalled = [], []
+        silent, stalled = self.silent(timeout), []
         for rank, (when, idle, where) in sorted(self.heard.items()):
-            if now - when > max(timeout / 2, 3 * INTERVAL_S):
-                silent.append(rank)
-            elif idle + (now - when) > timeout / 2:
+            if rank in silent:
+                continue
+            if idle + (now - when) > timeout / 2:
                 stalled.append(f"{self.name(rank)} (no progress for {idle:.0f} s, last: {where})")
         text = ""
         if silent:

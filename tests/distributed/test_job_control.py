@@ -175,6 +175,8 @@ def test_a_stopped_rank_does_not_hang_the_job(tmp_path, job_env):
         assert "made no progress for" in output and "--hang-timeout" in output
         assert "Not answering: rank 1 on " in output, output  # its heartbeats stopped too
         assert waited < 60, f"the job took {waited:.0f} s to end"
+        stopped_rank = processes().get(ranks[1])
+        assert not (stopped_rank and stopped_rank[1]), "the stopped rank outlived its job"
         assert_nothing_left(marker, groups, within=10)
     finally:
         job.kill()
