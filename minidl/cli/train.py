@@ -296,6 +296,7 @@ def run_train(args):
     """Train as ``args`` says; returns 0, or 3 when the loss became NaN/inf."""
     ranks = mpiexec_ranks()
     apply_recipe(args)
+    saved = {}
     if args.resume:
         saved = load_checkpoint(args.resume).training_config()
         # with --workers, --batch-size here is the whole step's (the workers split it)
@@ -314,6 +315,12 @@ def run_train(args):
         )
     if args.grid and args.workers > 1:
         raise ValueError("--grid arranges the ranks of an mpiexec job; use it without --workers")
+    if args.resume and saved.get("grid") and not (args.dist or args.grid) and ranks > 1:
+        raise ValueError(
+            f"--resume: the checkpoint's run trained on --grid {saved['grid']}; add --grid "
+            f"{saved['grid']} to continue it on its grid (or --dist sync to continue it as data "
+            "parallelism)"
+        )
     if not args.dist and not args.grid and ranks > 1:
         raise ValueError(
             f"started by mpiexec with {ranks} ranks but without --dist; add --dist sync to train "

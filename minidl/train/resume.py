@@ -57,6 +57,11 @@ def changes(saved, record):
             continue
         changed.append(key)
         notes.append(f"{option(key)} {new} (the checkpoint's run used {saved[key]})")
+    if layout(record) != layout(saved):
+        notes.append(
+            f"{layout(record)} (the checkpoint's run: {layout(saved)}); the checkpoint is the "
+            "serial model, placed anew"
+        )
     per_step = record["batch_size"] * record["world_size"]
     saved_per_step = saved["batch_size"] * saved.get("world_size", 1)
     if per_step != saved_per_step:
@@ -64,7 +69,21 @@ def changes(saved, record):
             f"{option('batch_size')} {record['batch_size']} x {record['world_size']} processes: "
             f"{per_step} samples per step (the checkpoint's run: {saved_per_step})"
         )
+    elif record["batch_size"] != saved["batch_size"]:
+        notes.append(
+            f"{option('batch_size')} {record['batch_size']} per process (the checkpoint's run: "
+            f"{saved['batch_size']}): {per_step} samples per step, as before"
+        )
     return changed, notes
+
+
+def layout(config):
+    """How ``config`` (a run's saved options) places the model, as its flags say it."""
+    if config.get("grid"):
+        return f"{option('grid')} {config['grid']}"
+    if config.get("dist"):
+        return f"{option('dist')} {config['dist']} on {config.get('world_size', 1)} processes"
+    return "one process"
 
 
 def apply_changes(config, changed, optimizer, scheduler):

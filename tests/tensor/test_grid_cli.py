@@ -149,3 +149,35 @@ def test_zero_on_the_dp_axis_of_dp2_tp2_trains_the_serial_weights_and_momentum(
     flags = ["--grid", "dp=2,tp=2", "--zero", stage, "--batch-size", "32", "--epochs", "1"]
     train_mpi(mpi_run, 4, *flags, "--out", out)
     assert_serial_weights_and_momentum(out, serial_run)
+
+
+@pytest.mark.parametrize("grid", ["tp=2", "spatial=2"])
+def test_a_grid_run_resumed_without_batch_size_keeps_its_samples_per_step(mpi_run, tmp_path, grid):
+    """The batch of a grid run is its replica's (dp=1 here): resumed on its grid, in one
+    process, or as --dist sync on 2 ranks, a step still takes 8 samples; without its grid
+    under mpiexec it is refused, naming the grid, never turned into data parallelism."""
+    first = str(tmp_path / "first")
+    options = ["--test-subset", "64", "--batch-size", "8", "--epochs", "1", "--out", first]
+    train_mpi(mpi_run, 2, "--grid", grid, *options)
+    resume = os.path.join(first, "checkpoint.npz")
+
+    def samples_per_step(run_dir):
+        with open(os.path.join(run_dir, "config.json")) as f:
+            config = json.load(f)
+        return config["batch_size"] * config["world_size"]
+
+    again = str(tmp_path / "again")
+    out = train_mpi(mpi_run, 2, "--grid", grid, "--resume", resume, "--epochs", "2", "--out", again)
+    assert samples_per_step(again) == 8 and "samples per step" not in out.output, out.output
+    alone = str(tmp_path / "alone")
+    assert main(["train", "--resume", resume, "--epochs", "2", "--out", alone]) == 0
+    assert samples_per_step(alone) == 8
+    refused = mpi_run(2, "-m", "minidl", "train", "--resume", resume, "--epochs", "2", timeout=60)
+    assert refused.returncode == 1 and f"add --grid {grid} to continue it" in refused.output
+    replicas = str(tmp_path / "replicas")
+    out = train_mpi(
+        mpi_run, 2, "--dist", "sync", "--resume", resume, "--epochs", "2", "--out", replicas
+    )
+    assert samples_per_step(replicas) == 8, out.output
+    assert f"(the checkpoint's run: --grid {grid})" in out.output, out.output
+    assert "--batch-size 4 per process (the checkpoint's run: 8)" in out.output, out.output
