@@ -1,8 +1,8 @@
 """Resuming: continue a run from its checkpoint, checking that it is the same run.
 
 The configuration passed with a checkpoint must describe the same run: the
-options that define it (model, activation, dataset, optimizer, subset,
-seed, dtype) cannot change. Others may (learning rate, momentum, weight
+options that define it (model, variant, crop size, activation, dataset, optimizer,
+subset, seed, dtype) cannot change. Others may (learning rate, momentum, weight
 decay, clipping, schedule, epochs, samples per step...): each change is
 applied and announced. An applied learning rate becomes the schedule's base
 rate; the schedule continues from its epoch. How a launch runs (``LAUNCH``:
@@ -16,7 +16,18 @@ import json
 
 from .config import ConfigError, option
 
-FIXED = ("model", "activation", "dataset", "optimizer", "subset", "seed", "dtype")
+# what defines the run; variant and crop size give the model its shapes
+FIXED = (
+    "model",
+    "variant",
+    "crop_size",
+    "activation",
+    "dataset",
+    "optimizer",
+    "subset",
+    "seed",
+    "dtype",
+)
 # how this launch runs, not what the run is: not announced when they differ
 LAUNCH = tuple(
     "out overwrite progress threads device trace data_dir verify_data hang_timeout straggler "

@@ -80,3 +80,17 @@ def test_missing_and_corrupt_files_get_clear_errors(tmp_path):
     (tmp_path / "cut.npz").write_bytes(data[: len(data) // 2])
     with pytest.raises(CheckpointError, match="cut.npz"):
         load_checkpoint(str(tmp_path / "cut.npz"))
+
+
+@pytest.mark.parametrize(
+    "key, saved, asked", [("variant", "original", "torchvision"), ("crop_size", 224, 160)]
+)
+def test_a_checkpoint_of_another_variant_or_crop_is_refused_up_front(key, saved, asked):
+    """They give AlexNet its shapes: refused before the model is built, naming both values."""
+    from minidl.train.resume import ResumeError, check_fixed
+
+    with pytest.raises(ResumeError) as error:
+        check_fixed({key: saved}, {key: asked})
+    message = str(error.value)
+    assert f"trained with {key} {saved}, this run asks for {asked}" in message, message
+    check_fixed({key: saved}, {key: saved})  # the same value continues the run
