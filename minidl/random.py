@@ -56,6 +56,43 @@ def sample_generators(rows, stream=None):
     return [np.random.default_rng([*key, stream]) for key in keys]
 
 
+class SampleDraws:
+    """A ``numpy.random.Generator`` stand-in for a batch's transforms: a draw of ``size``
+    (n, ...) gives row i its numbers from its own generator, seeded by ``keys[i]`` (e.g.
+    ``(seed, epoch, dataset index)``), so a sample is augmented alike on any rank."""
+
+    def __init__(self, keys):
+        self.generators = [np.random.default_rng(key) for key in keys]
+
+    def _each(self, method, size, *args, **kwargs):
+        shape = (size,) if isinstance(size, int) else tuple(size or ())
+        if not shape or shape[0] != len(self.generators):
+            raise ValueError(
+                f"per-sample draws take size=(rows, ...) with rows = {len(self.generators)}, "
+                f"got size={size!r}"
+            )
+        if not self.generators:  # an empty share: no draws, the method's dtype
+            return getattr(np.random.default_rng(0), method)(*args, size=shape, **kwargs)
+        return np.stack(
+            [getattr(g, method)(*args, size=shape[1:], **kwargs) for g in self.generators]
+        )
+
+    def integers(self, low, high=None, size=None, **kwargs):
+        return self._each("integers", size, low, high, **kwargs)
+
+    def random(self, size=None, **kwargs):
+        return self._each("random", size, **kwargs)
+
+    def standard_normal(self, size=None, **kwargs):
+        return self._each("standard_normal", size, **kwargs)
+
+    def uniform(self, low=0.0, high=1.0, size=None):
+        return self._each("uniform", size, low, high)
+
+    def normal(self, loc=0.0, scale=1.0, size=None):
+        return self._each("normal", size, loc, scale)
+
+
 @contextlib.contextmanager
 def sample_rows(start, stop):
     """Within the block, the keys of rows ``start:stop`` of the batch only (a micro-batch)."""

@@ -19,8 +19,10 @@ samples of the next ``prefetch`` batches while the current one trains
 also stay safe in an MPI rank, where forking is not). Sample ``i`` of epoch
 ``e`` draws its random choices from a generator seeded by ``(seed, e, i)``,
 so its batch is the same whatever the worker count, the rank count or the
-timing; ``current_sample_keys`` holds ``(seed, e, i)`` of each sample of the
-batch just yielded (the training loop keys dropout by them). An unreadable
+timing; an in-memory dataset's ``transform`` draws each sample's crop and flip
+the same way (``random.SampleDraws``). ``current_sample_keys`` holds ``(seed, e,
+i)`` of each sample of the batch just yielded (the training loop keys dropout by
+them). An unreadable
 file stops the epoch with an ``ImageDecodeError`` naming it, or, with
 ``skip_unreadable``, is left out of its batch and counted in ``loader.skipped``.
 """
@@ -31,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ..random import SampleDraws
 from .imageprep import ImageDecodeError
 
 
@@ -129,13 +132,12 @@ class DataLoader:
         if self._images is None:
             yield from self._stream(epoch)
             return
-        rng = np.random.default_rng([self.seed, epoch, self.rank]) if self.transform else None
         for step, index in enumerate(self.rank_indices(epoch)):
             self.current_global_batch_size = self.global_batch_size(step)
             self.current_sample_keys = [(self.seed, epoch, int(i)) for i in index]
             x, y = self._gather(index)
-            if self.transform is not None:
-                x, y = self.transform(x, y, rng)
+            if self.transform is not None:  # each sample's crop and flip drawn by its key
+                x, y = self.transform(x, y, SampleDraws(self.current_sample_keys))
             yield x, y
 
     def _gather(self, index):

@@ -120,3 +120,22 @@ def test_cupy_batches_match_numpy():
     on_host = augment(x, y, np.random.default_rng(4))[0]
     on_gpu = augment(cupy.asarray(x), y, np.random.default_rng(4))[0]
     np.testing.assert_array_equal(cupy.asnumpy(on_gpu), on_host)
+
+
+def test_a_sample_is_augmented_alike_on_any_rank():
+    """Crops and flips are drawn per sample, keyed by (seed, epoch, index): three ranks of
+    batch 2 see, together, what one process of batch 6 sees."""
+    images, labels = batch(n=12, h=28, w=28)
+    augment = Compose([RandomCrop(28, padding=2), RandomHorizontalFlip()])
+
+    def steps(rank, world, size):
+        data = ArrayDataset(images, labels)
+        loader = DataLoader(
+            data, size, shuffle=True, rank=rank, world_size=world, transform=augment
+        )
+        return [x for x, _ in loader]
+
+    whole = steps(0, 1, 6)
+    shares = [steps(r, 3, 2) for r in range(3)]
+    for step, x in enumerate(whole):
+        np.testing.assert_array_equal(x, np.concatenate([share[step] for share in shares]))
