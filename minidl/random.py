@@ -56,41 +56,69 @@ def sample_generators(rows, stream=None):
     return [np.random.default_rng([*key, stream]) for key in keys]
 
 
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio, splitmix64's increment
+
+
+def _mix(z):
+    """splitmix64's finaliser (Steele, Lea & Flood 2014) on uint64 arrays: a bijection whose
+    outputs of consecutive inputs pass as independent uniform 64-bit words."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
 class SampleDraws:
     """A ``numpy.random.Generator`` stand-in for a batch's transforms: a draw of ``size``
-    (n, ...) gives row i its numbers from its own generator, seeded by ``keys[i]`` (e.g.
-    ``(seed, epoch, dataset index)``), so a sample is augmented alike on any rank."""
+    (n, ...) gives row i numbers of its own stream, keyed by ``keys[i]`` (e.g. ``(seed,
+    epoch, dataset index)``) and the draw's number, so a sample is augmented alike on any
+    rank. Word j of draw c of row i is mix(h_i + (2^32 c + j + 1) G), h_i the mixed key
+    (a counter-based generator: the whole batch in a few array operations)."""
 
     def __init__(self, keys):
-        self.generators = [np.random.default_rng(key) for key in keys]
+        keys = np.asarray(keys, dtype=np.int64).reshape(len(keys), -1 if len(keys) else 0)
+        keys = keys.astype(np.uint64)
+        self.rows = np.zeros(len(keys), np.uint64)
+        with np.errstate(over="ignore"):
+            for column in keys.T:
+                self.rows = _mix(self.rows ^ (column + GOLDEN))
+        self.draws = 0
 
-    def _each(self, method, size, *args, **kwargs):
+    def _uniform(self, size, words=1):
+        """Uniform floats in [0, 1), shape ``size`` = (rows, ...), ``words`` per number."""
         shape = (size,) if isinstance(size, int) else tuple(size or ())
-        if not shape or shape[0] != len(self.generators):
+        if not shape or shape[0] != len(self.rows):
             raise ValueError(
-                f"per-sample draws take size=(rows, ...) with rows = {len(self.generators)}, "
+                f"per-sample draws take size=(rows, ...) with rows = {len(self.rows)}, "
                 f"got size={size!r}"
             )
-        if not self.generators:  # an empty share: no draws, the method's dtype
-            return getattr(np.random.default_rng(0), method)(*args, size=shape, **kwargs)
-        return np.stack(
-            [getattr(g, method)(*args, size=shape[1:], **kwargs) for g in self.generators]
+        count = words * int(np.prod(shape[1:], dtype=np.int64))
+        counters = (np.uint64(self.draws) << np.uint64(32)) + np.arange(
+            1, count + 1, dtype=np.uint64
         )
+        self.draws += 1
+        with np.errstate(over="ignore"):
+            bits = _mix(self.rows[:, None] + counters[None, :] * GOLDEN)
+        uniform = (bits >> np.uint64(11)).astype(np.float64) * 2.0**-53
+        return uniform.reshape(shape[0], words, *shape[1:])
 
-    def integers(self, low, high=None, size=None, **kwargs):
-        return self._each("integers", size, low, high, **kwargs)
+    def random(self, size=None, dtype=np.float64):
+        return self._uniform(size)[:, 0].astype(dtype, copy=False)
 
-    def random(self, size=None, **kwargs):
-        return self._each("random", size, **kwargs)
-
-    def standard_normal(self, size=None, **kwargs):
-        return self._each("standard_normal", size, **kwargs)
+    def integers(self, low, high=None, size=None, dtype=np.int64):
+        low, high = (0, low) if high is None else (low, high)
+        return (low + np.floor(self._uniform(size)[:, 0] * (high - low))).astype(dtype)
 
     def uniform(self, low=0.0, high=1.0, size=None):
-        return self._each("uniform", size, low, high)
+        return low + (high - low) * self._uniform(size)[:, 0]
+
+    def standard_normal(self, size=None, dtype=np.float64):
+        """Box-Muller: sqrt(-2 ln(1 - u1)) cos(2 pi u2)."""
+        u = self._uniform(size, words=2)
+        normal = np.sqrt(-2.0 * np.log1p(-u[:, 0])) * np.cos(2.0 * np.pi * u[:, 1])
+        return normal.astype(dtype, copy=False)
 
     def normal(self, loc=0.0, scale=1.0, size=None):
-        return self._each("normal", size, loc, scale)
+        return loc + scale * self.standard_normal(size)
 
 
 @contextlib.contextmanager
