@@ -43,17 +43,18 @@ def set_sample_keys(keys):
     _samples.update(keys=keys, draws=0)
 
 
-def sample_generators(rows, stream=None):
-    """One NumPy Generator per row for the next draw when keys of ``rows`` samples are set
-    (``set_sample_keys``); None otherwise (a batch of another size). ``stream``: the drawing
-    layer's number in the serial model (``number_streams``), so a stage or a segment run
-    alone draws what the whole forward draws there; None: the step's draws are counted."""
+def sample_draws(rows, stream=None):
+    """The ``SampleDraws`` of the next draw when keys of ``rows`` samples are set
+    (``set_sample_keys``), each key extended by ``stream``; None otherwise (a batch of another
+    size). ``stream``: the drawing layer's number in the serial model (``number_streams``),
+    so a stage or a segment run alone draws what the whole forward draws there; None: the
+    step's draws are counted."""
     keys = _samples["keys"]
     if keys is None or len(keys) != rows:
         return None
     if stream is None:
         stream, _samples["draws"] = _samples["draws"], _samples["draws"] + 1
-    return [np.random.default_rng([*key, stream]) for key in keys]
+    return SampleDraws([(*key, stream) for key in keys])
 
 
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio, splitmix64's increment

@@ -5,21 +5,19 @@ one stream per sample while the training loop sets the batch's sample keys
 (``random.set_sample_keys``: seed, epoch and dataset index), else the shared generator.
 """
 
-import numpy as np
-
 from ..autograd import Function, Tensor
 from ..backend import get_array_module
-from ..random import get_rng, sample_generators
+from ..random import get_rng, sample_draws
 
 
 class Dropout(Function):
     def forward(self, x, p, stream=None):
         xp = get_array_module(x)
-        rows = sample_generators(x.shape[0], stream)
-        if rows is None:
+        keyed = sample_draws(x.shape[0], stream)
+        if keyed is None:
             draws = get_rng(xp).random(x.shape, dtype=x.dtype)
         else:
-            draws = xp.asarray(np.stack([g.random(x.shape[1:], dtype=x.dtype) for g in rows]))
+            draws = xp.asarray(keyed.random(x.shape, dtype=x.dtype))
         keep = draws >= p
         self.mask = keep.astype(x.dtype)
         self.mask *= 1.0 / (1.0 - p)
@@ -31,7 +29,7 @@ class Dropout(Function):
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True, stream=None) -> Tensor:
     """Zero elements with probability ``p`` when ``training``; identity otherwise. ``stream``:
-    the layer's number among the model's random draws (``random.sample_generators``)."""
+    the layer's number among the model's random draws (``random.sample_draws``)."""
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout: p={p} must lie in [0, 1)")
     if not training or p == 0.0:
