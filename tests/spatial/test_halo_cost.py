@@ -63,6 +63,8 @@ def test_a_model_that_cannot_be_split_is_refused_naming_the_layer_and_what_fits(
         plan_rows(md.models.lenet5(), 28, 8)
     message = str(error.value)
     assert "layer 3 (Conv2d(6, 16" in message and message.endswith("; 4 blocks would fit")
+    assert "; a height of 50 would split into 8;" in message  # the smallest crop that fits
+    plan_rows(md.models.lenet5(), 50, 8)
     assert "\n" not in message
     with pytest.raises(
         SplitError, match="layer 1 .*Dropout.* drawn per block.*only the whole image"

@@ -215,8 +215,10 @@ def plan_rows(model, height, parts, axis=0):
         return _walk(model, height, parts, axis)
     except SplitError as error:
         fit = next((p for p in range(parts - 1, 1, -1) if _fits(model, height, p, axis)), 1)
+        taller = next((h for h in range(height + 1, 8 * height) if _fits(model, h, parts, axis)), 0)
         raise SplitError(
             f"cannot split this model's {AXES[axis]} {height} into {parts} blocks: {error}; "
+            + (f"a {AXES[axis]} of {taller} would split into {parts}; " if taller else "")
             + (f"{fit} blocks would fit" if fit > 1 else "only the whole image (1 block) fits")
         ) from None
 
