@@ -65,7 +65,7 @@ def load_run(path):
     if os.path.exists(config_path):
         with open(config_path) as f:
             config = json.load(f)
-    label = config.get("dist") or "single process"
+    label = layout_label(config)
     if config.get("compress", "none") != "none":
         label += f" {config['compress']}"
     if config.get("straggler"):
@@ -78,7 +78,20 @@ def load_run(path):
         "dist": {r["epoch"]: r for r in records if r.get("kind") == "dist"},
         "compression": {r["epoch"]: r for r in records if r.get("kind") == "compression"},
         "memory": [r for r in records if r.get("kind") == "memory"],
+        "grid": [r for r in records if r.get("kind") == "grid"],
     }
+
+
+def layout_label(config):
+    """What the run was, as its flags say: ``grid dp=2,tp=2``, ``sync zero 2``, ``ssp:2``..."""
+    if config.get("grid"):
+        label = f"grid {config['grid']}"
+        if config.get("schedule"):
+            label += f" {config['schedule']}, {config.get('micro_batches', 1)} micro-batches"
+    else:
+        label = config.get("dist") or "single process"
+    extras = [f"zero {config['zero']}"] * bool(config.get("zero"))
+    return " ".join([label, *extras, *["sync-bn"] * bool(config.get("sync_bn"))])
 
 
 def epoch_rows(run):
@@ -148,7 +161,9 @@ def plot_runs(runs, path):
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    fig, (by_time, by_updates, stale) = plt.subplots(1, 3, figsize=(15, 4.2))
+    stale_runs = any(staleness_histogram(run).count for run in runs)  # else no panel for it
+    fig, axes = plt.subplots(1, 2 + stale_runs, figsize=(5 * (2 + stale_runs), 4.2))
+    by_time, by_updates, stale = (*axes, None) if not stale_runs else axes
     width = 0.8 / max(len(runs), 1)
     for i, run in enumerate(runs):
         rows = epoch_rows(run)
@@ -159,16 +174,17 @@ def plot_runs(runs, path):
         if any(gradients):
             by_updates.plot(gradients, accuracy, marker="o", label=run["label"])
         histogram = staleness_histogram(run)
-        if histogram.count:
+        if stale is not None and histogram.count:
             keys = sorted(histogram.counts)
             fractions = [histogram.counts[k] / histogram.count for k in keys]
             stale.bar([k + i * width for k in keys], fractions, width=width, label=run["label"])
     acc = "test accuracy (%)"
     by_time.set(xlabel="training wall time (s)", ylabel=acc, title="accuracy vs wall time")
     by_updates.set(xlabel="gradients computed", ylabel=acc, title="accuracy vs updates")
-    stale.set(xlabel="staleness (server updates between read and apply)", ylabel="fraction")
-    stale.set(title="staleness histogram")
-    for ax in (by_time, by_updates, stale):
+    if stale is not None:
+        stale.set(xlabel="staleness (server updates between read and apply)", ylabel="fraction")
+        stale.set(title="staleness histogram")
+    for ax in axes:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
@@ -190,6 +206,22 @@ def report_pipeline_trace(run):
     path = plot_timeline(trace, os.path.join(run["path"], "pipeline_timeline.png"), title)
     if path:
         print(f"  timeline: {path}")
+
+
+def report_grid(run):
+    """A grid run's bytes per rank in its last epoch over tp and dp, measured against the
+    prediction (``perf.tensor_volume`` and the gradients' bytes)."""
+    if not run["grid"]:
+        return
+    record = run["grid"][-1]
+    for axis in ("tp", "dp"):
+        measured, predicted = record[f"{axis}_bytes"], record[f"{axis}_predicted_bytes"]
+        if any(measured) or any(predicted):
+            mib = ", ".join(f"{m / 2**20:.2f}/{p / 2**20:.2f}" for m, p in zip(measured, predicted))
+            print(
+                f"  {axis} MiB sent per rank in epoch {record['epoch']} ({record['steps']} steps), "
+                f"measured/predicted: {mib}"
+            )
 
 
 def report_memory(run):
@@ -226,13 +258,16 @@ def run_report(args):
     runs = [load_run(path) for path in args.runs]
     for run in runs:
         print(f"{run['label']}  ({run['path']})")
-        print(format_table(epoch_rows(run), EPOCH_COLUMNS))
+        rows = epoch_rows(run)
+        shown = [c for c in EPOCH_COLUMNS if any(row[c[1]] is not None for row in rows)]
+        print(format_table(rows, shown))  # what this layout measured: no empty columns
         record = next(iter(run["compression"].values()), None)
         if record is not None:
             print(
                 f"  compression {record['scheme']}: {record['payload_bytes_per_step']} bytes "
                 f"per step, {100 * record['ratio']:.2f}% of float32"
             )
+        report_grid(run)
         report_pipeline_trace(run)
         report_memory(run)
         print()

@@ -152,7 +152,9 @@ def test_zero_on_the_dp_axis_of_dp2_tp2_trains_the_serial_weights_and_momentum(
 
 
 @pytest.mark.parametrize("grid", ["tp=2", "spatial=2"])
-def test_a_grid_run_resumed_without_batch_size_keeps_its_samples_per_step(mpi_run, tmp_path, grid):
+def test_a_grid_run_resumed_without_batch_size_keeps_its_samples_per_step(
+    mpi_run, tmp_path, grid, capsys
+):
     """The batch of a grid run is its replica's (dp=1 here): resumed on its grid, in one
     process, or as --dist sync on 2 ranks, a step still takes 8 samples; without its grid
     under mpiexec it is refused, naming the grid, never turned into data parallelism."""
@@ -160,6 +162,11 @@ def test_a_grid_run_resumed_without_batch_size_keeps_its_samples_per_step(mpi_ru
     options = ["--test-subset", "64", "--batch-size", "8", "--epochs", "1", "--out", first]
     train_mpi(mpi_run, 2, "--grid", grid, *options)
     resume = os.path.join(first, "checkpoint.npz")
+    capsys.readouterr()
+    assert main(["report", first]) == 0  # the layout by name, its bytes, no empty columns
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"grid {grid}  (") and "staleness" not in printed, printed
+    assert ("tp MiB sent per rank in epoch 1" in printed) == (grid == "tp=2"), printed
 
     def samples_per_step(run_dir):
         with open(os.path.join(run_dir, "config.json")) as f:
