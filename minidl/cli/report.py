@@ -209,11 +209,18 @@ def report_pipeline_trace(run):
 
 
 def report_grid(run):
-    """A grid run's bytes per rank in its last epoch over tp and dp, measured against the
-    prediction (``perf.tensor_volume`` and the gradients' bytes)."""
+    """A grid run's bytes in its last epoch: per rank over tp and dp, and all ranks' halos,
+    gather and window gradients on a spatial grid, measured against the prediction
+    (``perf.tensor_volume``, the gradients' bytes, ``spatial.step_bytes``)."""
     if not run["grid"]:
         return
     record = run["grid"][-1]
+    if "spatial_bytes" in record:  # halos, gather, window gradients: a group's total, shared
+        measured, predicted = sum(record["spatial_bytes"]), sum(record["spatial_predicted_bytes"])
+        print(
+            f"  spatial MiB sent by all ranks in epoch {record['epoch']} ({record['steps']} "
+            f"steps), measured/predicted: {measured / 2**20:.2f}/{predicted / 2**20:.2f}"
+        )
     for axis in ("tp", "dp"):
         measured, predicted = record[f"{axis}_bytes"], record[f"{axis}_predicted_bytes"]
         if any(measured) or any(predicted):

@@ -54,7 +54,7 @@ from .pipeline import PipelineTrainer
 from .pipeline.cut import cut_stages
 from .pipeline.schedules import ASYNCHRONOUS, default_chunks
 from .pipeline.shares import PipelineShares
-from .spatial import local_rows, plan_rows, spatial_parallel
+from .spatial import local_rows, plan_rows, spatial_parallel, step_bytes
 from .straggler import Straggler
 from .sync_batchnorm import sync_for_training
 from .tensor import TRAFFIC, PlacementError, TensorParallel, one_weird_trick_plan, tail_plan
@@ -544,10 +544,15 @@ class CompressionRecord(Callback):
         return [self.optimizer.compression_record(epoch)]
 
 
+SPATIAL_BYTES = ("halo_bytes", "gather_bytes", "grad_bytes")
+
+
 class GridTraffic(Callback):
-    """The epoch's ``"grid"`` record: the bytes each rank moved over tp and dp, beside what
-    ``minidl.perf.tensor_volume`` predicts for the steps it trained (collective). The
-    prediction per batch size is worked out here, from the ``serial`` model's shapes."""
+    """The epoch's ``"grid"`` record: the bytes each rank moved over tp and dp (and on a
+    spatial grid its halos, gather and window gradients), beside what ``perf.tensor_volume``
+    and ``spatial.step_bytes`` predict for the steps it trained (collective; a spatial
+    group's predicted bytes are shared evenly among its ranks). The prediction per batch
+    size is worked out here, from the ``serial`` model's shapes."""
 
     def __init__(self, grid, placement, optimizer, serial, loader, sample_shape):
         self.grid, self.placement, self.optimizer = grid, placement, optimizer
@@ -562,6 +567,19 @@ class GridTraffic(Callback):
             sum(tensor_volume(serial, plan, sample_shape, rows, tp, itemsize).values())
             for rows in range(most + 1)
         ]
+        spatial = getattr(placement.module, "spatial", None)  # its layers count what they send
+        self.counters, self.counted = (spatial.counters if spatial else None), 0
+        parts = grid.shape.spatial
+        self.halo = (
+            [  # a spatial group's bytes a step: halos, the gather, window gradients
+                sum(step_bytes(serial, (rows, *sample_shape), parts, itemsize).values())
+                if rows
+                else 0
+                for rows in range(most + 1)
+            ]
+            if spatial
+            else None
+        )
 
     def before_epoch(self, epoch):
         self.steps.clear()
@@ -579,9 +597,16 @@ class GridTraffic(Callback):
             "tp_predicted": sum(n * self.volume[rows] for rows, n in self.steps.items()),
             "dp_predicted": self.grads * self.steps.total() if dp.size > 1 else 0,
         }
-        counts = self.grid.world.allgather_object(
-            {"tp": sum(sent.values()), "dp": dp_bytes} | predicted
-        )
+        mine = {"tp": sum(sent.values()), "dp": dp_bytes} | predicted
+        if self.counters is not None:
+            counted = sum(self.counters.get(k, 0) for k in SPATIAL_BYTES)
+            group = sum(n * self.halo[rows] for rows, n in self.steps.items())
+            mine |= {
+                "spatial": counted - self.counted,
+                "spatial_predicted": group / self.grid.shape.spatial,
+            }
+            self.counted = counted
+        counts = self.grid.world.allgather_object(mine)
         record = {
             "kind": "grid",
             "epoch": epoch,

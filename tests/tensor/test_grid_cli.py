@@ -167,6 +167,10 @@ def test_a_grid_run_resumed_without_batch_size_keeps_its_samples_per_step(
     printed = capsys.readouterr().out
     assert printed.startswith(f"grid {grid}  (") and "staleness" not in printed, printed
     assert ("tp MiB sent per rank in epoch 1" in printed) == (grid == "tp=2"), printed
+    if grid == "spatial=2":  # halos, gather and window gradients as step_bytes counts them
+        line = next(x for x in printed.splitlines() if "spatial MiB sent by all ranks" in x)
+        measured, predicted = line.rsplit(": ", 1)[1].split("/")
+        assert measured == predicted and float(measured) > 0, line
 
     def samples_per_step(run_dir):
         with open(os.path.join(run_dir, "config.json")) as f:
