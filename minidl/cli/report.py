@@ -15,6 +15,7 @@ prints instead whether each run finished (``train/rundir.py``) and exits
 import itertools
 import json
 import os
+import statistics
 from textwrap import indent
 
 from minidl.perf.pipeline_timeline import bubble
@@ -23,7 +24,9 @@ from minidl.train.metrics import read_metrics
 from minidl.train.rundir import run_status
 
 from ..dist.memory import format_measured, predict_run
-from ..perf.pipeline_timeline import is_pipeline_trace, plot_timeline
+from ..dist.pipeline.schedules import build
+from ..perf.pipeline_simulate import simulate, stage_of
+from ..perf.pipeline_timeline import is_pipeline_trace, plot_timeline, simulation_trace
 from . import error_text, flag
 
 EPOCH_COLUMNS = [
@@ -195,17 +198,55 @@ def plot_runs(runs, path):
 
 
 def report_pipeline_trace(run):
-    """A traced pipeline run: print its measured bubble, draw its timeline PNG."""
+    """A traced pipeline run: its measured bubble beside the formula's and the bubble the
+    schedule has with the measured stage costs (``scheduled``), and two timelines: as the
+    clock ran, and as scheduled with those costs (readable when ranks outnumber cores)."""
     trace_path = os.path.join(run["path"], "trace.json")
     if not is_pipeline_trace(trace_path):
         return
     with open(trace_path) as f:
         trace = json.load(f)
-    print(f"  pipeline bubble, measured over the traced batches: {bubble(trace):.3f}")
     title = f"{run['config'].get('schedule')} on {run['config'].get('grid')}"
-    path = plot_timeline(trace, os.path.join(run["path"], "pipeline_timeline.png"), title)
-    if path:
-        print(f"  timeline: {path}")
+    print(f"  pipeline bubble, measured over the traced batches: {bubble(trace):.3f}")
+    simulation, costs = scheduled(trace, run["config"].get("schedule", "1f1b"))
+    slowest = max(range(len(costs)), key=costs.__getitem__)
+    print(
+        f"  formula (P-1)/(vM+P-1): {simulation.ideal_bubble:.3f}; as scheduled with the "
+        f"measured stage costs: {simulation.bubble_fraction:.3f} (forward + backward ms per "
+        f"micro-batch by stage: {', '.join(f'{c:.2f}' for c in costs)}; stage {slowest} the "
+        "slowest); the rest is waiting on the machine"
+    )
+    for name, timeline, what in (
+        ("pipeline_timeline.png", trace, title),
+        ("pipeline_schedule.png", simulation_trace(simulation), f"{title}, as scheduled"),
+    ):
+        path = plot_timeline(timeline, os.path.join(run["path"], name), what)
+        if path:
+            print(f"  timeline: {path}")
+
+
+def scheduled(trace, schedule):
+    """(the ``Simulation`` of ``schedule`` with each stage's mean measured forward and
+    backward times, and the stages' forward + backward ms) from a pipeline trace."""
+    events = [
+        e for e in trace["traceEvents"] if e.get("ph") == "X" and "chunk" in e.get("args", {})
+    ]
+    ranks = 1 + max(e["pid"] for e in events)
+    chunks = 1 + max(e["args"]["chunk"] for e in events)
+    micro_batches = 1 + max(e["args"]["micro_batch"] for e in events)
+    times = {}  # (kind, stage) -> durations in ms
+    for e in events:
+        if e["cat"] in ("forward", "backward"):
+            stage = stage_of(e["pid"], e["args"]["chunk"], ranks)
+            times.setdefault((e["cat"], stage), []).append(e["dur"] / 1e3)
+    stages = ranks * chunks
+    mean = [
+        [statistics.mean(times.get((kind, k), [0.0])) for k in range(stages)]
+        for kind in ("forward", "backward")
+    ]
+    programs = build(schedule, ranks, micro_batches, chunks)
+    simulation = simulate(programs, *mean)
+    return simulation, [f + b for f, b in zip(*mean)]
 
 
 def report_grid(run):

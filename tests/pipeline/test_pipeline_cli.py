@@ -107,9 +107,12 @@ def test_pipedream_reports_its_staleness_and_its_traced_timeline(tmp_path, capsy
     assert len(computes) == 2 * 2 * 4 * 4  # ranks x (forward, backward) x M x batches
     assert sum(e.get("cat") == "update" for e in events) == 2 * 4 * 4  # one per micro-batch
     assert main(["report", str(out)]) == 0
-    assert "pipeline bubble, measured over the traced batches" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "pipeline bubble, measured over the traced batches" in printed
+    assert "formula (P-1)/(vM+P-1): 0.200; as scheduled with the measured stage costs" in printed
     pytest.importorskip("matplotlib")
     assert (out / "pipeline_timeline.png").stat().st_size > 0
+    assert (out / "pipeline_schedule.png").stat().st_size > 0  # the schedule without stalls
 
 
 REFUSED = [
