@@ -93,8 +93,9 @@ def layout_label(config):
             label += f" {config['schedule']}, {config.get('micro_batches', 1)} micro-batches"
     else:
         label = config.get("dist") or "single process"
-    extras = [f"zero {config['zero']}"] * bool(config.get("zero"))
-    return " ".join([label, *extras, *["sync-bn"] * bool(config.get("sync_bn"))])
+    if config.get("zero"):
+        label += f" zero {config['zero']}"
+    return label + (" sync-bn" if config.get("sync_bn") else "")
 
 
 def epoch_rows(run):

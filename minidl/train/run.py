@@ -18,6 +18,7 @@ all stop together.
 
 import math
 import os
+import socket
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from .. import random as md_random
 from ..backend import get_array_module, limit_threads
 from ..data import DataLoader
 from ..optim import ReduceOnPlateau
+from ..parallel import default_num_threads
 from .callbacks import Diverged, SampleKeys, StopOnNonFiniteLoss
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import (
@@ -269,9 +271,25 @@ class TrainingRun:
             raise Diverged(message) from None
 
     def _thread_count(self):
-        threads = self.config.threads
-        if threads is None and self.size > 1 and self.size >= (os.cpu_count() or 1):
-            threads = 1  # as many ranks as cores: more BLAS threads would only contend
+        """``--threads``, else the cores this process may use shared among this host's ranks,
+        less the threads decoding a folder's images (they run beside the step); the choice
+        is said in the run's log."""
+        config = self.config
+        if config.threads is not None:
+            return config.threads
+        cores = default_num_threads()
+        local = 1
+        if self.comm is not None and self.size > 1:  # collective: every rank starts a run
+            host = socket.gethostname()
+            local = self.comm.allgather_object(host).count(host)
+        decoding = config.data_workers if config.dataset == "folder" else 0
+        threads = max(1, cores // local - decoding)
+        if self.rank == 0:
+            print(
+                f"threads: {threads} per process ({cores} cores, {local} rank(s) on this host, "
+                f"{decoding} decoding; {self.option('threads')} N sets it)",
+                flush=True,
+            )
         return threads
 
     def lr(self, training):

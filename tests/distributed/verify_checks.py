@@ -62,6 +62,7 @@ def check_layouts_on_two_ranks_equal_one_process(comm):
         {"grid": "spatial=2"},
         {"grid": "pp=2", "micro_batches": 2},
         {"grid": "pp=2", "micro_batches": 4, "schedule": "gpipe"},
+        {"grid": "pp=2", "micro_batches": 2, "schedule": "naive"},
         {"grid": "pp=2", "micro_batches": 4, "schedule": "interleaved"},
         {"zero": 2},
         {"zero": 3},
@@ -74,7 +75,8 @@ def check_layouts_on_two_ranks_equal_one_process(comm):
 def check_grids_on_four_ranks_equal_one_process(comm):
     for grid in ("dp=2,tp=2", "spatial=2,tp=2"):
         assert_equal(verify("lenet5", **SMALL, grid=grid), lenet())
-    assert_equal(verify("lenet5", **SMALL, grid="dp=2,pp=2", micro_batches=2), lenet())
+    for grid in ("dp=2,pp=2", "pp=2,tp=2"):
+        assert_equal(verify("lenet5", **SMALL, grid=grid, micro_batches=2), lenet())
 
 
 def check_batch_norm_without_sync_is_named(comm):
