@@ -155,7 +155,8 @@ def _die_with_parent():
 def run_workers(command, env):
     """Run the job ``command`` (with ``env`` added); returns its exit status.
 
-    Stopped by a signal, it ends the whole job and returns 128 + the signal's number.
+    Stopped by a signal, it forwards it to the job's group, gives the job ``GRACE_S`` to end,
+    then kills what is left, and returns 128 + the signal's number.
     """
     job = subprocess.Popen(
         command,
@@ -170,17 +171,17 @@ def run_workers(command, env):
         _signal_group(job, signum)
 
     previous = {s: signal.signal(s, forward) for s in FORWARDED}
-    finished = False
+    code = None
     try:
         code = _wait(job, received)
-        finished = not received
     finally:
-        if not finished:  # a signal, or an exception here: end the whole job
-            _signal_group(job, signal.SIGTERM)
-            try:
-                job.wait(timeout=GRACE_S)
-            except subprocess.TimeoutExpired:
-                pass
+        if received or code is None:  # a signal, or an exception here: end the whole job
+            if not received:  # the job has not been asked yet
+                _signal_group(job, signal.SIGTERM)
+                try:
+                    job.wait(timeout=GRACE_S)
+                except subprocess.TimeoutExpired:
+                    pass
             _signal_group(job, signal.SIGKILL)  # what is left, ranks that outlived mpiexec too
             job.wait()
         for s, handler in previous.items():
