@@ -80,6 +80,18 @@ def set_num_threads(n):
     _requested = n
 
 
+@contextlib.contextmanager
+def num_threads(n):
+    """Within the block, ``set_num_threads(n)``; then back to the count before it."""
+    global _requested
+    before = _requested
+    set_num_threads(n)
+    try:
+        yield
+    finally:
+        _requested = before
+
+
 class _Job:
     """One ``parallel_for`` call: the chunks, the shared counter, the results, the errors."""
 

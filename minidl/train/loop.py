@@ -21,7 +21,7 @@ from .callbacks import STOPPED, Diverged, NonFiniteLossError, StopOnNonFiniteLos
 from .progress import progress as progress_bar
 
 
-def _inputs(model, x, device):
+def batch_inputs(model, x, device):
     """A batch of images as a Tensor on ``device`` in the model's dtype (float64 runs too; a
     rank that holds no parameters, such as a pipeline stage of pooling, passes it as it is)."""
     x = to_device(x, device)
@@ -78,7 +78,7 @@ def train_epoch(
             loss, value = None, 0.0  # an empty share of a short last batch still joins the step
             with np.errstate(over="ignore", invalid="ignore"):  # a non-finite loss: see below
                 if len(y):
-                    logits = model(_inputs(model, x, device))
+                    logits = model(batch_inputs(model, x, device))
                     loss = F.cross_entropy(logits, y)
                     value = loss.item()
                 for callback in callbacks:
@@ -146,7 +146,7 @@ def evaluate(model, loader, num_classes, device="cpu", comm=None, callbacks=()):
             if len(y) == 0:
                 continue
             crops = x.shape[1] if x.ndim == 5 else 0
-            logits = model(_inputs(model, x.reshape(-1, *x.shape[2:]) if crops else x, device))
+            logits = model(batch_inputs(model, x.reshape(-1, *x.shape[2:]) if crops else x, device))
             if crops:
                 logits = average_crops(logits, crops)
             loss_sum += F.cross_entropy(logits, y, reduction="sum").item()

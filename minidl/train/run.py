@@ -23,11 +23,13 @@ import socket
 import numpy as np
 
 from .. import conv
+from .. import functional as F
 from .. import random as md_random
 from ..backend import get_array_module, limit_threads
 from ..data import DataLoader
 from ..optim import ReduceOnPlateau
 from ..parallel import default_num_threads
+from ..perf.threads import fastest_threads
 from .callbacks import Diverged, SampleKeys, StopOnNonFiniteLoss
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import (
@@ -41,7 +43,7 @@ from .config import (
     option,
     worded,
 )
-from .loop import Training, evaluate, train_epochs
+from .loop import Training, batch_inputs, evaluate, train_epochs
 from .memory_record import MemoryRecord
 from .resume import apply_changes, changes, check_fixed
 from .rundir import RunDirectory, job_aborted, when_aborted
@@ -126,7 +128,8 @@ class TrainingRun:
 
     def _prepare(self):
         config = self.config
-        self._threads = limit_threads(self._thread_count())  # kept alive for the run
+        threads, why = self._thread_count()
+        self._threads = limit_threads(threads)  # kept alive for the run
         conv.configure(enabled=not config.deterministic)
         self.checkpoint = load_checkpoint(self.resume) if self.resume else None
         self.saved = self.checkpoint.training_config() if self.checkpoint is not None else None
@@ -137,6 +140,31 @@ class TrainingRun:
         self.model = build_model(config, self.train_set)
         if self.checkpoint is not None:
             self.model.load_state_dict(self.checkpoint.model_state)
+        if config.threads is None and threads > 1 and config.dataset != "folder":
+            threads, timed = fastest_threads(self._timed_step(), (1, threads))
+            self._threads = limit_threads(threads)
+            why += "; a step took " + ", ".join(
+                f"{seconds * 1e3:.1f} ms on {n}" for n, seconds in timed.items()
+            )
+        if self.rank == 0 and config.threads is None:
+            print(f"threads: {threads} per process ({why}; {self.option('threads')} N sets it)")
+
+    def _timed_step(self):
+        """A forward and backward of the model on the first batch, in evaluation mode (no
+        running statistic, batch count or random stream moves), leaving no gradient."""
+        model, config = self.model, self.config
+        x, y = next(iter(self.loader(self.train_set, config.batch_size)))
+
+        def step():
+            model.eval()
+            try:
+                F.cross_entropy(model(batch_inputs(model, x, config.device)), y).backward()
+            finally:
+                model.train()
+                for p in model.parameters():
+                    p.grad = None
+
+        return step
 
     def loader(self, dataset, batch_size, rank=0, world_size=1, train=False):
         """A ``DataLoader`` of ``dataset`` for rank ``rank`` of ``world_size`` (``train``:
@@ -271,12 +299,11 @@ class TrainingRun:
             raise Diverged(message) from None
 
     def _thread_count(self):
-        """``--threads``, else the cores this process may use shared among this host's ranks,
-        less the threads decoding a folder's images (they run beside the step); the choice
-        is said in the run's log."""
+        """(``--threads``, else the cores this process may use shared among this host's ranks,
+        less the threads decoding a folder's images, which run beside the step; why)."""
         config = self.config
         if config.threads is not None:
-            return config.threads
+            return config.threads, "--threads"
         cores = default_num_threads()
         local = 1
         if self.comm is not None and self.size > 1:  # collective: every rank starts a run
@@ -284,13 +311,7 @@ class TrainingRun:
             local = self.comm.allgather_object(host).count(host)
         decoding = config.data_workers if config.dataset == "folder" else 0
         threads = max(1, cores // local - decoding)
-        if self.rank == 0:
-            print(
-                f"threads: {threads} per process ({cores} cores, {local} rank(s) on this host, "
-                f"{decoding} decoding; {self.option('threads')} N sets it)",
-                flush=True,
-            )
-        return threads
+        return threads, f"{cores} cores, {local} rank(s) on this host, {decoding} decoding"
 
     def lr(self, training):
         """The learning rate this epoch trains with."""
