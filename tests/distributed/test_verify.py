@@ -43,17 +43,18 @@ def test_grids_on_four_ranks_equal_one_process(run_checks):
 def test_the_command_says_equal_with_status_0(mpi_run):
     result = mpi_run(2, *VERIFY, "--model", "lenet5", "--grid", "tp=2", timeout=120)
     assert result.returncode == 0, result.output
-    last = result.output.strip().splitlines()[-1]
-    assert last.startswith("verify: grid tp=2 equals one process over 2 steps"), last
+    summary = next(line for line in result.output.splitlines() if line.startswith("verify: "))
+    assert summary.startswith("verify: grid tp=2 equals one process over 2 steps"), summary
 
 
 def test_the_command_names_the_first_difference_with_status_1(mpi_run):
     """ResNet-20's replicas normalise their shards alone: its first batch norm (layer 1)."""
     result = mpi_run(2, *VERIFY, "--model", "resnet20", "--steps", "1", timeout=180)
     assert result.returncode == 1, result.output
-    lines = result.output.strip().splitlines()
-    first = next(line for line in lines if line.startswith("step "))  # after the run's log
-    assert lines[-1].endswith("differ from one process; the first: " + first), lines[-1]
+    lines = result.output.strip().splitlines()  # the run's log first, the launcher's last
+    first = next(line for line in lines if line.startswith("step "))
+    summary = next(line for line in lines if line.startswith("verify: "))
+    assert summary.endswith("differ from one process; the first: " + first), summary
     assert first.startswith("step 0: output of layer 1: max abs error"), first
 
 
