@@ -7,14 +7,17 @@ verdicts of the checks: which pass, and what the failing ones say. A passing ran
 ``CHECK <name> OK rank <r>``.
 """
 
+import functools
 import sys
 
 import numpy as np
 
-from minidl.exercises import ExerciseFailure, get, hidden_catalogue
+from minidl.exercises import get, hidden_catalogue
 from minidl.functional.normalization import channel_axes, per_channel
 from minidl.reference.dist import sync_batchnorm
 from tests.distributed.mpi_checks import run_named_checks
+from tests.reference import mutations
+from tests.reference.mutations import verdict
 
 ID = "16.1"
 HIDDEN = {  # the words in each hidden check's test name -> its key here
@@ -33,15 +36,6 @@ def checks():
             found[key] = hidden.check
     assert sorted(found) == sorted(["visible", *HIDDEN]), sorted(found)
     return found
-
-
-def verdict(check, comm):
-    """None when ``check`` passes on ``comm``, else its failure's text."""
-    try:
-        check(comm)
-    except ExerciseFailure as failure:
-        return str(failure)
-    return None
 
 
 def expect_verdicts(comm, **expected):
@@ -63,21 +57,7 @@ def check_reference(comm):
         check(comm)
 
 
-def in_place_of(name, wrong):
-    """Decorate a check: ``sync_batchnorm.<name>`` is ``wrong`` while it runs."""
-
-    def decorate(check):
-        def run(comm):
-            original = getattr(sync_batchnorm, name)
-            setattr(sync_batchnorm, name, wrong)
-            try:
-                check(comm)
-            finally:
-                setattr(sync_batchnorm, name, original)
-
-        return run
-
-    return decorate
+in_place_of = functools.partial(mutations.in_place_of, sync_batchnorm)
 
 
 def normalise(x, gamma, beta, mean, var, running_mean, running_var, n, momentum, eps):

@@ -6,14 +6,17 @@ of both checks: which passes, and what the failing one says. A passing rank prin
 ``CHECK <name> OK rank <r>``.
 """
 
+import functools
 import sys
 
 import numpy as np
 
-from minidl.exercises import ExerciseFailure, get, hidden_catalogue
+from minidl.exercises import get, hidden_catalogue
 from minidl.intmath import block_bounds, block_sizes, ceil_div
 from minidl.reference.dist import zero
 from tests.distributed.mpi_checks import run_named_checks
+from tests.reference import mutations
+from tests.reference.mutations import verdict
 
 IDS = ("15.1", "15.2")
 
@@ -22,15 +25,6 @@ def checks(exercise_id):
     """The visible and the hidden check of ``exercise_id``."""
     (hidden,) = [h for h in hidden_catalogue() if h.id == exercise_id]
     return get(exercise_id).check, hidden.check
-
-
-def verdict(check, comm):
-    """None when ``check`` passes on ``comm``, else its failure's text."""
-    try:
-        check(comm)
-    except ExerciseFailure as failure:
-        return str(failure)
-    return None
 
 
 def expect_verdicts(comm, exercise_id, visible, hidden):
@@ -51,23 +45,7 @@ def check_reference(comm):
             check(comm)
 
 
-def in_place_of(name, wrong):
-    """Decorate a check: ``zero.<name>`` (a dotted path) is ``wrong`` while it runs."""
-    owner_name, _, attribute = name.rpartition(".")
-    owner = getattr(zero, owner_name) if owner_name else zero
-
-    def decorate(check):
-        def run(comm):
-            original = getattr(owner, attribute)
-            setattr(owner, attribute, wrong)
-            try:
-                check(comm)
-            finally:
-                setattr(owner, attribute, original)
-
-        return run
-
-    return decorate
+in_place_of = functools.partial(mutations.in_place_of, zero)
 
 
 def shard(comm, n):
