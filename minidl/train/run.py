@@ -140,7 +140,12 @@ class TrainingRun:
         self.model = build_model(config, self.train_set)
         if self.checkpoint is not None:
             self.model.load_state_dict(self.checkpoint.model_state)
-        if config.threads is None and threads > 1 and config.dataset != "folder":
+        if config.deterministic and config.threads is None and threads > 1:
+            why += (
+                f"; not timed: BLAS's bits follow its thread count, which "
+                f"{self.option('deterministic')} keeps; --no-deterministic times 1 and {threads}"
+            )
+        elif config.threads is None and threads > 1 and config.dataset != "folder":
             threads, timed = fastest_threads(self._timed_step(), (1, threads))
             self._threads = limit_threads(threads)
             why += "; a step took " + ", ".join(

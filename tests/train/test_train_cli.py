@@ -14,6 +14,7 @@ import pytest
 import minidl as md
 from minidl.cli import main
 from minidl.data import DatasetNotFoundError, FashionMNIST
+from minidl.parallel import default_num_threads
 from minidl.train.checkpoint import load_checkpoint
 from minidl.train.loop import NonFiniteLossError, train_epoch
 
@@ -219,3 +220,16 @@ def test_a_bad_flag_is_one_line_and_exit_status_2(capsys, argv):
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.count("\n") == 1 and err.startswith("minidl")
     assert "error:" in err and "--help lists the options" in err
+
+
+def test_the_thread_count_is_timed_only_where_bits_may_change(tmp_path, capsys):
+    """BLAS's results follow its thread count: a deterministic run (the default) keeps the
+    count its cores give; --no-deterministic times 1 thread against them and keeps the faster."""
+    if default_num_threads() < 2:
+        pytest.skip("one core: nothing to choose")
+    assert train(tmp_path, "fixed", "--epochs", "1")[0] == 0
+    fixed = capsys.readouterr().out
+    assert "not timed: BLAS's bits follow its thread count" in fixed, fixed
+    assert train(tmp_path, "timed", "--epochs", "1", "--no-deterministic")[0] == 0
+    timed = capsys.readouterr().out
+    assert "a step took " in timed and " ms on 1, " in timed, timed
