@@ -39,8 +39,18 @@ def set_sample_keys(keys):
     row, seeded by the row's key (e.g. ``(seed, epoch, dataset index)``) and the draw's number
     within the step; ``None``: from the shared generator again. Keyed by sample, the masks do
     not depend on how a global batch is split over ranks."""
-    keys = None if keys is None else [tuple(int(k) for k in key) for key in keys]
-    _samples.update(keys=keys, draws=0)
+    _samples.update(keys=None if keys is None else key_array(keys), draws=0)
+
+
+def key_array(keys):
+    """``keys`` (one sequence of whole numbers per row) as an int64 (rows, k) array."""
+    keys = np.asarray(keys, dtype=np.int64)
+    return keys.reshape(len(keys), -1 if len(keys) else 0)
+
+
+def batch_keys(seed, epoch, indices):
+    """The keys ``(seed, epoch, index)`` of a batch's samples (``indices``: dataset indices)."""
+    return np.column_stack(np.broadcast_arrays(seed, epoch, np.asarray(indices, np.int64)))
 
 
 def sample_draws(rows, stream=None):
@@ -54,7 +64,7 @@ def sample_draws(rows, stream=None):
         return None
     if stream is None:
         stream, _samples["draws"] = _samples["draws"], _samples["draws"] + 1
-    return SampleDraws([(*key, stream) for key in keys])
+    return SampleDraws(np.column_stack((keys, np.full(len(keys), stream, np.int64))))
 
 
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio, splitmix64's increment
@@ -76,8 +86,7 @@ class SampleDraws:
     (a counter-based generator: the whole batch in a few array operations)."""
 
     def __init__(self, keys):
-        keys = np.asarray(keys, dtype=np.int64).reshape(len(keys), -1 if len(keys) else 0)
-        keys = keys.astype(np.uint64)
+        keys = key_array(keys).astype(np.uint64)
         self.rows = np.zeros(len(keys), np.uint64)
         with np.errstate(over="ignore"):
             for column in keys.T:

@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..random import SampleDraws
+from ..random import SampleDraws, batch_keys
 from .imageprep import ImageDecodeError
 
 
@@ -134,7 +134,7 @@ class DataLoader:
             return
         for step, index in enumerate(self.rank_indices(epoch)):
             self.current_global_batch_size = self.global_batch_size(step)
-            self.current_sample_keys = [(self.seed, epoch, int(i)) for i in index]
+            self.current_sample_keys = batch_keys(self.seed, epoch, index)
             x, y = self._gather(index)
             if self.transform is not None:  # each sample's crop and flip drawn by its key
                 x, y = self.transform(x, y, SampleDraws(self.current_sample_keys))
@@ -167,7 +167,7 @@ class DataLoader:
                 keep = [j for j, sample in enumerate(samples) if not isinstance(sample, Exception)]
                 self.skipped += [sample for sample in samples if isinstance(sample, Exception)]
                 self.current_global_batch_size = self.global_batch_size(step)
-                self.current_sample_keys = [(self.seed, epoch, int(i)) for i in steps[step][keep]]
+                self.current_sample_keys = batch_keys(self.seed, epoch, steps[step][keep])
                 shape = (len(keep), *self.dataset.sample_shape)
                 x = np.stack([samples[j] for j in keep]) if keep else np.zeros(shape, np.float32)
                 yield x, self._labels[steps[step][keep]]
