@@ -23,6 +23,7 @@ from minidl.perf.telemetry import StalenessHistogram, format_table
 from minidl.train.metrics import read_metrics
 from minidl.train.rundir import run_status
 
+from ..dist.config import layout_label
 from ..dist.memory import format_measured, predict_run
 from ..dist.pipeline.schedules import build
 from ..perf.pipeline_simulate import simulate, stage_of
@@ -83,19 +84,6 @@ def load_run(path):
         "memory": [r for r in records if r.get("kind") == "memory"],
         "grid": [r for r in records if r.get("kind") == "grid"],
     }
-
-
-def layout_label(config):
-    """What the run was, as its flags say: ``grid dp=2,tp=2``, ``sync zero 2``, ``ssp:2``..."""
-    if config.get("grid"):
-        label = f"grid {config['grid']}"
-        if config.get("schedule"):
-            label += f" {config['schedule']}, {config.get('micro_batches', 1)} micro-batches"
-    else:
-        label = config.get("dist") or "single process"
-    if config.get("zero"):
-        label += f" zero {config['zero']}"
-    return label + (" sync-bn" if config.get("sync_bn") else "")
 
 
 def epoch_rows(run):

@@ -357,3 +357,18 @@ class DistConfig:
             "chunks": self.chunks,
             "stages": self.stages,
         }
+
+
+def layout_label(record, ranks=None):
+    """What a run was, from its ``DistConfig.record()`` (or ``config.json``): ``grid dp=2,tp=2``,
+    ``sync on 2 ranks zero 2`` (with ``ranks``), ``ssp:2``..."""
+    if record.get("grid"):
+        label = f"grid {record['grid']}"
+        if record.get("schedule"):
+            label += f" {record['schedule']}, {record.get('micro_batches', 1)} micro-batches"
+    else:
+        label = record.get("dist") or "single process"
+        label += f" on {ranks} ranks" if ranks else ""
+    if record.get("zero"):
+        label += f" zero {record['zero']}"
+    return label + (" sync-bn" if record.get("sync_bn") else "")

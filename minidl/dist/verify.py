@@ -35,7 +35,7 @@ from ..train.config import ConfigError, TrainConfig, build_model, make_optimizer
 from ..train.loop import train_epoch
 from ..train.run import TrainingRun
 from .comm import init
-from .config import DistConfig
+from .config import DistConfig, layout_label
 from .fit import parallelize
 from .grid import Grid, GridShape
 from .pipeline.schedules import ASYNCHRONOUS
@@ -121,8 +121,7 @@ def verify(
         options.grid.check_fits(comm.size)
     with TrainingRun(config, comm) as run:
         if callable(model):
-            md_random.manual_seed(config.seed)
-            run.model = md_random.number_streams(model()).to(config.dtype).to(config.device)
+            run.model = _factory_model(model, config)
         reference = Reference(run, options, model) if comm.rank == 0 else None
         names = {id(layer): name for name, layer in leaves(run.model)}
         params = [name for name, _ in run.model.named_parameters()]
@@ -156,7 +155,7 @@ def verify(
                 callback.close()
     verdict = None
     if reference is not None:
-        text = _layout_text(options, comm.size)
+        text = layout_label(options.record(), comm.size)
         verdict = Verdict(text, steps, reference.compared, reference.worst, differences)
     return comm.bcast_object(verdict)
 
@@ -194,12 +193,10 @@ def _configs(model, config, options, fields):
     return config, options.check(config)
 
 
-def _layout_text(options, ranks):
-    text = f"grid {options.grid}" if options.grid else f"sync on {ranks} ranks"
-    extras = [f"zero {options.zero}"] * bool(options.zero) + ["sync-bn"] * options.sync_bn
-    if options.pipelined:
-        extras.append(f"{options.schedule}, {options.micro_batches} micro-batches")
-    return ", ".join([text, *extras])
+def _factory_model(make_model, config):
+    """``make_model()`` seeded as a run's model is, its dropouts numbered, in the run's dtype."""
+    md_random.manual_seed(config.seed)
+    return md_random.number_streams(make_model()).to(config.dtype).to(config.device)
 
 
 class Recorder:
@@ -227,10 +224,10 @@ class Reference:
 
     def __init__(self, run, options, model):
         config = run.config
-        md_random.manual_seed(config.seed)
         if callable(model):
-            self.model = md_random.number_streams(model()).to(config.dtype).to(config.device)
+            self.model = _factory_model(model, config)
         else:
+            md_random.manual_seed(config.seed)
             self.model = build_model(config, run.train_set)
         replicas = options.grid.dp if options.grid else run.comm.size
         self.loader = run.loader(run.train_set, config.batch_size * replicas, train=True)
