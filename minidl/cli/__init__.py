@@ -20,6 +20,7 @@ import sys
 
 from .. import backend
 from ..dist.comm import init as init_mpi
+from ..dist.comm import world
 from ..dist.job import mpiexec_ranks, report_once
 from ..dist.launch import mpi_unavailable_reason
 from ..perf.zoo import MODEL_NAMES, parse_shape
@@ -160,11 +161,19 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):
         """Under mpiexec every rank parses the same line: it is reported once for the job."""
         line = f"{self.prog}: error: {message} ({self.prog} --help lists the options)"
-        if mpiexec_ranks() > 1 and mpi_unavailable_reason() is None:
-            init_mpi()
+        if start_mpi_under_mpiexec():
             report_once(line)
             self.exit(2)
         self.exit(2, line + "\n")
+
+
+def start_mpi_under_mpiexec():
+    """Start MPI when mpiexec started this process among others (every rank gets here);
+    returns whether it did. An error of any rank can then be reported once for the job."""
+    if mpiexec_ranks() > 1 and mpi_unavailable_reason() is None:
+        init_mpi()
+        return True
+    return False
 
 
 def _add_verbose(p):
@@ -206,8 +215,7 @@ def main(argv=None):
         parser.print_help()
         return 2
     module, name = args._run
-    if mpiexec_ranks() > 1 and mpi_unavailable_reason() is None:
-        init_mpi()  # first, on every rank: an error of any rank is then reported once
+    start_mpi_under_mpiexec()
     args.argv = argv[1:]  # the sub-command's own arguments, for commands that relaunch themselves
     try:
         return getattr(importlib.import_module(module), f"run_{name}")(args) or 0
@@ -222,11 +230,11 @@ def main(argv=None):
 def fail(message, code=ERROR_EXIT):
     """Print ``message`` on stderr; under MPI with other ranks, once for the job
     (``job.report_once``), then end the whole job with ``code``."""
-    comm = sys.modules["minidl.dist.comm"].world() if "minidl.dist.comm" in sys.modules else None
+    comm = world()
     if comm is None or comm.size == 1:
         print(message, file=sys.stderr, flush=True)
         return code
-    sys.modules["minidl.dist.job"].report_once(message)
+    report_once(message)
     comm.abort(code)
 
 
