@@ -569,17 +569,13 @@ class GridTraffic(Callback):
         ]
         spatial = getattr(placement.module, "spatial", None)  # its layers count what they send
         self.counters, self.counted = (spatial.counters if spatial else None), 0
-        parts = grid.shape.spatial
-        self.halo = (
-            [  # a spatial group's bytes a step: halos, the gather, window gradients
+        self.halo = None  # a spatial group's bytes a step: halos, the gather, window gradients
+        if spatial is not None:
+            parts = grid.shape.spatial
+            self.halo = [0] + [
                 sum(step_bytes(serial, (rows, *sample_shape), parts, itemsize).values())
-                if rows
-                else 0
-                for rows in range(most + 1)
+                for rows in range(1, most + 1)
             ]
-            if spatial
-            else None
-        )
 
     def before_epoch(self, epoch):
         self.steps.clear()

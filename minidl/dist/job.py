@@ -103,12 +103,9 @@ def report_once(message, stream=None):
     for r, row in enumerate(everyone):
         ranks.setdefault(row.tobytes().rstrip(b"\0").decode(errors="replace"), []).append(r)
     for line, which in ranks.items():
-        named = (
-            ""
-            if len(ranks) == 1
-            else f"rank{'s' * (len(which) > 1)} " + ", ".join(map(str, which)) + ": "
-        )
-        print(named + line, file=stream, flush=True)
+        if len(ranks) > 1:  # lines that differ name their ranks
+            line = f"rank{'s' if len(which) > 1 else ''} {', '.join(map(str, which))}: {line}"
+        print(line, file=stream, flush=True)
 
 
 def abort_if_peer_failed(exc, option=str):
