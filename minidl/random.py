@@ -151,21 +151,32 @@ def number_streams(model):
     return model
 
 
+class Snapshot:
+    """Where every stream stood (``snapshot``): each generator and its state, the sample keys
+    and their draw count. Not a tuple, so a graph that keeps one (a recomputed segment's) does
+    not count its keys and generator states as activations (``perf.graph_memory``)."""
+
+    __slots__ = ("streams", "samples")
+
+    def __init__(self, streams, samples):
+        self.streams, self.samples = streams, samples
+
+
 def snapshot():
-    """Where every stream stands (each generator and its state, the sample keys and their draw
-    count), for ``restore``: activation recomputation draws a forward's numbers again."""
+    """Where every stream stands, for ``restore``: activation recomputation draws a forward's
+    numbers again."""
     streams = {
         name: (generator, _copied_state(generator))
         for name, generator in _generators.items()
         if name in ("cpu", "cuda")
     }
-    return streams, dict(_samples)
+    return Snapshot(streams, dict(_samples))
 
 
 def restore(saved):
     """Put every stream back where ``snapshot`` found it: the next draws repeat the ones made
     after it (a GPU generator made since is dropped, to be seeded from the CPU stream again)."""
-    streams, samples = saved
+    streams, samples = saved.streams, saved.samples
     _generators.pop("cuda", None)
     for name, (generator, state) in streams.items():
         if isinstance(generator, np.random.Generator):
