@@ -3,7 +3,8 @@
 
 Each node is a network namespace ``minidl-NAME-nodeI`` with its own hostname
 (``unshare --uts`` around every command run on it), its own ``/etc/hosts``
-(``ip netns exec`` bind-mounts ``/etc/netns/NS/hosts``) and one interface
+(``ip netns exec`` bind-mounts ``/etc/netns/NS/hosts``), its own local disk and
+``/dev/shm`` (bind mounts of folders that ``down`` removes) and one interface
 ``eth0`` with address 198.18.0.(10+I)/24 (RFC 2544's benchmarking range),
 joined to the others by a veth pair into a bridge in a switch namespace
 ``minidl-NAME-switch``. Traffic between nodes leaves the root namespace
@@ -191,9 +192,14 @@ case "$host" in
   *) echo "cluster {name}: unknown host $host" >&2; exit 255 ;;
 esac
 exec ip netns exec "{prefix}$host" unshare --uts sh -c \\
-  'hostname "$1" && mount --bind "$2" "$3" && shift 3 && exec sh -c "$*"' \\
-  sh "$host" "{disks}/$host" "{local}" "$@"
+  '{enter} && exec sh -c "$*"' \\
+  sh "$host" "{disks}/$host" "{local}" "{shm}/$host" "$@"
 """
+
+
+# a node's hostname, its local disk ($2 seen at $3) and its own /dev/shm ($4): MPI's
+# shared-memory segments stay on their node and go with the cluster, as on real nodes
+ENTER_NODE = 'hostname "$1" && mount --bind "$2" "$3" && mount --bind "$4" /dev/shm && shift 4'
 
 
 SLURM_CONF = """# SLURM on the emulated cluster {name} (scripts/cluster.py); node0 leads
@@ -257,11 +263,13 @@ class Cluster:
         self.agent = os.path.join(self.state, "agent")
         self.bin = os.path.join(self.state, "bin")  # ``ssh``: the agent, for node_env's PATH
         self.slurm = os.path.join(self.state, "slurm")  # SLURM's configuration and state
-        # every node sees its own disk, self.disks/NODE, at the path self.local
+        # every node sees its own disk, self.disks/NODE, at the path self.local, and its
+        # own self.shm/NODE at /dev/shm (self.shm: a tmpfs, as /dev/shm is)
         self.disks, self.local = (
             os.path.join(self.state, "disks"),
             os.path.join(self.state, "local"),
         )
+        self.shm = os.path.join(self.state, "shm")
 
     # -- naming --------------------------------------------------------------------------
     def namespace(self, node):
@@ -312,6 +320,8 @@ class Cluster:
     def _build(self):
         hosts = "127.0.0.1 localhost\n" + "".join(f"{self.address(n)} {n}\n" for n in self.nodes)
         os.makedirs(self.local)
+        os.makedirs(self.shm)
+        _sh("mount", "-t", "tmpfs", "-o", "mode=1777", f"{self.prefix}shm", self.shm)
         _sh("ip", "netns", "add", self.switch)
         _sh("ip", "-n", self.switch, "link", "add", "br0", "type", "bridge")
         _sh("ip", "-n", self.switch, "link", "set", "br0", "up")
@@ -320,6 +330,8 @@ class Cluster:
             _sh("ip", "netns", "add", ns)
             os.makedirs(f"/etc/netns/{ns}", exist_ok=True)
             os.makedirs(self.disk(node))
+            os.makedirs(os.path.join(self.shm, node))
+            os.chmod(os.path.join(self.shm, node), 0o1777)  # as /dev/shm: anyone, sticky
             with open(f"/etc/netns/{ns}/hosts", "w") as f:
                 f.write(hosts)
             _sh(*f"ip -n {self.switch} link add {port} type veth peer name eth0 netns {ns}".split())
@@ -340,6 +352,8 @@ class Cluster:
                     prefix=self.prefix,
                     disks=self.disks,
                     local=self.local,
+                    shm=self.shm,
+                    enter=ENTER_NODE,
                 )
             )
         os.chmod(self.agent, 0o755)
@@ -351,6 +365,8 @@ class Cluster:
         for ns in _namespaces():
             if ns.startswith(self.prefix):
                 _remove_namespace(ns)
+        if os.path.ismount(self.shm):
+            _sh("umount", "--lazy", self.shm, check=False)
         shutil.rmtree(self.state, ignore_errors=True)
 
     def __enter__(self):
@@ -467,10 +483,11 @@ class Cluster:
 
     # -- running -------------------------------------------------------------------------
     def on(self, node, argv):
-        """The argv that runs ``argv`` on ``node``, with its hostname and its local disk."""
-        script = 'hostname "$1" && mount --bind "$2" "$3" && shift 3 && exec "$@"'
+        """The argv that runs ``argv`` on ``node``, with its hostname, local disk and /dev/shm."""
         enter = ["ip", "netns", "exec", self.namespace(node), "unshare", "--uts"]
-        return [*enter, "sh", "-c", script, "sh", node, self.disk(node), self.local, *argv]
+        shm = os.path.join(self.shm, node)
+        script = f'{ENTER_NODE} && exec "$@"'
+        return [*enter, "sh", "-c", script, "sh", node, self.disk(node), self.local, shm, *argv]
 
     def mpiexec(self, ranks, mpi="mpich", mpiexec="mpiexec", flags=()):
         """(argv, environment) of ``mpiexec`` from node0 placing ``ranks[i]`` ranks on node i.
