@@ -7,9 +7,15 @@ ranks' inputs from the seed), the rank idiom (rank r holds r everywhere,
 so the sum is P(P-1)/2 exactly), and minidl's tuned algorithm of the same
 name. Every rank must also end with the same bits.
 
-The algorithms run over a ``StrictComm``: a blocking send is synchronous,
-so an exchange in an unsafe order deadlocks at every size (the grader names
-the line it waits on), and the ring's messages are held to its pattern.
+The algorithms run over a ``PointToPointComm``: a blocking send is
+synchronous, so an exchange in an unsafe order deadlocks at every size (the
+grader names the line it waits on); every library collective the code calls
+(``comm.allreduce``, ``comm.allgather``, ``comm.mpi``, ...) is a failure, since
+the exercise is to build one; and the messages are held to the algorithm's
+pattern. Each check runs on the job's ranks and on one rank fewer (split
+off), so that powers of two and other counts both run at home. The
+hierarchical allreduce runs on emulated node layouts of two nodes or more,
+so that the exchange among the node leaders runs too.
 """
 
 import hashlib
@@ -57,12 +63,13 @@ def digest(array):
     return hashlib.sha1(np.ascontiguousarray(array).tobytes()).hexdigest()
 
 
-def expect_on_every_rank(comm, verify):
+def expect_on_every_rank(comm, verify, label=True):
     """Run ``verify()`` (local comparisons, no messages) on every rank; all raise the first failure.
 
     A wrong result may show on some ranks only, and a rank that raised alone
     would leave the others waiting for its next message; so every rank
-    shares its verdict, and all raise the lowest failing rank's.
+    shares its verdict, and all raise the lowest failing rank's (its text
+    starting with "rank r of P: " unless ``label`` is False).
     """
     try:
         verify()
@@ -72,9 +79,40 @@ def expect_on_every_rank(comm, verify):
     for rank, verdict in enumerate(comm.allgather_object(mine)):
         if verdict is not None:
             what, expected, got, where, detail = verdict
-            raise ExerciseFailure(
-                f"rank {rank} of {comm.size}: {what}", expected, got, where, detail
-            )
+            prefix = f"rank {rank} of {comm.size}: " if label else ""
+            raise ExerciseFailure(prefix + what, expected, got, where, detail)
+
+
+def on_first_ranks(comm, count, run):
+    """``run(group)`` on a group of the first ``count`` ranks of ``comm`` (split off; the others
+    wait); every rank of ``comm`` raises the group's failure."""
+    group = comm.split(0 if comm.rank < count else 1, comm.rank)
+    expect_on_every_rank(comm, lambda: run(group) if comm.rank < count else None, label=False)
+
+
+# what an allreduce built from messages may use of the communicator
+POINT_TO_POINT = frozenset(
+    {"rank", "size", "send", "recv", "sendrecv", "isend", "irecv", "wait_all", "wait_any"}
+    | {"test_all", "test_some", "barrier"}
+)
+
+
+class PointToPointComm(StrictComm):
+    """``StrictComm`` that also records the name of every other thing the code takes from the
+    communicator (``library``: ``allgather``, ``bcast``, ``mpi``, ``split``, ...)."""
+
+    def __init__(self, comm):
+        super().__init__(comm)
+        self.library = []
+
+    def __getattr__(self, name):
+        if name not in POINT_TO_POINT:
+            self.library.append(name)
+        return super().__getattr__(name)
+
+    def library_calls(self):
+        """The names of the library's collectives and other calls used, each once, in order."""
+        return list(dict.fromkeys([name for name, _ in self.collectives] + self.library))
 
 
 def check_allreduce(comm, algorithm, tuned, pattern=None, sizes=None, seed=SEED):
@@ -83,7 +121,7 @@ def check_allreduce(comm, algorithm, tuned, pattern=None, sizes=None, seed=SEED)
     the messages sent that lists problems)."""
     rank, size = comm.rank, comm.size
     comparisons, cases, digests, problems = [], [], [], []
-    strict = StrictComm(comm)
+    strict = PointToPointComm(comm)
     sizes = lengths(size) if sizes is None else sizes
     for length in sizes:
         x = np.full(length, rank, dtype="float64")
@@ -114,7 +152,15 @@ def check_allreduce(comm, algorithm, tuned, pattern=None, sizes=None, seed=SEED)
             cases.append(case)
             digests.append(digest(x))
 
+    library = strict.library_calls()
+
     def verify():
+        expect_true(
+            f"{tuned!r} is built from messages: no collective of the library",
+            not library,
+            detail=f"rank {rank} used comm.{', comm.'.join(library)}; send and receive the "
+            "blocks yourself with comm.send, comm.recv and comm.sendrecv",
+        )
         expect_true(
             f"the messages of {tuned!r} follow its pattern", not problems, "; ".join(problems)
         )
@@ -136,12 +182,94 @@ def check_allreduce(comm, algorithm, tuned, pattern=None, sizes=None, seed=SEED)
 TIMEOUT_S = 20.0  # a right answer takes about 2 s; a deadlock is reported after this
 
 
-def register(exercise_id, name, title, ranks, hint, pattern=None):
-    """Register the check of exercise ``exercise_id``: ``allreduce.<name>`` against the oracles."""
+def on_nodes(layout):
+    """``allreduce.hierarchical`` with ``nodes_of`` giving ``layout`` (lists of ranks, each
+    node's lowest first): emulated nodes, so that a job on one machine has several."""
+
+    def hierarchical(comm, x):
+        real = allreduce.nodes_of
+        allreduce.nodes_of = lambda _comm: [list(node) for node in layout]
+        try:
+            return allreduce.hierarchical(comm, x)
+        finally:
+            allreduce.nodes_of = real
+
+    return hierarchical
+
+
+def hierarchical_pattern(layout):
+    """The problems of one rank's messages against the hierarchical pattern on ``layout``: a
+    rank that is not its node's leader sends its whole array to its leader once and nothing
+    else; a leader sends to other nodes only to their leaders, and to each of them at least
+    once when there are several nodes (any exchange among leaders does)."""
+
+    def pattern(sent, rank, size, length, itemsize):
+        node = next(node for node in layout if rank in node)
+        leaders = [other[0] for other in layout]
+        if rank != node[0]:
+            if sent == [(node[0], length * itemsize)]:
+                return []
+            return [
+                f"rank {rank} sent {len(sent)} messages to ranks {sorted({d for d, _ in sent})}; "
+                f"on nodes {layout} it sends its whole array to its node's leader, rank "
+                f"{node[0]}, once, and receives the total from it"
+            ]
+        problems = []
+        strangers = sorted({d for d, _ in sent if d not in node and d not in leaders})
+        if strangers:
+            problems.append(
+                f"leader {rank} sent to ranks {strangers} of other nodes; across nodes only the "
+                f"leaders {leaders} talk"
+            )
+        if len(layout) > 1 and not {d for d, _ in sent} & (set(leaders) - {rank}):
+            problems.append(
+                f"leader {rank} sent nothing to the other leaders {sorted(set(leaders) - {rank})} "
+                f"on nodes {layout}: the node sums must be exchanged among the leaders"
+            )
+        return problems
+
+    return pattern
+
+
+def allreduce_check(name, group_size):
+    """The check of ``allreduce.<name>``: on the job's P ranks and on the first P - 1."""
 
     def check(comm):
-        check_allreduce(comm, getattr(allreduce, name), name, pattern)
+        algorithm, pattern = getattr(allreduce, name), PATTERNS.get(name)
+        check_allreduce(comm, algorithm, name, pattern)
+        on_first_ranks(
+            comm, group_size, lambda group: check_allreduce(group, algorithm, name, pattern)
+        )
 
+    return check
+
+
+# node layouts of the hierarchical check: on 4 ranks, and on 3 split off
+LAYOUTS = {4: ([[0, 1], [2, 3]], [[0, 2], [1, 3]], [[0, 1, 2, 3]]), 3: ([[0], [1, 2]],)}
+
+
+def check_hierarchical(comm):
+    def run(group):
+        for layout in LAYOUTS[group.size]:
+            check_allreduce(
+                group, on_nodes(layout), "hierarchical", hierarchical_pattern(layout), SHORT
+            )
+
+    run(comm)
+    on_first_ranks(comm, 3, run)
+
+
+SHORT = (0, 1, 5, 13, 1000)  # lengths of each layout of the hierarchical check
+PATTERNS = {
+    "ring": ring_pattern,
+    "butterfly": butterfly_pattern,
+    "rabenseifner": rabenseifner_pattern,
+}
+
+
+def register(exercise_id, name, title, ranks, hint):
+    """Register the check of exercise ``exercise_id``: ``allreduce.<name>`` against the oracles."""
+    check = check_hierarchical if name == "hierarchical" else allreduce_check(name, ranks - 1)
     check.__name__ = check.__qualname__ = f"check_{name}"
     exercise(exercise_id, title, path=PATH, hint=hint, ranks=ranks, timeout=TIMEOUT_S)(check)
 
@@ -154,7 +282,6 @@ register(
     hint="in reduce-scatter step s send block r-s to the right and add block r-s-1 from "
     "the left; then pass the finished blocks around once more; send and receive in one "
     "call (comm.sendrecv), since every rank sends at the same time",
-    pattern=ring_pattern,
 )
 register(
     "6.2",
@@ -163,7 +290,6 @@ register(
     ranks=4,
     hint="at distances 1, 2, 4, ... below p2 exchange the whole array with rank XOR "
     "distance and add what arrives",
-    pattern=butterfly_pattern,
 )
 register(
     "6.3",
@@ -181,7 +307,6 @@ register(
     hint="halve the segment you share with rank XOR d (d = p2/2 ... 1), keep your "
     "half and add the partner's copy of it; then replay the exchanges "
     "backwards as copies",
-    pattern=rabenseifner_pattern,
 )
 register(
     "6.5",
