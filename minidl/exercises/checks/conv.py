@@ -8,6 +8,7 @@ that shape back onto the input pixels, one element at a time.
 """
 
 import numpy as np
+import scipy.fft
 
 from ...conv.geometry import make_geometry
 from ...intmath import ceil_div
@@ -15,6 +16,13 @@ from ...reference.conv import direct, fft, im2col, winograd
 from .. import call_unchanged, exercise, expect_close, expect_equal
 
 TOLERANCE = dict(rtol=1e-9, atol=1e-9)  # float64 inputs: only rounding may differ
+
+# the inverse transforms of NumPy and SciPy: an FFT convolution ends in one of them
+INVERSE_FFTS = [
+    (module, name)
+    for module in (np.fft, scipy.fft)
+    for name in ("ifft", "ifft2", "ifftn", "irfft", "irfft2", "irfftn")
+]
 
 # (x shape, w shape, stride, padding, dilation): odd sizes, non-square kernels and strides
 GENERAL_CASES = [
@@ -149,10 +157,14 @@ def check_direct():
     "FFT convolution: the convolution theorem (forward)",
     path="minidl/reference/conv/fft.py",
     hint="Multiply the input spectra by the conjugated kernel spectra, sum over the channels, "
-    "invert, and keep the valid outputs at the stride.",
+    "invert (the check scales the inverse FFTs: the output must come out of one), and keep "
+    "the valid outputs at the stride.",
 )
 def check_fft():
     _expect_output("FFT convolution", fft.FFT_REFERENCE, GENERAL_CASES, seed=36)
+    x, w, geom = next(_cases(GENERAL_CASES, seed=30))
+    rule = "the inverse FFT of the products of the spectra, not a loop over the kernel taps"
+    _expect_scaled("FFT convolution", INVERSE_FFTS, 2.0, fft.FFT_REFERENCE, x, w, geom, rule)
 
 
 def _tiles_of(x, padding):
@@ -166,18 +178,22 @@ def _tiles_of(x, padding):
     return d
 
 
-def _expect_uses(what, name, factor, x, w, geom):
-    """With ``winograd.<name>`` scaled by ``factor``, the output must scale too: it is built
-    from the transformed tiles and kernels, not computed another way."""
-    original = getattr(winograd, name)
-    setattr(winograd, name, lambda *args: factor * original(*args))
+def _expect_scaled(what, functions, factor, algorithm, x, w, geom, rule):
+    """With the ``functions`` ((module, name) pairs) scaling their results by ``factor``, the
+    output of ``algorithm`` must scale too: it is built from them (``rule``), not computed
+    another way."""
+    originals = [(module, name, getattr(module, name)) for module, name in functions]
+    for module, name, original in originals:
+        setattr(module, name, lambda *a, f=original, **k: factor * f(*a, **k))
     try:
-        got = winograd.WINOGRAD_REFERENCE.forward(x, w, geom)[0]
+        got = algorithm.forward(x, w, geom)[0]
     finally:
-        setattr(winograd, name, original)
+        for module, name, original in originals:
+            setattr(module, name, original)
+    names = sorted({name for _, name in functions})
     expect_close(
-        f"{what}: the output with every {name} result times {factor} (the output must be "
-        f"A^T [sum_c U o V] A of the transformed tiles and kernels, not another convolution)",
+        f"{what}: the output with every {', '.join(names)} result times {factor} (the output "
+        f"must be {rule}, not another convolution)",
         got,
         factor * _conv(x, w, geom),
         **TOLERANCE,
@@ -211,5 +227,9 @@ def check_winograd():
         "Winograd F(2x2, 3x3) convolution", winograd.WINOGRAD_REFERENCE, WINOGRAD_CASES, seed=37
     )
     x, w, geom = next(_cases(WINOGRAD_CASES[1:], seed=39))
-    _expect_uses("Winograd F(2x2, 3x3)", "transform_tiles", 2.0, x, w, geom)
-    _expect_uses("Winograd F(2x2, 3x3)", "transform_kernels", 3.0, x, w, geom)
+    rule = "A^T [sum_c U o V] A of the transformed tiles and kernels"
+    algorithm = winograd.WINOGRAD_REFERENCE
+    for name, factor in (("transform_tiles", 2.0), ("transform_kernels", 3.0)):
+        _expect_scaled(
+            "Winograd F(2x2, 3x3)", [(winograd, name)], factor, algorithm, x, w, geom, rule
+        )

@@ -2,7 +2,10 @@
 steps in float64.
 
 The problem is a noisy quadratic: g = c * w + noise_t, so a wrong step
-changes every later gradient and the error shows in the trajectory.
+changes every later gradient and the error shows in the trajectory. Momentum
+also runs with a learning rate that changes every step (a schedule), where
+the velocity form v <- mu v + g, w <- w - lr v and the forms that fold lr into
+the velocity or write the step on weight differences part ways.
 """
 
 import numpy as np
@@ -14,6 +17,7 @@ from minidl.reference.optim import adagrad, adam, momentum, nesterov, rmsprop
 
 STEPS = 8
 SHAPE = (3, 4)
+LR_SCHEDULE = (0.1, 0.1, 0.05, 0.2, 0.02, 0.1, 0.3, 0.01)  # one learning rate per step
 
 
 def _problem(seed):
@@ -45,19 +49,23 @@ def _step(name, rule, w, g, state, hyper, t):
     return new_w, new_state
 
 
-def compare_trajectory(name, rule, tuned_class, hyper, seed):
+def compare_trajectory(name, rule, tuned_class, hyper, seed, schedule=None):
     """Run ``rule`` and ``tuned_class`` side by side for STEPS steps; fail at the first
-    step that differs."""
+    step that differs. ``schedule``: the learning rate of each step instead of a constant."""
     w0, gradient = _problem(seed)
     param = Tensor(w0.copy(), requires_grad=True)
     tuned = tuned_class([param], **hyper)
     w, state = w0.copy(), {}
+    label = f"{hyper}" if schedule is None else f"{hyper} and lr = {schedule} step by step"
     for t in range(1, STEPS + 1):
+        if schedule is not None:
+            hyper = dict(hyper, lr=schedule[t - 1])
+            tuned.lr = hyper["lr"]
         param.grad = gradient(t - 1, param.data)
         tuned.step()
         w, state = _step(name, rule, w, gradient(t - 1, w), state, hyper, t)
         expect_close(
-            f"{name} with {hyper}: w after step {t}", w, param.data, rtol=1e-10, atol=1e-12
+            f"{name} with {label}: w after step {t}", w, param.data, rtol=1e-10, atol=1e-12
         )
 
 
@@ -65,13 +73,18 @@ def compare_trajectory(name, rule, tuned_class, hyper, seed):
     "4.1",
     "momentum and Nesterov momentum",
     path="minidl/reference/optim/momentum.py",
-    hint="update the velocity v <- mu v + g first (v starts at zero), then step along v "
-    "for momentum and along g + mu v for Nesterov",
+    hint="update the velocity v <- mu v + g first (v starts at zero, and holds no lr), then "
+    "step by lr v for momentum and by lr (g + mu v) for Nesterov, with this step's lr",
 )
 def check_momentum():
     for seed, hyper in enumerate([dict(lr=0.1, momentum=0.9), dict(lr=0.03, momentum=0.5)]):
         compare_trajectory("momentum", momentum, optim.Momentum, hyper, seed)
         compare_trajectory("nesterov", nesterov, optim.Nesterov, hyper, seed)
+    for seed, (name, rule, tuned) in enumerate(
+        (("momentum", momentum, optim.Momentum), ("nesterov", nesterov, optim.Nesterov)), 2
+    ):
+        hyper = dict(lr=0.1, momentum=0.9)
+        compare_trajectory(name, rule, tuned, hyper, seed, schedule=LR_SCHEDULE)
 
 
 @exercise(

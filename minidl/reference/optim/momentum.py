@@ -20,7 +20,9 @@ standard look-ahead is at w + mu v.
 
 
 def momentum(w, g, state, lr, momentum=0.9):
-    """One heavy-ball step; the state holds the velocity ``"v"``."""
+    """One heavy-ball step; the state holds the velocity ``"v"``, which holds no lr: this
+    step's lr scales the step (the check changes lr from step to step, where folding lr into
+    v, v <- mu v + lr g, or stepping on w - w_prev gives another trajectory)."""
     # BEGIN EXERCISE 4.1
     v = momentum * state.get("v", 0.0) + g
     return w - lr * v, {"v": v}
@@ -28,7 +30,8 @@ def momentum(w, g, state, lr, momentum=0.9):
 
 
 def nesterov(w, g, state, lr, momentum=0.9):
-    """One Nesterov step: the velocity as for momentum, the step along g + mu v."""
+    """One Nesterov step: the velocity as for momentum, the step lr (g + mu v) with this
+    step's lr."""
     # BEGIN EXERCISE 4.1
     v = momentum * state.get("v", 0.0) + g
     return w - lr * (g + momentum * v), {"v": v}
