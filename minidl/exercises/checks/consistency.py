@@ -159,15 +159,64 @@ def check_parameter_server(comm):
         detail=f"staleness {worst} > {workers - 1} (n - 1); log {log}",
     )
 
-    weights, log, pushed = run_parameter_server(comm, ClockTable(workers, None))
-    expect_close(
-        "asp: the server's weights against w0 - (lr / n) * (sum of every pushed gradient)",
-        weights,
-        start_weights() - PS_LR / workers * pushed,
-        rtol=1e-10,
-        atol=1e-12,
+    logs = {}
+    for mode, staleness in ((f"ssp:{SSP_S}", SSP_S), ("asp", None)):
+        weights, log, pushed = run_parameter_server(
+            comm, ClockTable(workers, staleness), delay=SSP_DELAY
+        )
+        expect_close(
+            f"{mode}: the server's weights against w0 - (lr / n) * (sum of every pushed gradient)",
+            weights,
+            start_weights() - PS_LR / workers * pushed,
+            rtol=1e-10,
+            atol=1e-12,
+        )
+        expect_each_update_once(log, workers, mode)
+        logs[mode] = log
+    expect_gate_from_both_sides(logs[f"ssp:{SSP_S}"], workers)
+
+
+SSP_S = 1
+SSP_DELAY = 0.02  # seconds of worker 2 per gradient: the other worker runs ahead when it may
+
+
+def leads(log, workers):
+    """For each update of the log, in order: how many clocks its worker was ahead of the
+    slowest other worker when the server applied it (its clock minus their least clock)."""
+    applied, out = [0] * workers, []
+    for worker, clock, _ in log:
+        others = [n for w, n in enumerate(applied) if w != worker]
+        out.append(int(clock) - min(others, default=int(clock)))
+        applied[int(worker)] += 1
+    return out
+
+
+def expect_gate_from_both_sides(log, workers):
+    """The server's ``log`` under ssp:S with a straggler: the gate held a fast worker at most S
+    clocks ahead and let it get there, and the staleness logged is seen, within SSP's bound
+    (n - 1)(2S + 1)."""
+    ahead, staleness = max(leads(log, workers)), [int(s) for _, _, s in log]
+    expect_true(
+        f"ssp:{SSP_S}: a worker applies clock c only while the slowest is at c - {SSP_S} or later",
+        ahead <= SSP_S,
+        detail=f"a worker ran {ahead} clocks ahead (log {log}): answer a pull only when "
+        "clocks.may_start allows it",
     )
-    expect_each_update_once(log, workers, "asp")
+    expect_true(
+        f"ssp:{SSP_S}: the fast worker runs ahead of the straggler (up to {SSP_S} clocks)",
+        ahead > 0,
+        detail=f"no worker ever pushed a clock before the others finished theirs (log {log}): "
+        "a server that waits for every worker is bsp; answer each waiting worker whose gate "
+        "is open at once",
+    )
+    bound = (workers - 1) * (2 * SSP_S + 1)
+    expect_true(
+        f"ssp:{SSP_S}: the logged staleness (updates applied between a worker's read and its "
+        f"update) is seen and at most (n - 1)(2S + 1) = {bound}",
+        0 < max(staleness) <= bound,
+        detail=f"staleness {staleness}: log the version at the update minus the version the "
+        "worker last pulled",
+    )
 
 
 # ---- 8.3 and 8.4: EASGD and model averaging, in one process -----------------------------------
