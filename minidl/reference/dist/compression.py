@@ -50,7 +50,12 @@ def fp16_decode(halves, dtype="float32"):
 
 
 def qsgd_encode(v, levels, rng):
-    """QSGD with ``levels`` = s: returns (||v||_2, signed levels k_i in -s..s as int32)."""
+    """QSGD with ``levels`` = s: returns (||v||_2, signed levels k_i in -s..s as int32).
+
+    Any rounding of p_i to floor(p_i) or floor(p_i) + 1 with mean p_i is right (l + (u < p - l)
+    here, floor(p + u) as well), drawn from ``rng``: the check tests those properties over many
+    draws, not one rule's bits.
+    """
     xp = get_array_module(v)
     # BEGIN EXERCISE 9.2
     norm = xp.sqrt(xp.sum(v.astype(xp.float64) ** 2)).astype(v.dtype)
@@ -68,7 +73,8 @@ def qsgd_decode(norm, signed_levels, levels):
 
 
 def terngrad_encode(v, rng):
-    """TernGrad: returns (s = max |v_i|, t_i = sgn(v_i) b_i in {-1, 0, 1} as int8)."""
+    """TernGrad: returns (s = max |v_i|, t_i = sgn(v_i) b_i in {-1, 0, 1} as int8); any
+    Bernoulli(|v_i| / s) draw from ``rng`` is right (the check tests the mean of many)."""
     xp = get_array_module(v)
     # BEGIN EXERCISE 9.3
     scale = xp.abs(v).max()
