@@ -9,6 +9,8 @@ from collections.abc import Iterable
 import numpy as np
 
 import minidl as md
+from minidl.autograd import Tensor
+from minidl.exercises.checks.tuned import forbids
 from minidl.functional import unbroadcast as tuned_unbroadcast
 from minidl.reference.autograd import Value, topological_order, unbroadcast
 
@@ -52,6 +54,7 @@ def reachable(root):
     "in backward, seed the output's gradient with ones and run each Value's "
     "_backward from the output back to the leaves",
 )
+@forbids(Tensor.backward, name="minidl's autograd")
 def check_backward():
     rng = np.random.default_rng(11)
     arrays = [
@@ -104,6 +107,7 @@ def check_backward():
     hint="sum away the leading axes that broadcasting added, then sum with keepdims=True "
     "over every axis where the operand has size 1 and the gradient does not",
 )
+@forbids(Tensor.backward, tuned_unbroadcast, name="minidl's autograd")
 def check_unbroadcast():
     rng = np.random.default_rng(12)
     for grad_shape, shape in (
@@ -145,6 +149,7 @@ def check_unbroadcast():
     hint="for out = a @ b, each of a.grad and b.grad gains the product of out.grad with "
     "the other operand, transposed so the shapes match; add to .grad, do not assign",
 )
+@forbids(Tensor.backward, name="minidl's autograd")
 def check_matmul():
     rng = np.random.default_rng(13)
     arrays = [rng.standard_normal((3, 4)), rng.standard_normal((4, 5))]

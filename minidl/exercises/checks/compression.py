@@ -11,9 +11,13 @@ so that floor(p + u) passes as well as l + (u < p - l).
 
 import numpy as np
 
+from minidl.dist import compression as tuned
 from minidl.dist.compression import GradientEncoder, TopK
-from minidl.exercises import call_unchanged, exercise, expect_close, expect_equal, expect_true
+from minidl.exercises import exercise, expect_close, expect_equal, expect_true
+from minidl.exercises.checks.tuned import call_leaving, forbids
 from minidl.reference.dist import compression as reference
+
+WHY = "the worker still applies or feeds back the gradient it compressed"
 
 PATH = "minidl/reference/dist/compression.py"
 LENGTH = 257  # values per test vector
@@ -53,12 +57,13 @@ def expect_unbiased(what, draw, v, spread):
     hint="top-k: sort the indices by decreasing |v| and keep the first k; error feedback: "
     "compress gradient + residual and keep what was not sent as the new residual",
 )
+@forbids(tuned, name="minidl's tuned compressors (minidl.dist.compression)")
 def check_topk_error_feedback():
     rng = np.random.default_rng(91)
     n, ratio = 300, 0.05
     k = TopK(ratio).count(n)
     v = gradient_like(rng, n)
-    index, values = call_unchanged(f"top-{k} of {n}", reference.topk_encode, {"v": v}, k=k)
+    index, values = call_leaving(f"top-{k} of {n}", reference.topk_encode, {"v": v}, WHY, k=k)
     index = np.asarray(index)
     expect_equal(
         f"top-{k} of {n}: how many distinct indices were kept", len(set(index.tolist())), k
@@ -81,10 +86,11 @@ def check_topk_error_feedback():
     for step in range(5):
         g = gradient_like(rng, n)
         corrected = g + residual
-        sent, new_residual = call_unchanged(
+        sent, new_residual = call_leaving(
             f"error feedback, step {step}",
             lambda gradient, old: reference.error_feedback(compress, gradient, old),
             {"gradient": g, "residual": residual},
+            WHY,
         )
         expect_close(
             f"step {step}: sent + new residual against gradient + old residual (exactly)",
@@ -182,14 +188,16 @@ def expect_rounded(what, codes, v, p):
     hint="with p_i = s |v_i| / ||v||_2, send sgn(v_i) times floor(p_i) + 1 with probability "
     "p_i - floor(p_i) and floor(p_i) otherwise (any such rounding: uniform draws from rng)",
 )
+@forbids(tuned, name="minidl's tuned compressors (minidl.dist.compression)")
 def check_qsgd():
     v = gradient_like(np.random.default_rng(92), LENGTH)
     exact = np.linalg.norm(v.astype(np.float64))
     for s in (1, 4, 127):
-        norm, signed = call_unchanged(
+        norm, signed = call_leaving(
             f"QSGD s={s}",
             reference.qsgd_encode,
             {"v": v},
+            WHY,
             levels=s,
             rng=np.random.default_rng([92, s]),
         )
@@ -220,10 +228,11 @@ def check_qsgd():
     hint="s is the largest |v_i|; send sign(v_i) with probability |v_i| / s, else 0 "
     "(uniform draws from rng)",
 )
+@forbids(tuned, name="minidl's tuned compressors (minidl.dist.compression)")
 def check_terngrad():
     v = gradient_like(np.random.default_rng(93), LENGTH)
-    scale, ternary = call_unchanged(
-        "TernGrad", reference.terngrad_encode, {"v": v}, rng=np.random.default_rng(930)
+    scale, ternary = call_leaving(
+        "TernGrad", reference.terngrad_encode, {"v": v}, WHY, rng=np.random.default_rng(930)
     )
     expect_close("TernGrad: the scale s = max |v_i|", scale, np.abs(v).max(), rtol=0, atol=0)
     ternary = np.asarray(ternary)
@@ -249,10 +258,11 @@ def check_terngrad():
     path=PATH,
     hint="the scale is the mean of |v_i|; the sign is +1 where v_i >= 0 and -1 elsewhere",
 )
+@forbids(tuned, name="minidl's tuned compressors (minidl.dist.compression)")
 def check_scaled_sign():
     rng = np.random.default_rng(94)
     v = gradient_like(rng, 101).astype(np.float64)
-    scale, signs = call_unchanged("scaled sign", reference.scaled_sign_encode, {"v": v})
+    scale, signs = call_leaving("scaled sign", reference.scaled_sign_encode, {"v": v}, WHY)
     expect_close("scaled sign: the scale ||v||_1 / d", scale, np.abs(v).mean(), rtol=1e-12)
     expect_close(
         "scaled sign: the signs (+1 for v_i >= 0)",

@@ -12,9 +12,11 @@ import traceback
 
 import numpy as np
 
+from minidl.dist.consistency import averaging as tuned_averaging
 from minidl.dist.consistency.averaging import elastic_difference
 from minidl.dist.consistency.ssp import ClockTable
 from minidl.exercises import exercise, expect_close, expect_equal, expect_true
+from minidl.exercises.checks.tuned import forbids
 from minidl.reference.dist import averaging, parameter_server, ssp
 
 REFERENCE = "minidl/reference/dist/"
@@ -27,6 +29,7 @@ REFERENCE = "minidl/reference/dist/"
     hint="a worker may start while the slowest clock is at least its own clock minus S; "
     "with no bound (None) it always may",
 )
+@forbids(ClockTable, name="minidl's tuned ClockTable")
 def check_ssp_gate():
     rng = np.random.default_rng(81)
     workers = 4
@@ -231,6 +234,7 @@ def _replicas(rng, n, dim):
     hint="every worker moves by its gradient plus rho times its distance to the old "
     "center; the center moves by lr * rho times the sum of those distances",
 )
+@forbids(tuned_averaging, name="minidl's tuned averaging (minidl.dist.consistency.averaging)")
 def check_easgd():
     rng = np.random.default_rng(83)
     n, dim, lr, rho = 3, 6, 0.1, 0.5
@@ -287,6 +291,7 @@ def check_easgd():
     hint="take one SGD step on every replica; after every H-th step replace every "
     "replica by the replicas' mean",
 )
+@forbids(tuned_averaging, name="minidl's tuned averaging (minidl.dist.consistency.averaging)")
 def check_model_averaging():
     rng = np.random.default_rng(84)
     start, targets = _replicas(rng, 3, 4), np.stack(_replicas(rng, 3, 4))

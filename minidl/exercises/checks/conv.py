@@ -10,12 +10,28 @@ that shape back onto the input pixels, one element at a time.
 import numpy as np
 import scipy.fft
 
+from ...conv import direct as tuned_direct
+from ...conv import fft as tuned_fft
+from ...conv import im2col as tuned_im2col
+from ...conv import winograd as tuned_winograd
 from ...conv.geometry import make_geometry
+from ...functional import conv as tuned_conv
 from ...intmath import ceil_div
 from ...reference.conv import direct, fft, im2col, winograd
-from .. import call_unchanged, exercise, expect_close, expect_equal
+from .. import exercise, expect_close, expect_equal
+from .tuned import call_leaving, forbids
+
+WHY = "the layer's backward and the optimizer use x and w again"
 
 TOLERANCE = dict(rtol=1e-9, atol=1e-9)  # float64 inputs: only rounding may differ
+TUNED_CONV = forbids(
+    tuned_im2col.Im2col,
+    tuned_direct.Direct,
+    tuned_fft.FFT,
+    tuned_winograd.Winograd,
+    tuned_conv,
+    name="minidl's tuned convolutions",
+)
 
 # the inverse transforms of NumPy and SciPy: an FFT convolution ends in one of them
 INVERSE_FFTS = [
@@ -82,8 +98,8 @@ def _expect_output(what, algorithm, cases, seed):
     """``algorithm.forward`` equals the definition on every case and leaves x and w alone."""
     for x, w, geom in _cases(cases, seed):
         expected = _conv(x, w, geom)
-        got = call_unchanged(
-            f"{what} of {geom.describe()}", algorithm.forward, {"x": x, "w": w}, geom=geom
+        got = call_leaving(
+            f"{what} of {geom.describe()}", algorithm.forward, {"x": x, "w": w}, WHY, geom=geom
         )
         expect_close(f"{what} of {geom.describe()}", got[0], expected, **TOLERANCE)
 
@@ -95,10 +111,13 @@ def _expect_output(what, algorithm, cases, seed):
     hint="Pad the input, then for each kernel tap (u, v) copy the strided slice of the padded "
     "input that the tap meets (geom.window(u, v)) into that tap's rows of every channel.",
 )
+@TUNED_CONV
 def check_im2col():
     for x, _w, geom in _cases(GENERAL_CASES, seed=31):
         expected = _columns(x, geom)
-        got = call_unchanged(f"im2col(x) for {geom.describe()}", im2col.im2col, {"x": x}, geom=geom)
+        got = call_leaving(
+            f"im2col(x) for {geom.describe()}", im2col.im2col, {"x": x}, WHY, geom=geom
+        )
         expect_equal(
             f"shape of im2col(x) for {geom.describe()}, (C*KH*KW, N*OH*OW)",
             tuple(np.shape(got)),
@@ -120,6 +139,7 @@ def check_im2col():
     hint="Undo the gather of exercise 3.1: add each tap's rows back onto the same strided "
     "slice of a zero, padded input gradient, then crop the padding.",
 )
+@TUNED_CONV
 def check_col2im():
     rng = np.random.default_rng(33)
     for _x, w, geom in _cases(GENERAL_CASES, seed=34):
@@ -148,6 +168,7 @@ def check_col2im():
     hint="Loop over the kernel taps (u, v) and accumulate w[:, :, u, v] (K x C) times the "
     "(C x N*OH*OW) matrix of the inputs that tap meets.",
 )
+@TUNED_CONV
 def check_direct():
     _expect_output("direct convolution", direct.DIRECT_REFERENCE, GENERAL_CASES, seed=35)
 
@@ -160,6 +181,7 @@ def check_direct():
     "invert (the check scales the inverse FFTs: the output must come out of one), and keep "
     "the valid outputs at the stride.",
 )
+@TUNED_CONV
 def check_fft():
     _expect_output("FFT convolution", fft.FFT_REFERENCE, GENERAL_CASES, seed=36)
     x, w, geom = next(_cases(GENERAL_CASES, seed=30))
@@ -207,6 +229,7 @@ def _expect_scaled(what, functions, factor, algorithm, x, w, geom, rule):
     hint="Transform the tiles (B^T d B) and the kernels (G g G^T), multiply them elementwise "
     "summing over channels, then map each 4x4 product back to its 2x2 outputs (A^T m A).",
 )
+@TUNED_CONV
 def check_winograd():
     b_t, g = winograd.B_T, winograd.G
     for x, w, geom in _cases(WINOGRAD_CASES, seed=38):

@@ -12,12 +12,24 @@ import numpy as np
 
 from minidl import optim
 from minidl.autograd import Tensor
-from minidl.exercises import call_unchanged, exercise, expect_close, expect_true
+from minidl.exercises import exercise, expect_close, expect_true
+from minidl.exercises.checks.tuned import call_leaving, forbids
 from minidl.reference.optim import adagrad, adam, momentum, nesterov, rmsprop
+
+WHY = "the weights and the gradient stay the caller's until it takes the new weights"
 
 STEPS = 8
 SHAPE = (3, 4)
 LR_SCHEDULE = (0.1, 0.1, 0.05, 0.2, 0.02, 0.1, 0.3, 0.01)  # one learning rate per step
+TUNED_OPTIMIZERS = forbids(
+    optim.SGD,
+    optim.Momentum,
+    optim.Nesterov,
+    optim.AdaGrad,
+    optim.RMSProp,
+    optim.Adam,
+    name="minidl's tuned optimizers (minidl.optim)",
+)
 
 
 def _problem(seed):
@@ -32,8 +44,8 @@ def _problem(seed):
 def _step(name, rule, w, g, state, hyper, t):
     """One call of the student's rule, with the contract checked: (new_w, new_state),
     inputs untouched."""
-    result = call_unchanged(
-        f"{name}: step {t}", rule, {"w": w, "g": g, "state": state}, free=("state",), **hyper
+    result = call_leaving(
+        f"{name}: step {t}", rule, {"w": w, "g": g, "state": state}, WHY, ("state",), **hyper
     )
     expect_true(
         f"{name}: step {t} must return a pair (new_w, new_state)",
@@ -76,6 +88,7 @@ def compare_trajectory(name, rule, tuned_class, hyper, seed, schedule=None):
     hint="update the velocity v <- mu v + g first (v starts at zero, and holds no lr), then "
     "step by lr v for momentum and by lr (g + mu v) for Nesterov, with this step's lr",
 )
+@TUNED_OPTIMIZERS
 def check_momentum():
     for seed, hyper in enumerate([dict(lr=0.1, momentum=0.9), dict(lr=0.03, momentum=0.5)]):
         compare_trajectory("momentum", momentum, optim.Momentum, hyper, seed)
@@ -94,6 +107,7 @@ def check_momentum():
     hint="accumulate g * g elementwise into the state (a sum for AdaGrad, a running mean "
     "with weight alpha for RMSProp), then divide the step by its square root plus eps",
 )
+@TUNED_OPTIMIZERS
 def check_adaptive():
     for seed, hyper in enumerate([dict(lr=0.1), dict(lr=0.05, eps=1e-3)]):
         compare_trajectory("adagrad", adagrad, optim.AdaGrad, hyper, seed)
@@ -111,6 +125,7 @@ def check_adaptive():
     "puts it inside, sqrt(v_hat + eps), and folds the correction into the recursion, "
     "which gives another trajectory",
 )
+@TUNED_OPTIMIZERS
 def check_adam():
     for seed, hyper in enumerate([dict(lr=0.01), dict(lr=0.1, betas=(0.5, 0.9), eps=1e-6)]):
         compare_trajectory("adam", adam, optim.Adam, hyper, seed)

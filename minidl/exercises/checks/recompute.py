@@ -12,6 +12,8 @@ import minidl as md
 from minidl import functional as F
 from minidl import layers as L
 from minidl import random
+from minidl import recompute as tuned_recompute
+from minidl.exercises.checks.tuned import forbids
 from minidl.intmath import block_bounds
 from minidl.perf.graph_memory import graph_bytes
 from minidl.reference.recompute import checkpointed_backward, checkpointed_forward
@@ -121,6 +123,11 @@ def compare_recompute(rng, batch, segments, seed):
     "its layers; backward, from the last segment: random.restore its snapshot, run its layers "
     "again on a Tensor of its input that requires grad, put back the random streams and the "
     "buffers as the first run left them, backpropagate grad, and pass the input's grad on",
+)
+@forbids(
+    tuned_recompute.checkpoint,
+    tuned_recompute.Recomputation,
+    name="minidl's tuned recomputation (minidl.recompute)",
 )
 def check_recompute():
     compare_recompute(np.random.default_rng(31), batch=16, segments=3, seed=9)

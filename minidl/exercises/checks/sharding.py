@@ -16,9 +16,12 @@ import numpy as np
 import minidl as md
 from minidl import layers as L
 from minidl import optim
+from minidl.dist import zero as tuned_zero
+from minidl.dist import zero_layers as tuned_zero_layers
 from minidl.exercises import exercise, expect_close, expect_true
 from minidl.exercises.checks.collectives import digest, expect_on_every_rank
 from minidl.exercises.checks.recompute import kept_bytes
+from minidl.exercises.checks.tuned import forbids
 from minidl.exercises.strict_comm import StrictComm
 from minidl.intmath import block_bounds
 from minidl.reference.dist import zero
@@ -172,6 +175,7 @@ def zero3_runs(comm, shapes, seed):
     "weights[start:stop] (so the state is the shard's only), then comm.allgatherv(weights, "
     "counts)",
 )
+@forbids(tuned_zero, tuned_zero_layers, name="minidl's tuned ZeRO")
 def check_zero1(comm):
     runs = zero1_runs(comm, (7, 11), momentum, seed=151)
     expect_on_every_rank(comm, lambda: expect_results(runs))
@@ -187,6 +191,7 @@ def check_zero1(comm):
     "(no attribute); backward reduce-scatters (op='mean') dW | db into self.grad, this "
     "rank's shard",
 )
+@forbids(tuned_zero, tuned_zero_layers, name="minidl's tuned ZeRO")
 def check_zero3(comm):
     runs = zero3_runs(comm, ((6, 5),), seed=152)
     expect_on_every_rank(comm, lambda: expect_results(runs))

@@ -14,12 +14,14 @@ neighbour, nothing else (not its whole block, not the image).
 import numpy as np
 
 from minidl.dist.spatial import HaloExchange, split_rows
+from minidl.dist.spatial import exchange as tuned_exchange
 from minidl.exercises import exercise, expect_close, expect_true
 from minidl.exercises.checks.collectives import (
     PointToPointComm,
     expect_on_every_rank,
     on_first_ranks,
 )
+from minidl.exercises.checks.tuned import forbids
 from minidl.perf.halo_cost import needed_rows
 from minidl.perf.telemetry import RankCounters
 from minidl.reference.dist import halo as reference
@@ -77,6 +79,7 @@ def tuned(comm, height, halo):
     "halo from below, then your first rows down while receiving the upper halo; the first "
     "and last rank keep their zeros",
 )
+@forbids(tuned_exchange, name="minidl's tuned halo exchange")
 def check_halo_exchange(comm):
     halo_exchange_on(comm)
     on_first_ranks(comm, 2, halo_exchange_on)
@@ -115,6 +118,7 @@ def halo_exchange_on(comm):
     hint="start from the middle rows of g; send the first `halo` rows of g down and the last "
     "up, and add what the neighbours send back to your last and first rows",
 )
+@forbids(tuned_exchange, name="minidl's tuned halo exchange")
 def check_halo_adjoint(comm):
     halo_adjoint_on(comm)
     on_first_ranks(comm, 2, halo_adjoint_on)

@@ -16,10 +16,13 @@ import numpy as np
 
 import minidl as md
 from minidl import functional as F
+from minidl.autograd import Tensor
 from minidl.exercises import exercise, expect_close
 from minidl.exercises.checks.collectives import expect_on_every_rank
 from minidl.exercises.checks.sharding import groups
+from minidl.exercises.checks.tuned import forbids
 from minidl.exercises.strict_comm import StrictComm
+from minidl.functional import normalization as tuned_normalization
 from minidl.reference.dist import sync_batchnorm
 
 PATH = "minidl/reference/dist/sync_batchnorm.py"
@@ -147,6 +150,12 @@ VISIBLE = (Case((3,), (3,)), Case((2, 3, 2), (2,)))
     "joined mean and var = M2 / n, and update the running estimates with the group's n; "
     "backward: comm.allreduce [sum dx_hat, sum dx_hat x_hat] and divide by n for the two "
     "means of the serial rule",
+)
+@forbids(
+    Tensor.backward,
+    tuned_normalization.batch_norm,
+    tuned_normalization.BatchNorm,
+    name="minidl's tuned batch norm or autograd",
 )
 def check_sync_batch_norm(comm):
     runs = sync_bn_runs(comm, VISIBLE, seed=161)
