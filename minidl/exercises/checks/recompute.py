@@ -13,7 +13,7 @@ from minidl import functional as F
 from minidl import layers as L
 from minidl import random
 from minidl import recompute as tuned_recompute
-from minidl.exercises.checks.tuned import forbids
+from minidl.exercises.checks.tuned import call_watching, expect_left_alone, forbids
 from minidl.intmath import block_bounds
 from minidl.perf.graph_memory import graph_bytes
 from minidl.reference.recompute import checkpointed_backward, checkpointed_forward
@@ -22,6 +22,7 @@ from .. import exercise, expect_close, expect_true
 
 RECOMPUTE = "minidl/reference/recompute.py"
 LAYERS = 10
+WHY = "x is the caller's batch, and grad, the output's gradient, is shared"
 
 
 def chain():
@@ -82,10 +83,14 @@ def compare_recompute(rng, batch, segments, seed):
     from ``seed``: checkpointed against plain (gradients, buffers, the stream after), and the
     bytes the forward hands backward against the segments' inputs."""
     x, y = rng.standard_normal((batch, 2, 6, 6)), rng.integers(0, 5, batch)
+    given = x.copy()
     plain, plain_dx, plain_after, inputs = plain_step(x, y, segments, seed)
     model, bounds = chain(), block_bounds(LAYERS, segments)
     md.manual_seed(seed)
-    out, saved = checkpointed_forward(list(model), bounds, x)
+    (out, saved), changed = call_watching(
+        checkpointed_forward, {"layers": list(model), "bounds": bounds, "x": x}, free=("layers",)
+    )
+    expect_left_alone("checkpointed_forward", changed, WHY)
     expect_true(
         "checkpointed_forward returns the output as an array, without a graph",
         isinstance(out, np.ndarray),
@@ -100,7 +105,10 @@ def compare_recompute(rng, batch, segments, seed):
     )
     logits = md.tensor(out, dtype="float64", requires_grad=True)
     F.cross_entropy(logits, y).backward()
-    dx = checkpointed_backward(list(model), bounds, saved, logits.grad)
+    inputs = {"layers": list(model), "bounds": bounds, "saved": saved, "grad": logits.grad}
+    dx, changed = call_watching(checkpointed_backward, inputs, free=("layers", "saved"))
+    expect_left_alone("checkpointed_backward", changed, WHY)
+    expect_close("the chain's input x after the step", x, given, rtol=0, atol=0)
     after = random.get_rng().random(4)
     masks = "a rerun draws the first run's dropout masks: restore the snapshot taken before it"
     for (name, p), q in zip(model.named_parameters(), plain.parameters()):

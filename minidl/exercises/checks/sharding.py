@@ -21,7 +21,7 @@ from minidl.dist import zero_layers as tuned_zero_layers
 from minidl.exercises import exercise, expect_close, expect_true
 from minidl.exercises.checks.collectives import digest, expect_on_every_rank
 from minidl.exercises.checks.recompute import kept_bytes
-from minidl.exercises.checks.tuned import forbids
+from minidl.exercises.checks.tuned import call_watching, expect_left_alone, forbids
 from minidl.exercises.strict_comm import StrictComm
 from minidl.intmath import block_bounds
 from minidl.reference.dist import zero
@@ -30,6 +30,7 @@ PATH = "minidl/reference/dist/zero.py"
 BATCH = 3  # rows of each rank's batch
 STEPS = 4
 TOL = 1e-12
+WHY = "the caller keeps its batch x for the next layers, and dy is shared"
 
 
 def groups(comm):
@@ -59,6 +60,7 @@ class Run:
     state: tuple | None = None  # ZeRO-1: (this rank's optimizer state, the oracle's shard)
     phases: list = field(default_factory=list)  # (phase, StrictComm.collectives, gradient?)
     held: list = field(default_factory=list)  # ZeRO-3: (when, bytes the layer holds, allowed)
+    changed: list = field(default_factory=list)  # (call, the input it changed in place or None)
 
     @property
     def shard_bytes(self):
@@ -130,10 +132,12 @@ def zero3_run(group, inputs, outputs, seed, rounds=2, lr=0.1):
         grad = f"this rank's shard of the mean gradient, round {r}"
         run.expected[grad] = mean[slice(*run.bounds)]
         x, dy = xs[group.rank], dys[group.rank]
-        run.got[f"y, round {r}"] = layer.forward(x)
+        run.got[f"y, round {r}"], changed = call_watching(layer.forward, {"x": x})
+        run.changed.append((f"the forward of round {r}", changed))
         run.record(f"the forward of round {r}", strict, reduces_gradient=False)
         run.weigh(f"after the forward of round {r}", layer)
-        run.got[f"dx, round {r}"] = layer.backward(x, dy)
+        run.got[f"dx, round {r}"], changed = call_watching(layer.backward, {"x": x, "dy": dy})
+        run.changed.append((f"the backward of round {r}", changed))
         run.record(f"the backward of round {r}", strict, reduces_gradient=True)
         run.weigh(f"after the backward of round {r}", layer)
         run.got[grad] = None if layer.grad is None else layer.grad.copy()
@@ -148,6 +152,8 @@ def zero3_run(group, inputs, outputs, seed, rounds=2, lr=0.1):
 def expect_results(runs):
     """Every result of ``runs`` against its oracle's, and the same weights on every rank."""
     for run in runs:
+        for call, changed in run.changed:
+            expect_left_alone(f"{run.case}: {call}", changed, WHY)
         for name, expected in run.expected.items():
             expect_close(f"{run.case}: {name}", run.got[name], expected, rtol=TOL, atol=TOL)
         expect_true(

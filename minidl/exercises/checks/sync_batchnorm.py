@@ -20,7 +20,7 @@ from minidl.autograd import Tensor
 from minidl.exercises import exercise, expect_close
 from minidl.exercises.checks.collectives import expect_on_every_rank
 from minidl.exercises.checks.sharding import groups
-from minidl.exercises.checks.tuned import forbids
+from minidl.exercises.checks.tuned import call_watching, expect_left_alone, forbids
 from minidl.exercises.strict_comm import StrictComm
 from minidl.functional import normalization as tuned_normalization
 from minidl.reference.dist import sync_batchnorm
@@ -29,6 +29,7 @@ PATH = "minidl/reference/dist/sync_batchnorm.py"
 STEPS = 2
 MOMENTUM = 0.3
 TOL = 1e-10
+WHY = "the layer keeps x, gamma and beta, the backward reads its cache once, dy is shared"
 
 
 class CountingComm(StrictComm):
@@ -63,6 +64,7 @@ class Run:
     got: dict = field(default_factory=dict)  # name -> this rank's array
     expected: dict = field(default_factory=dict)  # name -> the oracle's
     phases: list = field(default_factory=list)  # (phase, StrictComm.collectives)
+    changed: list = field(default_factory=list)  # (call, the input it changed in place or None)
 
     def record(self, phase, counting):
         self.phases.append((phase, counting.collectives))
@@ -105,14 +107,22 @@ def sync_bn_run(group, case, seed):
             f"step {step}: running_mean": serial["mean"].copy(),
             f"step {step}: running_var": serial["var"].copy(),
         }
-        mine, cache = sync_batchnorm.sync_batch_norm_forward(
-            counting, x[rows].copy(), gamma, beta, stats["mean"], stats["var"], MOMENTUM
+        inputs = {"comm": counting, "x": x[rows].copy(), "gamma": gamma, "beta": beta}
+        (mine, cache), changed = call_watching(
+            sync_batchnorm.sync_batch_norm_forward,
+            inputs | {"running_mean": stats["mean"], "running_var": stats["var"]},
+            free=("comm", "running_mean", "running_var"),
+            momentum=MOMENTUM,
         )
         run.record(f"the forward of step {step}", counting)
-        got_dx, got_dgamma, got_dbeta = sync_batchnorm.sync_batch_norm_backward(
-            counting, dy[rows].copy(), cache
+        run.changed.append((f"step {step}: the forward", changed))
+        (got_dx, got_dgamma, got_dbeta), changed = call_watching(
+            sync_batchnorm.sync_batch_norm_backward,
+            {"comm": counting, "dy": dy[rows].copy(), "cache": cache},
+            free=("comm",),
         )
         run.record(f"the backward of step {step}", counting)
+        run.changed.append((f"step {step}: the backward", changed))
         summed = group.allgather_object((np.asarray(got_dgamma), np.asarray(got_dbeta)))
         run.got |= {
             f"step {step}: y of this rank's share": mine,
@@ -132,6 +142,8 @@ def sync_bn_runs(comm, cases, seed):
 def expect_results(runs, tol=TOL):
     """Every result of ``runs`` against its oracle's."""
     for run in runs:
+        for call, changed in run.changed:
+            expect_left_alone(f"{run.case}: {call}", changed, WHY)
         for name, expected in run.expected.items():
             expect_close(f"{run.case}: {name}", run.got[name], expected, rtol=tol, atol=tol)
 

@@ -16,12 +16,14 @@ from minidl import layers as L
 from minidl.dist import tensor as tp
 from minidl.exercises import exercise, expect_close, expect_equal
 from minidl.exercises.checks.collectives import expect_on_every_rank
+from minidl.exercises.checks.tuned import call_watching, expect_left_alone
 from minidl.exercises.strict_comm import StrictComm
 from minidl.reference.dist import tensor_parallel as reference
 
 PATH = "minidl/reference/dist/tensor_parallel.py"
 N, C_IN, HIDDEN, C_OUT = 4, 5, 7, 3
 TOL = 1e-12
+WHY = "x, the weights and the saved activation h stay the layer's, and dy is shared"
 
 
 def serial_pair():
@@ -83,10 +85,13 @@ def check_column_row_backward(comm):
     second(F.tanh(first(xt))).backward(g)
     h = np.tanh(x @ w1.T + b1)
     counting = StrictComm(comm)
-    dx, dw1, db1, dw2, db2 = reference.column_row_backward(counting, x, w1, w2, h, g)
+    inputs = {"comm": counting, "x": x, "w1": w1, "w2": w2, "h": h, "dy": g}
+    grads, changed = call_watching(reference.column_row_backward, inputs, free=("comm",))
+    dx, dw1, db1, dw2, db2 = grads
     rows = tp.Split(HIDDEN, comm.size).slice(comm.rank)
 
     def verify():
+        expect_left_alone("the pair's backward", changed, WHY)
         expect_one_allreduce(counting, "backward")
         expect_close("dx", dx, xt.grad, rtol=0, atol=TOL)
         expect_close("dW1, this rank's rows", dw1, first.weight.grad[rows], rtol=0, atol=TOL)

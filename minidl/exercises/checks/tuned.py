@@ -9,12 +9,13 @@ are, and the check fails naming the function and the line. Calls from the check 
 oracles) are not noted.
 """
 
+import copy
 import functools
 import inspect
 import os
 import sys
 
-from .. import ExerciseFailure, call_unchanged
+from .. import ExerciseFailure, changed_in_place, expect_true
 
 
 def code_objects(things):
@@ -82,14 +83,28 @@ def forbids(*things, name="minidl's tuned implementation"):
     return decorate
 
 
+def call_watching(function, inputs, free=(), **keywords):
+    """``(function(*inputs.values(), **keywords), the name of the first input it changed in
+    place or None)``; the inputs named in ``free`` may change."""
+    saved = {name: copy.deepcopy(v) for name, v in inputs.items() if name not in free}
+    out = function(*inputs.values(), **keywords)
+    changed = (changed_in_place(saved[name], inputs[name], name) for name in saved)
+    return out, next((found for found in changed if found), None)
+
+
+def expect_left_alone(what, changed, why):
+    """Fail naming the input ``changed`` in place (from ``call_watching``), and ``why`` the
+    caller still needs it."""
+    expect_true(
+        f"{what}: the code changed its input {changed} in place" if changed else what,
+        not changed,
+        detail=f"the caller still needs it ({why}): write the result into a new array",
+    )
+
+
 def call_leaving(what, function, inputs, why, free=(), **keywords):
-    """``call_unchanged`` whose failure says ``why`` the caller still needs its inputs."""
-    try:
-        return call_unchanged(what, function, inputs, free, **keywords)
-    except ExerciseFailure as failure:
-        if not failure.what.startswith(f"{what}: the code changed its input "):
-            raise
-        raise ExerciseFailure(
-            failure.what,
-            detail=f"the caller still needs it ({why}): write the result into a new array",
-        ) from None
+    """``function(*inputs.values(), **keywords)``; fails naming the input (other than those in
+    ``free``) it changed in place, and ``why`` the caller still needs it."""
+    out, changed = call_watching(function, inputs, free, **keywords)
+    expect_left_alone(what, changed, why)
+    return out
