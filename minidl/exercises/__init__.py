@@ -36,6 +36,7 @@ exercise grade`` runs them next to the visible ones (see ``submission``).
 """
 
 import copy
+import hashlib
 import importlib
 import os
 import sys
@@ -66,9 +67,14 @@ class Unimplemented(NotImplementedError):
 
 
 class ExerciseFailure(AssertionError):
-    """A check's verdict: what was compared, what was expected, what came back, and where."""
+    """A check's verdict: what was compared, what was expected, what came back, and where.
 
-    def __init__(self, what, expected=None, got=None, where=None, detail=None):
+    ``values``: a digest of the whole arrays compared on this process (set by ``expect_close``
+    and ``expect_equal``), so that the grader says that MPI ranks failed alike only when their
+    values were the same, not merely their messages.
+    """
+
+    def __init__(self, what, expected=None, got=None, where=None, detail=None, values=""):
         self.what, self.expected, self.got, self.where, self.detail = (
             what,
             expected,
@@ -76,6 +82,7 @@ class ExerciseFailure(AssertionError):
             where,
             detail,
         )
+        self.values = values
         lines = [what]
         if where is not None:
             lines.append(f"  at {where}")
@@ -84,6 +91,18 @@ class ExerciseFailure(AssertionError):
         if detail:
             lines.append(f"  {detail}")
         super().__init__("\n".join(lines))
+
+
+def values_digest(*values):
+    """A short digest of ``values`` (arrays by dtype, shape and bytes; anything else by repr)."""
+    digest = hashlib.sha256()
+    for value in values:
+        if isinstance(value, np.ndarray):
+            digest.update(f"{value.dtype.str}{value.shape}".encode())
+            digest.update(np.ascontiguousarray(value).tobytes())
+        else:
+            digest.update(repr(value).encode())
+    return digest.hexdigest()[:16]
 
 
 def _shape_text(a):
@@ -107,12 +126,23 @@ def expect_close(what, got, expected, rtol=1e-5, atol=1e-8):
         )
     got, expected = np.asarray(to_numpy(got)), np.asarray(to_numpy(expected))
     if got.shape != expected.shape:
-        raise ExerciseFailure(f"{what}: wrong shape", _shape_text(expected), _shape_text(got))
+        raise ExerciseFailure(
+            f"{what}: wrong shape",
+            _shape_text(expected),
+            _shape_text(got),
+            values=values_digest(got, expected),
+        )
     if got.size == 0:
         return
     if not np.all(np.isfinite(got)) and np.all(np.isfinite(expected)):
         index = tuple(int(i) for i in np.argwhere(~np.isfinite(got))[0])
-        raise ExerciseFailure(f"{what}: non-finite value", expected[index], got[index], where=index)
+        raise ExerciseFailure(
+            f"{what}: non-finite value",
+            expected[index],
+            got[index],
+            where=index,
+            values=values_digest(got, expected),
+        )
     g, e = got.astype(np.float64), expected.astype(np.float64)
     excess = np.abs(g - e) - (atol + rtol * np.abs(e))
     worst = np.unravel_index(int(np.argmax(excess)), excess.shape)
@@ -125,13 +155,16 @@ def expect_close(what, got, expected, rtol=1e-5, atol=1e-8):
             where=f"index {tuple(int(i) for i in worst)}",
             detail=f"|got - expected| = {abs(g[worst] - e[worst]):.3g} > "
             f"atol {atol:g} + rtol {rtol:g} * |expected|",
+            values=values_digest(got, expected),
         )
 
 
 def expect_equal(what, got, expected):
     """Raise ``ExerciseFailure`` unless ``got == expected`` (numbers, tuples, lists, strings)."""
     if got != expected:
-        raise ExerciseFailure(f"{what}: not equal", expected, got)
+        raise ExerciseFailure(
+            f"{what}: not equal", expected, got, values=values_digest(got, expected)
+        )
 
 
 def expect_true(what, condition, detail=None):

@@ -206,7 +206,16 @@ def _status(args):
     written = [e for e in exercises if states[e.id] == "written"]
     results = {r.id: r for r in grader.grade(written)}
     shown, scored = listing.progress(states, results, points)
-    print(listing.text_table(exercises, {"state": shown, "points": scored}))
+    weeks, later = listing.released_weeks(assignments, handed_out)
+    in_weeks = {i for name in weeks for i in assignments[name]}
+    rows = [e for e in exercises if e.id in in_weeks or states[e.id] != "not released"]
+    print(listing.text_table(rows, {"state": shown, "points": scored}))
+    for name in weeks:
+        got = sum(float(scored[i].split("/")[0]) for i in assignments[name])
+        worth = sum(p for i, p in points.items() if i in assignments[name])
+        print(f"{name}: {got:g} of {worth:g} points")
+    if later:
+        print(f"not released yet: {', '.join(later)}")
     got = sum(float(s.split("/")[0]) for s in scored.values())
     print(
         f"{got:g} of {sum(points.values()):g} points from the visible checks "

@@ -35,6 +35,7 @@ import tempfile
 import threading
 import time
 import traceback
+import unicodedata
 from dataclasses import asdict, dataclass, field
 
 from . import ExerciseFailure, Unimplemented, repository_root
@@ -78,6 +79,7 @@ class RankResult:
     status: str
     message: str = ""
     seconds: float = 0.0
+    values: str = ""  # the digest of the values a failure compared on this rank
 
 
 @dataclass
@@ -270,11 +272,38 @@ def invoke(exercise, *args):
         os._exit = EXIT
 
 
+OUTPUT_KEPT = 64 * 1024  # characters of what a check's code printed that are kept (the last)
+LINE_CHARS = 300  # characters shown of one line of a verdict
+SHOWN_LINES = 20  # lines shown of what the code printed (the last)
+CHECK_CHARS = 4000  # characters of one check's verdict, message, hint and output together
+
+
+class Tail(io.TextIOBase):
+    """A text stream that keeps only the last ``OUTPUT_KEPT`` characters written to it."""
+
+    def __init__(self):
+        self.parts, self.size = [], 0
+
+    def writable(self):
+        return True
+
+    def write(self, text):
+        self.parts.append(text)
+        self.size += len(text)
+        if self.size > 2 * OUTPUT_KEPT:  # trimmed now and then: each write stays cheap
+            self.parts = [self.getvalue()]
+            self.size = len(self.parts[0])
+        return len(text)
+
+    def getvalue(self):
+        return "".join(self.parts)[-OUTPUT_KEPT:]
+
+
 @contextlib.contextmanager
 def captured_output():
     """Collect what runs inside the block prints, from Python and from C (file descriptors
-    1 and 2), into the yielded ``StringIO`` instead of the terminal."""
-    text = io.StringIO()
+    1 and 2), into the yielded ``Tail`` instead of the terminal (its last characters only)."""
+    text = Tail()
     sys.stdout.flush()
     sys.stderr.flush()
     saved = [os.dup(1), os.dup(2)]
@@ -289,8 +318,34 @@ def captured_output():
             os.dup2(saved[1], 2)
             for fd in saved:
                 os.close(fd)
-            sink.seek(0)
+            sink.seek(max(0, os.fstat(sink.fileno()).st_size - OUTPUT_KEPT))
             text.write(sink.read().decode("utf-8", "replace"))
+
+
+def printable(text):
+    """``text`` with every control and format character but newline and tab escaped (NUL as
+    ``\\x00``, a right-to-left override as ``\\u202e``), so that it shows as it is."""
+    return "".join(
+        c
+        if c in "\n\t" or unicodedata.category(c) not in ("Cc", "Cf", "Cs", "Zl", "Zp")
+        else c.encode("unicode_escape").decode("ascii")
+        for c in text
+    )
+
+
+def clip_line(line):
+    """One line of a verdict: printable and at most ``LINE_CHARS`` characters."""
+    line = printable(line)
+    if len(line) <= LINE_CHARS:
+        return line
+    return f"{line[:LINE_CHARS]} ... ({len(line) - LINE_CHARS} more characters)"
+
+
+def clip_text(text, limit=CHECK_CHARS):
+    """``text`` cut to its first ``limit`` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n    ... ({len(text) - limit} more characters left out)"
 
 
 def run_in_process(exercise):
@@ -364,7 +419,13 @@ def parse_reports(output):
         if item is not None:
             reports.setdefault(item["id"], {}).setdefault(
                 item["rank"],
-                RankResult(item["rank"], item["status"], item["message"], item["seconds"]),
+                RankResult(
+                    item["rank"],
+                    item["status"],
+                    item["message"],
+                    item["seconds"],
+                    item.get("values", ""),
+                ),
             )
             if item["status"] == "timed_out":
                 hung.add(item["id"])
@@ -412,8 +473,13 @@ def combine_ranks(exercise, per_rank, nranks, hung, output):
         )
     absent = RankResult(0, "timed_out" if hung else "error", "no report")
     ranks = [per_rank.get(r) or RankResult(r, absent.status, absent.message) for r in range(nranks)]
-    if alike:
+    if alike and _same_values(per_rank.values()):
         message += f"\n  (the same on all {nranks} ranks)"
+    elif alike:
+        message += (
+            f"\n  (all {nranks} ranks reported this; the values they compared differ, "
+            "or the check shared one rank's failure with the others)"
+        )
     elif not per_rank:
         message += "\n  (no rank reported: the job ended first)"
     else:
@@ -428,6 +494,16 @@ def combine_ranks(exercise, per_rank, nranks, hung, output):
     if hung and status != "timed_out":
         message += f"\n  the other ranks were still waiting: {MPI_HANG}"
     return _result(exercise, status, message, seconds, ranks)
+
+
+def _same_values(ranks):
+    """Whether ranks that reported the same message also held the same values: a failure
+    needs the digest of its values on every rank, and one digest for all."""
+    ranks = list(ranks)
+    if ranks[0].status != "failed":
+        return True
+    digests = {r.values for r in ranks}
+    return len(digests) == 1 and "" not in digests
 
 
 def run_mpi_group(exercises, nranks):
@@ -502,18 +578,23 @@ def summary(results):
 
 
 def format_result(result):
-    """Lines for a terminal: the verdict, then the message and hint indented."""
+    """Lines for a terminal: the verdict, then the message, the hint and the last lines the code
+    printed, indented; control characters escaped, lines and the whole cut to a readable size."""
     head = f"{result.id:6s} {result.title}" + (f" [hidden: {result.test}]" if result.test else "")
     timing = f" ({result.seconds:.2f} s)" if result.status == "passed" else ""
     lines = [f"{head} ... {LABELS[result.status]}{timing}"]
     if result.message:
-        lines += ["    " + line for line in result.message.splitlines()]
+        lines += ["    " + clip_line(line) for line in result.message.splitlines()]
     if result.hint:
         lines.append(f"    hint: {result.hint}")
-    if result.output.strip():
-        lines.append("    the code printed:")
-        lines += ["      | " + line for line in result.output.rstrip().splitlines()[-20:]]
-    return "\n".join(lines)
+    printed = result.output.rstrip().splitlines()
+    if printed:
+        left_out = len(printed) - SHOWN_LINES
+        lines.append(
+            "    the code printed" + (f" ({left_out} lines before these):" if left_out > 0 else ":")
+        )
+        lines += ["      | " + clip_line(line) for line in printed[-SHOWN_LINES:]]
+    return clip_text("\n".join(lines))
 
 
 def format_summary(results):

@@ -68,6 +68,16 @@ def progress(states, results, points):
     return shown, scored
 
 
+def released_weeks(assignments, handed_out):
+    """``(assignments with an exercise handed out, the others)``, each in the course's order
+    (``handed_out`` None: the instructor's tree, every assignment)."""
+    weeks, later = [], []
+    for name, items in assignments.items():
+        opened = handed_out is None or any(i in handed_out for i in items)
+        (weeks if opened else later).append(name)
+    return weeks, later
+
+
 def describe_file(root, path, limit=160):
     """``(summary, sources)`` of an exercise's file: its docstring's first paragraph (at most
     ``limit`` characters) and the first two works it cites; empty strings where missing."""

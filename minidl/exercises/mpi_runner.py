@@ -7,7 +7,8 @@ its exercise id (or a hidden check's key, ``6.1:NAME``), and the seconds it
 may take on a rank. Every rank runs ``check(comm)`` for each id in order,
 waits for the other ranks before the next check (so the messages of two
 checks never mix), and appends one line per check to REPORT_FILE, ``MINIDL-EXERCISE
-{"id", "rank", "status", "message", "seconds"}``: a failure as soon as it
+{"id", "rank", "status", "message", "seconds", "values"}`` (``values``: the digest of what a
+failure compared on that rank): a failure as soon as it
 happens, a pass once every rank is through. A file, not stdout: what
 mpiexec has not yet forwarded from a rank's stdout is lost when the job is
 killed, a written line is not.
@@ -49,7 +50,8 @@ def write_line(text):
         out.write(text + "\n")
 
 
-def report(exercise_id, rank, status, message, seconds):
+def report(exercise_id, rank, status, message, seconds, values=""):
+    """Append this rank's verdict of a check (``values``: the digest its failure carries)."""
     write_line(
         REPORT
         + json.dumps(
@@ -59,6 +61,7 @@ def report(exercise_id, rank, status, message, seconds):
                 "status": status,
                 "message": message,
                 "seconds": seconds,
+                "values": values,
             }
         )
     )
@@ -115,6 +118,7 @@ def _abort_never_returns(comm, running):
                     status,
                     message,
                     time.perf_counter() - running["start"],
+                    getattr(exc, "values", ""),
                 )
             sys.stdout.flush()
             sys.stderr.flush()
@@ -161,7 +165,8 @@ def main(argv):
         status, message = outcome(exercise, exc)
         state["done"] = True
         if exc is not None:  # reported now, so that it survives the others hanging
-            report(exercise.key, comm.rank, status, message, time.perf_counter() - start)
+            seconds = time.perf_counter() - start
+            report(exercise.key, comm.rank, status, message, seconds, getattr(exc, "values", ""))
         grace = float("inf") if exc is None else min(PEER_GRACE_S, exercise.timeout)
         if not _wait_for_others(comm, grace):
             report(

@@ -17,6 +17,7 @@ one function body.
 """
 
 import ast
+import difflib
 import io
 import json
 import os
@@ -72,14 +73,27 @@ class Region:
         return f"{self.path}:{self.begin}"
 
 
+def _marker_lines(text):
+    """``(line, kind, id, indent)`` of every line that is a marker alone, read line by line: the
+    markers of a file that does not tokenize (a region with an unclosed bracket or string)."""
+    found = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        indent = line[: len(line) - len(line.lstrip())]
+        match = MARKER.match(line.strip())
+        if match:
+            found.append((number, match.group(1), match.group(2), indent))
+    return found
+
+
 def _markers(text, path, problems):
-    """``(line, kind, id, indent)`` of every marker comment (comments in strings do not count)."""
+    """``(line, kind, id, indent)`` of every marker comment (comments in strings do not count;
+    in a file that does not tokenize, every line that is a marker alone)."""
     found = []
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
     except (tokenize.TokenError, SyntaxError) as exc:
         problems.append(f"{path}: cannot be read as Python ({exc})")
-        return found
+        return _marker_lines(text)
     for token in tokens:
         if token.type != tokenize.COMMENT:
             continue
@@ -397,7 +411,7 @@ def write_student_tree(out_dir, only=None, mode="stub", root=None, exercises=Non
     regions, problems = find_regions(root)
     problems += validate(regions, exercises)
     chosen = {e.id for e in exercises} if only is None else {str(i) for i in only}
-    problems += _unknown(chosen, exercises, "--only")
+    _check_known(chosen, exercises, "--only")
     if problems:
         raise MarkerError(problems)
     out_dir = os.fspath(out_dir)
@@ -441,13 +455,30 @@ def write_student_tree(out_dir, only=None, mode="stub", root=None, exercises=Non
     return [r for rs in by_file.values() for r in rs]
 
 
-def _unknown(ids, exercises, option):
-    unknown = sorted(set(ids) - {e.id for e in exercises})
-    if not unknown:
-        return []
-    return [
-        f"{option} names unknown exercises {', '.join(unknown)} ('minidl exercise list' shows them)"
-    ]
+class UnknownExercises(MarkerError):
+    """Ids that name no exercise, each with the nearest known ids; the message says only that
+    (a ``MarkerError`` because it stops the same commands before they write anything)."""
+
+    def __init__(self, unknown, known, option):
+        guesses = [
+            f"{i} (did you mean {' or '.join(near)}?)" if near else i
+            for i in unknown
+            for near in [difflib.get_close_matches(i, known, n=2, cutoff=0.6)]
+        ]
+        text = (
+            f"{option} names unknown exercises {', '.join(guesses)} "
+            "('minidl exercise list' shows them)"
+        )
+        self.problems = [text]
+        ValueError.__init__(self, text)
+
+
+def _check_known(ids, exercises, option):
+    """Raise ``UnknownExercises`` when an id of ``ids`` names no exercise."""
+    known = [e.id for e in exercises]
+    unknown = sorted(set(ids) - set(known))
+    if unknown:
+        raise UnknownExercises(unknown, known, option)
 
 
 def _write_course_files(tree, exercises, released):
@@ -483,9 +514,7 @@ def release(tree, ids, exercises=None):
             f"{tree} is not a student tree ({MANIFEST} is missing): write one with "
             "'minidl exercise student DIR --only IDS'"
         )
-    problems = _unknown(ids, exercises, "release")
-    if problems:
-        raise MarkerError(problems)
+    _check_known(ids, exercises, "release")
     new = [i for i in dict.fromkeys(str(i) for i in ids) if i not in handed_out]
     titles = {e.id: e.title for e in exercises}
     regions, _ = find_regions(os.fspath(tree))

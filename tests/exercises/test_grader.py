@@ -206,3 +206,30 @@ def test_the_traceback_of_a_rank_that_aborted_gives_the_verdict(
     student = f"{repository_root()}/tests/exercises/fake_student.py"
     output = TRACEBACK.format(student=student, code=code, error=error)
     assert grader.crash_outcome(fake_exercises["91.1"], output) == (status, message)
+
+
+def test_ranks_are_said_to_agree_only_when_their_values_do(fake_exercises):
+    exercise = fake_exercises["91.2"]
+    message = "rank 1 of 3: sums: 1 of 3 elements differ"
+    shared = {r: grader.RankResult(r, "failed", message, 0.1) for r in range(3)}
+    result = grader.combine_ranks(exercise, shared, 3, False, "")
+    assert "the same on all 3 ranks" not in result.message  # one rank's failure, shared
+    assert "(all 3 ranks reported this; the values they compared differ" in result.message
+    differ = {r: grader.RankResult(r, "failed", message, 0.1, f"digest{r}") for r in range(3)}
+    assert "the same on all" not in grader.combine_ranks(exercise, differ, 3, False, "").message
+    same = {r: grader.RankResult(r, "failed", message, 0.1, "digest") for r in range(3)}
+    result = grader.combine_ranks(exercise, same, 3, False, "")
+    assert result.message.endswith("(the same on all 3 ranks)")
+
+
+def test_a_failure_carries_a_digest_of_the_values_it_compared():
+    import numpy as np
+
+    from minidl.exercises import ExerciseFailure, expect_close
+
+    digests = []
+    for got in (np.array([1.0, 2.0, 4.0]), np.array([1.0, 2.5, 4.0]), np.array([1.0, 2.5, 4.0])):
+        with pytest.raises(ExerciseFailure) as failure:
+            expect_close("sums", got, np.array([1.0, 2.0, 3.0]))
+        digests.append(failure.value.values)
+    assert digests[0] != digests[1] == digests[2] != ""

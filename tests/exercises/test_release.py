@@ -139,3 +139,20 @@ def test_check_hidden_runs_the_hidden_checks_in_the_instructors_tree_only(week_1
     ]
     mine = run_in(week_1, "exercise", "check", "1.1", "--hidden", "--json", pythonpath=week_1)
     assert len(json.loads(mine.stdout)["results"]) == 1
+
+
+def test_release_with_a_mistyped_id_names_it(week_1, tmp_path):
+    done = run_in(tmp_path, "exercise", "release", str(week_1), "2.1,6.11")
+    assert done.returncode == 1
+    assert "release names unknown exercises 6.11 (did you mean 6.1" in done.stderr
+    assert "markers" not in done.stderr
+    assert json.loads((week_1 / "exercises.json").read_text())["released"] == WEEK_1
+
+
+def test_status_shows_the_released_weeks_and_names_the_others(week_1):
+    status = run_in(week_1, "exercise", "status", pythonpath=week_1)
+    rows = [line.split()[0] for line in status.stdout.splitlines() if line[:1].isdigit()]
+    assert [r for r in rows if "." in r] == WEEK_1
+    assert "1-autograd: 0 of 3 points" in status.stdout
+    (later,) = [line for line in status.stdout.splitlines() if line.startswith("not released")]
+    assert later.startswith("not released yet: 2-layers, 3-conv")
