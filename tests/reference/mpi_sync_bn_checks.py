@@ -167,6 +167,7 @@ def check_join_without_the_means(comm):
 def check_sums_of_squares(comm):
     expect_verdicts(
         comm,
+        visible=["the forward of step 1: the collectives (one allgather)", "allreduce"],
         far=["(N, 2) on 3 ranks, shares (3, 1, 2): step 1: y of this rank's share"],
         messages=["the forward of step 1: the collectives (one allgather)", "allreduce"],
     )

@@ -6,8 +6,9 @@ the seed. Each case runs on the job's 3 ranks and on 2 (the first two, split off
 runs alone), two training steps from the same running estimates: every rank's outputs and
 input gradients against the oracle's rows of its share, the sums of dgamma and dbeta over
 the ranks against the oracle's, and the running estimates. The ranks talk through a
-``StrictComm`` that also counts allgathers, so that a run records what the hidden checks
-grade besides the values: the collectives of the forward and of the backward.
+``StrictComm`` that also counts allgathers, and the check grades the messages besides the
+values: the forward one allgather of a few numbers per channel (not the samples), the
+backward one allreduce of the two sums per channel, and nothing else.
 """
 
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ import numpy as np
 import minidl as md
 from minidl import functional as F
 from minidl.autograd import Tensor
-from minidl.exercises import exercise, expect_close
+from minidl.exercises import exercise, expect_close, expect_equal, expect_true
 from minidl.exercises.checks.collectives import expect_on_every_rank
 from minidl.exercises.checks.sharding import groups
 from minidl.exercises.checks.tuned import call_watching, expect_left_alone, forbids
@@ -148,6 +149,33 @@ def expect_results(runs, tol=TOL):
             expect_close(f"{run.case}: {name}", run.got[name], expected, rtol=tol, atol=tol)
 
 
+def expect_messages(run):
+    """``run``'s collectives: an allgather of at most 3 numbers per channel from each rank in
+    the forward; one allreduce of 2 numbers per channel in the backward."""
+    for phase, collectives in run.phases:
+        if phase.startswith("the forward"):
+            gathered = [nbytes for name, nbytes in collectives if name == "allgather"]
+            expect_equal(
+                f"{run.case}, {phase}: the collectives (one allgather)",
+                [name for name, _ in collectives],
+                ["allgather"],
+            )
+            allowed = 8 * 3 * run.channels * run.size
+            expect_true(
+                f"{run.case}, {phase}: the allgather carries the statistics, not the samples",
+                gathered[0] <= allowed,
+                detail=f"this rank received {gathered[0]} bytes; [n_r, mean_r, M2_r] per channel "
+                f"from each rank is at most {allowed}",
+            )
+        else:
+            expect_equal(
+                f"{run.case}, {phase}: the collectives (one allreduce of [sum dx_hat, "
+                "sum dx_hat x_hat] per channel, float64)",
+                collectives,
+                [("allreduce", 8 * 2 * run.channels)],
+            )
+
+
 VISIBLE = (Case((3,), (3,)), Case((2, 3, 2), (2,)))
 
 
@@ -171,4 +199,10 @@ VISIBLE = (Case((3,), (3,)), Case((2, 3, 2), (2,)))
 )
 def check_sync_batch_norm(comm):
     runs = sync_bn_runs(comm, VISIBLE, seed=161)
-    expect_on_every_rank(comm, lambda: expect_results(runs))
+
+    def expect_all():
+        expect_results(runs)
+        for run in runs:
+            expect_messages(run)
+
+    expect_on_every_rank(comm, expect_all)
