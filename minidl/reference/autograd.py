@@ -33,6 +33,9 @@ is g summed over the broadcast axes (``unbroadcast``).
 
 The tuned engine (``minidl.autograd``) computes the same derivatives; it also
 frees the graph as it goes, skips unneeded gradients and fires hooks.
+
+An exercise region here must not call minidl's own autograd (``Tensor.backward``): the check
+fails one that does, since the exercise is to write the algorithm out.
 """
 
 from ..backend import get_array_module

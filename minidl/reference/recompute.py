@@ -19,6 +19,10 @@ Running a segment again must compute what its first run computed: the random dra
 ``snapshot``/``restore``), and state that the first run updated in place (batch norm's
 running statistics and batch count) is put back as that run left it. ``minidl.recompute``
 does the same inside minidl's autograd, one graph node per segment.
+
+An exercise region here must not call the tuned recomputation
+(``minidl.recompute.checkpoint``): the check fails one that does, since the exercise is to
+write the algorithm out.
 """
 
 from minidl import random

@@ -5,6 +5,10 @@ Eq. 2 / Alg. 3: y[n, k, i, j] = sum_{c, u, v} xpad[n, c, i*sh + u*dh, j*sw + v*d
 one GEMM ``w[:, :, u, v] (K x C) @ x_shifted (C x N*OH*OW)`` per kernel offset (u, v).
 The forward pass is the exercise (``algo="direct_reference"``); the gradients,
 helpers and costs are those of ``minidl/conv/direct.py`` (``algo="direct"``).
+
+An exercise region here must not call the tuned convolutions (``minidl.conv``,
+``minidl.functional.conv``): the check fails one that does, since the exercise is to write
+the algorithm out.
 """
 
 from ...backend import get_array_module

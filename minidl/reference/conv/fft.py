@@ -29,6 +29,10 @@ zero-padded to L = Hp x Wp before their DFT:
 The channel (or batch) sums are products of spectra summed pointwise at
 every frequency. Real FFTs (rfft2) keep the Lh*(Lw/2 + 1) frequencies that a
 real array's spectrum does not repeat.
+
+An exercise region here must not call the tuned convolutions (``minidl.conv``,
+``minidl.functional.conv``): the check fails one that does, since the exercise is to write
+the algorithm out.
 """
 
 import numpy as np

@@ -19,6 +19,10 @@ same products, transposed; Ben-Nun & Hoefler 2019, App. A.4):
          padding is cropped: dx.
 
 Multiplies: N*K*C*KH*KW*OH*OW, as the direct convolution (Ben-Nun & Hoefler 2019, Table 6).
+
+An exercise region here must not call the tuned convolutions (``minidl.conv``,
+``minidl.functional.conv``): the check fails one that does, since the exercise is to write
+the algorithm out.
 """
 
 from ...backend import get_array_module

@@ -27,6 +27,10 @@ Gradients, for 3x3 kernels at stride 1 and padding p:
 * weight: computed directly, dW[k, c, u, v] = sum_{n, i, j} dy[n, k, i, j]
   xpad[n, c, i + u, j + v]: each tap's gradient is the correlation of the
   padded input with dy, the direct convolution's weight gradient.
+
+An exercise region here must not call the tuned convolutions (``minidl.conv``,
+``minidl.functional.conv``): the check fails one that does, since the exercise is to write
+the algorithm out.
 """
 
 import numpy as np

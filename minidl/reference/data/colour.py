@@ -9,6 +9,10 @@ time an image is used, draw ``alpha_i ~ N(0, 0.1)`` and add
 images whose label is not among the k classes with the highest scores.
 The tuned versions: ``minidl.data.colour`` (moments summed image by image)
 and ``minidl.data.imageprep.Preparation``; ``minidl.train.loop.top_k_hits``.
+
+An exercise region here must not call the tuned colour statistics and top-k
+(``minidl.data.colour``, ``pca_noise``, ``top_k_hits``): the check fails one that does,
+since the exercise is to write the algorithm out.
 """
 
 import numpy as np

@@ -28,6 +28,13 @@ Every element of y is added up on one rank and copied to the others, or (the
 butterfly) added in the same pairs on both partners, so all ranks hold the
 same bits. ``comm.allreduce(x, algorithm="ring_reference")`` runs these
 functions (``minidl.reference.dist`` registers them).
+
+The exercises build each allreduce from messages: their checks fail a region that calls a
+collective of the library (``comm.allreduce``, ``comm.allgather``, ``comm.bcast``, ``comm.mpi``,
+...), hold the messages to the algorithm's pattern, and run on a power of two ranks and on
+another count. A check's sends return only once their receive has started, so an order that
+relies on MPI's buffering deadlocks there. The hierarchical check lays the ranks out on
+emulated nodes (``nodes_of`` gives two nodes or more), so the leaders' exchange runs.
 """
 
 from minidl.backend import get_array_module

@@ -31,6 +31,10 @@ The asynchronous form (the paper's Algorithm 1) lets each worker take tau
 local SGD steps, then exchange with the center alone:
 
     d = alpha (x_i - x~);   x_i <- x_i - d;   x~ <- x~ + d.
+
+An exercise region here must not call the tuned averaging
+(``minidl.dist.consistency.averaging``): the check fails one that does, since the exercise
+is to write the algorithm out.
 """
 
 

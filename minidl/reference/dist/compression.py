@@ -34,6 +34,9 @@ buckets, packs the codes into bits and counts the bytes.
       sent = C(g + e);   e <- (g + e) - sent
 
   so that over any run of steps sum(sent) + e = sum(g).
+
+An exercise region here must not call the tuned compressors (``minidl.dist.compression``):
+the check fails one that does, since the exercise is to write the algorithm out.
 """
 
 from minidl.backend import get_array_module

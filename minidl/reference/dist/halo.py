@@ -17,6 +17,12 @@ gradients of their own rows:
 
 Each rank must hold at least h rows. ``minidl.dist.spatial.HaloExchange`` is
 the general form (any kernel, stride, padding, dilation and uneven blocks).
+
+The check runs the exchanges on 3 ranks and on 2, with sends that return only once their
+receive has started (an order that relies on MPI's buffering deadlocks), and holds each rank
+to one message of its h boundary rows to each neighbour: no collective, no whole blocks.
+An exercise region here must not call the tuned halo exchange (``minidl.dist.spatial``): the
+check fails one that does, since the exercise is to write the algorithm out.
 """
 
 from minidl.backend import get_array_module

@@ -15,6 +15,10 @@ Downpour SGD in Dean et al. 2012): the gate is always open.
 
 ``WorkerClocks`` has the interface of the tuned ``minidl.dist.consistency.ssp.ClockTable``
 (``clocks``, ``tick``, ``may_start``), so either can drive a parameter server.
+
+An exercise region here must not call the tuned ``ClockTable``
+(``minidl.dist.consistency.ssp``): the check fails one that does, since the exercise is to
+write the algorithm out.
 """
 
 

@@ -32,6 +32,10 @@ Backward: the serial rule (``minidl.reference.functional.batch_norm``), with dx_
 holds two means over the whole batch: one allreduce of [sum dx_hat, sum dx_hat x_hat] per
 channel gives them. dgamma = sum dy x_hat and dbeta = sum dy stay sums over this rank's
 share: data parallelism's allreduce of the gradients adds them up, as for any weight.
+
+An exercise region here must not call the tuned batch norm (``F.batch_norm`` with a group)
+or autograd: the check fails one that does, since the exercise is to write the algorithm
+out.
 """
 
 from ...backend import get_array_module

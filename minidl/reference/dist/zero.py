@@ -28,6 +28,10 @@ backward reduce-scatters the layer's gradient, so each rank keeps the mean of it
 
 with θ = W.ravel() | b, dW = dy^T x and db = sum_n dy. A rank holds (2 + K) Ψ / P plus one
 gathered layer at a time, for 3Ψ moved a step instead of 2Ψ (§7.2.2).
+
+An exercise region here must not call the tuned ZeRO (``minidl.dist.zero``,
+``minidl.dist.zero_layers``): the check fails one that does, since the exercise is to write
+the algorithm out.
 """
 
 from minidl.backend import get_array_module

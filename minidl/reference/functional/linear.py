@@ -10,6 +10,9 @@ each y[n, o] = sum_i x[n, i] W[o, i] + b[o], so
 (Rumelhart, Hinton & Williams 1986; Ben-Nun & Hoefler 2019, Demystifying
 Parallel and Distributed Deep Learning, §3.1.1 and App. A.3, whose gradient
 shapes need the transposes written here.)
+
+An exercise region here must not call minidl's autograd (``Tensor.backward`` of the tuned
+ops): the check fails one that does, since the exercise is to write the algorithm out.
 """
 
 

@@ -7,6 +7,9 @@
 Subtracting max z changes nothing mathematically and keeps exp from
 overflowing. (Bridle 1990 for the softmax output with cross-entropy; Ben-Nun
 & Hoefler 2019, Demystifying Parallel and Distributed Deep Learning, §2.1.)
+
+An exercise region here must not call minidl's autograd (``Tensor.backward`` of the tuned
+ops): the check fails one that does, since the exercise is to write the algorithm out.
 """
 
 from ...backend import get_array_module

@@ -14,6 +14,9 @@ Backward: a_i enters b_i directly and every s_c whose window holds i, that
 is c in {i - (n-1)//2, ..., i + n//2}; with ds_c/da_i = 2 alpha a_i / n,
 
     da_i = db_i s_i^(-beta) - (2 alpha beta / n) a_i sum_{c: i in W(c)} db_c a_c s_c^(-beta-1).
+
+An exercise region here must not call minidl's autograd (``Tensor.backward`` of the tuned
+ops): the check fails one that does, since the exercise is to write the algorithm out.
 """
 
 from ...backend import get_array_module

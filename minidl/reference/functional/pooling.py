@@ -17,6 +17,9 @@ maxima, sends the whole gradient to the first one in row-major order, as
 PyTorch and ``minidl.functional.max_pool2d`` do. Average pooling pads with
 zeros and counts them in the average. (Ben-Nun & Hoefler 2019, Demystifying
 Parallel and Distributed Deep Learning, §3.1.1 and App. A.5.)
+
+An exercise region here must not call minidl's autograd (``Tensor.backward`` of the tuned
+ops): the check fails one that does, since the exercise is to write the algorithm out.
 """
 
 from ...backend import get_array_module

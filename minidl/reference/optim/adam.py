@@ -16,6 +16,9 @@ Ben-Nun & Hoefler 2019, Table 3, differ twice: eps sits inside the root,
 sqrt(v_hat + eps), and the bias correction is folded into the recursion (the
 corrected moments feed the next step), which changes the trajectory after
 the first step. Their 1 - b^t denominators also need t to start at 1, as here.
+
+An exercise region here must not call the tuned optimizers (``minidl.optim``): the check
+fails one that does, since the exercise is to write the algorithm out.
 """
 
 from ...backend import get_array_module

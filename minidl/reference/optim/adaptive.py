@@ -15,6 +15,9 @@ lr g / sqrt(A + eps) (with eps = 1e-10 the two differ only where A is near
 zero), and its sum runs over the current gradient's index t where tau is
 meant. Their RMSProp has eps outside the root, as here, with alpha written
 beta.
+
+An exercise region here must not call the tuned optimizers (``minidl.optim``): the check
+fails one that does, since the exercise is to write the algorithm out.
 """
 
 from ...backend import get_array_module

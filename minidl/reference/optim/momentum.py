@@ -16,6 +16,9 @@ w' = w + mu (w - w_prev) - lr g: the same trajectory while lr is constant
 (w - w_prev = -lr v_prev), a different one when lr changes. Their Nesterov
 row takes the gradient at w - mu v and applies v_t rather than v_{t+1}; the
 standard look-ahead is at w + mu v.
+
+An exercise region here must not call the tuned optimizers (``minidl.optim``): the check
+fails one that does, since the exercise is to write the algorithm out.
 """
 
 
