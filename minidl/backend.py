@@ -159,16 +159,17 @@ def pool_stats():
     return HOST_POOL.stats()
 
 
-def limit_threads(n):
-    """Cap the BLAS and FFT thread pools at ``n`` while the returned controller lives, and
-    run minidl's own chunked ops on ``n`` threads (``set_num_threads``; None: no cap)."""
+def limit_threads(n, blas=None):
+    """Cap the BLAS and FFT thread pools at ``blas`` (None: ``n``) while the returned
+    controller lives, and run minidl's own chunked ops on ``n`` threads (``set_num_threads``;
+    None: no cap)."""
     if n is None:
         return None
     from threadpoolctl import threadpool_limits
 
     set_num_threads(n)
 
-    return threadpool_limits(limits=n)
+    return threadpool_limits(limits=n if blas is None else blas)
 
 
 def tune_malloc():

@@ -19,7 +19,7 @@ def add_profile_arguments(p):
 
 
 def run_profile(args):
-    threads = limit_threads(args.threads)  # noqa: F841  (kept alive while profiling)
+    threads = limit_threads(args.threads, blas=1)  # noqa: F841  (as train: kept while profiling)
     model, shape = build_named(args.model, args.input, conv_algo=args.conv_algo)
     model.to(args.device)
     profile = profile_model(

@@ -208,7 +208,12 @@ def add_train_arguments(p):
     add("--resume", metavar="CKPT")
     add("--seed", type=int, default=0)
     add("--workers", type=positive_int, default=1)
-    add("--threads", type=positive_int, help="BLAS/FFT and minidl threads (default: all cores)")
+    add(
+        "--threads",
+        type=positive_int,
+        help="minidl's threads per process, BLAS on one (default: the host's cores shared "
+        "among its ranks, timed against 1)",
+    )
     add("--no-progress", action="store_true", help="no progress bar")
     add("--dist", type=dist_mode, metavar="MODE")
     add("--servers", type=positive_int, default=1)

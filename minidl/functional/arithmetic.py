@@ -7,6 +7,7 @@ axes); the chain rule then sums the incoming gradient over those axes
 
 from ..autograd import Function, ShapeError, Tensor
 from ..backend import get_array_module
+from ..parallel import gemm
 
 
 def unbroadcast(grad, shape):
@@ -158,6 +159,8 @@ class MatMul(Function):
                 "of the first must equal the second-to-last (or only) dimension of the second"
             )
         self.a, self.b = a, b
+        if a.ndim == b.ndim == 2:
+            return gemm(a, b)
         try:
             return a @ b
         except ValueError:
@@ -169,6 +172,9 @@ class MatMul(Function):
         a, b = self.a, self.b
         if a.ndim == 1 and b.ndim == 1:
             return g * b, g * a
+        need_a, need_b = self.needs_input_grad
+        if a.ndim == b.ndim == 2:
+            return gemm(g, b.T) if need_a else None, gemm(a.T, g) if need_b else None
         a2 = a[None, :] if a.ndim == 1 else a
         b2 = b[:, None] if b.ndim == 1 else b
         g2 = g
@@ -176,7 +182,6 @@ class MatMul(Function):
             g2 = g2[..., None, :]
         if b.ndim == 1:
             g2 = g2[..., None]
-        need_a, need_b = self.needs_input_grad
         ga = gb = None
         if need_a:
             ga = unbroadcast(g2 @ b2.swapaxes(-1, -2), a2.shape).reshape(a.shape)

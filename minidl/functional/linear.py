@@ -14,6 +14,7 @@ column-major array ~8x slower than one of equal layouts (measured here:
 
 from ..autograd import Function, ShapeError, Tensor
 from ..backend import empty, get_array_module
+from ..parallel import gemm
 
 
 class Linear(Function):
@@ -26,7 +27,7 @@ class Linear(Function):
         self.x, self.w = x, w
         # y^T = W x^T: OpenBLAS runs this orientation up to ~1.7x faster than x W^T for
         # the short, wide batches of training (e.g. 16 x 9216 by 9216 x 4096)
-        y = (w @ x.T).T if x.ndim == 2 else x @ w.T
+        y = gemm(w, x.T).T if x.ndim == 2 else x @ w.T
         if b is not None:
             y += b
         return y
@@ -37,13 +38,12 @@ class Linear(Function):
         g2 = g.reshape(-1, g.shape[-1])
         gx = None
         if need_x:
-            gx = (self.w.T @ g.T).T if _column_major(self.x) else g @ self.w
+            gx = gemm(self.w.T, g2.T).T if _column_major(self.x) else gemm(g2, self.w)
+            gx = gx.reshape(self.x.shape)
         gw = None
         if need_w:  # dW in pooled memory: AlexNet's fc6 gradient is 151 MB a step
             xp = get_array_module(g2)
-            gw = xp.matmul(
-                g2.T, x2, out=empty((g2.shape[1], x2.shape[1]), g2.dtype, xp, "linear dW")
-            )
+            gw = gemm(g2.T, x2, out=empty((g2.shape[1], x2.shape[1]), g2.dtype, xp, "linear dW"))
         if len(self.needs_input_grad) == 2:
             return gx, gw
         gb = g2.sum(axis=0) if self.needs_input_grad[2] else None

@@ -129,7 +129,7 @@ class TrainingRun:
     def _prepare(self):
         config = self.config
         threads, why = self._thread_count()
-        self._threads = limit_threads(threads)  # kept alive for the run
+        self._threads = limit_threads(threads, blas=1)  # kept alive for the run
         conv.configure(enabled=not config.deterministic)
         self.checkpoint = load_checkpoint(self.resume) if self.resume else None
         self.saved = self.checkpoint.training_config() if self.checkpoint is not None else None
@@ -140,14 +140,9 @@ class TrainingRun:
         self.model = build_model(config, self.train_set)
         if self.checkpoint is not None:
             self.model.load_state_dict(self.checkpoint.model_state)
-        if config.deterministic and config.threads is None and threads > 1:
-            why += (
-                f"; not timed: BLAS's bits follow its thread count, which "
-                f"{self.option('deterministic')} keeps; --no-deterministic times 1 and {threads}"
-            )
-        elif config.threads is None and threads > 1 and config.dataset != "folder":
+        if config.threads is None and threads > 1 and config.dataset != "folder":
             threads, timed = fastest_threads(self._timed_step(), (1, threads))
-            self._threads = limit_threads(threads)
+            self._threads = limit_threads(threads, blas=1)
             why += "; a step took " + ", ".join(
                 f"{seconds * 1e3:.1f} ms on {n}" for n, seconds in timed.items()
             )
