@@ -18,7 +18,7 @@ import os
 import statistics
 from textwrap import indent
 
-from minidl.perf.pipeline_timeline import bubble
+from minidl.perf.pipeline_timeline import bubble, time_shares
 from minidl.perf.telemetry import StalenessHistogram, format_table
 from minidl.train.metrics import read_metrics
 from minidl.train.rundir import run_status
@@ -30,6 +30,15 @@ from ..perf.pipeline_simulate import simulate, stage_of
 from ..perf.pipeline_timeline import is_pipeline_trace, plot_timeline, simulation_trace
 from . import error_text, flag
 
+# a pipeline trace's categories of the ranks' time, in the words of the report
+WHAT = {
+    "forward": "forward",
+    "backward": "backward",
+    "send": "sending",
+    "recv": "waiting to receive",
+    "update": "updating",
+    "idle": "between instructions",
+}
 EPOCH_COLUMNS = [
     ("epoch", "epoch", "{}"),
     ("test acc %", "test_acc_pct", "{:.2f}"),
@@ -203,7 +212,14 @@ def report_pipeline_trace(run):
         f"  formula (P-1)/(vM+P-1): {simulation.ideal_bubble:.3f}; as scheduled with the "
         f"measured stage costs: {simulation.bubble_fraction:.3f} (forward + backward ms per "
         f"micro-batch by stage: {', '.join(f'{c:.2f}' for c in costs)}; stage {slowest} the "
-        "slowest); the rest is waiting on the machine"
+        "slowest)"
+    )
+    shares = time_shares(trace)
+    print(
+        "  the ranks' time: "
+        + ", ".join(f"{WHAT[kind]} {shares[kind]:.3f}" for kind in WHAT)
+        + " (measured; what is neither compute nor the schedule's bubble is the messages' "
+        "cost and the ranks waiting for a core)"
     )
     for name, timeline, what in (
         ("pipeline_timeline.png", trace, title),

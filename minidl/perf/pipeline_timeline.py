@@ -54,20 +54,33 @@ def simulation_trace(simulation, unit_seconds=1e-3):
     return merge(traces)
 
 
-def bubble(trace):
-    """The mean over the traced batches of 1 - (forward + backward time) / (ranks x span),
-    the span of a batch running from its first event on any rank to its last."""
+def time_shares(trace):
+    """{category: its share of the P ranks' time over each traced batch's span} (mean over the
+    batches; ``idle``: between instructions), the span of a batch running from its first event
+    on any rank to its last."""
     events = [e for e in trace["traceEvents"] if e.get("ph") == "X" and "step" in e.get("args", {})]
     if not events:
         raise ValueError("the trace holds no pipeline instructions: is it a pipeline timeline?")
     ranks = len({e["pid"] for e in events})
-    fractions = []
-    for step in sorted({e["args"]["step"] for e in events}):
+    categories = sorted(set(CATEGORY.values()))
+    totals = dict.fromkeys([*categories, "idle"], 0.0)
+    steps = sorted({e["args"]["step"] for e in events})
+    for step in steps:
         batch = [e for e in events if e["args"]["step"] == step]
-        span = max(e["ts"] + e["dur"] for e in batch) - min(e["ts"] for e in batch)
-        busy = sum(e["dur"] for e in batch if e["cat"] in COMPUTE)
-        fractions.append(1 - busy / (ranks * span) if span > 0 else 0.0)
-    return sum(fractions) / len(fractions)
+        span = ranks * (max(e["ts"] + e["dur"] for e in batch) - min(e["ts"] for e in batch))
+        if span > 0:
+            for category in categories:
+                share = sum(e["dur"] for e in batch if e["cat"] == category) / span
+                totals[category] += share
+                totals["idle"] -= share
+            totals["idle"] += 1
+    return {category: total / len(steps) for category, total in totals.items()}
+
+
+def bubble(trace):
+    """1 - (forward + backward time) / (ranks x span), the mean over the traced batches."""
+    shares = time_shares(trace)
+    return 1 - sum(shares[category] for category in COMPUTE)
 
 
 class PipelineTimeline:

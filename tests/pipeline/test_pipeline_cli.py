@@ -109,6 +109,7 @@ def test_pipedream_reports_its_staleness_and_its_traced_timeline(tmp_path, capsy
     assert main(["report", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "pipeline bubble, measured over the traced batches" in printed
+    assert "the ranks' time: forward " in printed and "waiting to receive " in printed
     assert "formula (P-1)/(vM+P-1): 0.200; as scheduled with the measured stage costs" in printed
     pytest.importorskip("matplotlib")
     assert (out / "pipeline_timeline.png").stat().st_size > 0

@@ -12,7 +12,7 @@ from minidl.perf.pipeline_simulate import (
     simulate,
     timeline_text,
 )
-from minidl.perf.pipeline_timeline import bubble, simulation_trace
+from minidl.perf.pipeline_timeline import bubble, simulation_trace, time_shares
 
 RANKS = range(1, 9)
 MICRO_BATCHES = range(1, 33)
@@ -195,3 +195,27 @@ def test_the_bubble_read_off_a_simulated_trace_is_the_simulators(schedule, chunk
     computes = [e for e in trace["traceEvents"] if e.get("cat") in ("forward", "backward")]
     assert len(computes) == 4 * 2 * 8 * chunks
     assert {e["pid"] for e in computes} == {0, 1, 2, 3}
+
+
+def test_the_shares_of_the_ranks_time_add_up_to_one_and_name_the_waits():
+    """Two ranks over one batch of span 10: rank 0 computes 4, sends 1; rank 1 waits 5 for
+    its message, then computes 4: compute 8/20, send 1/20, waiting 5/20, idle the rest."""
+
+    def event(rank, cat, ts, dur):
+        return {"ph": "X", "pid": rank, "cat": cat, "ts": ts, "dur": dur, "args": {"step": 1}}
+
+    trace = {
+        "traceEvents": [
+            event(0, "forward", 0, 4),
+            event(0, "send", 4, 1),
+            event(1, "recv", 0, 5),
+            event(1, "forward", 5, 4),
+            event(1, "update", 9, 1),
+        ]
+    }
+    shares = time_shares(trace)
+    assert shares == pytest.approx(
+        {"forward": 0.4, "backward": 0.0, "send": 0.05, "recv": 0.25, "update": 0.05, "idle": 0.25}
+    )
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert bubble(trace) == pytest.approx(0.6)
