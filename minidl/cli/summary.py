@@ -2,10 +2,9 @@
 rank's bytes of parameters, gradients, optimizer state and activations on a grid."""
 
 from .. import optim
-from ..dist.config import STAGE_CUTS, TP_LAYOUTS, DistConfig
+from ..dist.config import DistConfig
 from ..dist.grid import GridShape
 from ..dist.memory import format_memory, predict_memory
-from ..dist.pipeline import SCHEDULES
 from ..layers import leaves, sqrt_segments
 from ..models import MODELS
 from ..perf.costs import CONVENTIONS
@@ -13,20 +12,14 @@ from ..perf.memory import STATE_ARRAYS, ZERO_STAGES
 from ..perf.summary import format_summary, summarize
 from ..perf.zoo import build_named
 from ..train.config import TrainConfig
-from . import add_model_arguments, nonnegative_int, option_adder, positive_int
-from .train import SQRT_SEGMENTS, TRAIN_HELP, grid_shape
+from . import add_model_arguments, option_adder, positive_int
+from .train import SQRT_SEGMENTS, add_layout_arguments, grid_shape
 
 SUMMARY_HELP = {
     "--grid": "the ranks as a grid dp=D,pp=P,spatial=S,tp=T, as minidl train --grid: the "
     "memory table shows each rank's share",
     "--zero": "ZeRO stage over the data-parallel replicas (--grid dp=D, D >= 2): 1 shards "
     "the optimizer state, 2 the gradients too, 3 the parameters too",
-    "--recompute": TRAIN_HELP["--recompute"],
-    "--micro-batches": TRAIN_HELP["--micro-batches"],
-    "--schedule": TRAIN_HELP["--schedule"],
-    "--chunks": TRAIN_HELP["--chunks"],
-    "--stages": TRAIN_HELP["--stages"],
-    "--tp-layout": TRAIN_HELP["--tp-layout"],
 }
 
 
@@ -41,12 +34,7 @@ def add_summary_arguments(p):
     add("--dtype", default="float32", choices=("float32", "float64"), help="of the weights")
     add("--grid", type=grid_shape, metavar="AXIS=N,...")
     add("--zero", type=int, default=0, choices=ZERO_STAGES, metavar="STAGE")
-    add("--recompute", type=nonnegative_int, nargs="?", const=SQRT_SEGMENTS, metavar="N")
-    add("--micro-batches", type=positive_int, default=1, metavar="M")
-    add("--schedule", default="1f1b", choices=list(SCHEDULES))
-    add("--chunks", type=positive_int, metavar="V")
-    add("--stages", default="memory", choices=STAGE_CUTS)
-    add("--tp-layout", default="rule", choices=TP_LAYOUTS)
+    add_layout_arguments(p.add_argument)
 
 
 def run_summary(args):

@@ -25,7 +25,7 @@ from ..train import Diverged, TrainConfig
 from ..train.checkpoint import load_checkpoint
 from ..train.config import DATASETS, INITS, RECIPES, SCHEDULES, build_model, load_split
 from ..train.loop import evaluate
-from . import argument_type, error_text, flag, nonnegative_int, number, option_adder, positive_int
+from . import argument_type, error_text, flag, nonnegative_int, number, positive_int
 from .resume import reconcile
 from .specs import SPEC_HELP, parse_compression
 
@@ -89,82 +89,6 @@ straggler = argument_type(parse_straggler, keep_text=True)
 grid_shape = argument_type(GridShape.parse, keep_text=True)
 
 
-TRAIN_HELP = {  # the help texts too long to share a line with their option
-    "--lr-schedule": "step: x0.1 every third of the epochs; cosine: down to 0 at the end",
-    "--no-verify-data": "skip the SHA-256 check that the files are the dataset's published "
-    "ones (for files prepared on purpose)",
-    "--dtype": "of the weights and the arithmetic (float64: exact comparisons)",
-    "--deterministic": "the same seed gives the same bits: convolution and allreduce 'auto' "
-    "pick by a fixed rule (--no-deterministic: by timing, which is faster on some machines and "
-    "may differ between runs)",
-    "--out": "run directory (default runs/MODEL-DATASET-TIME); a folder holding a run is "
-    "refused unless --overwrite",
-    "--overwrite": "replace the run in --out (its files are deleted first)",
-    "--resume": "continue from a checkpoint.npz up to --epochs, with the options it was "
-    "trained with unless given anew, in its run's folder (a copied checkpoint: --out)",
-    "--workers": "data-parallel processes on this machine (needs the mpi extra); --batch-size "
-    "stays the samples per step",
-    "--dist": f"{MODES_HELP} (start under mpiexec). sync: gradients averaged by allreduce; "
-    "bsp/ssp:S/asp: parameter server on ranks 0..K-1, workers on the rest; avg:H: weights "
-    "averaged every H steps; easgd: elastic averaging with a center on the server. The batch "
-    "size is per worker",
-    "--servers": "parameter-server ranks (bsp, ssp, asp, easgd); the weights are sharded over them",
-    "--poll-interval": "how long servers and waiting workers (and avg:H ranks that reach an "
-    "average early) sleep between polls; 0: blocking MPI waits, which busy-poll a core",
-    "--compress": f"gradient compression for sync, bsp, ssp and asp: {SPEC_HELP}",
-    "--error-feedback": "carry what compression dropped into the next step (auto: on for topk "
-    "and sign)",
-    "--straggler": "make RANK sleep (FACTOR-1) x its compute time after each step (repeatable)",
-    "--jitter": "every worker sleeps an exponential delay of this mean after each step (seeded "
-    "by --seed and the rank)",
-    "--bucket-mb": "size of the fused gradient buffers (--dist sync)",
-    "--no-overlap": "average gradients after backward instead of during it (--dist sync)",
-    "--hang-timeout": "under MPI, abort the job when a rank makes no progress for this long (a "
-    "stopped or deadlocked rank); 0: never",
-    "--tp-layout": "with --grid ...,tp=T: how layers are split: rule (Megatron's pairs, every "
-    "layer split) or one-weird-trick (convolutions data-parallel, fully connected layers split)",
-    "--grid": "under mpiexec, arrange the ranks as a grid dp=D,pp=P,spatial=S,tp=T (omitted "
-    "axes are 1; the product is the rank count): data, pipeline, spatial and tensor "
-    "parallelism. --grid dp=N is --dist sync on N ranks; --batch-size is per data-parallel "
-    "replica",
-    "--micro-batches": "with --grid ...,pp=P: cut each batch into M micro-batches that fill the "
-    "pipeline (bubble (P-1)/(M+P-1))",
-    "--schedule": "with --grid ...,pp=P: the pipeline schedule (naive: one micro-batch at a "
-    "time; gpipe: all forwards, then all backwards; 1f1b: one forward, one backward; "
-    "interleaved: 1f1b over --chunks model chunks per rank, M a multiple of P)",
-    "--chunks": "with --schedule interleaved: model chunks per pipeline rank (default 2)",
-    "--stages": "with --grid ...,pp=P: cut the model into stages whose largest holds the fewest "
-    "bytes of weights, gradients, optimizer state and in-flight activations (memory), the same "
-    "number of layers each (layers), or the fewest parameters (parameters)",
-    "--zero": "with --dist sync (or the dp axis of --grid): ZeRO stage 1 shards the optimizer "
-    "state over the replicas, stage 2 the gradients too, stage 3 the weights too, gathering "
-    "each layer's when it runs (one more forward of it a step; 0: none)",
-    "--sync-bn": "with --dist sync (or the dp axis of --grid): batch-norm layers normalise with "
-    "the mean and variance of the whole batch of all replicas, as one process with it does "
-    "(without it: each rank's own share's)",
-    "--trace": "write a Chrome-trace timeline (trace.json) of the run to the run directory",
-    "--recompute": "keep only the inputs of N segments of the model's layers between forward "
-    "and backward, recomputing each segment in backward (Chen et al. 2016: O(sqrt(layers)) "
-    "activations held for one more forward); without N: round(sqrt(layers)); 0: none",
-    "--recipe": "a published training recipe; options given anew override it. alexnet-2012: "
-    "--model alexnet, momentum 0.9, --weight-decay 5e-4, --batch-size 128, --lr 0.01 divided by "
-    "10 when the validation error stops improving (--lr-schedule plateau), --init paper, "
-    "90 epochs, --test-batch-size 128",
-    "--variant": "alexnet: original (2012 paper, two towers, LRN, 227x227 crops) or torchvision "
-    "(one tower, 224x224)",
-    "--init": "paper: weights N(0, 0.01), biases 1 in conv2, conv4, conv5, fc6, fc7 (alexnet)",
-    "--dropout": "alexnet: the classifier's dropout probability (default: 0.5; 0: none)",
-    "--crop-size": "--dataset folder: crop side (default: the variant's 227 or 224)",
-    "--resize": "--dataset folder: shorter side and central patch before cropping",
-    "--ten-crop": "--dataset folder: evaluate on ten crops (corners, centre, mirrored), softmax "
-    "averaged",
-    "--pca-std": "--dataset folder: colour augmentation alpha ~ N(0, PCA_STD); 0 turns it off",
-    "--data-workers": "--dataset folder: threads decoding images (0: in the training thread)",
-    "--skip-unreadable": "--dataset folder: leave out images that cannot be decoded, and count "
-    "them (default: stop, naming the file)",
-}
-
-
 def add_data_arguments(add):
     """--data-dir, --no-verify-data and the image folder's evaluation options, shared by train
     and eval."""
@@ -173,75 +97,312 @@ def add_data_arguments(add):
         help="the folder with the IDX files (the only one looked in when given); --dataset "
         "folder: the folder holding train/ and val/",
     )
-    add("--no-verify-data", dest="verify_data", action="store_false")
-    add("--ten-crop", action="store_true")
-    add("--data-workers", type=nonnegative_int, default=2)
-    add("--skip-unreadable", action="store_true")
+    add(
+        "--no-verify-data",
+        dest="verify_data",
+        action="store_false",
+        help="skip the SHA-256 check that the files are the dataset's published ones (for "
+        "files prepared on purpose)",
+    )
+    add(
+        "--ten-crop",
+        action="store_true",
+        help="--dataset folder: evaluate on ten crops (corners, centre, mirrored), softmax "
+        "averaged",
+    )
+    add(
+        "--data-workers",
+        type=nonnegative_int,
+        default=2,
+        help="--dataset folder: threads decoding images (0: in the training thread)",
+    )
+    add(
+        "--skip-unreadable",
+        action="store_true",
+        help="--dataset folder: leave out images that cannot be decoded, and count them "
+        "(default: stop, naming the file)",
+    )
+
+
+def add_layout_arguments(add):
+    """How a layout cuts the model and its memory: shared by train and summary."""
+    add(
+        "--tp-layout",
+        default="rule",
+        choices=TP_LAYOUTS,
+        help="with --grid ...,tp=T: how layers are split: rule (Megatron's pairs, every layer "
+        "split) or one-weird-trick (convolutions data-parallel, fully connected layers split)",
+    )
+    add(
+        "--recompute",
+        type=nonnegative_int,
+        nargs="?",
+        const=SQRT_SEGMENTS,
+        metavar="N",
+        help="keep only the inputs of N segments of the model's layers between forward and "
+        "backward, recomputing each segment in backward (Chen et al. 2016: O(sqrt(layers)) "
+        "activations held for one more forward); without N: round(sqrt(layers)); 0: none",
+    )
+    add(
+        "--micro-batches",
+        type=positive_int,
+        default=1,
+        metavar="M",
+        help="with --grid ...,pp=P: cut each batch into M micro-batches that fill the pipeline "
+        "(bubble (P-1)/(M+P-1))",
+    )
+    add(
+        "--schedule",
+        default="1f1b",
+        choices=list(PIPELINE_SCHEDULES),
+        help="with --grid ...,pp=P: the pipeline schedule (naive: one micro-batch at a time; "
+        "gpipe: all forwards, then all backwards; 1f1b: one forward, one backward; "
+        "interleaved: 1f1b over --chunks model chunks per rank, M a multiple of P)",
+    )
+    add(
+        "--chunks",
+        type=positive_int,
+        metavar="V",
+        help="with --schedule interleaved: model chunks per pipeline rank (default 2)",
+    )
+    add(
+        "--stages",
+        default="memory",
+        choices=STAGE_CUTS,
+        help="with --grid ...,pp=P: cut the model into stages whose largest holds the fewest "
+        "bytes of weights, gradients, optimizer state and in-flight activations (memory), the "
+        "same number of layers each (layers), or the fewest parameters (parameters)",
+    )
 
 
 def add_train_arguments(p):
-    add = option_adder(p, TRAIN_HELP)
-    add("--model", default="lenet5", choices=list(models.MODELS))
-    add("--activation", default="relu", choices=list(models.ACTIVATIONS))
-    add("--dataset", default="fashion-mnist", choices=list(DATASETS))
-    add("--epochs", type=positive_int, default=3)
-    add("--batch-size", type=positive_int, default=64, help="samples per step per process")
-    add("--test-batch-size", type=positive_int, default=1000)
-    add("--optimizer", default="momentum", choices=list(optim.OPTIMIZERS))
-    add("--lr", type=number(positive=True), default=0.01)
-    add("--momentum", type=number(), default=0.9, help="for momentum and nesterov")
-    add("--weight-decay", type=number(), default=0.0)
-    add("--clip-grad-norm", type=number(positive=True))
-    add("--lr-schedule", default="constant", choices=SCHEDULES)
-    add("--warmup-epochs", type=nonnegative_int, default=0)
-    add("--conv-algo", default="auto", choices=("auto",) + tuple(CONV_ALGORITHMS))
-    add("--device", default="cpu", choices=("cpu", "cuda"))
-    add("--augment", action="store_true", help="random crop (pad 2) and flips")
-    add("--subset", type=positive_int, help="train on the first N training images only")
-    add("--test-subset", type=positive_int, help="evaluate on the first N test images only")
-    add_data_arguments(add)
-    add("--dtype", default="float32", choices=("float32", "float64"))
-    add("--recompute", type=nonnegative_int, nargs="?", const=SQRT_SEGMENTS, metavar="N")
-    add("--deterministic", default=True, action=argparse.BooleanOptionalAction)
-    add("--out")
-    add("--overwrite", action="store_true")
-    add("--resume", metavar="CKPT")
+    """``minidl train``'s options, in groups by concern."""
+    add = p.add_argument_group("run").add_argument
+    add(
+        "--out",
+        help="run directory (default runs/MODEL-DATASET-TIME); a folder holding a run is "
+        "refused unless --overwrite",
+    )
+    add(
+        "--overwrite",
+        action="store_true",
+        help="replace the run in --out (its files are deleted first)",
+    )
+    add(
+        "--resume",
+        metavar="CKPT",
+        help="continue from a checkpoint.npz up to --epochs, with the options it was trained "
+        "with unless given anew, in its run's folder (a copied checkpoint: --out)",
+    )
     add("--seed", type=int, default=0)
-    add("--workers", type=positive_int, default=1)
+    add(
+        "--deterministic",
+        default=True,
+        action=argparse.BooleanOptionalAction,
+        help="the same seed gives the same bits: convolution and allreduce 'auto' pick by a "
+        "fixed rule (--no-deterministic: by timing, which is faster on some machines and may "
+        "differ between runs)",
+    )
+    add("--device", default="cpu", choices=("cpu", "cuda"))
     add(
         "--threads",
         type=positive_int,
         help="minidl's threads per process, BLAS on one (default: the host's cores shared "
         "among its ranks, timed against 1)",
     )
+    add(
+        "--workers",
+        type=positive_int,
+        default=1,
+        help="data-parallel processes on this machine (needs the mpi extra); --batch-size "
+        "stays the samples per step",
+    )
     add("--no-progress", action="store_true", help="no progress bar")
-    add("--dist", type=dist_mode, metavar="MODE")
-    add("--servers", type=positive_int, default=1)
-    add("--poll-interval", type=number(), default=DEFAULT_POLL_INTERVAL, metavar="SECONDS")
-    add("--compress", default="none", type=compression, metavar="SPEC")
-    add("--error-feedback", default="auto", choices=("auto", "on", "off"))
-    add("--straggler", action="append", default=[], type=straggler, metavar="RANK:FACTOR")
-    add("--jitter", type=number(), default=0.0, metavar="SECONDS")
+
+    add = p.add_argument_group("model and data").add_argument
+    add("--model", default="lenet5", choices=list(models.MODELS))
+    add("--activation", default="relu", choices=list(models.ACTIVATIONS))
+    add(
+        "--variant",
+        choices=("original", "torchvision"),
+        help="alexnet: original (2012 paper, two towers, LRN, 227x227 crops) or torchvision "
+        "(one tower, 224x224)",
+    )
+    add(
+        "--init",
+        default="default",
+        choices=INITS,
+        help="paper: weights N(0, 0.01), biases 1 in conv2, conv4, conv5, fc6, fc7 (alexnet)",
+    )
+    add(
+        "--dropout",
+        type=number(),
+        help="alexnet: the classifier's dropout probability (default: 0.5; 0: none)",
+    )
+    add(
+        "--dtype",
+        default="float32",
+        choices=("float32", "float64"),
+        help="of the weights and the arithmetic (float64: exact comparisons)",
+    )
+    add("--conv-algo", default="auto", choices=("auto",) + tuple(CONV_ALGORITHMS))
+    add("--dataset", default="fashion-mnist", choices=list(DATASETS))
+    add("--subset", type=positive_int, help="train on the first N training images only")
+    add("--test-subset", type=positive_int, help="evaluate on the first N test images only")
+    add("--test-batch-size", type=positive_int, default=1000)
+    add("--augment", action="store_true", help="random crop (pad 2) and flips")
+    add_data_arguments(add)
+    add(
+        "--crop-size",
+        type=positive_int,
+        help="--dataset folder: crop side (default: the variant's 227 or 224)",
+    )
+    add(
+        "--resize",
+        type=positive_int,
+        default=256,
+        help="--dataset folder: shorter side and central patch before cropping",
+    )
+    add(
+        "--pca-std",
+        type=number(),
+        default=0.1,
+        help="--dataset folder: colour augmentation alpha ~ N(0, PCA_STD); 0 turns it off",
+    )
+
+    add = p.add_argument_group("optimisation").add_argument
+    add("--epochs", type=positive_int, default=3)
+    add("--batch-size", type=positive_int, default=64, help="samples per step per process")
+    add("--optimizer", default="momentum", choices=list(optim.OPTIMIZERS))
+    add("--lr", type=number(positive=True), default=0.01)
+    add("--momentum", type=number(), default=0.9, help="for momentum and nesterov")
+    add("--weight-decay", type=number(), default=0.0)
+    add("--clip-grad-norm", type=number(positive=True))
+    add(
+        "--lr-schedule",
+        default="constant",
+        choices=SCHEDULES,
+        help="step: x0.1 every third of the epochs; cosine: down to 0 at the end",
+    )
+    add("--warmup-epochs", type=nonnegative_int, default=0)
+
+    add = p.add_argument_group("distribution and grid").add_argument
+    add(
+        "--dist",
+        type=dist_mode,
+        metavar="MODE",
+        help=f"{MODES_HELP} (start under mpiexec). sync: gradients averaged by allreduce; "
+        "bsp/ssp:S/asp: parameter server on ranks 0..K-1, workers on the rest; avg:H: weights "
+        "averaged every H steps; easgd: elastic averaging with a center on the server. The "
+        "batch size is per worker",
+    )
+    add(
+        "--grid",
+        type=grid_shape,
+        metavar="AXIS=N,...",
+        help="under mpiexec, arrange the ranks as a grid dp=D,pp=P,spatial=S,tp=T (omitted "
+        "axes are 1; the product is the rank count): data, pipeline, spatial and tensor "
+        "parallelism. --grid dp=N is --dist sync on N ranks; --batch-size is per "
+        "data-parallel replica",
+    )
+    add(
+        "--servers",
+        type=positive_int,
+        default=1,
+        help="parameter-server ranks (bsp, ssp, asp, easgd); the weights are sharded over them",
+    )
+    add(
+        "--poll-interval",
+        type=number(),
+        default=DEFAULT_POLL_INTERVAL,
+        metavar="SECONDS",
+        help="how long servers and waiting workers (and avg:H ranks that reach an average "
+        "early) sleep between polls; 0: blocking MPI waits, which busy-poll a core",
+    )
+    add(
+        "--compress",
+        default="none",
+        type=compression,
+        metavar="SPEC",
+        help=f"gradient compression for sync, bsp, ssp and asp: {SPEC_HELP}",
+    )
+    add(
+        "--error-feedback",
+        default="auto",
+        choices=("auto", "on", "off"),
+        help="carry what compression dropped into the next step (auto: on for topk and sign)",
+    )
     add("--allreduce", default="auto", choices=("auto",) + ALLREDUCE_ALGORITHMS)
-    add("--bucket-mb", type=number(positive=True), default=4.0)
-    add("--no-overlap", action="store_true")
-    add("--hang-timeout", type=number(), default=300.0, metavar="SECONDS")
-    add("--tp-layout", default="rule", choices=TP_LAYOUTS)
-    add("--zero", type=int, default=0, choices=(0, 1, 2, 3), metavar="STAGE")
-    add("--sync-bn", action="store_true")
-    add("--grid", type=grid_shape, metavar="AXIS=N,...")
-    add("--micro-batches", type=positive_int, default=1, metavar="M")
-    add("--schedule", default="1f1b", choices=list(PIPELINE_SCHEDULES))
-    add("--chunks", type=positive_int, metavar="V")
-    add("--stages", default="memory", choices=STAGE_CUTS)
-    add("--trace", action="store_true")  # perf: timeline
-    add("--recipe", choices=list(RECIPES))
-    add("--variant", choices=("original", "torchvision"))
-    add("--init", default="default", choices=INITS)
-    add("--dropout", type=number())
-    add("--crop-size", type=positive_int)
-    add("--resize", type=positive_int, default=256)
-    add("--pca-std", type=number(), default=0.1)
+    add(
+        "--bucket-mb",
+        type=number(positive=True),
+        default=4.0,
+        help="size of the fused gradient buffers (--dist sync)",
+    )
+    add(
+        "--no-overlap",
+        action="store_true",
+        help="average gradients after backward instead of during it (--dist sync)",
+    )
+    add(
+        "--zero",
+        type=int,
+        default=0,
+        choices=(0, 1, 2, 3),
+        metavar="STAGE",
+        help="with --dist sync (or the dp axis of --grid): ZeRO stage 1 shards the optimizer "
+        "state over the replicas, stage 2 the gradients too, stage 3 the weights too, "
+        "gathering each layer's when it runs (one more forward of it a step; 0: none)",
+    )
+    add(
+        "--sync-bn",
+        action="store_true",
+        help="with --dist sync (or the dp axis of --grid): batch-norm layers normalise with "
+        "the mean and variance of the whole batch of all replicas, as one process with it "
+        "does (without it: each rank's own share's)",
+    )
+    add(
+        "--hang-timeout",
+        type=number(),
+        default=300.0,
+        metavar="SECONDS",
+        help="under MPI, abort the job when a rank makes no progress for this long (a stopped "
+        "or deadlocked rank); 0: never",
+    )
+
+    add_layout_arguments(p.add_argument_group("layout and pipeline").add_argument)
+
+    p.add_argument_group("recipe").add_argument(
+        "--recipe",
+        choices=list(RECIPES),
+        help="a published training recipe; options given anew override it. alexnet-2012: "
+        "--model alexnet, momentum 0.9, --weight-decay 5e-4, --batch-size 128, --lr 0.01 "
+        "divided by 10 when the validation error stops improving (--lr-schedule plateau), "
+        "--init paper, 90 epochs, --test-batch-size 128",
+    )
+
+    add = p.add_argument_group("diagnostics").add_argument
+    add(
+        "--trace",
+        action="store_true",
+        help="write a Chrome-trace timeline (trace.json) of the run to the run directory",
+    )
+    add(
+        "--straggler",
+        action="append",
+        default=[],
+        type=straggler,
+        metavar="RANK:FACTOR",
+        help="make RANK sleep (FACTOR-1) x its compute time after each step (repeatable)",
+    )
+    add(
+        "--jitter",
+        type=number(),
+        default=0.0,
+        metavar="SECONDS",
+        help="every worker sleeps an exponential delay of this mean after each step (seeded "
+        "by --seed and the rank)",
+    )
 
 
 class _Unset(list):
@@ -390,7 +551,7 @@ def _without(argv, flag):
 
 def add_eval_arguments(p):
     p.add_argument("--checkpoint", required=True, help="a checkpoint.npz from minidl train")
-    add_data_arguments(option_adder(p, TRAIN_HELP))
+    add_data_arguments(p.add_argument)
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--batch-size", type=positive_int, default=1000)
 
