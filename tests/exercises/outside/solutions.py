@@ -1,0 +1,537 @@
+"""Student solutions written outside the project's reference, as region bodies.
+
+``SOLUTIONS[id]`` lists the solutions of exercise ``id``: ``(kind, bodies, verdict)`` with
+``bodies`` ``{k: text}`` for the k-th region of the exercise (the others keep the
+instructor's solution) and ``verdict`` None where the check must pass, else the words its
+message must hold. The kinds: ``right`` (correct, in another style than the reference),
+``wrong`` (plainly wrong), ``not the algorithm`` (right values by other means: another
+algorithm, the tuned code in the tree, an input overwritten, an order that relies on MPI
+buffering).
+"""
+
+LINEAR = {
+    "right": """\
+import numpy as np
+dx = np.einsum("no,oi->ni", dout, w)
+dw = np.einsum("no,ni->oi", dout, x)
+return dx, dw, (np.ones(len(dout)) @ dout if has_bias else None)
+""",
+    "wrong": """\
+return dout @ w, dout.T @ x, dout.sum(axis=0)
+""",
+    "not the algorithm": """\
+import numpy as np
+import minidl as md
+from minidl import functional as F
+xt = md.tensor(x, requires_grad=True, dtype="float64")
+wt = md.tensor(w, requires_grad=True, dtype="float64")
+bt = md.tensor(np.zeros(w.shape[0]), requires_grad=True, dtype="float64")
+F.linear(xt, wt, bt).backward(md.tensor(dout, dtype="float64"))
+return xt.grad, wt.grad, (bt.grad if has_bias else None)
+""",
+}
+
+FFT = {
+    "right": """\
+import numpy as np
+spectra = np.fft.fft2(_padded(x, geom), s=size)
+kernels = np.fft.fft2(dilate_kernel(w, geom.dilation), s=size)
+total = np.zeros((x.shape[0], w.shape[0]) + tuple(size), dtype=complex)
+for c in range(x.shape[1]):
+    total += spectra[:, None, c] * np.conj(kernels[None, :, c])
+full = np.fft.ifft2(total).real
+sh, sw = geom.stride
+return full[:, :, : geom.out_h * sh : sh, : geom.out_w * sw : sw].astype(x.dtype), None
+""",
+    "wrong": """\
+x_f = xp.fft.rfft2(_padded(x, geom), s=size)
+w_f = xp.fft.rfft2(dilate_kernel(w, geom.dilation), s=size)
+y1 = xp.fft.irfft2(xp.einsum("ncab,kcab->nkab", x_f, w_f), s=size)
+return y1[:, :, :: geom.stride[0], :: geom.stride[1]][:, :, : geom.out_h, : geom.out_w], None
+""",
+    "not the algorithm": """\
+import numpy as np
+xpad = _padded(x, geom)
+out = np.zeros(geom.output_shape)
+for u in range(geom.kernel_h):
+    for v in range(geom.kernel_w):
+        rows, cols = geom.window(u, v)
+        out += np.einsum("kc,nchw->nkhw", w[:, :, u, v], xpad[:, :, rows, cols])
+return out.astype(x.dtype), None
+""",
+}
+
+MOMENTUM_RIGHT = """\
+velocity = g + momentum * state["v"] if "v" in state else g
+return w - lr * velocity, dict(v=velocity)
+"""
+NESTEROV_RIGHT = """\
+velocity = g + momentum * state["v"] if "v" in state else g
+return w - lr * g - lr * momentum * velocity, dict(v=velocity)
+"""
+MOMENTUM = {
+    "right": {0: MOMENTUM_RIGHT, 1: NESTEROV_RIGHT},
+    "wrong": {0: 'v = momentum * state.get("v", 0.0) + g\nreturn w - lr * g, {"v": v}\n'},
+    "not the algorithm": {  # lr folded into the velocity: the same only while lr is constant
+        0: 'v = momentum * state.get("v", 0.0) + lr * g\nreturn w - v, {"v": v}\n',
+        1: NESTEROV_RIGHT,
+    },
+    "tuned": {
+        0: """\
+from minidl import optim
+from minidl.layers import Parameter
+new, kept = w.copy(), dict(state)
+optim.Momentum([Parameter(new)], lr=lr, momentum=momentum).update(new, g, kept)
+return new, kept
+"""
+    },
+}
+
+QSGD = {
+    "right": """\
+import numpy as np
+norm = np.linalg.norm(v.astype(np.float64)).astype(v.dtype)
+p = np.abs(v) / norm * levels if norm > 0 else np.zeros_like(v)
+k = np.minimum(np.floor(p + rng.uniform(size=v.shape)), levels)
+return norm, (np.sign(v) * k).astype(np.int32)
+""",
+    "wrong": """\
+import numpy as np
+norm = np.linalg.norm(v.astype(np.float64)).astype(v.dtype)
+p = np.abs(v) / norm * levels if norm > 0 else np.zeros_like(v)
+return norm, (np.sign(v) * np.rint(p)).astype(np.int32)
+""",
+    "not the algorithm": """\
+import numpy as np
+norm = np.linalg.norm(v.astype(np.float64)).astype(v.dtype)
+p = np.abs(v) / norm * levels if norm > 0 else np.zeros_like(v)
+k = np.minimum(np.floor(p + np.random.random(v.shape)), levels)
+return norm, (np.sign(v) * k).astype(np.int32)
+""",
+    "wrong norm": """\
+import numpy as np
+norm = np.abs(v).sum()
+p = np.abs(v) / norm * levels if norm > 0 else np.zeros_like(v)
+k = np.minimum(np.floor(p + rng.uniform(size=v.shape)), levels)
+return norm, (np.sign(v) * k).astype(np.int32)
+""",
+}
+
+TERNGRAD = {
+    "right": """\
+scale = abs(v).max()
+keep = rng.random(v.shape) > 1 - abs(v) / scale if scale > 0 else v != v
+return scale, (keep * ((v > 0) * 1 - (v < 0) * 1)).astype("int8")
+""",
+    "wrong": """\
+scale = abs(v).max()
+keep = abs(v) / scale > 0.5
+return scale, (keep * ((v > 0) * 1 - (v < 0) * 1)).astype("int8")
+""",
+}
+
+RING = {
+    "right": """\
+for step in range(size - 1):
+    outgoing = blocks[(rank - step) % size].copy()
+    incoming = xp.empty_like(blocks[(rank - step - 1) % size])
+    request = comm.isend(outgoing, right)
+    comm.recv(incoming, left)
+    request.wait()
+    blocks[(rank - step - 1) % size] += incoming
+for step in range(size - 1):
+    outgoing = blocks[(rank + 1 - step) % size].copy()
+    incoming = xp.empty_like(blocks[(rank - step) % size])
+    request = comm.isend(outgoing, right)
+    comm.recv(incoming, left)
+    request.wait()
+    blocks[(rank - step) % size][...] = incoming
+""",
+    "wrong": """\
+for step in range(size - 1):
+    received = xp.empty_like(blocks[(rank - step - 1) % size])
+    comm.sendrecv(blocks[(rank - step) % size], right, received, left)
+    blocks[(rank - step - 1) % size][...] = received
+for step in range(size - 1):
+    comm.sendrecv(blocks[(rank + 1 - step) % size], right, blocks[(rank - step) % size], left)
+""",
+    "not the algorithm": """\
+x[...] = comm.allreduce(x.copy(), "sum")
+""",
+}
+
+BUTTERFLY = {
+    "right": """\
+if comm.rank < p2:
+    for bit in range(p2.bit_length() - 1):
+        partner = comm.rank ^ (1 << bit)
+        theirs = xp.empty_like(x)
+        comm.sendrecv(x.copy(), partner, theirs, partner)
+        x += theirs
+""",
+    # right on a power of two only: the ranks folded in take part again
+    "wrong": """\
+distance = 1
+while distance < comm.size:
+    partner = comm.rank ^ distance
+    if partner < comm.size:
+        theirs = xp.empty_like(x)
+        comm.sendrecv(x, partner, theirs, partner)
+        x += theirs
+    distance *= 2
+""",
+    "not the algorithm": """\
+if comm.rank < p2:
+    x[...] = comm.allgather(x).sum(axis=0)
+""",
+}
+
+HIERARCHICAL = {
+    "right": """\
+if comm.rank != mine[0]:
+    comm.send(x, mine[0])
+    comm.recv(x, mine[0])
+else:
+    part = xp.empty_like(x)
+    for member in mine[1:]:
+        comm.recv(part, member)
+        x += part
+    if comm.rank == leaders[0]:
+        for leader in leaders[1:]:
+            comm.recv(part, leader)
+            x += part
+        for leader in leaders[1:]:
+            comm.send(x, leader)
+    else:
+        comm.send(x, leaders[0])
+        comm.recv(x, leaders[0])
+    for member in mine[1:]:
+        comm.send(x, member)
+""",
+    "wrong": """\
+if comm.rank != mine[0]:
+    comm.send(x, mine[0])
+    comm.recv(x, mine[0])
+else:
+    part = xp.empty_like(x)
+    for member in mine[1:]:
+        comm.recv(part, member)
+        x += part
+    for member in mine[1:]:
+        comm.send(x, member)
+""",
+    "not the algorithm": """\
+if comm.rank == 0:
+    part = xp.empty_like(x)
+    for other in range(1, comm.size):
+        comm.recv(part, other)
+        x += part
+    for other in range(1, comm.size):
+        comm.send(x, other)
+else:
+    comm.send(x, 0)
+    comm.recv(x, 0)
+""",
+}
+
+HALO = {
+    "right": """\
+out[:, :, halo : halo + n] = x
+if halo:
+    top = xp.ascontiguousarray(x[:, :, n - halo :])
+    bottom = xp.ascontiguousarray(x[:, :, :halo])
+    from_below, from_above = xp.empty_like(bottom), xp.empty_like(top)
+    talks = [(above, top, from_above), (below, bottom, from_below)]
+    if comm.rank % 2:
+        talks.reverse()
+    for peer, mine, theirs in talks:
+        if not 0 <= peer < comm.size:
+            continue
+        if comm.rank % 2 == 0:
+            comm.send(mine, peer)
+            comm.recv(theirs, peer)
+        else:
+            comm.recv(theirs, peer)
+            comm.send(mine, peer)
+    if below >= 0:
+        out[:, :, :halo] = from_below
+    if above < comm.size:
+        out[:, :, n + halo :] = from_above
+""",
+    "wrong": """\
+out[:, :, halo : halo + n] = x
+""",
+    "not the algorithm": """\
+import numpy as np
+blocks = comm.allgather_object(np.asarray(x))
+whole = np.pad(np.concatenate(blocks, axis=2), ((0, 0), (0, 0), (halo, halo), (0, 0)))
+start = sum(b.shape[2] for b in blocks[: comm.rank])
+out[...] = whole[:, :, start : start + n + 2 * halo]
+""",
+    "buffered": """\
+out[:, :, halo : halo + n] = x
+if halo:
+    from_below = xp.empty_like(x[:, :, :halo])
+    from_above = xp.empty_like(x[:, :, :halo])
+    if above < comm.size:
+        comm.send(xp.ascontiguousarray(x[:, :, n - halo :]), above)
+    if below >= 0:
+        comm.send(xp.ascontiguousarray(x[:, :, :halo]), below)
+    if below >= 0:
+        comm.recv(from_below, below)
+        out[:, :, :halo] = from_below
+    if above < comm.size:
+        comm.recv(from_above, above)
+        out[:, :, n + halo :] = from_above
+""",
+}
+
+SERVER_RIGHT = """\
+clock, stale = clocks.clocks[worker], version - read_version[worker]
+update(weights, message[HEADER:])
+version += 1
+log.append((worker, clock, stale))
+clocks.tick(worker)
+waiting.add(worker)
+for w in [w for w in sorted(waiting) if clocks.may_start(clocks.clocks[w])]:
+    waiting.discard(w)
+    read_version[w] = version
+    comm.send(weights, w + 1)
+"""
+PARAMETER_SERVER = {
+    "right": {0: SERVER_RIGHT},
+    "wrong": {0: SERVER_RIGHT.replace("message[HEADER:]", "2 * message[HEADER:]")},
+    "not the algorithm": {  # waits for every worker: bsp whatever the gate says
+        0: """\
+update(weights, message[HEADER:])
+log.append((worker, clocks.clocks[worker], version - read_version[worker]))
+version += 1
+clocks.tick(worker)
+waiting.add(worker)
+if len(waiting) == workers:
+    for w in sorted(waiting):
+        comm.send(weights, w + 1)
+        read_version[w] = version
+    waiting.clear()
+"""
+    },
+    "staleness 0": {
+        0: SERVER_RIGHT.replace(
+            "log.append((worker, clock, stale))", "log.append((worker, clock, 0))"
+        )
+    },
+}
+
+ZERO1 = {
+    "right": """\
+base, extra = divmod(weights.size, comm.size)
+counts = [base + (r < extra) for r in range(comm.size)]
+start = sum(counts[: comm.rank])
+stop = start + counts[comm.rank]
+mine = xp.zeros(counts[comm.rank], dtype=grad.dtype)
+comm.reduce_scatter(grad, counts, mine, op="mean")
+update(weights[start:stop], mine, state)
+comm.allgatherv(weights, counts)
+""",
+    "wrong": """\
+counts = block_sizes(weights.size, comm.size)
+start, stop = block_bounds(weights.size, comm.size)[comm.rank]
+mine = xp.empty(counts[comm.rank], dtype=grad.dtype)
+comm.reduce_scatter(grad, counts, mine, op="sum")
+update(weights[start:stop], mine, state)
+comm.allgatherv(weights, counts)
+""",
+    "not the algorithm": """\
+counts = block_sizes(weights.size, comm.size)
+start, stop = block_bounds(weights.size, comm.size)[comm.rank]
+mean = comm.allreduce(grad.copy(), op="mean")
+update(weights[start:stop], mean[start:stop], state)
+comm.allgatherv(weights, counts)
+""",
+}
+
+SYNC_BN_FORWARD_RIGHT = """\
+count = x.size // c
+own_mean = x.mean(axis=axes)
+own_m2 = ((x - per_channel(own_mean, x.ndim)) ** 2).sum(axis=axes)
+rows = comm.allgather(xp.concatenate([[count], own_mean, own_m2]).astype(x.dtype))
+counts, means, m2s = rows[:, :1], rows[:, 1 : 1 + c], rows[:, 1 + c :]
+n = counts.sum()
+mean = (counts * means).sum(axis=0) / n
+var = (m2s + counts * (means - mean) ** 2).sum(axis=0) / n
+running_mean *= 1 - momentum
+running_mean += momentum * mean
+running_var *= 1 - momentum
+running_var += momentum * var * n / (n - 1)
+inv_std = (var + eps) ** -0.5
+x_hat = (x - per_channel(mean, x.ndim)) * per_channel(inv_std, x.ndim)
+return per_channel(gamma, x.ndim) * x_hat + per_channel(beta, x.ndim), (x_hat, inv_std, gamma, n)
+"""
+SYNC_BN_BACKWARD_RIGHT = """\
+g = dout * per_channel(gamma, dout.ndim)
+both = comm.allreduce(xp.concatenate([g.sum(axis=axes), (g * x_hat).sum(axis=axes)]), op="sum")
+a, b = per_channel(both[:c] / n, dout.ndim), per_channel(both[c:] / n, dout.ndim)
+return per_channel(inv_std, dout.ndim) * (g - a - x_hat * b), dgamma, dbeta
+"""
+SYNC_BN = {  # regions: 0 join_statistics (the instructor's), 1 forward, 2 backward
+    "right": {1: SYNC_BN_FORWARD_RIGHT, 2: SYNC_BN_BACKWARD_RIGHT},
+    "wrong": {  # each rank normalises with its own share's statistics
+        1: SYNC_BN_FORWARD_RIGHT.replace("rows = comm.allgather(", "rows = xp.stack([").replace(
+            ".astype(x.dtype))", ".astype(x.dtype)])"
+        ),
+        2: SYNC_BN_BACKWARD_RIGHT,
+    },
+    "not the algorithm": {  # gathers the samples and normalises the whole batch
+        1: """\
+every = comm.allgather(x).reshape((-1,) + x.shape[1:])
+n = every.size // c
+mean, var = every.mean(axis=axes), every.var(axis=axes)
+running_mean[...] = (1 - momentum) * running_mean + momentum * mean
+running_var[...] = (1 - momentum) * running_var + momentum * var * n / (n - 1)
+inv_std = 1 / xp.sqrt(var + eps)
+x_hat = (x - per_channel(mean, x.ndim)) * per_channel(inv_std, x.ndim)
+return per_channel(gamma, x.ndim) * x_hat + per_channel(beta, x.ndim), (x_hat, inv_std, gamma, n)
+""",
+        2: SYNC_BN_BACKWARD_RIGHT,
+    },
+}
+
+MEGATRON_BACKWARD = {
+    "right": """\
+import numpy as np
+dw2, db2 = np.einsum("no,nh->oh", g, h), np.einsum("no->o", g)
+da = np.einsum("no,oh->nh", g, w2) * (1 - np.square(h))
+dw1, db1 = np.einsum("nh,ni->hi", da, x), np.einsum("nh->h", da)
+dx = comm.allreduce(np.einsum("nh,hi->ni", da, w1), op="sum")
+""",
+    "wrong": """\
+dw2, db2 = g.T @ h, g.sum(axis=0)
+da = (g @ w2) * (1 - h * h)
+dw1, db1 = da.T @ x, da.sum(axis=0)
+dx = da @ w1
+""",
+    "not the algorithm": """\
+dw2, db2 = g.T @ h, g.sum(axis=0)
+h *= h
+da = (g @ w2) * (1 - h)
+dw1, db1 = da.T @ x, da.sum(axis=0)
+dx = comm.allreduce(da @ w1, op="sum")
+""",
+}
+
+
+def by_region(bodies):
+    """``{k: text}`` from a text (the exercise's only region) or a dict."""
+    return bodies if isinstance(bodies, dict) else {0: bodies}
+
+
+TUNED = "the code called minidl's"
+IN_PROCESS = {  # id: (path, [(kind, bodies, verdict)])
+    "2.1": (
+        "minidl/reference/functional/linear.py",
+        [
+            ("right", LINEAR["right"], None),
+            ("wrong", LINEAR["wrong"], "linear without a bias: db is None"),
+            ("not the algorithm", LINEAR["not the algorithm"], f"{TUNED} autograd"),
+        ],
+    ),
+    "3.4": (
+        "minidl/reference/conv/fft.py",
+        [
+            ("right", FFT["right"], None),
+            ("wrong", FFT["wrong"], "FFT convolution of"),
+            ("not the algorithm", FFT["not the algorithm"], "not a loop over the kernel taps"),
+        ],
+    ),
+    "4.1": (
+        "minidl/reference/optim/momentum.py",
+        [
+            ("right", MOMENTUM["right"], None),
+            ("wrong", MOMENTUM["wrong"], "w after step 2"),
+            ("not the algorithm", MOMENTUM["not the algorithm"], "step by step: w after step"),
+            ("not the algorithm", MOMENTUM["tuned"], f"{TUNED} tuned optimizers"),
+        ],
+    ),
+    "9.2": (
+        "minidl/reference/dist/compression.py",
+        [
+            ("right", QSGD["right"], None),
+            ("wrong", QSGD["wrong"], "E[Q(v)] = v"),
+            ("not the algorithm", QSGD["not the algorithm"], "the same seed"),
+            ("wrong", QSGD["wrong norm"], "QSGD s=1: the norm sent"),
+        ],
+    ),
+    "9.3": (
+        "minidl/reference/dist/compression.py",
+        [("right", TERNGRAD["right"], None), ("wrong", TERNGRAD["wrong"], "E[Q(v)] = v")],
+    ),
+}
+
+MPI = {
+    "6.1": (
+        "minidl/reference/dist/allreduce.py",
+        [
+            ("right", RING["right"], None),
+            ("wrong", RING["wrong"], "P(P-1)/2"),
+            ("not the algorithm", RING["not the algorithm"], "no collective of the library"),
+        ],
+    ),
+    "6.2": (
+        "minidl/reference/dist/allreduce.py",
+        [
+            ("right", BUTTERFLY["right"], None),
+            ("wrong", BUTTERFLY["wrong"], "rank 0 of 3"),
+            ("not the algorithm", BUTTERFLY["not the algorithm"], "used comm.allgather"),
+        ],
+    ),
+    "6.5": (
+        "minidl/reference/dist/allreduce.py",
+        [
+            ("right", HIERARCHICAL["right"], None),
+            ("wrong", HIERARCHICAL["wrong"], "must be exchanged among the leaders"),
+            ("not the algorithm", HIERARCHICAL["not the algorithm"], "only the leaders"),
+        ],
+    ),
+    "8.2": (
+        "minidl/reference/dist/parameter_server.py",
+        [
+            ("right", PARAMETER_SERVER["right"], None),
+            ("wrong", PARAMETER_SERVER["wrong"], "against synchronous SGD"),
+            ("not the algorithm", PARAMETER_SERVER["not the algorithm"], "runs ahead"),
+            ("not the algorithm", PARAMETER_SERVER["staleness 0"], "the logged staleness"),
+        ],
+    ),
+    "11.2": (
+        "minidl/reference/dist/tensor_parallel.py",
+        [
+            ("right", MEGATRON_BACKWARD["right"], None),
+            ("wrong", MEGATRON_BACKWARD["wrong"], "allreduces in the backward pass"),
+            ("not the algorithm", MEGATRON_BACKWARD["not the algorithm"], "its input h in place"),
+        ],
+    ),
+    "12.1": (
+        "minidl/reference/dist/halo.py",
+        [
+            ("right", HALO["right"], None),
+            ("wrong", HALO["wrong"], "boundary rows to each neighbour"),
+            ("not the algorithm", HALO["not the algorithm"], "used comm.allgather_object"),
+            ("not the algorithm", HALO["buffered"], "comm.send("),
+        ],
+    ),
+    "15.1": (
+        "minidl/reference/dist/zero.py",
+        [
+            ("right", ZERO1["right"], None),
+            ("wrong", ZERO1["wrong"], "weights after step 1"),
+            ("not the algorithm", ZERO1["not the algorithm"], "no allreduce"),
+        ],
+    ),
+    "16.1": (
+        "minidl/reference/dist/sync_batchnorm.py",
+        [
+            ("right", SYNC_BN["right"], None),
+            ("wrong", SYNC_BN["wrong"], "y of this rank's share"),
+            ("not the algorithm", SYNC_BN["not the algorithm"], "not the samples"),
+        ],
+    ),
+}

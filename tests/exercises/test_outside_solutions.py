@@ -1,0 +1,83 @@
+"""Solutions written outside the project, graded as a student grades them: every verdict right.
+
+Each solution of ``outside/solutions.py`` goes into the regions of its exercise in a student
+tree (one tree per solution slot; the other regions of the exercise hold the instructor's
+lines), and ``python -m minidl exercise check IDS --json`` runs in that tree. A right
+solution in another style than the reference passes; a plainly wrong one fails; one that
+gives the right values by other means (another algorithm, the tuned code in the tree, an
+input overwritten, an order that relies on MPI buffering) fails, its message naming why.
+"""
+
+import pytest
+
+from minidl.dist.launch import mpi_unavailable_reason
+from minidl.exercises import get
+from minidl.exercises.student import write_student_tree
+from minidl.exercises.submission import region_bodies
+
+from .outside.solutions import IN_PROCESS, MPI, by_region
+from .test_algorithm_checks import check_in
+from .test_submission import ROOT, set_region, solution
+
+
+def slots(table):
+    """How many solutions the exercise with the most has."""
+    return max(len(solutions) for _, solutions in table.values())
+
+
+def tree_with(tmp_path_factory, table, slot):
+    """A student tree whose regions of each exercise of ``table`` hold its ``slot``-th
+    solution (exercises with fewer solutions are left out); returns (tree, {id: solution})."""
+    chosen = {i: s[slot] for i, (_, s) in table.items() if slot < len(s)}
+    tree = tmp_path_factory.mktemp(f"outside-{slot}") / "tree"
+    write_student_tree(tree, only=list(chosen))
+    counts = {}
+    for _path, exercise_id, k in region_bodies(ROOT)[0]:
+        if exercise_id in chosen:
+            counts[exercise_id] = max(counts.get(exercise_id, 0), k + 1)
+    for exercise_id, (_, bodies, _) in chosen.items():
+        path = table[exercise_id][0]
+        for k in range(counts[exercise_id]):
+            body = by_region(bodies).get(k, solution(path, exercise_id, k))
+            set_region(str(tree), path, exercise_id, body, k)
+    return tree, chosen
+
+
+def expect_verdicts(results, chosen):
+    """Every exercise's verdict against its solution's."""
+    wrong = []
+    for exercise_id, (kind, _, words) in chosen.items():
+        result = results[exercise_id]
+        said = f"{result['status']}: {result['message']}"
+        if words is None and result["status"] != "passed":
+            wrong.append(f"{exercise_id} ({kind}) should pass, got {said}")
+        elif words is not None and (result["status"] == "passed" or words not in said):
+            wrong.append(f"{exercise_id} ({kind}) should fail saying {words!r}, got {said}")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("slot", range(slots(IN_PROCESS)))
+def test_in_process_exercises_give_every_outside_solution_its_verdict(tmp_path_factory, slot):
+    tree, chosen = tree_with(tmp_path_factory, IN_PROCESS, slot)
+    expect_verdicts(check_in(tree, *chosen), chosen)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(400)
+@pytest.mark.skipif(mpi_unavailable_reason() is not None, reason="needs mpi4py and mpiexec")
+@pytest.mark.parametrize("slot", range(slots(MPI)))
+def test_mpi_exercises_give_every_outside_solution_its_verdict(tmp_path_factory, slot):
+    tree, chosen = tree_with(tmp_path_factory, MPI, slot)
+    expect_verdicts(check_in(tree, *chosen), chosen)
+
+
+def test_every_exercise_with_outside_solutions_has_a_right_a_wrong_and_a_rule():
+    """Each exercise has a right solution; each but TernGrad (whose rule is only its
+    distribution) a wrong one and one with the right values by other means."""
+    for table in (IN_PROCESS, MPI):
+        for exercise_id, (path, solutions) in table.items():
+            assert get(exercise_id).path == path
+            kinds = [kind for kind, _, _ in solutions]
+            assert kinds[0] == "right" and "wrong" in kinds, exercise_id
+            assert exercise_id == "9.3" or "not the algorithm" in kinds, exercise_id
