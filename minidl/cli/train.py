@@ -405,17 +405,14 @@ def add_train_arguments(p):
     )
 
 
-class _Unset(list):
-    """Every option's default while telling which ones argv sets (a list: appending copies it)."""
-
-
 def given_options(argv):
-    """The option names (argparse dests) that ``argv`` sets explicitly."""
+    """The option names (argparse dests) that ``argv`` types: parsed with every default None,
+    the ones that hold a value (no typed option parses to None)."""
     parser = argparse.ArgumentParser(add_help=False)
     add_train_arguments(parser)
-    parser.set_defaults(**dict.fromkeys(vars(parser.parse_args([])), _Unset()))
+    parser.set_defaults(**dict.fromkeys(vars(parser.parse_args([])), None))
     parsed = vars(parser.parse_known_args(argv)[0])
-    return frozenset(k for k, v in parsed.items() if not (isinstance(v, _Unset) and not v))
+    return frozenset(name for name, value in parsed.items() if value is not None)
 
 
 def apply_recipe(args):
