@@ -29,6 +29,7 @@ from minidl.exercises.strict_comm import (
     rabenseifner_pattern,
     ring_pattern,
 )
+from minidl.intmath import ceil_log2
 from minidl.reference.dist import allreduce
 
 PATH = "minidl/reference/dist/allreduce.py"
@@ -259,10 +260,26 @@ def check_hierarchical(comm):
     on_first_ranks(comm, 3, run)
 
 
+def tree_pattern(sent, rank, size, length, itemsize):
+    """Problems of one rank's messages against the binomial tree: whole arrays, at most
+    ceil(log2 P) from rank 0 (its children) and one more from any other rank (to its
+    parent); a flat gather to rank 0 and back sends P - 1 from rank 0."""
+    most = ceil_log2(size) + (rank != 0)
+    whole = length * itemsize
+    if len(sent) <= most and all(b == whole for _, b in sent):
+        return []
+    return [
+        f"rank {rank} sent {len(sent)} messages of {sorted({b for _, b in sent})} bytes; in a "
+        f"binomial tree of {size} ranks it sends at most {most} whole arrays ({whole} bytes), "
+        "one to its parent and one to each child"
+    ]
+
+
 SHORT = (0, 1, 5, 13, 1000)  # lengths of each layout of the hierarchical check
 PATTERNS = {
     "ring": ring_pattern,
     "butterfly": butterfly_pattern,
+    "tree": tree_pattern,
     "rabenseifner": rabenseifner_pattern,
 }
 
