@@ -232,32 +232,38 @@ def hierarchical_pattern(layout):
     return pattern
 
 
-def allreduce_check(name, group_size):
+def allreduce_check(name):
     """The check of ``allreduce.<name>``: on the job's P ranks and on the first P - 1."""
 
     def check(comm):
         algorithm, pattern = getattr(allreduce, name), PATTERNS.get(name)
         check_allreduce(comm, algorithm, name, pattern)
-        on_first_ranks(
-            comm, group_size, lambda group: check_allreduce(group, algorithm, name, pattern)
-        )
+        if comm.size > 2:
+            on_first_ranks(
+                comm, comm.size - 1, lambda group: check_allreduce(group, algorithm, name, pattern)
+            )
 
     return check
 
 
-# node layouts of the hierarchical check: on 4 ranks, and on 3 split off
-LAYOUTS = {4: ([[0, 1], [2, 3]], [[0, 2], [1, 3]], [[0, 1, 2, 3]]), 3: ([[0], [1, 2]],)}
+def layouts(size):
+    """Node layouts of ``size`` ranks: two nodes of consecutive ranks, two of alternate
+    ranks, one node (each node's ranks lowest first, nodes by their lowest rank)."""
+    ranks = list(range(size))
+    found = [[ranks[: size // 2], ranks[size // 2 :]], [ranks[0::2], ranks[1::2]], [ranks]]
+    return [layout for i, layout in enumerate(found) if all(layout) and layout not in found[:i]]
 
 
 def check_hierarchical(comm):
-    def run(group):
-        for layout in LAYOUTS[group.size]:
+    def run(group, count):
+        for layout in layouts(group.size)[:count]:
             check_allreduce(
                 group, on_nodes(layout), "hierarchical", hierarchical_pattern(layout), SHORT
             )
 
-    run(comm)
-    on_first_ranks(comm, 3, run)
+    run(comm, 3)
+    if comm.size > 2:
+        on_first_ranks(comm, comm.size - 1, lambda group: run(group, 1))
 
 
 def tree_pattern(sent, rank, size, length, itemsize):
@@ -286,7 +292,7 @@ PATTERNS = {
 
 def register(exercise_id, name, title, ranks, hint):
     """Register the check of exercise ``exercise_id``: ``allreduce.<name>`` against the oracles."""
-    check = check_hierarchical if name == "hierarchical" else allreduce_check(name, ranks - 1)
+    check = check_hierarchical if name == "hierarchical" else allreduce_check(name)
     check.__name__ = check.__qualname__ = f"check_{name}"
     exercise(exercise_id, title, path=PATH, hint=hint, ranks=ranks, timeout=TIMEOUT_S)(check)
 
