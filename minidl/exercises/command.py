@@ -194,7 +194,7 @@ def _status(args):
 
     exercises = _catalogue()
     states = listing.region_states(repository_root(), exercises)
-    assignments, _ = read_course(args.course, exercises)
+    assignments = read_course(args.course, exercises).assignments
     handed_out = released(repository_root())
     points = {
         i: p

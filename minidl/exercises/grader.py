@@ -579,7 +579,8 @@ def summary(results):
 
 def format_result(result):
     """Lines for a terminal: the verdict, then the message, the hint and the last lines the code
-    printed, indented; control characters escaped, lines and the whole cut to a readable size."""
+    printed, indented; control characters escaped, lines cut to ``LINE_CHARS`` and the whole to
+    about ``CHECK_CHARS`` (half of it at most for the message, the rest for the last lines)."""
     head = f"{result.id:6s} {result.title}" + (f" [hidden: {result.test}]" if result.test else "")
     timing = f" ({result.seconds:.2f} s)" if result.status == "passed" else ""
     lines = [f"{head} ... {LABELS[result.status]}{timing}"]
@@ -587,14 +588,22 @@ def format_result(result):
         lines += ["    " + clip_line(line) for line in result.message.splitlines()]
     if result.hint:
         lines.append(f"    hint: {result.hint}")
+    text = clip_text("\n".join(lines), CHECK_CHARS // 2)
     printed = result.output.rstrip().splitlines()
+    shown, room = [], CHECK_CHARS - len(text)
+    for line in reversed(printed[-SHOWN_LINES:]):
+        line = "      | " + clip_line(line)
+        room -= len(line) + 1
+        if room < 0:
+            break
+        shown.insert(0, line)
     if printed:
-        left_out = len(printed) - SHOWN_LINES
-        lines.append(
-            "    the code printed" + (f" ({left_out} lines before these):" if left_out > 0 else ":")
+        left_out = len(printed) - len(shown)
+        text += "\n    the code printed" + (
+            f" ({left_out} lines before these):" if left_out > 0 else ":"
         )
-        lines += ["      | " + clip_line(line) for line in printed[-SHOWN_LINES:]]
-    return clip_text("\n".join(lines))
+        text += "".join("\n" + line for line in shown)
+    return text
 
 
 def format_summary(results):
