@@ -25,7 +25,7 @@ WHY = "the layer's backward and the optimizer use x and w again"
 
 TOLERANCE = dict(rtol=1e-9, atol=1e-9)  # float64 inputs: only rounding may differ
 TUNED_CONV = forbids(
-    tuned_im2col.Im2col,
+    tuned_im2col,
     tuned_direct.Direct,
     tuned_fft.FFT,
     tuned_winograd.Winograd,

@@ -420,6 +420,150 @@ dx = comm.allreduce(da @ w1, op="sum")
 }
 
 
+UNBROADCAST = {
+    "right": """\
+extra = grad.ndim - len(shape)
+stretched = [extra + i for i, n in enumerate(shape) if n == 1 and grad.shape[extra + i] != 1]
+axes = tuple(range(extra)) + tuple(stretched)
+return grad.sum(axis=axes).reshape(shape) if axes else grad
+""",
+    "wrong": """\
+return grad.sum(axis=tuple(range(grad.ndim - len(shape))))
+""",
+    "not the algorithm": """\
+from minidl.functional import unbroadcast as tuned
+return tuned(grad, shape)
+""",
+}
+
+SOFTMAX_CROSS_ENTROPY = {
+    "right": """\
+import numpy as np
+return (p - np.eye(p.shape[1])[labels]) * dout / len(labels)
+""",
+    "wrong": """\
+import numpy as np
+return (p - np.eye(p.shape[1])[labels]) * dout
+""",
+    "not the algorithm": """\
+import numpy as np
+import minidl as md
+from minidl import functional as F
+z = md.tensor(np.log(p), requires_grad=True, dtype="float64")
+F.cross_entropy(z, labels).backward(md.tensor(dout, dtype="float64"))
+return z.grad
+""",
+}
+
+ACTIVATIONS = {  # regions: 0 ReLU, 1 sigmoid, 2 tanh
+    "right": {
+        0: "import numpy as np\nreturn np.where(x > 0, dout, 0.0)\n",
+        1: "return dout * (y - y**2)\n",
+        2: "return dout - dout * y**2\n",
+    },
+    "wrong": {1: "return dout * y\n"},
+    "not the algorithm": {
+        2: """\
+import numpy as np
+import minidl as md
+from minidl import functional as F
+t = md.tensor(np.arctanh(y), requires_grad=True, dtype="float64")
+F.tanh(t).backward(md.tensor(dout, dtype="float64"))
+return t.grad
+"""
+    },
+}
+
+ADAPTIVE = {  # regions: 0 AdaGrad, 1 RMSProp
+    "right": {
+        0: """\
+total = g**2 + state["G"] if "G" in state else g**2
+return w - lr * g / (xp.sqrt(total) + eps), dict(G=total)
+""",
+        1: """\
+average = (1 - alpha) * g**2 + (alpha * state["E"] if "E" in state else 0.0)
+return w - lr * g / (xp.sqrt(average) + eps), dict(E=average)
+""",
+    },
+    "wrong": {0: "total = g**2\nreturn w - lr * g / (xp.sqrt(total) + eps), dict(G=total)\n"},
+    "not the algorithm": {
+        0: """\
+from minidl import optim
+from minidl.layers import Parameter
+new, kept = w.copy(), dict(state)
+optim.AdaGrad([Parameter(new)], lr=lr, eps=eps).update(new, g, kept)
+return new, kept
+"""
+    },
+}
+
+ADAM = {
+    "right": """\
+t = state.get("t", 0) + 1
+m = g * (1 - b1) + (state["m"] * b1 if t > 1 else 0.0)
+v = g * g * (1 - b2) + (state["v"] * b2 if t > 1 else 0.0)
+step = (m / (1 - b1**t)) / (xp.sqrt(v / (1 - b2**t)) + eps)
+return w - lr * step, dict(t=t, m=m, v=v)
+""",
+    "wrong": """\
+m = b1 * state.get("m", 0.0) + (1 - b1) * g
+v = b2 * state.get("v", 0.0) + (1 - b2) * g * g
+return w - lr * m / (xp.sqrt(v) + eps), {"m": m, "v": v}
+""",
+    "not the algorithm": """\
+from minidl import optim
+from minidl.layers import Parameter
+new, kept = w.copy(), dict(state)
+optim.Adam([Parameter(new)], lr=lr, betas=(b1, b2), eps=eps).update(new, g, kept)
+return new, kept
+""",
+}
+
+SSP_GATE = {
+    "right": """\
+return self.staleness is None or all(c + self.staleness >= clock for c in self.clocks)
+""",
+    "wrong": """\
+return self.staleness is None or min(self.clocks) > clock - self.staleness
+""",
+    "not the algorithm": """\
+from minidl.dist.consistency.ssp import ClockTable
+table = ClockTable(len(self.clocks), self.staleness)
+table.clocks = list(self.clocks)
+return table.may_start(clock)
+""",
+}
+
+SCALED_SIGN = {
+    "right": """\
+import numpy as np
+return np.mean(np.abs(v)), np.where(v < 0, -1, 1).astype(np.int8)
+""",
+    "wrong": """\
+import numpy as np
+return np.mean(np.abs(v)), np.sign(v).astype(np.int8)
+""",
+}
+
+TOP_K_ERROR = {
+    "right": """\
+import numpy as np
+scores = np.asarray(scores)
+above = (scores > scores[np.arange(len(labels)), labels][:, None]).sum(axis=1)
+return float(np.mean(above >= k))
+""",
+    "wrong": """\
+import numpy as np
+best = np.argsort(scores, axis=1)[:, :k]
+return float(np.mean([label not in row for row, label in zip(best, labels)]))
+""",
+    "not the algorithm": """\
+from minidl.train.loop import top_k_hits
+return 1 - top_k_hits(scores, labels, k) / len(labels)
+""",
+}
+
+
 def by_region(bodies):
     """``{k: text}`` from a text (the exercise's only region) or a dict."""
     return bodies if isinstance(bodies, dict) else {0: bodies}
@@ -464,6 +608,69 @@ IN_PROCESS = {  # id: (path, [(kind, bodies, verdict)])
     "9.3": (
         "minidl/reference/dist/compression.py",
         [("right", TERNGRAD["right"], None), ("wrong", TERNGRAD["wrong"], "E[Q(v)] = v")],
+    ),
+    "1.2": (
+        "minidl/reference/autograd.py",
+        [
+            ("right", {0: UNBROADCAST["right"]}, None),
+            ("wrong", {0: UNBROADCAST["wrong"]}, "unbroadcast"),
+            ("not the algorithm", {0: UNBROADCAST["not the algorithm"]}, f"{TUNED} autograd"),
+        ],
+    ),
+    "2.2": (
+        "minidl/reference/functional/loss.py",
+        [
+            ("right", SOFTMAX_CROSS_ENTROPY["right"], None),
+            ("wrong", SOFTMAX_CROSS_ENTROPY["wrong"], "d/dlogits"),
+            ("not the algorithm", SOFTMAX_CROSS_ENTROPY["not the algorithm"], f"{TUNED} autograd"),
+        ],
+    ),
+    "2.6": (
+        "minidl/reference/functional/activations.py",
+        [
+            ("right", ACTIVATIONS["right"], None),
+            ("wrong", ACTIVATIONS["wrong"], "sigmoid of a (4, 5) input"),
+            ("not the algorithm", ACTIVATIONS["not the algorithm"], f"{TUNED} autograd"),
+        ],
+    ),
+    "4.2": (
+        "minidl/reference/optim/adaptive.py",
+        [
+            ("right", ADAPTIVE["right"], None),
+            ("wrong", ADAPTIVE["wrong"], "w after step 2"),
+            ("not the algorithm", ADAPTIVE["not the algorithm"], f"{TUNED} tuned optimizers"),
+        ],
+    ),
+    "4.3": (
+        "minidl/reference/optim/adam.py",
+        [
+            ("right", ADAM["right"], None),
+            ("wrong", ADAM["wrong"], "w after step 1"),
+            ("not the algorithm", ADAM["not the algorithm"], f"{TUNED} tuned optimizers"),
+        ],
+    ),
+    "8.1": (
+        "minidl/reference/dist/ssp.py",
+        [
+            ("right", SSP_GATE["right"], None),
+            ("wrong", SSP_GATE["wrong"], "may_start"),
+            ("not the algorithm", SSP_GATE["not the algorithm"], f"{TUNED} tuned ClockTable"),
+        ],
+    ),
+    "9.4": (
+        "minidl/reference/dist/compression.py",
+        [
+            ("right", SCALED_SIGN["right"], None),
+            ("wrong", SCALED_SIGN["wrong"], "the signs (+1 for v_i >= 0)"),
+        ],
+    ),
+    "13.2": (
+        "minidl/reference/data/colour.py",
+        [
+            ("right", TOP_K_ERROR["right"], None),
+            ("wrong", TOP_K_ERROR["wrong"], "top-1 error"),
+            ("not the algorithm", TOP_K_ERROR["not the algorithm"], f"{TUNED} tuned top_k_hits"),
+        ],
     ),
 }
 
