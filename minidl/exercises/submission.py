@@ -725,12 +725,37 @@ def grade_submission(regions, package, points, course):
     return gradescope(results, points, course.hidden_visibility, notes, time.time() - start)
 
 
+def can_run_checks_as(name):
+    """Raise ``ValueError`` unless the checks can run as user ``name``: the grader runs as root
+    and that user can read this Python, its standard library and its packages."""
+    if os.geteuid() != 0:
+        raise ValueError(f"check_user {name!r}: the grader must run as root to run checks as it")
+    import numpy
+
+    paths = [os.path.realpath(p) for p in (sys.executable, os.__file__, numpy.__file__)]
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _become(_check_user(name))
+            for path in paths:
+                with open(path, "rb"):
+                    pass
+        except OSError:
+            EXIT(1)
+        EXIT(0)
+    if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0:
+        raise ValueError(
+            f"check_user {name!r} cannot read this Python ({', '.join(paths)}): install Python "
+            "where that user can read it, or leave check_user out"
+        )
+
+
 @contextlib.contextmanager
 def instructor_package_private(course):
     """While grading as root for a ``check_user``: the instructor's ``minidl/`` (solutions,
     hidden checks) readable by root only."""
     package = os.path.join(repository_root(), "minidl")
-    if not course.check_user or os.geteuid() != 0:
+    if not course.check_user:
         yield
         return
     mode = os.stat(package).st_mode & 0o7777
@@ -781,6 +806,8 @@ def write_grades(folder, out_dir, course_path=None, on_student=None):
     points = {i: p for items in course.assignments.values() for i, p in items.items()}
     found = submissions(folder)
     single = is_submission(folder)
+    if course.check_user:
+        can_run_checks_as(course.check_user)
     package = package_files(repository_root())
     regions = {name: region_bodies(path)[0] for name, path in found.items()}
     documents = {}

@@ -204,3 +204,46 @@ def test_graft_keeps_the_hidden_checks_out_as_source(tmp_path):
         for name in os.listdir(os.path.join(repository_root(), "minidl/exercises/hidden"))
         if name.endswith(".py")
     )
+
+
+def test_a_course_file_with_a_bad_time_limit_or_user_is_refused(tmp_path, capsys):
+    write_student_tree(tmp_path / "s" / "eve", only=["1.1"])
+    argv = ["exercise", "grade", str(tmp_path / "s"), "--out", str(tmp_path / "o"), "--course"]
+    course = tmp_path / "c.json"
+    for settings, error in (
+        ({"time_limit": 5}, "time_limit must be the seconds grading one submission may take"),
+        ({"check_user": "no-such-user-here"}, "check_user 'no-such-user-here' is not a user"),
+    ):
+        course.write_text(json.dumps({"assignments": {"w": {"1.1": 1}}, **settings}))
+        assert main(argv + [str(course)]) == 2
+        assert error in capsys.readouterr().err
+
+
+def test_checks_run_as_the_check_user_cannot_read_or_write_the_graders_files(tmp_path, capsys):
+    """Where the grader runs as root and ``nobody`` can run its Python: the hidden checks'
+    source in the instructor's tree cannot be read, nor the clean copy written."""
+    from minidl.exercises.submission import can_run_checks_as
+
+    try:
+        can_run_checks_as("nobody")
+    except (ValueError, KeyError) as exc:
+        pytest.skip(str(exc))
+    tree = tmp_path / "subs" / "mallory"
+    write_student_tree(tree, only=["2.2"])
+    hidden = os.path.join(repository_root(), "minidl", "exercises", "hidden", "layers.py")
+    attack = f"""import minidl.exercises as grader
+for path, mode in (({hidden!r}, "r"), (grader.__file__, "a")):
+    try:
+        open(path, mode).close()
+        print("opened", path)
+    except OSError as exc:
+        print(type(exc).__name__, path)
+return p * 0"""
+    set_region(str(tree), LOSS, "2.2", attack)
+    course = tmp_path / "course.json"
+    course.write_text(json.dumps({"assignments": {"w": {"2.2": 1}}, "check_user": "nobody"}))
+    argv = ["exercise", "grade", str(tree), "--out", str(tmp_path / "out"), "--course"]
+    assert main(argv + [str(course)]) == 0
+    (visible,) = checks_named(json.loads((tmp_path / "out" / "results.json").read_text()), "2.2")
+    assert "opened" not in visible["output"]
+    assert visible["output"].count("PermissionError") == 2
