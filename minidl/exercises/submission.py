@@ -296,18 +296,17 @@ def _become(user):
         os.environ["HOME"] = tempfile.gettempdir()
 
 
-TRUSTED_MODULES = ("builtins", "numpy", "minidl.exercises")  # and the modules below the last
-
-
-def _trusted(name):
-    return name in TRUSTED_MODULES[:2] or name.split(".")[:2] == ["minidl", "exercises"]
+def _trusted(module):
+    """Whether the verdicts rely on ``module``: the builtins, NumPy, the grader and the checks."""
+    return module in ("builtins", "numpy") or module.split(".")[:2] == ["minidl", "exercises"]
 
 
 def _identity(value):
     """What changes when ``value`` is replaced or its code is: its identity and, for a
-    function, its code's; for a class, those of everything it defines."""
+    function, its code's; for a class, those of the functions and classes it defines."""
     if isinstance(value, type):
-        return (id(value),) + tuple(_identity(v) for v in list(vars(value).values()))
+        members = [v for v in list(vars(value).values()) if callable(v)]
+        return (id(value),) + tuple(_identity(v) for v in members)
     return id(value), id(getattr(value, "__code__", None))
 
 
