@@ -564,6 +564,113 @@ return 1 - top_k_hits(scores, labels, k) / len(labels)
 }
 
 
+RECOMPUTE_FORWARD_RIGHT = """\
+inputs = x
+with no_grad():
+    for start, stop in bounds:
+        saved.append((inputs, random.snapshot()))
+        for index in range(start, stop):
+            inputs = layers[index](Tensor(inputs)).data
+x = inputs
+"""
+RECOMPUTE_BACKWARD_RIGHT = """\
+for segment in range(len(bounds) - 1, -1, -1):
+    start, stop = bounds[segment]
+    kept, draws = saved[segment]
+    state = {id(b): b.data.copy() for layer in layers[start:stop] for _, b in layer.named_buffers()}
+    now = random.snapshot()
+    random.restore(draws)
+    first = Tensor(kept, requires_grad=True)
+    out = first
+    for index in range(start, stop):
+        out = layers[index](out)
+    random.restore(now)
+    for layer in layers[start:stop]:
+        for _, b in layer.named_buffers():
+            b.data[...] = state[id(b)]
+    out.backward(grad)
+    grad = first.grad
+"""
+RECOMPUTE = {  # regions: 0 forward, 1 backward
+    "right": {0: RECOMPUTE_FORWARD_RIGHT, 1: RECOMPUTE_BACKWARD_RIGHT},
+    "wrong": {1: RECOMPUTE_BACKWARD_RIGHT.replace("random.restore(draws)", "pass")},
+    "not the algorithm": {  # frees each saved input once used: the caller's x among them
+        1: RECOMPUTE_BACKWARD_RIGHT + "    kept[...] = 0\n"
+    },
+}
+
+HALO_ADJOINT = {
+    "right": """\
+if halo:
+    mine = {below: xp.ascontiguousarray(g[:, :, :halo])}
+    mine[above] = xp.ascontiguousarray(g[:, :, n + halo :])
+    theirs = {peer: xp.empty_like(part) for peer, part in mine.items()}
+    peers = [p for p in (below, above) if 0 <= p < comm.size]
+    for peer in peers if comm.rank % 2 == 0 else peers[::-1]:
+        if comm.rank % 2 == 0:
+            comm.send(mine[peer], peer)
+            comm.recv(theirs[peer], peer)
+        else:
+            comm.recv(theirs[peer], peer)
+            comm.send(mine[peer], peer)
+    if below >= 0:
+        gx[:, :, :halo] += theirs[below]
+    if above < comm.size:
+        gx[:, :, n - halo :] += theirs[above]
+""",
+    "wrong": """\
+if halo:
+    lower = xp.ascontiguousarray(g[:, :, :halo])
+    upper = xp.ascontiguousarray(g[:, :, n + halo :])
+    for_first, for_last = xp.empty_like(lower), xp.empty_like(upper)
+    shift(comm, lower, below, for_last, above)
+    shift(comm, upper, above, for_first, below)
+    if above < comm.size:
+        gx[:, :, :halo] += for_last
+    if below >= 0:
+        gx[:, :, n - halo :] += for_first
+""",
+    "not the algorithm": """\
+import numpy as np
+every = comm.allgather_object(np.asarray(g))
+if halo and below >= 0:
+    gx[:, :, :halo] += every[below][:, :, -halo:]
+if halo and above < comm.size:
+    gx[:, :, n - halo :] += every[above][:, :, :halo]
+""",
+}
+
+ZERO3 = {  # regions: 0 gather, 1 forward, 2 backward
+    "right": {
+        1: "weight, bias = self.unflatten(self.gather())\nreturn x.dot(weight.T) + bias\n",
+        2: """\
+import numpy as np
+weight, _ = self.unflatten(self.gather())
+local = np.concatenate([np.einsum("no,ni->oi", dy, x).ravel(), np.einsum("no->o", dy)])
+self.grad = np.zeros(self.shard.shape, dtype=self.shard.dtype)
+self.comm.reduce_scatter(local, self.counts, self.grad, op="mean")
+return np.einsum("no,oi->ni", dy, weight)
+""",
+    },
+    "wrong": {
+        2: """\
+weight, _ = self.unflatten(self.gather())
+local = xp.concatenate([(dy.T @ x).reshape(-1), dy.sum(axis=0)])
+self.grad = xp.empty_like(self.shard)
+self.comm.reduce_scatter(local, self.counts, self.grad, op="sum")
+return dy @ weight
+"""
+    },
+    "not the algorithm": {  # keeps the gathered parameters for the backward
+        1: """\
+self.full = self.gather()
+weight, bias = self.unflatten(self.full)
+return x @ weight.T + bias
+"""
+    },
+}
+
+
 def by_region(bodies):
     """``{k: text}`` from a text (the exercise's only region) or a dict."""
     return bodies if isinstance(bodies, dict) else {0: bodies}
@@ -657,6 +764,14 @@ IN_PROCESS = {  # id: (path, [(kind, bodies, verdict)])
             ("not the algorithm", SSP_GATE["not the algorithm"], f"{TUNED} tuned ClockTable"),
         ],
     ),
+    "14.1": (
+        "minidl/reference/recompute.py",
+        [
+            ("right", RECOMPUTE["right"], None),
+            ("wrong", RECOMPUTE["wrong"], "draws the first run's dropout masks"),
+            ("not the algorithm", RECOMPUTE["not the algorithm"], "the chain's input x after"),
+        ],
+    ),
     "9.4": (
         "minidl/reference/dist/compression.py",
         [
@@ -723,6 +838,22 @@ MPI = {
             ("wrong", HALO["wrong"], "boundary rows to each neighbour"),
             ("not the algorithm", HALO["not the algorithm"], "used comm.allgather_object"),
             ("not the algorithm", HALO["buffered"], "comm.send("),
+        ],
+    ),
+    "12.2": (
+        "minidl/reference/dist/halo.py",
+        [
+            ("right", HALO_ADJOINT["right"], None),
+            ("wrong", HALO_ADJOINT["wrong"], "E* y on rank"),
+            ("not the algorithm", HALO_ADJOINT["not the algorithm"], "used comm.allgather_object"),
+        ],
+    ),
+    "15.2": (
+        "minidl/reference/dist/zero.py",
+        [
+            ("right", ZERO3["right"], None),
+            ("wrong", ZERO3["wrong"], "this rank's shard of the mean gradient"),
+            ("not the algorithm", ZERO3["not the algorithm"], "holds its shard"),
         ],
     ),
     "15.1": (
