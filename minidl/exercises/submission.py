@@ -302,12 +302,14 @@ def _trusted(module):
 
 
 def _identity(value):
-    """What changes when ``value`` is replaced or its code is: its identity and, for a
-    function, its code's; for a class, those of the functions and classes it defines."""
+    """What changes when ``value`` is replaced, or its code or defaults are: the identities of
+    the value and, for a function, of its code and defaults; for a class, those of the
+    functions and classes it defines."""
     if isinstance(value, type):
         members = [v for v in list(vars(value).values()) if callable(v)]
         return (id(value),) + tuple(_identity(v) for v in members)
-    return id(value), id(getattr(value, "__code__", None))
+    parts = ("__code__", "__defaults__", "__kwdefaults__")
+    return (id(value),) + tuple(id(getattr(value, part, None)) for part in parts)
 
 
 def grader_state():
