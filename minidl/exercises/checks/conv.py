@@ -29,6 +29,8 @@ TUNED_CONV = forbids(
     tuned_direct.Direct,
     tuned_fft.FFT,
     tuned_winograd.Winograd,
+    tuned_winograd.winograd_correlation,
+    tuned_winograd.blocked_correlation,
     tuned_conv,
     name="minidl's tuned convolutions",
 )

@@ -9,9 +9,11 @@ random gradients computed on each rank in float64, and the rank idiom
 import numpy as np
 
 from minidl import optim
+from minidl.dist import data_parallel as tuned_data_parallel
 from minidl.dist.data_parallel import make_buckets
 from minidl.exercises import exercise, expect_close, expect_equal
 from minidl.exercises.checks.collectives import expect_on_every_rank, rank_input
+from minidl.exercises.checks.tuned import forbids
 from minidl.layers import Parameter
 from minidl.reference.dist import buckets as bucketed
 
@@ -55,6 +57,7 @@ def grouping(buckets, params):
     "would not fit; per bucket concatenate the flat gradients, allreduce "
     "with op='mean' and cut the result back into gradient-shaped pieces",
 )
+@forbids(tuned_data_parallel, name="minidl's tuned data parallelism (minidl.dist.data_parallel)")
 def check_buckets(comm):
     rank, size = comm.rank, comm.size
     everyone = [rank_grads(r) for r in range(size)]

@@ -4,7 +4,13 @@ import numpy as np
 
 from minidl import layers as L
 from minidl.exercises import exercise, expect_close, expect_equal
+from minidl.exercises.checks.tuned import forbids
+from minidl.perf import allreduce_cost as tuned_allreduce_cost
+from minidl.perf import compute_model as tuned_compute_model
 from minidl.perf import count_model
+from minidl.perf import model_costs as tuned_model_costs
+from minidl.perf import network as tuned_network
+from minidl.perf import predict as tuned_predict
 from minidl.perf.allreduce_cost import CostParams, predict
 from minidl.perf.compute_model import StepTime
 from minidl.perf.network import Network, comm_time
@@ -30,6 +36,7 @@ CONVOLUTIONS = [
     hint="one multiply-accumulate per output value and kernel tap (C_in/G * K_y * K_x taps), "
     "and a depth that adds the tree depths of the three sums",
 )
+@forbids(tuned_model_costs, name="minidl's tuned cost model (minidl.perf)")
 def check_conv_work_depth():
     for x_shape, c_out, kernel, stride, padding, groups in CONVOLUTIONS:
         conv = L.Conv2d(x_shape[1], c_out, kernel, stride=stride, padding=padding, groups=groups)
@@ -53,6 +60,7 @@ def check_conv_work_depth():
     "2(P-1) blocks of m/P bytes, recursive doubling log2(P) whole vectors after folding "
     "the ranks beyond the largest power of two",
 )
+@forbids(tuned_allreduce_cost, name="minidl's tuned cost model (minidl.perf)")
 def check_allreduce_cost():
     rng = np.random.default_rng(52)
     for _ in range(3):
@@ -97,6 +105,12 @@ class AffineCompute:
     path="minidl/reference/perf/scaling.py",
     hint="add the serial share of T(B), the parallel share of T(b) and the communication, then "
     "subtract the part of the communication hidden behind the parallel backward pass",
+)
+@forbids(
+    tuned_predict,
+    tuned_compute_model,
+    tuned_network,
+    name="minidl's tuned cost model (minidl.perf)",
 )
 def check_scaling():
     free = Network(0.0, float("inf"))

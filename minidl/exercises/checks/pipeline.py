@@ -20,10 +20,22 @@ from minidl.dist.pipeline import PipelineTrainer
 from minidl.dist.pipeline import schedules as tuned
 from minidl.dist.pipeline.trainer import build_stage, partition
 from minidl.exercises import ExerciseFailure, exercise, expect_close
+from minidl.exercises.checks.tuned import forbids
+from minidl.perf import pipeline_simulate as tuned_simulate
 from minidl.perf.pipeline_simulate import ideal_bubble, simulate
 from minidl.reference.dist import pipeline as reference
 
 PATH = "minidl/reference/dist/pipeline.py"
+SCHEDULES = forbids(
+    tuned.naive,
+    tuned.gpipe,
+    tuned.one_f_one_b,
+    tuned.pipedream,
+    tuned.interleaved,
+    tuned.build,
+    tuned._with_messages,
+    name="minidl's tuned schedules (minidl.dist.pipeline.schedules)",
+)
 CASES = tuple((p, m) for p in (1, 2, 3, 4, 5) for m in (1, 2, 3, 5, 8))  # (P, M)
 INTERLEAVED = tuple((p, v, m) for p in (2, 3, 4) for v in (2, 3) for m in (p, 2 * p))  # (P, V, M)
 
@@ -99,6 +111,7 @@ def expect_textbook_properties(name, build, peaks, cases=CASES):
     hint="the order of one stage is F(0) ... F(M-1) then B(0) ... B(M-1), built with "
     "forward(m) and backward(m); with_messages adds the sends and receives",
 )
+@SCHEDULES
 def check_gpipe(cases=CASES):
     expect_same_lists("GPipe", reference.gpipe, tuned.gpipe, cases)
     expect_textbook_properties("GPipe", reference.gpipe, lambda p, m, s: m, cases)
@@ -111,6 +124,7 @@ def check_gpipe(cases=CASES):
     hint="stage s first runs min(P-s-1, M) forwards alone; then each forward F(w+i) is "
     "followed by the backward B(i); the backwards left come last, in micro-batch order",
 )
+@SCHEDULES
 def check_one_f_one_b(cases=CASES):
     expect_same_lists("1F1B", reference.one_f_one_b, tuned.one_f_one_b, cases)
     expect_textbook_properties("1F1B", reference.one_f_one_b, lambda p, m, s: min(p - s, m), cases)
@@ -123,6 +137,7 @@ def check_one_f_one_b(cases=CASES):
     hint="count the time steps of the whole batch, (v M + P - 1), and the P - 1 of them "
     "each stage waits for the pipeline to fill and drain",
 )
+@forbids(tuned_simulate, name="minidl's tuned pipeline simulator")
 def check_bubble_fraction(cases=CASES, interleaved=INTERLEAVED):
     """``reference.bubble_fraction`` against the simulated GPipe and 1F1B of each (P, M) of
     ``cases`` and the interleaved 1F1B of each (P, V, M) of ``interleaved``."""

@@ -13,16 +13,20 @@ import minidl as md
 from minidl import dist
 from minidl import functional as F
 from minidl import layers as L
+from minidl.dist import grid as tuned_grid
 from minidl.dist import tensor as tp
+from minidl.dist.tensor import functions as tuned_functions
+from minidl.dist.tensor import layers as tuned_layers
 from minidl.exercises import exercise, expect_close, expect_equal
 from minidl.exercises.checks.collectives import expect_on_every_rank
-from minidl.exercises.checks.tuned import call_watching, expect_left_alone
+from minidl.exercises.checks.tuned import call_watching, expect_left_alone, forbids
 from minidl.exercises.strict_comm import StrictComm
 from minidl.reference.dist import tensor_parallel as reference
 
 PATH = "minidl/reference/dist/tensor_parallel.py"
 N, C_IN, HIDDEN, C_OUT = 4, 5, 7, 3
 TOL = 1e-12
+TUNED_TP = forbids(tuned_functions, tuned_layers, name="minidl's tuned tensor parallelism")
 WHY = "x, the weights and the saved activation h stay the layer's, and dy is shared"
 
 
@@ -52,6 +56,7 @@ def expect_one_allreduce(counting, way):
     hint="compute this rank's block of the hidden layer with no message; multiply it by "
     "this rank's columns of W2 and sum the partial outputs over the ranks once; add b2 after",
 )
+@TUNED_TP
 def check_column_row_forward(comm):
     first, second, x, _ = serial_pair()
     column, row, w1, b1, w2 = blocks(comm, first, second)
@@ -78,6 +83,7 @@ def check_column_row_forward(comm):
     hint="the weight gradients of this rank's blocks need no message; only dx sums "
     "every rank's da_r W1_r, in one allreduce",
 )
+@TUNED_TP
 def check_column_row_backward(comm):
     first, second, x, g = serial_pair()
     _, _, w1, b1, w2 = blocks(comm, first, second)
@@ -110,6 +116,7 @@ def check_column_row_backward(comm):
     hint="rank = d*T + t: the ranks with the same d form the tensor-parallel group, "
     "those with the same t the data-parallel one; split by that colour, keyed by the other",
 )
+@forbids(tuned_grid.Grid, name="minidl's tuned Grid")
 def check_grid_groups(comm):
     results = []
     for dp, size in ((2, 2), (1, 4), (4, 1)):

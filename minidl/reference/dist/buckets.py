@@ -20,6 +20,10 @@ the order in which backward produces their gradients, so that a bucket is
 complete early (``minidl.dist.DistributedOptimizer`` starts each bucket's
 allreduce during backward; this textbook version waits for the whole backward
 pass). A bucket holds parameters of one dtype (a model of one dtype).
+
+An exercise region here must not call the tuned data parallelism
+(``minidl.dist.data_parallel``): the check fails one that does, since the exercise is to
+write the algorithm out.
 """
 
 from minidl.backend import get_array_module

@@ -46,6 +46,10 @@ gradients add up in the same order as in one process. The lists use minidl's
 ``Instruction`` (``minidl/dist/pipeline/schedules.py``), whose executor runs them:
 ``with_messages`` puts each receive right before the compute that needs it, each
 send right after the compute that made it, and ``step`` at the end.
+
+An exercise region here must not call the tuned schedules or simulator
+(``minidl.dist.pipeline.schedules``, ``minidl.perf.pipeline_simulate``): the check fails one
+that does, since the exercise is to write the algorithm out.
 """
 
 from minidl.autograd import Tensor, no_grad

@@ -22,6 +22,10 @@ of the output forward and one of the input gradient backward.
 ranks of one model replica (same d) form a tensor-parallel group, the D ranks
 holding the same block (same t) a data-parallel group. ``MPI_Comm_split`` puts
 the ranks that give the same colour in one communicator, ordered by key.
+
+An exercise region here must not call the tuned tensor parallelism (``minidl.dist.tensor``,
+``minidl.dist.Grid``): the check fails one that does, since the exercise is to write the
+algorithm out.
 """
 
 import numpy as np

@@ -33,6 +33,10 @@ get the result back: 2 (alpha + m beta) + m gamma more, k = floor(log2 P).
 ``minidl/perf/allreduce_cost.py``, which ``algorithm="auto"`` and ``minidl
 predict`` use, computes the same times from counts of messages and bytes;
 the tests hold the two equal.
+
+An exercise region here must not call minidl's tuned cost model
+(``minidl.perf.allreduce_cost``): the check fails one that does, since the exercise is to
+write the algorithm out.
 """
 
 import math

@@ -24,6 +24,10 @@ which caps the speedup at 1 / s; their Fig. 12 finds s of 0.1% (AlexNet) and
 T(b) also stops shrinking in proportion to b once b is small (their §III:
 fully connected layers become thin matrix products below b ~ 32-64), and
 T_comm grows with n, so real curves flatten earlier.
+
+An exercise region here must not call minidl's tuned cost model (``minidl.perf.predict``,
+``compute_model``, ``network``): the check fails one that does, since the exercise is to
+write the algorithm out.
 """
 
 import math

@@ -35,6 +35,10 @@ input size (14 * 14 * 16 * 150 = 470,400, where the 10 x 10 output gives
 240,000) and pooling at the input size, and gives its first convolution
 depth ceil(log2 25) = 5 where Table 6 gives 6. Here every layer is counted
 at its output, as Table 6 does.
+
+An exercise region here must not call minidl's tuned cost model
+(``minidl.perf.count_model``): the check fails one that does, since the exercise is to write
+the algorithm out.
 """
 
 import math
