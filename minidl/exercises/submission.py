@@ -262,13 +262,23 @@ def graft(student_root, out_dir, exercises, instructor_root=None):
 # ---- the grading process (imports the clean copy, runs no student code) and each check's ----
 
 
-def _not_traceable():
-    """Make this process one that processes of the same user cannot trace or read the memory
-    of (Linux; elsewhere nothing changes)."""
+def traceable(on):
+    """Let processes of the same user trace this one and read its memory (``on``), or not
+    (Linux; elsewhere nothing changes)."""
     if sys.platform.startswith("linux"):
         import ctypes
 
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+        ctypes.CDLL(None).prctl(4, int(on), 0, 0, 0)  # PR_SET_DUMPABLE
+
+
+@contextlib.contextmanager
+def not_traceable():
+    """While inside, the checks' processes cannot trace this one (the grader)."""
+    traceable(False)
+    try:
+        yield
+    finally:
+        traceable(True)
 
 
 def _check_user(name):
@@ -283,7 +293,7 @@ def _check_user(name):
 
 def _become(user):
     """In a check's process: run as ``user`` (``(uid, gid)`` or None), write no file over
-    64 MB (a write past it fails), dump no core."""
+    64 MB (a write past it fails), dump no core, and be traceable again as any process."""
     import resource
 
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -294,6 +304,7 @@ def _become(user):
         os.setgid(user[1])
         os.setuid(user[0])
         os.environ["HOME"] = tempfile.gettempdir()
+    traceable(True)  # this process only: the grading process it was forked from stays closed
 
 
 def _trusted(module):
@@ -487,7 +498,7 @@ def child_main(argv):
     copy is put back after each unit."""
     report, manifest, deadline, limit, user = argv[:5]
     report, deadline, limit = int(report), float(deadline), float(limit)
-    _not_traceable()
+    traceable(False)
     with open(manifest, "rb") as source:
         files = marshal.load(source)
     os.unlink(manifest)
@@ -812,7 +823,7 @@ def write_grades(folder, out_dir, course_path=None, on_student=None):
     package = package_files(repository_root())
     regions = {name: region_bodies(path)[0] for name, path in found.items()}
     documents = {}
-    with instructor_package_private(course):
+    with not_traceable(), instructor_package_private(course):
         for name in found:
             documents[name] = grade_submission(regions[name], package, points, course)
             if on_student is not None:
