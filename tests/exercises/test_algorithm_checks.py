@@ -11,6 +11,7 @@ import pytest
 
 from minidl.dist.launch import mpi_unavailable_reason
 from minidl.exercises import get, grader
+from minidl.exercises.checks.collectives import hierarchical_pattern, layouts, tree_pattern
 from minidl.exercises.student import write_student_tree
 from minidl.reference.conv import winograd
 from minidl.reference.data import colour
@@ -257,3 +258,27 @@ def test_colour_noise_without_the_square_root_and_top_k_of_the_smallest_fail(mon
     assert result.status == "failed" and "top-1 error of (40, 9) scores" in result.message, (
         result.message
     )
+
+
+def test_a_flat_gather_is_not_a_binomial_tree_from_four_ranks_on():
+    """On 3 ranks rank 0's children in a binomial tree are ranks 1 and 2, as in a flat gather;
+    from 4 ranks on the flat root sends more than ceil(log2 P) arrays (the hidden check's 5)."""
+    whole = 8 * 10
+    for size, flat_fails in ((3, False), (4, True), (5, True)):
+        flat = [(r, whole) for r in range(1, size)]
+        assert bool(tree_pattern(flat, 0, size, 10, 8)) is flat_fails
+    binomial_root = [(4, whole), (2, whole), (1, whole)]  # P = 5: children at 4, 2, 1
+    assert tree_pattern(binomial_root, 0, 5, 10, 8) == []
+    assert tree_pattern([(2, whole), (3, whole)], 2, 5, 10, 8) == []  # to its parent, a child
+
+
+def test_the_hierarchical_pattern_names_who_talks_across_nodes():
+    layout, whole = [[0, 1], [2, 3]], 8 * 10
+    pattern = hierarchical_pattern(layout)
+    assert pattern([(1, whole), (2, whole)], 0, 4, 10, 8) == []  # a member, the other leader
+    assert pattern([(2, whole)], 3, 4, 10, 8) == []  # a member sends to its leader only
+    assert "only the leaders [0, 2] talk" in pattern([(3, whole)], 0, 4, 10, 8)[0]
+    assert "its node's leader, rank 2" in pattern([(0, whole)], 3, 4, 10, 8)[0]
+    assert "must be exchanged among the leaders" in pattern([(1, whole)], 0, 4, 10, 8)[0]
+    assert layouts(4) == [[[0, 1], [2, 3]], [[0, 2], [1, 3]], [[0, 1, 2, 3]]]
+    assert layouts(2) == [[[0], [1]], [[0, 1]]]
