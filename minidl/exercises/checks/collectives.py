@@ -118,8 +118,8 @@ class PointToPointComm(StrictComm):
 
 def check_allreduce(comm, algorithm, tuned, pattern=None, sizes=None, seed=SEED):
     """Compare ``algorithm(comm, x)`` with the oracles for every length (default
-    ``lengths(P)``) and dtype, on every rank (over a ``StrictComm``; ``pattern``: a function of
-    the messages sent that lists problems)."""
+    ``lengths(P)``) and dtype, on every rank (over a ``PointToPointComm``; ``pattern``: a
+    function of the messages sent that lists problems)."""
     rank, size = comm.rank, comm.size
     comparisons, cases, digests, problems = [], [], [], []
     strict = PointToPointComm(comm)
@@ -255,6 +255,9 @@ def layouts(size):
 
 
 def check_hierarchical(comm):
+    """The hierarchical allreduce on three node layouts of the job's ranks, and on one of the
+    first P - 1."""
+
     def run(group, count):
         for layout in layouts(group.size)[:count]:
             check_allreduce(
