@@ -263,7 +263,7 @@ def hidden_check(exercise_id, test, ranks=None, timeout=60.0):
     """
 
     def register(check):
-        visible = get(exercise_id)
+        visible = registered(exercise_id)
         _HIDDEN[f"{exercise_id}:{test}"] = Exercise(
             exercise_id, visible.title, visible.path, visible.hint, check, ranks, timeout, test
         )
@@ -312,6 +312,13 @@ def get(exercise_id):
             f"no exercise {exercise_id!r}; 'minidl exercise list' shows them ({', '.join(found)})"
         )
     return found[exercise_id]
+
+
+def registered(key):
+    """The check registered under ``key`` (an id or a hidden check's key) by the modules
+    imported so far, else ``get(key)``: an MPI rank imports only its checks' modules."""
+    found = _CATALOGUE.get(key) or _HIDDEN.get(key)
+    return found if found is not None else get(key)
 
 
 def repository_root():

@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 
-from . import get
+from . import registered
 from .grader import EXIT, READY, REPORT, invoke, outcome, stuck_line
 
 POLL_S = 0.002  # how often a rank that has finished a check looks whether the others have
@@ -149,7 +149,7 @@ def main(argv):
         spec, _, timeout = arg.rpartition("=")
         module, _, key = spec.partition(":")
         importlib.import_module(module)
-        targets.append(dataclasses.replace(get(key), timeout=float(timeout)))
+        targets.append(dataclasses.replace(registered(key), timeout=float(timeout)))
     comm, running = md.dist.init(), {}
     _abort_never_returns(comm, running)
     write_line(f"{READY} rank {comm.rank}")
