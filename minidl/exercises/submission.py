@@ -22,10 +22,13 @@ any student code ran, and removes any file added. Each check's process sends
 one verdict, what the code printed capped, through a pipe that only it holds;
 a process that ends without one (the code ended the interpreter) is an
 ``error`` naming its exit status. Neither the grader nor the grading process
-can be traced by the checks' processes. With ``check_user`` in the course file
-and the grader run as root, the checks run as that user, who can write none
-of these files and cannot read the instructor's package (readable by root
-only while grading): its solutions and the hidden checks' source.
+can be traced by the checks' processes unless these run as root. With
+``check_user`` in the course file and the grader run as root, the checks run
+as that user, who can write none of these files and cannot read the
+instructor's package (readable by root only while grading): its solutions and
+the hidden checks' source. A verdict is still decided in the process that
+runs the student's code: code written against the grader can claim the checks
+its own regions run in, and no others.
 
 The course file's ``time_limit`` (600 s by default, the autograder's usual
 limit) bounds the grading of one submission: each check gets its own timeout
@@ -454,6 +457,7 @@ def run_forked(checks, deadline, user, report):
 
 
 def _result_of(exercise, status, message):
+    """The verdict ``status`` with ``message`` for ``exercise``, decided outside its check."""
     return Result(
         exercise.id,
         exercise.title,
