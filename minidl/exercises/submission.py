@@ -46,15 +46,20 @@ Without a course file each check chapter is an assignment and every
 exercise is worth 1 point.
 """
 
+# everything the grading process and the checks' processes use is imported here, before any
+# student code runs: none of it is read from disk after a check could have changed it
 import ast
 import contextlib
 import csv
+import ctypes
 import dataclasses
 import importlib.util
 import inspect
 import json
 import marshal
 import os
+import pwd
+import resource
 import select
 import shutil
 import signal
@@ -62,7 +67,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass
+
+import numpy
 
 from . import catalogue, get, hidden_catalogue, repository_root
 from .grader import (
@@ -269,8 +277,6 @@ def traceable(on):
     """Let processes of the same user trace this one and read its memory (``on``), or not
     (Linux; elsewhere nothing changes)."""
     if sys.platform.startswith("linux"):
-        import ctypes
-
         ctypes.CDLL(None).prctl(4, int(on), 0, 0, 0)  # PR_SET_DUMPABLE
 
 
@@ -288,8 +294,6 @@ def _check_user(name):
     """``(uid, gid)`` of the user the checks run as, or None to keep this process's user."""
     if not name:
         return None
-    import pwd
-
     entry = pwd.getpwnam(name)
     return entry.pw_uid, entry.pw_gid
 
@@ -297,8 +301,6 @@ def _check_user(name):
 def _become(user):
     """In a check's process: run as ``user`` (``(uid, gid)`` or None), write no file over
     64 MB (a write past it fails), dump no core, and be traceable again as any process."""
-    import resource
-
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -363,8 +365,6 @@ def _check_process(checks, verdict, log, user):
         with os.fdopen(verdict, "wb") as out:
             out.write(json.dumps([r.to_json() for r in results]).encode())
     except BaseException:  # noqa: BLE001 -- the grader's own failure, shown as the output
-        import traceback
-
         traceback.print_exc()
         EXIT(1)
     EXIT(0)
@@ -746,8 +746,6 @@ def can_run_checks_as(name):
     and that user can read this Python, its standard library and its packages."""
     if os.geteuid() != 0:
         raise ValueError(f"check_user {name!r}: the grader must run as root to run checks as it")
-    import numpy
-
     paths = [os.path.realpath(p) for p in (sys.executable, os.__file__, numpy.__file__)]
     pid = os.fork()
     if pid == 0:
