@@ -61,10 +61,10 @@ def garbage(tree):
 
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory):
-    """Five hostile submissions graded once: ``({student: results.json}, results.json bytes)``."""
+    """Six hostile submissions graded once: ``({student: results.json}, results.json bytes)``."""
     base = tmp_path_factory.mktemp("hostile")
     subs = base / "subs"
-    for name in ("syntax", "editkill", "patcher", "reader", "chatty"):
+    for name in ("syntax", "editkill", "patcher", "reader", "chatty", "parentkill"):
         write_student_tree(subs / name, only=list(COURSE["assignments"]["w"]))
     syntax = str(subs / "syntax")  # 1.1 and 1.2 right, 1.3 with an unclosed bracket
     solve(syntax, AUTOGRAD, "1.1", regions=2)
@@ -76,6 +76,11 @@ def hostile(tmp_path_factory):
     ):
         set_region(str(subs / name), AUTOGRAD, "1.2", body)
         garbage(str(subs / name))
+    parentkill = str(subs / "parentkill")  # kills the grading process; 1.3 right
+    set_region(
+        parentkill, AUTOGRAD, "1.2", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)"
+    )
+    solve(parentkill, AUTOGRAD, "1.3")
     reader = str(subs / "reader")
     set_region(reader, LOSS, "2.2", READ_THE_HIDDEN_CHECKS)
     chatty = str(subs / "chatty")  # right 1.1, after printing megabytes and control characters
@@ -117,6 +122,13 @@ def test_editing_the_grader_and_killing_the_check_moves_no_other_verdict(hostile
     assert "put back before the next check" in killed["output"]
     for test in checks_named(document, "2.2") + checks_named(document, "4.3"):
         assert test["status"] == "failed" and "FAILED" in test["output"]
+
+
+def test_killing_the_grading_process_costs_the_check_that_did_it_only(hostile):
+    document = hostile[0]["parentkill"]
+    (killed,) = checks_named(document, "1.2")
+    assert "ended without a verdict: the grading process ended with status -9" in killed["output"]
+    assert scores(document) == {"1.1": 0, "1.2": 0, "1.3": 3, "2.2": 0, "4.3": 0}
 
 
 def test_patching_the_checks_in_memory_moves_no_verdict(hostile):
