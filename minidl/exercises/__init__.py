@@ -35,7 +35,6 @@ student tree never receives), and register with ``hidden_check``; ``minidl
 exercise grade`` runs them next to the visible ones (see ``submission``).
 """
 
-import copy
 import hashlib
 import importlib
 import os
@@ -188,24 +187,6 @@ def changed_in_place(before, after, name):
     else:
         return None
     return next((found for found in (changed_in_place(*p[1:], p[0]) for p in pairs) if found), None)
-
-
-def call_unchanged(what, function, inputs, free=(), **keywords):
-    """``function(*inputs.values(), **keywords)``; raises ``ExerciseFailure`` naming the input
-    (other than those in ``free``) the code changed in place: the caller still needs it."""
-    saved = {name: copy.deepcopy(v) for name, v in inputs.items() if name not in free}
-    out = function(*inputs.values(), **keywords)
-    for name, value in inputs.items():
-        if name in free:
-            continue
-        found = changed_in_place(saved[name], value, name)
-        if found:
-            raise ExerciseFailure(
-                f"{what}: the code changed its input {found} in place",
-                detail="the caller still needs it (autograd reuses what the forward saved, "
-                "and the upstream gradient is shared): write the result into a new array",
-            )
-    return out
 
 
 @dataclass
