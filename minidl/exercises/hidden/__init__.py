@@ -13,6 +13,7 @@ MODULES = (
     "collectives",
     "data",
     "pipeline",
+    "spatial",
     "recompute",
     "sharding",
     "sync_batchnorm",
