@@ -68,14 +68,31 @@ def ranks_of(marker):
     return ranks
 
 
+def heartbeating(pid):
+    """True when process ``pid`` holds a UDP socket, which only its heartbeat opens (MPI's
+    own sockets are TCP and Unix): it is past start-up, and its peers can hear it."""
+    try:
+        links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:
+        return False
+    sockets = {link[len("socket:[") : -1] for link in links if link.startswith("socket:[")}
+    udp = set()
+    for table in ("/proc/net/udp", "/proc/net/udp6"):
+        if os.path.exists(table):
+            with open(table) as f:
+                udp |= {line.split()[9] for line in f.readlines()[1:]}
+    return bool(sockets & udp)
+
+
 def wait_for_ranks(job, marker, count, timeout=120):
-    """Wait until ``count`` ranks are running and have trained for a moment."""
+    """Wait until ``count`` ranks are running past start-up (heartbeats going, on a loaded
+    machine too) and have trained for a moment."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert job.poll() is None, job.communicate()[0]
         ranks = ranks_of(marker)
-        if len(ranks) == count:
-            time.sleep(4)  # past start-up, into the training steps
+        if len(ranks) == count and all(heartbeating(pid) for pid in ranks.values()):
+            time.sleep(2)  # a few heartbeats heard, into the training steps
             return ranks
         time.sleep(0.2)
     raise AssertionError(f"the ranks of {marker} did not start within {timeout} s")
