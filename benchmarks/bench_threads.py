@@ -4,8 +4,10 @@ AlexNet-small on Fashion-MNIST, in one process and on 2 ranks (``mpiexec``; 2 th
 per rank there oversubscribe the cores, measured once: 35.6 s against 1.5 s for an epoch,
 so left out), on a quiet machine and beside a competing process (a busy loop on one core).
 
-    python benchmarks/bench_threads.py [--rounds 3] [--subset 18000]   (AlexNet-small: subset / 6)
+    python benchmarks/bench_threads.py [--rounds 5] [--subset 18000] [--baseline DIR]
 
+``--baseline DIR`` also times the default of the minidl tree in DIR (a worktree of an
+earlier commit: ``git worktree add /tmp/old REV``), imported in place of the installed one.
 Settings alternate round by round; each figure is the median of the rounds' epoch times
 (``metrics.jsonl``'s), and the ratio is the default's over the best setting's.
 """
@@ -21,15 +23,23 @@ import tempfile
 from minidl.dist.launch import mpi_unavailable_reason, python_command
 
 SETTINGS = {"default": [], "1 thread": ["--threads", "1"], "2 threads": ["--threads", "2"]}
+# `python -c` with this runs `minidl ARGS` from the tree in argv[1], not the installed minidl
+FROM_TREE = (
+    "import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); "
+    "runpy.run_module('minidl', run_name='__main__')"
+)
 
 
-def epoch_seconds(model, flags, ranks, subset):
+def epoch_seconds(model, flags, ranks, subset, tree=None):
     """The epoch time ``minidl train`` prints for one epoch of ``model`` with ``flags``."""
     with tempfile.TemporaryDirectory() as out:
-        args = ["-m", "minidl", "train", "--model", model, "--subset", str(subset)]
-        args += ["--test-subset", "100", "--epochs", "1", "--no-progress", "--out", out, *flags]
+        args = ["train", "--model", model, "--subset", str(subset), "--test-subset", "100"]
+        args += ["--epochs", "1", "--no-progress", "--out", out, *flags]
         if ranks > 1:
-            command, env = python_command(ranks, [*args, "--dist", "sync"])
+            args += ["--dist", "sync"]
+        args = ["-c", FROM_TREE, tree, *args] if tree else ["-m", "minidl", *args]
+        if ranks > 1:
+            command, env = python_command(ranks, args)
         else:
             command, env = [sys.executable, *args], {}
         result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **env})
@@ -42,8 +52,9 @@ def epoch_seconds(model, flags, ranks, subset):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--subset", type=int, default=18000)
+    parser.add_argument("--baseline", metavar="DIR", help="also time this minidl tree's default")
     args = parser.parse_args()
     ranks_list = [1] + ([2] if mpi_unavailable_reason() is None else [])
     for load in ("quiet", "competing"):
@@ -54,13 +65,16 @@ def main():
             for model in ("lenet5", "alexnet-small"):
                 for ranks in ranks_list:
                     settings = SETTINGS if ranks == 1 else dict(list(SETTINGS.items())[:2])
+                    settings = {name: (flags, None) for name, flags in settings.items()}
+                    if args.baseline:
+                        settings["baseline default"] = ([], args.baseline)
                     times = {name: [] for name in settings}
                     for _ in range(args.rounds):
-                        for name, flags in settings.items():
+                        for name, (flags, tree) in settings.items():
                             subset = args.subset if model == "lenet5" else args.subset // 6
-                            times[name].append(epoch_seconds(model, flags, ranks, subset))
+                            times[name].append(epoch_seconds(model, flags, ranks, subset, tree))
                     medians = {name: statistics.median(t) for name, t in times.items()}
-                    best = min(medians.values())
+                    best = min(s for name, s in medians.items() if name != "baseline default")
                     cells = ", ".join(f"{name} {s:.2f} s" for name, s in medians.items())
                     print(
                         f"{load:9} {model:13} {ranks} rank(s): {cells}; default / best "
