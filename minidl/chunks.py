@@ -1,8 +1,8 @@
 """Split a batch (or any axis) into chunks whose temporaries stay in the CPU cache.
 
 The chunks of a large batch also run on several threads (``parallel.parallel_for``,
-``chunk_threads``); how a batch is cut never depends on the thread count, so neither
-do the results.
+``chunk_threads``), and so do the blocks of a large matrix product (``gemm``); how work
+is cut never depends on the thread count, so neither do the results.
 
 Multi-pass work (the convolutions' padding, gathers and scatters; LRN's
 elementwise passes) runs at cache speed when one chunk's data is hot in L2
@@ -68,3 +68,29 @@ def by_rows(fn, *arrays):
     pieces = [slice(n * i // ROW_PIECES, n * (i + 1) // ROW_PIECES) for i in range(ROW_PIECES)]
     pieces = [rows for rows in pieces if rows.stop > rows.start]
     parallel_for(lambda rows: fn(*(a[rows] for a in arrays)), pieces)
+
+
+GEMM_PIECE_FLOPS = 2**25  # ~0.3 ms of one core's GEMM: a piece worth waking a thread for
+GEMM_PIECES = 8  # at most; fewer for smaller products (a count set by size, not threads)
+GEMM_ALIGN = 16  # pieces start at multiples of this many rows (or columns)
+
+
+def gemm(a, b, out=None):
+    """``a @ b`` for 2-D arrays, a NumPy product of 2 * GEMM_PIECE_FLOPS or more cut into up to
+    GEMM_PIECES blocks of its longer output side, each one BLAS call into ``out``, on
+    ``parallel_for``'s threads. The cut follows the shapes alone: the same bits at any
+    thread count (with BLAS on one thread)."""
+    m, n = a.shape[0], b.shape[1]
+    pieces = min(GEMM_PIECES, 2 * m * n * a.shape[1] // GEMM_PIECE_FLOPS, max(m, n) // GEMM_ALIGN)
+    if not isinstance(a, np.ndarray) or pieces < 2:  # a small product, or CuPy's
+        return a @ b if out is None else get_array_module(a).matmul(a, b, out=out)
+    if out is None:
+        out = np.empty((m, n), np.result_type(a, b))
+    side = max(m, n)
+    step = -(-side // pieces // GEMM_ALIGN) * GEMM_ALIGN
+    cuts = [slice(start, min(start + step, side)) for start in range(0, side, step)]
+    if m >= n:
+        parallel_for(lambda rows: np.matmul(a[rows], b, out=out[rows]), cuts)
+    else:
+        parallel_for(lambda cols: np.matmul(a, b[:, cols], out=out[:, cols]), cuts)
+    return out

@@ -18,11 +18,11 @@ and ``get_num_threads() - 1`` workers), and returns the results in the chunks' o
 * **Work stealing without locks**: each participating thread takes the next chunk index
   from a shared counter (``next`` on an ``itertools.count`` is atomic under the GIL), so a
   thread slowed by other load takes fewer chunks.
-* **Large products too**: ``gemm`` cuts a large 2-D product into blocks of output rows
-  (or columns) by its size, one single-threaded BLAS call per block, so a training run
-  can keep BLAS on one thread (``backend.limit_threads(n, blas=1)``) and still use every
-  core for its GEMMs: then nothing busy-waits for work (OpenBLAS's idle threads spin) and
-  no result depends on the thread count.
+* **Large products too**: ``chunks.gemm`` cuts a large 2-D product into blocks of output
+  rows (or columns) by its size, one single-threaded BLAS call per block, so a training
+  run can keep BLAS on one thread (``backend.limit_threads(n, blas=1)``) and still use
+  every core for its GEMMs: then nothing busy-waits for work (OpenBLAS's idle threads
+  spin) and no result depends on the thread count.
 * **One BLAS thread per chunk**: while the pool runs a call's chunks, NumPy's BLAS runs
   each GEMM on the thread that calls it (``one_blas_thread``; restored afterwards), as two
   processes of one thread each would. BLAS's own threads would otherwise contend with the
@@ -46,8 +46,6 @@ import itertools
 import os
 import queue
 import threading
-
-import numpy as np
 
 _requested = None  # set_num_threads' value; None: the environment or the cores
 _local = threading.local()  # .inside: this thread is running a chunk
@@ -223,34 +221,6 @@ def parallel_for(fn, chunks, threads=None):
             pool.lock.release()
     job.raise_first_error()
     return job.results
-
-
-GEMM_PIECE_FLOPS = 2**25  # ~0.3 ms of one core's GEMM: a piece worth waking a thread for
-GEMM_PIECES = 8  # at most; fewer for smaller products (a count set by size, not threads)
-GEMM_ALIGN = 16  # pieces start at multiples of this many rows (or columns)
-
-
-def gemm(a, b, out=None):
-    """``a @ b`` for 2-D arrays, a NumPy product of 2 * GEMM_PIECE_FLOPS or more cut into up to
-    GEMM_PIECES blocks of its longer output side, each one BLAS call into ``out``, on
-    ``parallel_for``'s threads. The cut follows the shapes alone: the same bits at any
-    thread count (with BLAS on one thread)."""
-    m, n = a.shape[0], b.shape[1]
-    pieces = min(GEMM_PIECES, 2 * m * n * a.shape[1] // GEMM_PIECE_FLOPS, max(m, n) // GEMM_ALIGN)
-    if not isinstance(a, np.ndarray) or pieces < 2:  # a small product, or CuPy's
-        from .backend import get_array_module  # backend imports this module
-
-        return a @ b if out is None else get_array_module(a).matmul(a, b, out=out)
-    if out is None:
-        out = np.empty((m, n), np.result_type(a, b))
-    side = max(m, n)
-    step = -(-side // pieces // GEMM_ALIGN) * GEMM_ALIGN
-    cuts = [slice(start, min(start + step, side)) for start in range(0, side, step)]
-    if m >= n:
-        parallel_for(lambda rows: np.matmul(a[rows], b, out=out[rows]), cuts)
-    else:
-        parallel_for(lambda cols: np.matmul(a, b[:, cols], out=out[:, cols]), cuts)
-    return out
 
 
 def sum_in_order(parts):

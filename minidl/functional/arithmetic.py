@@ -7,7 +7,7 @@ axes); the chain rule then sums the incoming gradient over those axes
 
 from ..autograd import Function, ShapeError, Tensor
 from ..backend import get_array_module
-from ..parallel import gemm
+from ..chunks import gemm
 
 
 def unbroadcast(grad, shape):

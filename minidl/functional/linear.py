@@ -14,7 +14,7 @@ column-major array ~8x slower than one of equal layouts (measured here:
 
 from ..autograd import Function, ShapeError, Tensor
 from ..backend import empty, get_array_module
-from ..parallel import gemm
+from ..chunks import gemm
 
 
 class Linear(Function):

@@ -6,7 +6,7 @@ saves. ``fastest_threads`` times a step at each candidate count, alternating rou
 other load on the machine falls on every count alike (three for a step under 0.2 s, one
 for a longer one), and returns the fastest; a step slower than ``budget_s`` at the most
 threads is left at the most (timing it again would cost more than it could save). BLAS runs
-on one thread throughout, as in training (``parallel.gemm`` spreads the large products), so
+on one thread throughout, as in training (``chunks.gemm`` spreads the large products), so
 the choice changes the speed and never the bits.
 """
 

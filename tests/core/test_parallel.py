@@ -255,17 +255,17 @@ def test_a_cut_product_is_the_product_with_the_same_bits_on_1_2_and_3_threads(th
     wide); BLAS on one thread, every count gives the bits of one thread, and the float64
     product within float32's rounding."""
     m, k, n = shape
-    assert 2 * m * k * n >= 2 * parallel.GEMM_PIECE_FLOPS  # large enough to be cut
+    assert 2 * m * k * n >= 2 * chunks.GEMM_PIECE_FLOPS  # large enough to be cut
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
     results = []
     with backend.limit_threads(1):
         for n_threads in THREADS:
             threads(n_threads)
-            results.append(parallel.gemm(a, b))
+            results.append(chunks.gemm(a, b))
     exact = a.astype(np.float64) @ b.astype(np.float64)
     assert np.abs(results[0] - exact).max() < 1e-5 * np.abs(a).max() * np.abs(b).max() * k
     for result in results[1:]:
         assert np.array_equal(result, results[0])
     out = np.empty((n, m), np.float32).T  # a strided output: the cut writes into it
-    assert parallel.gemm(a, b, out=out) is out and np.array_equal(out, results[0])
+    assert chunks.gemm(a, b, out=out) is out and np.array_equal(out, results[0])
