@@ -354,12 +354,13 @@ def run_in_process(exercise):
     with captured_output() as printed:
         exc = _call_with_deadline(invoke, (exercise,), exercise.timeout, exercise.path)
     status, message = outcome(exercise, exc)
-    result = _result(exercise, status, message, time.perf_counter() - start)
+    result = verdict_of(exercise, status, message, time.perf_counter() - start)
     result.output = printed.getvalue()
     return result
 
 
-def _result(exercise, status, message, seconds, ranks=None):
+def verdict_of(exercise, status, message, seconds=0.0, ranks=None):
+    """The ``Result`` of ``exercise``: its hint only with a verdict that is not a pass."""
     return Result(
         exercise.id,
         exercise.title,
@@ -447,7 +448,7 @@ def combine_ranks(exercise, per_rank, nranks, hung, output):
     bad = [per_rank[r] for r in sorted(per_rank) if per_rank[r].status != "passed"]
     seconds = max([r.seconds for r in per_rank.values()], default=0.0)
     if not bad and not missing:
-        return _result(exercise, "passed", "", seconds, [per_rank[r] for r in range(nranks)])
+        return verdict_of(exercise, "passed", "", seconds, [per_rank[r] for r in range(nranks)])
     hang_note = f"timed out after {exercise.timeout:g} s: {MPI_HANG}"
     crash = None if bad or hung else crash_outcome(exercise, output)
     alike = not missing and len({(r.status, r.message) for r in per_rank.values()}) == 1
@@ -493,7 +494,7 @@ def combine_ranks(exercise, per_rank, nranks, hung, output):
         )
     if hung and status != "timed_out":
         message += f"\n  the other ranks were still waiting: {MPI_HANG}"
-    return _result(exercise, status, message, seconds, ranks)
+    return verdict_of(exercise, status, message, seconds, ranks)
 
 
 def _same_values(ranks):
@@ -513,7 +514,7 @@ def run_mpi_group(exercises, nranks):
     reason = mpi_unavailable_reason()
     if reason:
         for e in exercises:
-            yield _result(
+            yield verdict_of(
                 e,
                 "skipped",
                 f"needs MPI: {reason}. Install mpi4py and an MPI library "

@@ -84,6 +84,7 @@ from .grader import (
     clip_text,
     format_result,
     grade,
+    verdict_of,
 )
 from .student import IGNORED, STUB_IMPORT, _import_index, region_texts, scan_file, stub_prefix
 
@@ -405,7 +406,7 @@ def _tail(log):
 
 def _without_verdict(exercise, status, output, process="its process"):
     """The ``error`` of a check whose ``process`` ended (``status``) without a verdict."""
-    return _result_of(
+    return verdict_of(
         exercise,
         "error",
         f"the check ended without a verdict: {process} ended with status {status} (the code "
@@ -445,7 +446,7 @@ def run_forked(checks, deadline, user, report):
             pass
         if time.time() >= limit:
             return [
-                _result_of(
+                verdict_of(
                     e,
                     "timed_out",
                     f"no answer after {e.timeout:g} s: its process was stopped; its last "
@@ -454,19 +455,6 @@ def run_forked(checks, deadline, user, report):
                 for e in checks
             ]
         return [_without_verdict(e, status, _tail(log)) for e in checks]
-
-
-def _result_of(exercise, status, message):
-    """The verdict ``status`` with ``message`` for ``exercise``, decided outside its check."""
-    return Result(
-        exercise.id,
-        exercise.title,
-        exercise.path,
-        status,
-        message,
-        exercise.hint,
-        test=exercise.test,
-    )
 
 
 def time_scale(checks, deadline):
@@ -479,7 +467,7 @@ def time_scale(checks, deadline):
 
 def not_run(exercise, limit):
     """The verdict of a check that the time limit left no time for."""
-    return _result_of(
+    return verdict_of(
         exercise,
         "timed_out",
         f"not run: the {limit:g} s that grading one submission may take (the course file's "
