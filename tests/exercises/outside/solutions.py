@@ -671,6 +671,247 @@ return x @ weight.T + bias
 }
 
 
+TOPOLOGICAL = {  # regions: 0 backward, 1 topological_order
+    "right": {
+        0: """\
+import numpy as np
+self.grad = np.ones_like(self.data)
+for v in list(topological_order(self))[::-1]:
+    v._backward()
+""",
+        1: """\
+visited.add(root)
+stack = [(root, iter(root.parents))]
+while stack:
+    node, parents = stack[-1]
+    for parent in parents:
+        if parent not in visited:
+            visited.add(parent)
+            stack.append((parent, iter(parent.parents)))
+            break
+    else:
+        stack.pop()
+        order.append(node)
+return order
+""",
+    },
+    "wrong": {  # the leaves first: each _backward runs before its output's gradient is in
+        0: """\
+import numpy as np
+self.grad = np.ones_like(self.data)
+for v in topological_order(self):
+    v._backward()
+"""
+    },
+}
+
+MATMUL = {
+    "right": """\
+import numpy as np
+self.grad += np.einsum("ik,jk->ij", out.grad, other.data)
+other.grad += np.einsum("ki,kj->ij", self.data, out.grad)
+""",
+    "wrong": """\
+self.grad = out.grad @ other.data.T
+other.grad = self.data.T @ out.grad
+""",
+    "not the algorithm": """\
+import minidl as md
+a = md.tensor(self.data, requires_grad=True, dtype="float64")
+b = md.tensor(other.data, requires_grad=True, dtype="float64")
+(a @ b).backward(md.tensor(out.grad, dtype="float64"))
+self.grad += a.grad
+other.grad += b.grad
+""",
+}
+
+MAX_POOL = {
+    "right": """\
+taps = [(u, v) for u in range(kh) for v in range(kw)]
+spans = [
+    (slice(u, u + sh * (oh - 1) + 1, sh), slice(v, v + sw * (ow - 1) + 1, sw)) for u, v in taps
+]
+best = xp.full(dout.shape, -xp.inf, dtype=xpad.dtype)
+first = xp.zeros(dout.shape, dtype=int)
+for t, (rows, cols) in enumerate(spans):
+    seen = xpad[:, :, rows, cols]
+    first = xp.where(seen > best, t, first)
+    best = xp.maximum(seen, best)
+dxpad = xp.zeros_like(xpad)
+for t, (rows, cols) in enumerate(spans):
+    dxpad[:, :, rows, cols] += xp.where(first == t, dout, 0)
+return unpad(dxpad, geometry, shape)
+""",
+    "wrong": """\
+dxpad = xp.zeros_like(xpad)
+for i in range(oh):
+    for j in range(ow):
+        win = window(xpad, i, j, geometry)
+        top = win == win.max(axis=(2, 3), keepdims=True)
+        window(dxpad, i, j, geometry)[...] += top * dout[:, :, i, j][:, :, None, None]
+return unpad(dxpad, geometry, shape)
+""",
+    "not the algorithm": """\
+import minidl as md
+from minidl import functional as F
+t = md.tensor(unpad(xpad, geometry, shape), requires_grad=True, dtype="float64")
+F.max_pool2d(t, (kh, kw), (sh, sw), geometry[2]).backward(md.tensor(dout, dtype="float64"))
+return t.grad
+""",
+}
+
+BATCH_NORM = {
+    "right": """\
+m = dout.size // dout.shape[1]
+total = dx_hat.sum(axis=axes, keepdims=True)
+along = (dx_hat * x_hat).sum(axis=axes, keepdims=True)
+return inv_std / m * (m * dx_hat - total - x_hat * along), dgamma, dbeta
+""",
+    "wrong": """\
+return dx_hat * inv_std, dgamma, dbeta
+""",
+    "not the algorithm": """\
+m = dout.size // dout.shape[1]
+total = dx_hat.sum(axis=axes, keepdims=True)
+x_hat *= (dx_hat * x_hat).sum(axis=axes, keepdims=True)
+return inv_std / m * (m * dx_hat - total - x_hat), dgamma, dbeta
+""",
+}
+
+LRN = {
+    "right": """\
+t = dout * x * s ** (-beta - 1)
+running = xp.concatenate([xp.zeros_like(t[:, :1]), xp.cumsum(t, axis=1)], axis=1)
+i = xp.arange(channels)
+hi, lo = xp.minimum(i + size // 2 + 1, channels), xp.maximum(i - (size - 1) // 2, 0)
+return dout * s**-beta - 2 * alpha * beta / size * x * (running[:, hi] - running[:, lo])
+""",
+    "wrong": """\
+return dout * s**-beta
+""",
+    "not the algorithm": """\
+s **= -beta
+t = dout * x * s / (s ** (1 / beta))
+running = xp.concatenate([xp.zeros_like(t[:, :1]), xp.cumsum(t, axis=1)], axis=1)
+i = xp.arange(channels)
+hi, lo = xp.minimum(i + size // 2 + 1, channels), xp.maximum(i - (size - 1) // 2, 0)
+return dout * s - 2 * alpha * beta / size * x * (running[:, hi] - running[:, lo])
+""",
+}
+
+IM2COL = {
+    "right": """\
+import numpy as np
+(sh, sw), (dh, dw) = geom.stride, geom.dilation
+xpad = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+out = np.zeros((c, geom.kernel_h, geom.kernel_w, n, geom.out_h, geom.out_w), dtype=x.dtype)
+for i in range(geom.out_h):
+    for j in range(geom.out_w):
+        patch = xpad[:, :, i * sh :: dh][:, :, : geom.kernel_h, j * sw :: dw][..., : geom.kernel_w]
+        out[:, :, :, :, i, j] = patch.transpose(1, 2, 3, 0)
+return out.reshape(-1, n * geom.out_h * geom.out_w)
+""",
+    "wrong": """\
+xpad = xp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))  # rows (u, v, c)
+cols = [xpad[:, :, r, s] for u in range(geom.kernel_h) for v in range(geom.kernel_w)
+        for r, s in [geom.window(u, v)]]
+return xp.stack(cols).transpose(0, 2, 1, 3, 4).reshape(-1, n * geom.out_h * geom.out_w)
+""",
+    "not the algorithm": """\
+import numpy as np
+from minidl.conv.im2col import columns
+buffer = np.empty(c * geom.kernel_h * geom.kernel_w * n * geom.out_h * geom.out_w, x.dtype)
+a = columns(x, geom, buffer, False).reshape(geom.kernel_h, geom.kernel_w, c, -1)
+return a.transpose(2, 0, 1, 3).reshape(c * geom.kernel_h * geom.kernel_w, -1)
+""",
+}
+
+COL2IM = {
+    "right": """\
+import numpy as np
+(sh, sw), (dh, dw) = geom.stride, geom.dilation
+parts = cols.reshape(c, geom.kernel_h, geom.kernel_w, n, geom.out_h, geom.out_w)
+grad = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=cols.dtype)
+for i in range(geom.out_h):
+    for j in range(geom.out_w):
+        for u in range(geom.kernel_h):
+            grad[:, :, i * sh + u * dh, j * sw : j * sw + dw * geom.kernel_w : dw] += parts[
+                :, u, :, :, i, j
+            ].transpose(2, 0, 1)
+return grad[:, :, ph : h + ph, pw : w + pw]
+""",
+    "wrong": """\
+blocks = cols.reshape(c, geom.kernel_h, geom.kernel_w, n, geom.out_h, geom.out_w)
+dxpad = xp.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=cols.dtype)
+for u in range(geom.kernel_h):
+    for v in range(geom.kernel_w):
+        rows, columns = geom.window(u, v)
+        dxpad[:, :, rows, columns] = blocks[:, u, v].transpose(1, 0, 2, 3)
+return dxpad[:, :, ph : ph + h, pw : pw + w]
+""",
+    "not the algorithm": """\
+from minidl.conv.im2col import col2im as tuned, crop_padding
+blocks = cols.reshape(c, geom.kernel_h, geom.kernel_w, n, geom.out_h, geom.out_w)
+padded = tuned(blocks.transpose(1, 2, 3, 4, 5, 0), geom)
+return crop_padding(padded, geom).transpose(0, 3, 1, 2)
+""",
+}
+
+DIRECT = {
+    "right": """\
+import numpy as np
+(sh, sw), (dh, dw) = geom.stride, geom.dilation
+reach_h, reach_w = dh * (geom.kernel_h - 1) + 1, dw * (geom.kernel_w - 1) + 1
+y = np.empty(geom.output_shape, dtype=x.dtype)
+for i in range(geom.out_h):
+    for j in range(geom.out_w):
+        patch = xpad[:, :, i * sh : i * sh + reach_h : dh, j * sw : j * sw + reach_w : dw]
+        y[:, :, i, j] = np.einsum("kcuv,cnuv->nk", w, patch)
+return y, None
+""",
+    "wrong": """\
+y = xp.zeros((geom.out_channels, geom.batch * geom.out_h * geom.out_w), dtype=x.dtype)
+for u in range(geom.kernel_h):
+    for v in range(geom.kernel_w):
+        y += w[:, :, u, v] @ shifted(xpad, geom, geom.kernel_h - 1 - u, geom.kernel_w - 1 - v)
+return batch_first(y, geom.out_h, geom.out_w), None
+""",
+    "not the algorithm": """\
+from minidl.conv.direct import DIRECT
+return DIRECT.forward(x, w, geom)
+""",
+}
+
+WINOGRAD = {  # regions: 0 transform_tiles, 1 transform_kernels, 2 the products and A^T m A
+    "right": {
+        0: 'return np.einsum("ia,...ab,jb->...ij", b_t, d, b_t)\n',
+        1: 'return np.einsum("ia,kcab,jb->kcij", g, w, g)\n',
+        2: """\
+m = (u[None, :, :, None, None] * v[:, None]).sum(axis=2)
+y = xp.einsum("ia,nktsab,jb->nktsij", a_t, m, a_t)
+n, k, th, tw = y.shape[:4]
+out = xp.empty((n, k, 2 * th, 2 * tw), dtype=y.dtype)
+for i in range(2):
+    for j in range(2):
+        out[:, :, i::2, j::2] = y[..., i, j]
+return out[:, :, :out_h, :out_w]
+""",
+    },
+    "wrong": {0: "return b_t.T @ d @ b_t\n"},
+    "not the algorithm": {  # the definition on the padded input: the transforms unused
+        2: """\
+(ph, pw) = padding
+xpad = xp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+y = xp.zeros((x.shape[0], w.shape[0], out_h, out_w), dtype=x.dtype)
+for a in range(3):
+    for b in range(3):
+        y += xp.einsum("kc,nchw->nkhw", w[:, :, a, b], xpad[:, :, a : a + out_h, b : b + out_w])
+return y
+"""
+    },
+}
+
+
 def by_region(bodies):
     """``{k: text}`` from a text (the exercise's only region) or a dict."""
     return bodies if isinstance(bodies, dict) else {0: bodies}
@@ -785,6 +1026,77 @@ IN_PROCESS = {  # id: (path, [(kind, bodies, verdict)])
             ("right", TOP_K_ERROR["right"], None),
             ("wrong", TOP_K_ERROR["wrong"], "top-1 error"),
             ("not the algorithm", TOP_K_ERROR["not the algorithm"], f"{TUNED} tuned top_k_hits"),
+        ],
+    ),
+    "1.1": (
+        "minidl/reference/autograd.py",
+        [
+            ("right", TOPOLOGICAL["right"], None),
+            ("wrong", TOPOLOGICAL["wrong"], "after backward()"),
+        ],
+    ),
+    "1.3": (
+        "minidl/reference/autograd.py",
+        [
+            ("right", MATMUL["right"], None),
+            ("wrong", MATMUL["wrong"], "s is both operands"),
+            ("not the algorithm", MATMUL["not the algorithm"], f"{TUNED} autograd"),
+        ],
+    ),
+    "2.3": (
+        "minidl/reference/functional/pooling.py",
+        [
+            ("right", MAX_POOL["right"], None),
+            ("wrong", MAX_POOL["wrong"], "the first maximum gets it all"),
+            ("not the algorithm", MAX_POOL["not the algorithm"], f"{TUNED} autograd"),
+        ],
+    ),
+    "2.4": (
+        "minidl/reference/functional/batch_norm.py",
+        [
+            ("right", BATCH_NORM["right"], None),
+            ("wrong", BATCH_NORM["wrong"], "d/dx"),
+            ("not the algorithm", BATCH_NORM["not the algorithm"], "changed its input cache"),
+        ],
+    ),
+    "2.5": (
+        "minidl/reference/functional/lrn.py",
+        [
+            ("right", LRN["right"], None),
+            ("wrong", LRN["wrong"], "d/dx"),
+            ("not the algorithm", LRN["not the algorithm"], "changed its input cache"),
+        ],
+    ),
+    "3.1": (
+        "minidl/reference/conv/im2col.py",
+        [
+            ("right", IM2COL["right"], None),
+            ("wrong", IM2COL["wrong"], "indexed (c, u, v, n, i, j)"),
+            ("not the algorithm", IM2COL["not the algorithm"], f"{TUNED} tuned convolutions"),
+        ],
+    ),
+    "3.2": (
+        "minidl/reference/conv/im2col.py",
+        [
+            ("right", COL2IM["right"], None),
+            ("wrong", COL2IM["wrong"], "col2im(dA)"),
+            ("not the algorithm", COL2IM["not the algorithm"], f"{TUNED} tuned convolutions"),
+        ],
+    ),
+    "3.3": (
+        "minidl/reference/conv/direct.py",
+        [
+            ("right", DIRECT["right"], None),
+            ("wrong", DIRECT["wrong"], "direct convolution of"),
+            ("not the algorithm", DIRECT["not the algorithm"], f"{TUNED} tuned convolutions"),
+        ],
+    ),
+    "3.5": (
+        "minidl/reference/conv/winograd.py",
+        [
+            ("right", WINOGRAD["right"], None),
+            ("wrong", WINOGRAD["wrong"], "transform_tiles"),
+            ("not the algorithm", WINOGRAD["not the algorithm"], "A^T [sum_c U o V] A"),
         ],
     ),
 }
