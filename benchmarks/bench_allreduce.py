@@ -26,9 +26,9 @@ import numpy as np
 
 import minidl.dist as dist
 from minidl.backend import tune_malloc
-from minidl.cli import bench_allreduce as bench
 from minidl.dist import collectives
 from minidl.perf import allreduce_cost as cost
+from minidl_app.cli import bench_allreduce as bench
 
 tune_malloc()  # as the minidl command does: step temporaries stay in the process
 

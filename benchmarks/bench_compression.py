@@ -13,7 +13,7 @@ is top-k 1% within 1 point of float32 on at most 5% of the bytes. Same as
 
 import sys
 
-from minidl.cli import main
+from minidl_app.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["bench", "compression", *sys.argv[1:]]))

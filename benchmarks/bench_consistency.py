@@ -14,7 +14,7 @@ gaps to bsp. Same as ``minidl bench consistency``.
 
 import sys
 
-from minidl.cli import main
+from minidl_app.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["bench", "consistency", *sys.argv[1:]]))

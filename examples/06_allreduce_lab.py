@@ -22,8 +22,8 @@ import argparse
 import numpy as np
 
 import minidl.dist as dist
-from minidl.cli import bench_allreduce as bench
 from minidl.perf import allreduce_cost
+from minidl_app.cli import bench_allreduce as bench
 
 MODEL_NOTE = (
     "lines: alpha-beta-gamma model (alpha per message step, beta and gamma per byte), fitted "

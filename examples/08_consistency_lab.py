@@ -22,12 +22,12 @@ import argparse
 
 import minidl as md
 from minidl import optim
-from minidl.cli.train import parse_dist_mode
 from minidl.data import DataLoader, FashionMNIST
 from minidl.dist import DistConfig, init, make_session
 from minidl.dist.straggler import Straggler
 from minidl.perf.telemetry import StalenessHistogram, summarize_epoch
 from minidl.train.loop import evaluate, train_epoch
+from minidl_app.cli.train import parse_dist_mode
 
 
 def main():

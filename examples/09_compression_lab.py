@@ -18,9 +18,9 @@ import argparse
 
 import numpy as np
 
-from minidl.cli.specs import parse_compression
 from minidl.dist.compression import GradientEncoder
 from minidl.perf.telemetry import format_table
+from minidl_app.cli.specs import parse_compression
 
 SCHEMES = [
     ("none", None),

@@ -1,7 +1,7 @@
-"""``python -m minidl``: the same as the ``minidl`` console script."""
+"""``python -m minidl``: the same as the ``minidl`` console script (``minidl_app.cli``)."""
 
 import sys
 
-from .cli import main
+from minidl_app.cli import main
 
 sys.exit(main())

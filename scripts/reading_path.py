@@ -134,7 +134,7 @@ def rank_program(name, out, argv):
     recorder = PathRecorder(methods, inside) if rank == 0 else None
     if recorder is not None:
         sys.setprofile(recorder)
-    from minidl.cli import main
+    from minidl_app.cli import main
 
     status = main(["train", *argv])
     if recorder is not None:

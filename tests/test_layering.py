@@ -1,30 +1,42 @@
 """minidl's packages import one way: each only from its own level and the levels below.
 
     backend -> autograd -> functional / conv -> layers -> optim -> models / data -> perf
-            -> train -> dist -> (the ``minidl`` facade) -> cli
+            -> train -> dist -> (the ``minidl`` facade)
+    -> the run application (``minidl_app``: the ``minidl`` command)
+    -> the course tooling (``minidl_course``: grader, student trees, submissions)
 
 The top-level helper modules sit at the level of what they import (``atomic``,
 ``chunks``, ``intmath``, ``random`` with the backend; ``gradcheck`` and ``recompute`` with
 autograd). ``reference`` and ``exercises`` are leaves: they may import the
-whole library, and nothing below the command line imports them, not even
+whole library, and nothing in the library imports them, not even
 lazily in a function or by a module-path string given to ``importlib``
-(``cli`` runs ``minidl exercise``, so it may). The one deliberate cycle is
+(the application and the course tooling above it may). The one deliberate cycle is
 autograd -> functional (``Tensor``'s operators call ``functional``, imported
-at the end of ``autograd.py``); any other cycle between packages fails.
+at the end of ``autograd.py``); any other cycle between packages fails. The one
+deliberate upward edge is the command's ``minidl exercise``, which names the course
+tooling's command module (looked up when that sub-command runs).
 
-Every ``import`` and ``from ... import`` in ``minidl/`` counts, wherever it
+Modules that moved out of the library keep their old import path (``OLD_PATHS``): each such
+module only puts its new home in ``sys.modules`` under the old name, and nothing imports it.
+
+Every ``import`` and ``from ... import`` in the three packages counts, wherever it
 stands (module level, function body), with relative imports resolved; so
-does any string constant that is exactly the dotted path of a minidl module.
+does any string constant that is exactly the dotted path of one of their modules.
 """
 
 import ast
+import importlib
 import re
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import minidl
 
 PACKAGE_DIR = Path(minidl.__file__).parent
+ROOT = PACKAGE_DIR.parent
+PACKAGES = ("minidl", "minidl_app", "minidl_course")  # the three tiers, lowest first
 FACADE = "minidl"
 LEVELS = {
     "backend": 0,
@@ -47,13 +59,22 @@ LEVELS = {
     "train": 7,
     "dist": 8,
     FACADE: 9,
-    "cli": 10,
-    "__main__": 10,
+    "minidl_app": 10,
+    "__main__": 10,  # ``python -m minidl`` runs the command
+    "minidl_course": 11,
 }
 LEAVES = ("reference", "exercises")
-COMMAND_LINE = LEVELS["cli"]
+COMMAND_LINE = LEVELS["minidl_app"]
 DELIBERATE_BACK_EDGES = {("autograd", "functional")}
-MODULE_PATH = re.compile(r"minidl(\.\w+)+")
+COMMAND_OF_THE_COURSE = ("minidl_app.cli", "minidl_course.command")  # the one upward import
+OLD_PATHS = {  # old import path -> new home
+    "minidl.cli": "minidl_app.cli",
+    **{
+        f"minidl.exercises.{name}": f"minidl_course.{name}"
+        for name in "command grader listing mpi_runner privacy student submission".split()
+    },
+}
+MODULE_PATH = re.compile(r"minidl(_app|_course)?(\.\w+)+")
 
 
 @dataclass(frozen=True)
@@ -71,8 +92,12 @@ class Edge:
 
 
 def package_of(module):
-    """``minidl.conv.fft`` -> ``conv``; ``minidl.backend`` -> ``backend``; ``minidl`` -> itself."""
+    """``minidl.conv.fft`` -> ``conv``; ``minidl.backend`` -> ``backend``; ``minidl`` -> itself;
+    a module of the application or the course tooling -> its tier (``minidl_app.cli.train`` ->
+    ``minidl_app``)."""
     parts = module.split(".")
+    if parts[0] != FACADE:
+        return parts[0]
     return parts[1] if len(parts) > 1 else FACADE
 
 
@@ -111,15 +136,23 @@ def _edges_of(path, package_dir, modules):
         ):
             targets = [node.value]
         for target in targets:
-            if target == FACADE or target.startswith(FACADE + "."):
+            if target.split(".")[0] in PACKAGES:
                 yield Edge(module, target, file, node.lineno, ast.get_source_segment(source, node))
 
 
-def import_edges(package_dir=PACKAGE_DIR):
-    """Every import of a minidl module by a minidl module, as ``Edge``s."""
-    paths = sorted(package_dir.rglob("*.py"))
-    modules = {_module_name(p, package_dir) for p in paths}
-    edges = (edge for path in paths for edge in _edges_of(path, package_dir, modules))
+def import_edges(*package_dirs):
+    """Every import of a module of the three packages by one of them (by default; else of the
+    packages in ``package_dirs``), as ``Edge``s; the old import paths' aliases and the
+    command's ``minidl exercise`` left out."""
+    package_dirs = [Path(d) for d in package_dirs] or [ROOT / name for name in PACKAGES]
+    files = [(path, folder) for folder in package_dirs for path in sorted(folder.rglob("*.py"))]
+    modules = {_module_name(path, folder) for path, folder in files}
+    edges = (
+        edge
+        for path, folder in files
+        for edge in _edges_of(path, folder, modules)
+        if edge.source not in OLD_PATHS and (edge.source, edge.target) != COMMAND_OF_THE_COURSE
+    )
     return list(dict.fromkeys(edges))  # ``from a import b, c`` of one module counts once
 
 
@@ -212,6 +245,36 @@ def test_minidl_imports_follow_the_layers():
     assert not problems, "layering violations:\n" + "\n".join(problems)
 
 
+def test_nothing_imports_an_old_import_path_and_each_is_its_new_home():
+    used = [
+        f"{e}: import {e.target} from its new home" for e in import_edges() if e.target in OLD_PATHS
+    ]
+    assert not used, "\n".join(used)
+    for old, new in OLD_PATHS.items():
+        assert importlib.import_module(old) is importlib.import_module(new), old
+    from minidl.cli.train import parse_dist_mode  # a submodule of a moved package too
+
+    from minidl_app.cli.train import parse_dist_mode as at_home
+
+    assert parse_dist_mode is at_home
+
+
+def test_import_minidl_loads_neither_the_application_nor_the_course_tooling():
+    """What ``import minidl; import minidl.dist`` loads, in a fresh interpreter."""
+    probe = (
+        "import sys, minidl, minidl.dist; "
+        "print(' '.join(m for m in sys.modules if m.split('.')[0] in sys.argv[1:]))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe, *PACKAGES[1:]],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout.split()
+    assert loaded == [], f"import minidl loads {loaded}"
+
+
 # the parallelisms of minidl.dist: they take what a run gives them as callbacks or arguments
 PARALLELISMS = tuple(
     f"minidl.dist.{name}"
@@ -222,9 +285,9 @@ RUN_MACHINERY = tuple(
     f"minidl.{name}"
     for name in (
         "train.rundir train.resume train.metrics train.progress train.run dist.fit "
-        "dist.watchdog dist.straggler dist.launch cli"
+        "dist.watchdog dist.straggler dist.launch"
     ).split()
-)
+) + ("minidl_app",)
 
 
 def _within(module, prefixes):
@@ -279,6 +342,15 @@ def test_an_upward_import_is_reported_with_its_file_and_statement():
     ]
 
 
+def test_the_library_importing_the_application_or_the_course_tooling_is_reported():
+    for source in ("minidl.train.run", "minidl", "minidl.dist.fit"):
+        for target in ("minidl_app.cli.train", "minidl_course.grader"):
+            (problem,) = layering_violations([edge(source, target)])
+            assert f"imports the higher {target.split('.')[0]}" in problem
+    (problem,) = layering_violations([edge("minidl_app.cli.train", "minidl_course.student")])
+    assert "minidl_app (level 10) imports the higher minidl_course (level 11)" in problem
+
+
 def test_a_library_import_of_a_leaf_is_reported_even_from_the_top():
     for source in ("minidl.conv.function", "minidl.dist.collectives", "minidl"):
         for leaf in LEAVES:
@@ -287,7 +359,7 @@ def test_a_library_import_of_a_leaf_is_reported_even_from_the_top():
     assert (
         layering_violations(
             [
-                edge("minidl.exercises.command", "minidl.exercises"),
+                edge("minidl_course.command", "minidl.exercises"),
                 edge("minidl.exercises.checks.conv", "minidl.reference.conv"),
                 edge("minidl.reference.conv.fft", "minidl.conv.fft"),
             ]

@@ -9,7 +9,7 @@ rate; the schedule continues from its epoch. How a launch runs (``LAUNCH``:
 folders, threads, device, ranks, recomputed segments...) changes unannounced:
 recomputation trades memory for time, not results.
 (The command line first takes every option not typed anew from the checkpoint:
-see ``minidl.cli.resume``.)
+see ``minidl_app.cli.resume``.)
 """
 
 import json

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from minidl.cli import main
 from minidl.data import DownloadError, FashionMNIST, download
 from minidl.data.catalog import FASHION_MNIST
+from minidl_app.cli import main
 
 NAMES = FASHION_MNIST.all_files()
 DEBIAN = Path("/usr/share/datasets/fashion-mnist")

@@ -13,8 +13,6 @@ from mpi_checks import digests, run_named_checks
 
 import minidl as md
 from minidl import optim
-from minidl.cli.specs import parse_compression
-from minidl.cli.train import parse_dist_mode, parse_straggler
 from minidl.data import ArrayDataset, DataLoader
 from minidl.dist import CompressedOptimizer, DistConfig, DistributedOptimizer
 from minidl.dist.compression import TopK
@@ -23,6 +21,8 @@ from minidl.dist.consistency.ps import TrainingAborted
 from minidl.dist.data_parallel import FlatBuffer
 from minidl.dist.straggler import Straggler
 from minidl.train.loop import NonFiniteLossError, train_epoch
+from minidl_app.cli.specs import parse_compression
+from minidl_app.cli.train import parse_dist_mode, parse_straggler
 
 SAMPLES, BATCH, LR = 192, 8, 0.05
 EPS32 = np.finfo(np.float32).eps

@@ -5,7 +5,6 @@ import math
 import numpy as np
 import pytest
 
-from minidl.cli.specs import parse_compression
 from minidl.dist.compression import (
     QSGD,
     Float16,
@@ -16,6 +15,7 @@ from minidl.dist.compression import (
     pack_codes,
     unpack_codes,
 )
+from minidl_app.cli.specs import parse_compression
 
 LENGTHS = (1, 7, 511, 512, 1000, 4099)
 

@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 
-from minidl.cli import bench_allreduce as bench
 from minidl.dist import collectives
 from minidl.perf import allreduce_cost
 from minidl.perf.allreduce_cost import CostParams, predict
+from minidl_app.cli import bench_allreduce as bench
 
 ALPHA, BETA = 2e-6, 1e-10
 

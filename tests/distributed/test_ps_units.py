@@ -4,12 +4,12 @@ telemetry."""
 import numpy as np
 import pytest
 
-from minidl.cli.train import parse_dist_mode, parse_straggler
 from minidl.dist.consistency.averaging import ElasticRule, elastic_difference
 from minidl.dist.consistency.ps import HEADER_BYTES, Layout, Message
 from minidl.dist.consistency.ssp import ClockedGradients, ClockTable
 from minidl.dist.straggler import Straggler
 from minidl.perf.telemetry import StalenessHistogram, format_table, summarize_epoch
+from minidl_app.cli.train import parse_dist_mode, parse_straggler
 
 
 def test_modes_parse_and_bad_ones_name_the_choices():

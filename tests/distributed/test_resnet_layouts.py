@@ -7,13 +7,13 @@ import os
 import numpy as np
 import pytest
 
-from minidl.cli import main
 from minidl.data import DatasetNotFoundError, FashionMNIST
 from minidl.dist.config import DistConfig
 from minidl.dist.grid import GridShape
 from minidl.train import TrainConfig
 from minidl.train.checkpoint import load_checkpoint
 from minidl.train.config import ConfigError
+from minidl_app.cli import main
 from tests.pipeline.test_pipeline_cli import minidl_train_mpi
 
 try:

@@ -12,11 +12,11 @@ import pytest
 from minidl.dist.launch import mpi_unavailable_reason
 from minidl.exercises import get, grader
 from minidl.exercises.checks.collectives import hierarchical_pattern, layouts, tree_pattern
-from minidl.exercises.student import write_student_tree
 from minidl.reference.conv import winograd
 from minidl.reference.data import colour
 from minidl.reference.dist import compression
 from minidl.reference.functional import linear, loss
+from minidl_course.student import write_student_tree
 
 from .test_submission import set_region
 
@@ -97,7 +97,7 @@ def test_a_hang_in_process_names_its_line_and_gives_the_hint(fake_exercises):
 
 
 def test_check_json_stays_one_document_when_the_solution_prints(fake_exercises, capfd):
-    from minidl.cli import main
+    from minidl_app.cli import main
 
     assert main(["exercise", "check", "90.8", "--json"]) == 0
     out, _ = capfd.readouterr()

@@ -26,8 +26,8 @@ import warnings
 import pytest
 
 from minidl.exercises import catalogue, grader, repository_root
-from minidl.exercises.student import find_regions, write_student_tree
 from minidl.exercises.trace import ENV, read_trace
+from minidl_course.student import find_regions, write_student_tree
 
 EXERCISES = catalogue()
 RUN_TIMEOUT = min(580, 120 + sum(e.timeout for e in EXERCISES))

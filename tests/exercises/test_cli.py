@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from minidl.cli import COMMANDS, main
+from minidl_app.cli import COMMANDS, main
 
 
 def run(capsys, *argv):
@@ -15,7 +15,7 @@ def run(capsys, *argv):
 
 
 def test_the_command_is_registered():
-    assert COMMANDS["exercise"][0] == "minidl.exercises.command"
+    assert COMMANDS["exercise"][0] == "minidl_course.command"
 
 
 def test_list_shows_id_title_and_file(fake_exercises, capsys):
@@ -108,7 +108,7 @@ def test_student_only_with_an_unknown_id_exits_one(tmp_path, capsys):
 
 
 def test_list_markdown_update_rewrites_the_block_of_a_file(fake_exercises, capsys, tmp_path):
-    from minidl.exercises.listing import BEGIN_LIST, END_LIST
+    from minidl_course.listing import BEGIN_LIST, END_LIST
 
     guide = tmp_path / "guide.md"
     guide.write_text(f"# Guide\n{BEGIN_LIST}\nstale\n{END_LIST}\nthe end\n")
@@ -131,7 +131,7 @@ def test_a_check_module_that_does_not_import_is_named_with_its_line(
     def broken():
         compile("def f(:\n", "minidl/reference/broken.py", "exec")
 
-    monkeypatch.setattr("minidl.exercises.command.catalogue", broken)
+    monkeypatch.setattr("minidl_course.command.catalogue", broken)
     status, _, err = run(capsys, "check", "--all")
     assert status == 2
     assert err.startswith("cannot load the exercises: minidl/reference/broken.py, line 1:")
@@ -144,7 +144,7 @@ def test_an_error_raised_while_a_module_imports_is_one_line_with_its_place(
     def broken():
         exec(compile("import math\nmath.tau = math.pie\n", "minidl/reference/broken.py", "exec"))
 
-    monkeypatch.setattr("minidl.exercises.command.catalogue", broken)
+    monkeypatch.setattr("minidl_course.command.catalogue", broken)
     status, _, err = run(capsys, *[str(tmp_path / a) if a == "TREE" else a for a in action])
     assert status == 2
     assert err.startswith("cannot load the exercises: AttributeError:")

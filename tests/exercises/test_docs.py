@@ -4,7 +4,7 @@ import os
 import warnings
 
 from minidl.exercises import catalogue, repository_root
-from minidl.exercises.listing import BEGIN_LIST, END_LIST, markdown_list, update_block
+from minidl_course.listing import BEGIN_LIST, END_LIST, markdown_list, update_block
 
 ROOT = repository_root()
 GUIDE = os.path.join(ROOT, "docs", "instructor-guide.md")
@@ -38,7 +38,7 @@ def test_the_examples_readme_describes_every_example():
 
 
 def test_a_files_summary_and_sources_come_from_its_docstring(tmp_path):
-    from minidl.exercises.listing import describe_file
+    from minidl_course.listing import describe_file
 
     (tmp_path / "m.py").write_text(
         '"""Winograd minimal filtering F(2x2, 3x3)\n(Lavin &\nGray 2016).\n\n'

@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from minidl.cli import main
 from minidl.dist.launch import mpi_unavailable_reason
 from minidl.exercises import catalogue, repository_root
-from minidl.exercises.student import write_student_tree
-from minidl.exercises.submission import graft
+from minidl_app.cli import main
+from minidl_course.student import write_student_tree
+from minidl_course.submission import graft
 
 from .test_submission import ADAM, AUTOGRAD, LOSS, checks_named, set_region, solution, solve
 
@@ -234,7 +234,7 @@ def test_a_course_file_with_a_bad_time_limit_or_user_is_refused(tmp_path, capsys
 def test_checks_run_as_the_check_user_cannot_read_or_write_the_graders_files(tmp_path, capsys):
     """Where the grader runs as root and ``nobody`` can run its Python: the hidden checks'
     source in the instructor's tree cannot be read, nor the clean copy written."""
-    from minidl.exercises.submission import can_run_checks_as
+    from minidl_course.submission import can_run_checks_as
 
     try:
         can_run_checks_as("nobody")

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from minidl.exercises import repository_root
-from minidl.exercises.privacy import VISIBLE_IN_TUNED_CODE, find_solutions, leaks, solution_lines
-from minidl.exercises.student import write_student_tree
+from minidl_course.privacy import VISIBLE_IN_TUNED_CODE, find_solutions, leaks, solution_lines
+from minidl_course.student import write_student_tree
 
 from .test_submission import set_region, solve
 
@@ -59,7 +59,7 @@ def test_a_student_tree_holds_no_solution_of_an_exercise_it_does_not_hand_out(we
     found = leaks(week_1)
     assert found == [], (
         f"solution lines in a week-1 tree: {found}; if tuned code implements an exercise in the "
-        "same form, list the file in VISIBLE_IN_TUNED_CODE (minidl/exercises/privacy.py) and in "
+        "same form, list the file in VISIBLE_IN_TUNED_CODE (minidl_course/privacy.py) and in "
         "the guide's table, else remove the copy"
     )
     assert not (week_1 / "minidl" / "exercises" / "hidden").exists()

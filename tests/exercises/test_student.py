@@ -12,15 +12,9 @@ import textwrap
 import pytest
 
 from minidl.exercises import Exercise, Unimplemented
-from minidl.exercises.listing import region_states
-from minidl.exercises.student import (
-    MarkerError,
-    find_regions,
-    release,
-    scan_file,
-    write_student_tree,
-)
 from minidl.exercises.trace import ENV, read_trace, running
+from minidl_course.listing import region_states
+from minidl_course.student import MarkerError, find_regions, release, scan_file, write_student_tree
 
 OPS = '''\
 """Fake ops for the generator tests (Fake & Author 2020)."""
@@ -378,7 +372,7 @@ def test_markers_inside_strings_are_not_regions():
 
 def test_the_repository_markers_are_consistent():
     from minidl.exercises import catalogue, repository_root
-    from minidl.exercises.student import validate
+    from minidl_course.student import validate
 
     regions, problems = find_regions(repository_root())
     assert problems + validate(regions, catalogue()) == []

@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from minidl.cli import main
 from minidl.exercises import repository_root
-from minidl.exercises.student import write_student_tree
-from minidl.exercises.submission import region_bodies
+from minidl_app.cli import main
+from minidl_course.student import write_student_tree
+from minidl_course.submission import region_bodies
 
 ROOT = repository_root()
 COURSE = {"assignments": {"week-01": {"1.1": 4, "2.2": 6}, "week-02": {"4.3": 5, "8.1": 2}}}
@@ -219,7 +219,7 @@ def test_a_folder_without_submissions_or_a_bad_course_file_is_refused(tmp_path, 
 
 def test_only_the_regions_are_taken_and_a_missing_region_counts_as_not_written(tmp_path):
     from minidl.exercises import catalogue
-    from minidl.exercises.submission import graft
+    from minidl_course.submission import graft
 
     student = tmp_path / "student"
     write_student_tree(student, only=["2.1", "2.2"])

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from minidl.cli import main
+from minidl_app.cli import main
 
 
 def run(capsys, *argv):

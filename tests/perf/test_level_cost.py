@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 
-from minidl.cli import main
 from minidl.perf.allreduce_cost import PINGPONG_SIZES, CostParams, fit_alpha_beta, predict
 from minidl.perf.level_cost import (
     fit_link,
@@ -12,6 +11,7 @@ from minidl.perf.level_cost import (
     predict_hierarchical,
     save_levels,
 )
+from minidl_app.cli import main
 
 INTRA = CostParams(alpha=2e-6, beta=1e-10, gamma=3e-11)  # shared memory: ~80 Gbit/s
 INTER = CostParams(alpha=50e-6, beta=8e-9, gamma=3e-11)  # a 1 Gbit/s link

@@ -3,7 +3,7 @@ of ZeRO and of a pipeline, and the combinations it refuses in one line."""
 
 import pytest
 
-from minidl.cli import main
+from minidl_app.cli import main
 
 
 def run(capsys, *argv):

@@ -8,7 +8,6 @@ import pathlib
 import numpy as np
 import pytest
 
-from minidl.cli import main
 from minidl.data import DatasetNotFoundError, FashionMNIST
 from minidl.dist.config import DistConfig
 from minidl.dist.grid import GridShape
@@ -16,6 +15,7 @@ from minidl.dist.launch import mpi_unavailable_reason, run_mpi
 from minidl.train import TrainConfig
 from minidl.train.checkpoint import load_checkpoint
 from minidl.train.config import ConfigError
+from minidl_app.cli import main
 
 try:
     FashionMNIST(train=False)

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from test_pipeline_cli import minidl_train_mpi
 
-from minidl.cli import main
 from minidl.data import DatasetNotFoundError, FashionMNIST
 from minidl.train.checkpoint import load_checkpoint
+from minidl_app.cli import main
 
 try:
     FashionMNIST(train=False)

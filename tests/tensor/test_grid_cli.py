@@ -7,9 +7,9 @@ import os
 import numpy as np
 import pytest
 
-from minidl.cli import main
 from minidl.data import DatasetNotFoundError, FashionMNIST
 from minidl.train.checkpoint import load_checkpoint
+from minidl_app.cli import main
 
 pytestmark = pytest.mark.mpi
 

@@ -67,7 +67,7 @@ def test_predict_ranks_the_grids_that_fit_by_their_predicted_step():
 
 
 def test_minidl_predict_grids_prints_every_grid_that_fits(capsys):
-    from minidl.cli import main
+    from minidl_app.cli import main
 
     assert main(["predict", "--model", "lenet5", "--grids", "4", "--compute", "roofline"]) == 0
     out = capsys.readouterr().out

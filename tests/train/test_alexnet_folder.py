@@ -9,10 +9,10 @@ import pytest
 import minidl as md
 from minidl import functional as F
 from minidl import layers as L
-from minidl.cli import main
 from minidl.models.alexnet import alexnet, paper_init
 from minidl.optim import SGD, ReduceOnPlateau
 from minidl.train.loop import average_crops, evaluate, top_k_hits
+from minidl_app.cli import main
 from tests.data.conftest import write_fake_dataset, write_image_folder
 
 

@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from minidl.cli import main
 from minidl.data import DatasetNotFoundError, FashionMNIST
 from minidl.dist.memory import predict_run
 from minidl.train.metrics import read_metrics
+from minidl_app.cli import main
 
 try:
     FashionMNIST(train=False)

@@ -3,10 +3,10 @@ command line; running the command line in-process leaves no naming behind."""
 
 import pytest
 
-from minidl.cli import error_text, flag, main
 from minidl.dist.config import DistConfig
 from minidl.train import ConfigError, TrainConfig
 from minidl.train.rundir import run_status
+from minidl_app.cli import error_text, flag, main
 
 PIPELINE = "micro_batches, schedule and chunks set up a pipeline: add pp=P to grid (e.g. grid pp=2)"
 FLAGGED = (

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 import minidl as md
-from minidl.cli import main
 from minidl.data import DatasetNotFoundError, FashionMNIST
 from minidl.dist.config import DistConfig
 from minidl.dist.grid import GridShape
 from minidl.train import ConfigError, TrainConfig
 from minidl.train.checkpoint import load_checkpoint
+from minidl_app.cli import main
 from tests.distributed.conftest import mpi_run
 
 __all__ = ["mpi_run"]

@@ -9,10 +9,10 @@ import pytest
 import minidl as md
 from minidl import layers as L
 from minidl import models
-from minidl.cli import main
 from minidl.dist.tensor import PlacementError, TensorParallel
 from minidl.models.resnet import BasicBlock, Bottleneck
 from minidl.perf.model_costs import count_model
+from minidl_app.cli import main
 
 
 @pytest.mark.parametrize(

@@ -21,11 +21,11 @@ import pytest
 
 import minidl as md
 from minidl.atomic import atomic_write, remove_stale_parts
-from minidl.cli import main
 from minidl.data import DatasetNotFoundError, FashionMNIST
 from minidl.train import rundir as rundir_module
 from minidl.train.checkpoint import load_checkpoint, save_checkpoint
 from minidl.train.rundir import LOCK_NAME, FolderLock, RunFolderBusy
+from minidl_app.cli import main
 
 try:
     FashionMNIST(train=False)

@@ -1,6 +1,6 @@
 """No run is silently lost or wrong: reproducibility, resume, run directories, divergence, errors.
 
-In-process runs through ``minidl.cli.main`` on small subsets of the real
+In-process runs through ``minidl_app.cli.main`` on small subsets of the real
 Fashion-MNIST; the MLP keeps each run well under a second of training.
 """
 
@@ -14,12 +14,12 @@ import pytest
 
 import minidl as md
 from minidl import optim
-from minidl.cli import main
 from minidl.data import DatasetNotFoundError, FashionMNIST
 from minidl.train import rundir as rundir_module
 from minidl.train.checkpoint import load_checkpoint, save_checkpoint
 from minidl.train.run import divergence
 from minidl.train.rundir import run_status
+from minidl_app.cli import main
 
 try:
     FashionMNIST(train=False)
@@ -372,7 +372,7 @@ def test_fashion_mnist_is_never_trained_as_mnist(tmp_path, capsys):
 
 
 def test_the_options_typed_are_told_from_the_defaults():
-    from minidl.cli.train import given_options
+    from minidl_app.cli.train import given_options
 
     assert given_options(
         ["--lr", "0.1", "--straggler", "1:2", "--straggler", "2:3", "--epoch", "3", "--no-progress"]
@@ -383,8 +383,8 @@ def test_the_options_typed_are_told_from_the_defaults():
 
 @pytest.mark.parametrize("dist", [None, "sync"])
 def test_resume_restores_what_the_run_is_and_not_how_it_was_launched(dist):
-    from minidl.cli import build_parser
-    from minidl.cli.resume import reconcile
+    from minidl_app.cli import build_parser
+    from minidl_app.cli.resume import reconcile
 
     argv = ["train", "--epochs", "3"] + (["--dist", dist] if dist else [])
     args = build_parser(argv).parse_args(argv)

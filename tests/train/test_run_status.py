@@ -5,10 +5,10 @@ import os
 
 import pytest
 
-from minidl.cli import main
 from minidl.data import DatasetNotFoundError, FashionMNIST
 from minidl.train.metrics import read_metrics
 from minidl.train.rundir import RunDirectory, job_aborted, run_status, when_aborted
+from minidl_app.cli import main
 
 
 def write_run(path, epochs, done, tail=""):

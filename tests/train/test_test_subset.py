@@ -5,12 +5,12 @@ import os
 
 import pytest
 
-from minidl.cli import main
 from minidl.data import DataLoader, DatasetNotFoundError, FashionMNIST
 from minidl.train import TrainConfig
 from minidl.train.checkpoint import load_checkpoint
 from minidl.train.config import ConfigError, build_model
 from minidl.train.loop import evaluate
+from minidl_app.cli import main
 
 try:
     FashionMNIST(train=False)

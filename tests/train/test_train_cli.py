@@ -1,6 +1,6 @@
 """`minidl train` / `minidl eval` end to end on real Fashion-MNIST (small subsets).
 
-Runs in-process through ``minidl.cli.main`` so that each run costs seconds.
+Runs in-process through ``minidl_app.cli.main`` so that each run costs seconds.
 The reliability rules (run directories, resume, divergence, errors) are
 tested in test_run_reliability.py.
 """
@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 import minidl as md
-from minidl.cli import main
 from minidl.data import DatasetNotFoundError, FashionMNIST
 from minidl.parallel import default_num_threads
 from minidl.train.checkpoint import load_checkpoint
 from minidl.train.loop import NonFiniteLossError, train_epoch
+from minidl_app.cli import main
 
 try:
     FashionMNIST(train=False)

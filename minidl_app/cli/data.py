@@ -1,8 +1,8 @@
 """``minidl data download NAME [--dir DIR]`` and ``minidl data where NAME [--data-dir DIR]``."""
 
-from ..data.catalog import DATASETS, get_spec
-from ..data.download import URL_ENV, download
-from ..data.locate import locate
+from minidl.data.catalog import DATASETS, get_spec
+from minidl.data.download import URL_ENV, download
+from minidl.data.locate import locate
 
 
 def add_data_arguments(parser):

@@ -3,16 +3,17 @@
 import argparse
 import math
 
-from ..backend import limit_threads
-from ..perf.compute_model import RooflineCompute, measure_compute
-from ..perf.grid_predict import format_grids, rank_grids
-from ..perf.level_cost import LEVEL_ALGORITHMS, load_levels, predict_levels
-from ..perf.machine import machine_named
-from ..perf.model_costs import count_model
-from ..perf.network import NETWORKS, SCHEMES, Network
-from ..perf.predict import explain, format_prediction, predict_scaling
-from ..perf.summary import human_bytes
-from ..perf.zoo import build_named
+from minidl.backend import limit_threads
+from minidl.perf.compute_model import RooflineCompute, measure_compute
+from minidl.perf.grid_predict import format_grids, rank_grids
+from minidl.perf.level_cost import LEVEL_ALGORITHMS, load_levels, predict_levels
+from minidl.perf.machine import machine_named
+from minidl.perf.model_costs import count_model
+from minidl.perf.network import NETWORKS, SCHEMES, Network
+from minidl.perf.predict import explain, format_prediction, predict_scaling
+from minidl.perf.summary import human_bytes
+from minidl.perf.zoo import build_named
+
 from . import add_model_arguments, option_adder, positive_int
 
 
@@ -214,8 +215,8 @@ def run_predict(args):
 
 def run_grid_ranking(args, model, shape):
     """``--grids N``: every dp x tp grid of N ranks, fastest predicted step first."""
-    from ..dist.tensor import plan
-    from ..dist.tensor.placement import split_widths
+    from minidl.dist.tensor import plan
+    from minidl.dist.tensor.placement import split_widths
 
     dps = [args.grids // t for t in range(1, args.grids + 1) if args.grids % t == 0]
     compute, source = compute_from_args(args, model, shape, dps)

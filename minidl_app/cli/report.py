@@ -18,16 +18,21 @@ import os
 import statistics
 from textwrap import indent
 
-from minidl.perf.pipeline_timeline import bubble, time_shares
+from minidl.dist.config import layout_label
+from minidl.dist.memory import format_measured, predict_run
+from minidl.dist.pipeline.schedules import build
+from minidl.perf.pipeline_simulate import simulate, stage_of
+from minidl.perf.pipeline_timeline import (
+    bubble,
+    is_pipeline_trace,
+    plot_timeline,
+    simulation_trace,
+    time_shares,
+)
 from minidl.perf.telemetry import StalenessHistogram, format_table
 from minidl.train.metrics import read_metrics
 from minidl.train.rundir import run_status
 
-from ..dist.config import layout_label
-from ..dist.memory import format_measured, predict_run
-from ..dist.pipeline.schedules import build
-from ..perf.pipeline_simulate import simulate, stage_of
-from ..perf.pipeline_timeline import is_pipeline_trace, plot_timeline, simulation_trace
 from . import error_text, flag
 
 # a pipeline trace's categories of the ranks' time, in the words of the report

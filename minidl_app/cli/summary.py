@@ -1,17 +1,18 @@
 """``minidl summary``: per-layer shapes, parameters, FLOPs, memory, work and depth; then each
 rank's bytes of parameters, gradients, optimizer state and activations on a grid."""
 
-from .. import optim
-from ..dist.config import DistConfig
-from ..dist.grid import GridShape
-from ..dist.memory import format_memory, predict_memory
-from ..layers import leaves, sqrt_segments
-from ..models import MODELS
-from ..perf.costs import CONVENTIONS
-from ..perf.memory import STATE_ARRAYS, ZERO_STAGES
-from ..perf.summary import format_summary, summarize
-from ..perf.zoo import build_named
-from ..train.config import TrainConfig
+from minidl import optim
+from minidl.dist.config import DistConfig
+from minidl.dist.grid import GridShape
+from minidl.dist.memory import format_memory, predict_memory
+from minidl.layers import leaves, sqrt_segments
+from minidl.models import MODELS
+from minidl.perf.costs import CONVENTIONS
+from minidl.perf.memory import STATE_ARRAYS, ZERO_STAGES
+from minidl.perf.summary import format_summary, summarize
+from minidl.perf.zoo import build_named
+from minidl.train.config import TrainConfig
+
 from . import add_model_arguments, option_adder, positive_int
 from .train import SQRT_SEGMENTS, add_layout_arguments, grid_shape
 

@@ -1,6 +1,6 @@
 """The command line's spellings of library objects: ``--compress qsgd:4`` -> ``QSGD(levels=4)``."""
 
-from ..dist.compression import QSGD, Compressor, Float16, Sign, TernGrad, TopK
+from minidl.dist.compression import QSGD, Compressor, Float16, Sign, TernGrad, TopK
 
 SPEC_HELP = (
     "none, fp16, qsgd:LEVELS[:BUCKET], terngrad[:BUCKET], topk:RATIO or "

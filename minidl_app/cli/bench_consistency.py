@@ -14,9 +14,10 @@ Each configuration is a real ``mpiexec ... minidl train`` run, kept under ``--ou
 import os
 import statistics
 
-from minidl.cli.report import load_run, run_row
 from minidl.dist.launch import run_mpi
 from minidl.perf.telemetry import format_table
+
+from .report import load_run, run_row
 
 CONSISTENCY_COLUMNS = [
     ("mode", "mode", "{}"),

@@ -1,6 +1,6 @@
 """``minidl bench conv``: the convolution algorithms side by side (``perf.conv_bench``)."""
 
-from ..perf.conv_bench import CANDIDATES, LAYERS, bench_layer, format_rows
+from minidl.perf.conv_bench import CANDIDATES, LAYERS, bench_layer, format_rows
 
 
 def add_conv_arguments(parser):

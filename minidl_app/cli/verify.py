@@ -6,7 +6,8 @@ runs in float64, prints a line per tensor that differs and a last line naming th
 difference or saying none does. Exit status: 0 equal, 1 a difference or an error.
 """
 
-from ..dist.job import mpiexec_rank
+from minidl.dist.job import mpiexec_rank
+
 from . import positive_int
 from .train import add_train_arguments, dist_config, train_config
 
@@ -17,7 +18,7 @@ def add_verify_arguments(p):
 
 
 def run_verify(args):
-    from ..dist.verify import verify
+    from minidl.dist.verify import verify
 
     if args.workers > 1 or args.resume:
         raise ValueError(

@@ -1,8 +1,9 @@
 """``minidl profile``: measured per-layer forward/backward time and memory of a training step."""
 
-from ..backend import limit_threads
-from ..perf.profile import format_profile, profile_model
-from ..perf.zoo import build_named
+from minidl.backend import limit_threads
+from minidl.perf.profile import format_profile, profile_model
+from minidl.perf.zoo import build_named
+
 from . import add_model_arguments, positive_int
 
 

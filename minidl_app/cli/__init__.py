@@ -18,52 +18,55 @@ import importlib
 import math
 import sys
 
-from .. import backend
-from ..dist.comm import init as init_mpi
-from ..dist.comm import world
-from ..dist.job import mpiexec_ranks, report_once
-from ..dist.launch import mpi_unavailable_reason
-from ..perf.zoo import MODEL_NAMES, parse_shape
-from ..train.config import OptionMessage, worded
+from minidl import backend
+from minidl.dist.comm import init as init_mpi
+from minidl.dist.comm import world
+from minidl.dist.job import mpiexec_ranks, report_once
+from minidl.dist.launch import mpi_unavailable_reason
+from minidl.perf.zoo import MODEL_NAMES, parse_shape
+from minidl.train.config import OptionMessage, worded
 
 USER_ERRORS = (ValueError, OSError, LookupError, ArithmeticError)
 ERROR_EXIT = 1
 
 COMMANDS = {  # name: (module, help)
-    "train": ("minidl.cli.train", "train a model (add --dist under mpiexec)"),
-    "eval": ("minidl.cli.train", "accuracy and confusion matrix of a checkpoint"),
-    "data": ("minidl.cli.data", "get and locate datasets"),
+    "train": ("minidl_app.cli.train", "train a model (add --dist under mpiexec)"),
+    "eval": ("minidl_app.cli.train", "accuracy and confusion matrix of a checkpoint"),
+    "data": ("minidl_app.cli.data", "get and locate datasets"),
     "summary": (
-        "minidl.cli.summary",
+        "minidl_app.cli.summary",
         "per-layer shapes, parameters, FLOPs, memory, work and depth",
     ),
     "profile": (
-        "minidl.cli.profile",
+        "minidl_app.cli.profile",
         "measured per-layer forward/backward time and memory of a training step",
     ),
     "predict": (
-        "minidl.cli.predict",
+        "minidl_app.cli.predict",
         "time per iteration, speedup and efficiency of data-parallel training on n nodes",
     ),
-    "report": ("minidl.cli.report", "tables and plots of distributed training runs"),
+    "report": ("minidl_app.cli.report", "tables and plots of distributed training runs"),
     "verify": (
-        "minidl.cli.verify",
+        "minidl_app.cli.verify",
         "K steps of a layout against one process: the first tensor that differs",
     ),
     "exercise": (
-        "minidl.exercises.command",
+        "minidl_course.command",
         "course exercises: list, check (expected vs got, a hint), write a student tree",
     ),
 }
 BENCHMARKS = {  # name: (module, help), as COMMANDS
-    "conv": ("minidl.cli.bench_conv", "convolution algorithms side by side"),
-    "allreduce": ("minidl.cli.bench_allreduce", "allreduce algorithms: measured vs the cost model"),
+    "conv": ("minidl_app.cli.bench_conv", "convolution algorithms side by side"),
+    "allreduce": (
+        "minidl_app.cli.bench_allreduce",
+        "allreduce algorithms: measured vs the cost model",
+    ),
     "consistency": (
-        "minidl.cli.bench_consistency",
+        "minidl_app.cli.bench_consistency",
         "bsp, ssp, asp, avg with a straggler: time, accuracy, staleness, bytes",
     ),
     "compression": (
-        "minidl.cli.bench_consistency",
+        "minidl_app.cli.bench_consistency",
         "sync SGD with compressed gradients: accuracy and bytes vs float32",
     ),
 }

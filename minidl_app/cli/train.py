@@ -10,21 +10,22 @@ import sys
 
 import numpy as np
 
-from .. import dist, models, optim, train
-from ..conv import ALGORITHMS as CONV_ALGORITHMS
-from ..data import DataLoader
-from ..dist import ALLREDUCE_ALGORITHMS
-from ..dist.config import STAGE_CUTS, TP_LAYOUTS, DistConfig, DistMode
-from ..dist.consistency.server import DEFAULT_POLL_INTERVAL
-from ..dist.grid import GridShape
-from ..dist.job import mpiexec_rank, mpiexec_ranks
-from ..dist.launch import run_workers, share_batch, worker_command
-from ..dist.pipeline import SCHEDULES as PIPELINE_SCHEDULES
-from ..layers import sqrt_segments
-from ..train import Diverged, TrainConfig
-from ..train.checkpoint import load_checkpoint
-from ..train.config import DATASETS, INITS, RECIPES, SCHEDULES, build_model, load_split
-from ..train.loop import evaluate
+from minidl import dist, models, optim, train
+from minidl.conv import ALGORITHMS as CONV_ALGORITHMS
+from minidl.data import DataLoader
+from minidl.dist import ALLREDUCE_ALGORITHMS
+from minidl.dist.config import STAGE_CUTS, TP_LAYOUTS, DistConfig, DistMode
+from minidl.dist.consistency.server import DEFAULT_POLL_INTERVAL
+from minidl.dist.grid import GridShape
+from minidl.dist.job import mpiexec_rank, mpiexec_ranks
+from minidl.dist.launch import run_workers, share_batch, worker_command
+from minidl.dist.pipeline import SCHEDULES as PIPELINE_SCHEDULES
+from minidl.layers import sqrt_segments
+from minidl.train import Diverged, TrainConfig
+from minidl.train.checkpoint import load_checkpoint
+from minidl.train.config import DATASETS, INITS, RECIPES, SCHEDULES, build_model, load_split
+from minidl.train.loop import evaluate
+
 from . import argument_type, error_text, flag, nonnegative_int, number, positive_int
 from .resume import reconcile
 from .specs import SPEC_HELP, parse_compression

@@ -10,7 +10,7 @@ What may and may not change, and the notes on changes, are the library's
 (``minidl.train.resume``).
 """
 
-from ..dist.grid import GridShape
+from minidl.dist.grid import GridShape
 
 # how this launch runs, not what the run is
 NOT_RESTORED = tuple(
