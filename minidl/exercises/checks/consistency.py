@@ -16,10 +16,11 @@ from minidl.dist.consistency import averaging as tuned_averaging
 from minidl.dist.consistency.averaging import elastic_difference
 from minidl.dist.consistency.ssp import ClockTable
 from minidl.exercises import exercise, expect_close, expect_equal, expect_true
-from minidl.exercises.checks.tuned import forbids
+from minidl.exercises.checks.tuned import call_leaving, forbids
 from minidl.reference.dist import averaging, parameter_server, ssp
 
 REFERENCE = "minidl/reference/dist/"
+WHY = "each worker holds its replica and the center between the steps"
 
 
 @exercise(
@@ -244,7 +245,14 @@ def check_easgd():
         rng.standard_normal(dim),
         _replicas(rng, n, dim),
     )
-    new_workers, new_center = averaging.easgd_step(workers, center, grads, lr, rho)
+    new_workers, new_center = call_leaving(
+        "synchronous EASGD",
+        averaging.easgd_step,
+        {"workers": workers, "center": center, "gradients": grads},
+        WHY,
+        lr=lr,
+        rho=rho,
+    )
     x, g = np.stack(workers), np.stack(grads)
     alpha, beta = lr * rho, n * lr * rho
     expect_close(
@@ -269,7 +277,13 @@ def check_easgd():
     )
 
     local, alpha = rng.standard_normal(dim).astype(np.float32), np.float32(0.3)
-    new_local, new_center = averaging.elastic_exchange(local, center.astype(np.float32), alpha)
+    new_local, new_center = call_leaving(
+        "asynchronous exchange",
+        averaging.elastic_exchange,
+        {"local": local, "center": center.astype(np.float32)},
+        WHY,
+        alpha=alpha,
+    )
     difference = elastic_difference(local, center.astype(np.float32), alpha)
     expect_close(
         "asynchronous exchange: the worker, against x_i - alpha (x_i - x~)",
@@ -308,7 +322,16 @@ def check_model_averaging():
             w = w - lr * (1 + 0.1 * t) * (w - targets)
             if (t + 1) % period == 0:
                 w[:] = w.mean(axis=0)
-        got = averaging.local_sgd(start, gradient, lr, period, steps)
+        got = call_leaving(
+            f"the {len(start)} replicas, averaged every {period}",
+            averaging.local_sgd,
+            {"replicas": start},
+            WHY,
+            gradient=gradient,
+            lr=lr,
+            period=period,
+            steps=steps,
+        )
         expect_close(
             f"the {len(start)} replicas after {steps} steps, averaged every {period}",
             np.stack(got),

@@ -912,6 +912,209 @@ return y
 }
 
 
+CONV_WORK_DEPTH = {
+    "right": """\
+import math
+rows, cols = (h + 2 * py - ky) // sy + 1, (w + 2 * px - kx) // sx + 1
+sums = (c_in // groups, ky, kx)  # the three sums of each output
+return n * out_channels * rows * cols * math.prod(sums), sum((s - 1).bit_length() for s in sums)
+""",
+    "wrong": """\
+h_out, w_out = output_size(h, ky, sy, py), output_size(w, kx, sx, px)
+work = n * out_channels * h_out * w_out * c_in * ky * kx
+return work, tree_depth(c_in) + tree_depth(ky) + tree_depth(kx)
+""",
+    "not the algorithm": """\
+from minidl import layers as L
+from minidl.perf import count_model
+conv = L.Conv2d(c_in, out_channels, (ky, kx), stride=(sy, sx), padding=(py, px), groups=groups)
+layer = count_model(conv, x_shape[1:], batch=n).layers[0]
+return layer.work, layer.depth
+""",
+}
+
+ALLREDUCE_COST = {  # regions: 0 recursive doubling, 1 ring
+    "right": {
+        0: """\
+p2 = 1 << (p.bit_length() - 1)
+folding = 0.0 if p2 == p else 2 * (alpha + m * beta) + m * gamma
+return (p2.bit_length() - 1) * (alpha + m * (beta + gamma)) + folding
+""",
+        1: "return (p - 1) * (2 * alpha + m / p * (2 * beta + gamma))\n",
+    },
+    "wrong": {1: "return 2 * (p - 1) * (alpha + m * beta) + (p - 1) * m * gamma\n"},
+    "not the algorithm": {
+        1: """\
+from minidl.perf.allreduce_cost import CostParams, predict
+return predict("ring", m, p, CostParams(alpha, beta, gamma))
+"""
+    },
+}
+
+SCALING = {  # regions: 0 iteration_time, 1 amdahl_speedup
+    "right": {
+        0: """\
+parallel = (1 - s) * t_local
+behind = min(f * t_comm, (1 - s) * t_local_backward)  # hidden behind the backward pass
+return s * t_full + parallel + (t_comm - behind)
+""",
+        1: "return nodes / (serial_fraction * nodes + 1 - serial_fraction)\n",
+    },
+    "wrong": {0: "return s * t_full + (1 - s) * t_local + (1 - f) * t_comm\n"},
+}
+
+EASGD = {  # regions: 0 easgd_step, 1 elastic_exchange
+    "right": {
+        0: """\
+import numpy as np
+x = np.stack(workers)
+pull = rho * (x - center)
+return list(x - lr * (np.stack(gradients) + pull)), center + lr * pull.sum(axis=0)
+""",
+        1: "pull = alpha * (center - local)\nreturn local + pull, center - pull\n",
+    },
+    "wrong": {  # the center moves towards the new workers
+        0: """\
+new_workers = [x - lr * (g + rho * (x - center)) for x, g in zip(workers, gradients)]
+return new_workers, center + lr * rho * sum(x - center for x in new_workers)
+"""
+    },
+    "not the algorithm": {
+        1: """\
+from minidl.dist.consistency.averaging import elastic_difference
+d = elastic_difference(local, center, alpha)
+return local - d, center + d
+"""
+    },
+}
+
+LOCAL_SGD = {
+    "right": """\
+import numpy as np
+w = np.array(replicas)
+for t in range(steps):
+    w = w - lr * np.stack([gradient(i, r, t) for i, r in enumerate(w)])
+    if (t + 1) % period == 0:
+        w[...] = w.mean(axis=0)
+return list(w)
+""",
+    "wrong": """\
+replicas = [w.copy() for w in replicas]
+for t in range(steps):
+    replicas = [w - lr * gradient(i, w, t) for i, w in enumerate(replicas)]
+mean = sum(replicas) / len(replicas)
+return [mean.copy() for _ in replicas]
+""",
+    "not the algorithm": """\
+for t in range(steps):
+    for i, w in enumerate(replicas):
+        w -= lr * gradient(i, w, t)
+    if (t + 1) % period == 0:
+        mean = sum(replicas) / len(replicas)
+        for w in replicas:
+            w[...] = mean
+return [w.copy() for w in replicas]
+""",
+}
+
+TOP_K_FEEDBACK = {  # regions: 0 topk_encode, 1 error_feedback
+    "right": {
+        0: """\
+kept = xp.argpartition(xp.abs(v), v.size - k)[v.size - k :]
+return kept, v[kept]
+""",
+        1: "total = residual + gradient\nkept = compress(total)\nreturn kept, total - kept\n",
+    },
+    "wrong": {0: "indices = xp.argsort(-v)[:k]\nreturn indices, v[indices]\n"},
+    "not the algorithm": {
+        1: """\
+residual += gradient
+sent = compress(residual)
+residual -= sent
+return sent, residual.copy()
+"""
+    },
+    "tuned": {
+        0: """\
+import numpy as np
+from minidl.dist.compression import TopK
+payload = TopK((k - 0.5) / v.size).encode(v)  # k values: ceil(k - 0.5)
+indices = payload[: 4 * k].view(np.uint32).astype(np.int64)
+return indices, v[indices]
+"""
+    },
+}
+
+GPIPE = {
+    "right": "order = [step(m) for step in (forward, backward) for m in range(micro_batches)]\n",
+    "wrong": "order = [i for m in range(micro_batches) for i in (forward(m), backward(m))]\n",
+    "not the algorithm": """\
+from minidl.dist.pipeline.schedules import gpipe as tuned
+order = [i for i in tuned(stages, micro_batches)[stage] if i.op in ("forward", "backward")]
+""",
+}
+
+ONE_F_ONE_B = {
+    "right": """\
+warm = min(stages - 1 - stage, micro_batches)
+ahead, behind = iter(range(micro_batches)), iter(range(micro_batches))
+order = [forward(next(ahead)) for _ in range(warm)]
+for m in ahead:
+    order += [forward(m), backward(next(behind))]
+order += [backward(m) for m in behind]
+""",
+    "wrong": """\
+warmup = min(stages - stage, micro_batches)
+order = [forward(m) for m in range(warmup)]
+for i in range(micro_batches - warmup):
+    order += [forward(warmup + i), backward(i)]
+order += [backward(m) for m in range(micro_batches - warmup, micro_batches)]
+""",
+    "not the algorithm": """\
+from minidl.dist.pipeline.schedules import one_f_one_b as tuned
+order = [i for i in tuned(stages, micro_batches)[stage] if i.op in ("forward", "backward")]
+""",
+}
+
+BUBBLE = {
+    "right": """\
+fill_and_drain = stages - 1
+return fill_and_drain / (fill_and_drain + chunks * micro_batches)
+""",
+    "wrong": "return (stages - 1) / (micro_batches + stages - 1)\n",
+    "not the algorithm": """\
+from minidl.perf.pipeline_simulate import ideal_bubble
+return ideal_bubble(stages, micro_batches, chunks)
+""",
+}
+
+COLOUR_PCA = {  # regions: 0 colour_pca, 1 pca_lighting
+    "right": {
+        0: """\
+mean = pixels.mean(axis=0)
+_, singular, rows = np.linalg.svd(pixels - mean, full_matrices=False)
+return mean, singular**2 / len(pixels), rows.T
+""",
+        1: "return out + (eigenvectors @ (alpha * np.sqrt(eigenvalues)))[:, None, None]\n",
+    },
+    "wrong": {  # the unbiased covariance
+        0: """\
+mean = pixels.mean(axis=0)
+values, vectors = np.linalg.eigh(np.cov(pixels.T))
+return mean, values[::-1], vectors[:, ::-1]
+"""
+    },
+    "not the algorithm": {
+        0: """\
+from minidl.data.colour import pixel_moments, stats_from_moments
+moments = [pixel_moments(image) for image in images]
+stats = stats_from_moments(*(sum(m[i] for m in moments) for i in range(3)), len(images))
+return stats.mean, stats.eigenvalues, stats.eigenvectors
+"""
+    },
+}
+
+
 def by_region(bodies):
     """``{k: text}`` from a text (the exercise's only region) or a dict."""
     return bodies if isinstance(bodies, dict) else {0: bodies}
@@ -1097,6 +1300,95 @@ IN_PROCESS = {  # id: (path, [(kind, bodies, verdict)])
             ("right", WINOGRAD["right"], None),
             ("wrong", WINOGRAD["wrong"], "transform_tiles"),
             ("not the algorithm", WINOGRAD["not the algorithm"], "A^T [sum_c U o V] A"),
+        ],
+    ),
+    "5.1": (
+        "minidl/reference/perf/work_depth.py",
+        [
+            ("right", CONV_WORK_DEPTH["right"], None),
+            ("wrong", CONV_WORK_DEPTH["wrong"], "groups 2"),
+            (
+                "not the algorithm",
+                CONV_WORK_DEPTH["not the algorithm"],
+                f"{TUNED} tuned cost model",
+            ),
+        ],
+    ),
+    "5.2": (
+        "minidl/reference/perf/allreduce_cost.py",
+        [
+            ("right", ALLREDUCE_COST["right"], None),
+            ("wrong", ALLREDUCE_COST["wrong"], "ring allreduce time"),
+            ("not the algorithm", ALLREDUCE_COST["not the algorithm"], f"{TUNED} tuned cost model"),
+        ],
+    ),
+    "5.3": (
+        "minidl/reference/perf/scaling.py",
+        [("right", SCALING["right"], None), ("wrong", SCALING["wrong"], "time per iteration")],
+    ),
+    "8.3": (
+        "minidl/reference/dist/averaging.py",
+        [
+            ("right", EASGD["right"], None),
+            ("wrong", EASGD["wrong"], "the center"),
+            ("not the algorithm", EASGD["not the algorithm"], f"{TUNED} tuned averaging"),
+        ],
+    ),
+    "8.4": (
+        "minidl/reference/dist/averaging.py",
+        [
+            ("right", LOCAL_SGD["right"], None),
+            ("wrong", LOCAL_SGD["wrong"], "averaged every 3"),
+            ("not the algorithm", LOCAL_SGD["not the algorithm"], "changed its input replicas"),
+        ],
+    ),
+    "9.1": (
+        "minidl/reference/dist/compression.py",
+        [
+            ("right", TOP_K_FEEDBACK["right"], None),
+            ("wrong", TOP_K_FEEDBACK["wrong"], "every kept magnitude"),
+            (
+                "not the algorithm",
+                TOP_K_FEEDBACK["not the algorithm"],
+                "changed its input residual",
+            ),
+            ("not the algorithm", TOP_K_FEEDBACK["tuned"], f"{TUNED} tuned compressors"),
+        ],
+    ),
+    "10.1": (
+        "minidl/reference/dist/pipeline.py",
+        [
+            ("right", GPIPE["right"], None),
+            ("wrong", GPIPE["wrong"], "GPipe, P="),
+            ("not the algorithm", GPIPE["not the algorithm"], f"{TUNED} tuned schedules"),
+        ],
+    ),
+    "10.2": (
+        "minidl/reference/dist/pipeline.py",
+        [
+            ("right", ONE_F_ONE_B["right"], None),
+            ("wrong", ONE_F_ONE_B["wrong"], "1F1B, P="),
+            ("not the algorithm", ONE_F_ONE_B["not the algorithm"], f"{TUNED} tuned schedules"),
+        ],
+    ),
+    "10.3": (
+        "minidl/reference/dist/pipeline.py",
+        [
+            ("right", BUBBLE["right"], None),
+            ("wrong", BUBBLE["wrong"], "interleaved 1F1B"),
+            ("not the algorithm", BUBBLE["not the algorithm"], f"{TUNED} tuned pipeline simulator"),
+        ],
+    ),
+    "13.1": (
+        "minidl/reference/data/colour.py",
+        [
+            ("right", COLOUR_PCA["right"], None),
+            ("wrong", COLOUR_PCA["wrong"], "eigenvalues, largest first"),
+            (
+                "not the algorithm",
+                COLOUR_PCA["not the algorithm"],
+                f"{TUNED} tuned colour statistics",
+            ),
         ],
     ),
 }
