@@ -12,11 +12,11 @@ counting at the first call that moves that parallelism's data:
 - ``pp``: ``mpiexec -n 4 minidl train --grid pp=4 --schedule 1f1b
   --micro-batches 4``, the first activation send.
 
-It prints, per path, the orchestration files (every file of the package outside
-the numeric core: command line, training, distribution, performance, run
-machinery) in which a function ran before that call, imports aside (a module's
-body and what it calls while it is imported); the same with imports; and the
-files of the call stack at it (every file of the package). ``--json FILE`` writes them in full::
+It prints, per path, the orchestration files (every file of ``minidl/`` and
+``minidl_app/`` outside the numeric core: command line, training, distribution,
+performance, run machinery) in which a function ran before that call, imports aside (a
+module's body and what it calls while it is imported); the same with imports; and the
+files of the call stack at it (every file of the two). ``--json FILE`` writes them in full::
 
     python scripts/reading_path.py                # all three paths
     python scripts/reading_path.py --path tp --json tp.json
@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "minidl"
+PACKAGES = [ROOT / name for name in ("minidl", "minidl_app")]  # the library and the command
 # the numeric core: what a training step computes with; everything else in minidl/ orchestrates
 NUMERIC_CORE = set(
     "autograd.py gradcheck.py recompute.py backend.py pool.py parallel.py random.py atomic.py "
@@ -52,17 +52,12 @@ PATHS = {  # name: (ranks, minidl train flags, Communicator methods, a function 
 
 
 def orchestration(path):
-    """True for a file of the package outside the numeric core."""
-    relative = Path(path).resolve().relative_to(PACKAGE)
-    return relative.parts[0] not in NUMERIC_CORE
+    """True for a file of the packages outside the numeric core."""
+    return Path(path).resolve().relative_to(ROOT).parts[1] not in NUMERIC_CORE
 
 
 def in_package(path):
-    try:
-        Path(path).resolve().relative_to(PACKAGE)
-    except ValueError:
-        return False
-    return True
+    return any(Path(path).resolve().is_relative_to(package) for package in PACKAGES)
 
 
 def importing(frame):
