@@ -42,6 +42,20 @@ def rank_grads(rank):
     return grads
 
 
+class CountingComm:
+    """``comm`` that counts the allreduces made through it."""
+
+    def __init__(self, comm):
+        self.comm, self.allreduces = comm, 0
+
+    def __getattr__(self, name):
+        return getattr(self.comm, name)
+
+    def allreduce(self, *args, **keywords):
+        self.allreduces += 1
+        return self.comm.allreduce(*args, **keywords)
+
+
 def grouping(buckets, params):
     """Each bucket as the indices of its parameters in ``params``."""
     index = {id(p): i for i, p in enumerate(params)}
@@ -67,14 +81,16 @@ def check_buckets(comm):
         )
         for i, shape in enumerate(SHAPES)
     ]
-    comparisons, groupings = [], []
+    comparisons, groupings, counts = [], [], []
     for bucket_bytes in BUCKET_BYTES:
         params = parameters(rank)
         buckets = [b.params for b in make_buckets(params, bucket_bytes)]  # the tuned grouping
         groupings.append((bucket_bytes, params, grouping(buckets, params)))
         for p, g in zip(params, rank_grads(rank)):
             p.grad = g
-        bucketed.average_gradients(comm, buckets)
+        counting = CountingComm(comm)
+        bucketed.average_gradients(counting, buckets)
+        counts.append((bucket_bytes, len(buckets), counting.allreduces))
         comparisons += [
             (
                 f"mean over {size} ranks of the random gradient of parameter {i} "
@@ -116,6 +132,13 @@ def check_buckets(comm):
     ]
 
     def verify():
+        for bucket_bytes, buckets, allreduces in counts:
+            expect_equal(
+                f"allreduces of average_gradients on {buckets} buckets of at most {bucket_bytes} "
+                "bytes (one per bucket: a bucket is flattened and sent at once)",
+                allreduces,
+                buckets,
+            )
         for bucket_bytes, params, tuned in groupings:
             expect_equal(
                 f"parameters (indices into the list) in each bucket of at most "

@@ -1115,6 +1115,199 @@ return stats.mean, stats.eigenvalues, stats.eigenvectors
 }
 
 
+TREE = {
+    "right": """\
+rounds = (size - 1).bit_length()
+up = (rank & -rank).bit_length() - 1 if rank else rounds  # the round rank sends to its parent
+children = [rank + (1 << k) for k in range(min(up, rounds)) if rank + (1 << k) < size]
+for child in children:
+    comm.recv(received, child)
+    x += received
+if rank:
+    parent = rank - (1 << up)
+    comm.send(x, parent)
+    comm.recv(x, parent)
+for child in reversed(children):
+    comm.send(x, child)
+""",
+    "wrong": """\
+distance = 1
+while distance < size:
+    if rank % (2 * distance) == distance:
+        comm.send(x, rank - distance)
+    elif rank % (2 * distance) == 0 and rank + distance < size:
+        comm.recv(received, rank + distance)
+        x += received
+    distance *= 2
+""",
+    "not the algorithm": """\
+if rank == 0:
+    for other in range(1, size):
+        comm.recv(received, other)
+        x += received
+    for other in range(1, size):
+        comm.send(x, other)
+else:
+    comm.send(x, 0)
+    comm.recv(x, 0)
+""",
+}
+
+RABENSEIFNER = {
+    "right": """\
+if comm.rank < p2:
+    done, lo, hi, bit = [], 0, x.size, p2 >> 1
+    while bit:
+        mid, partner = (lo + hi) // 2, comm.rank ^ bit
+        halves = [slice(lo, mid), slice(mid, hi)]
+        kept, given = halves[::-1] if comm.rank & bit else halves
+        incoming = xp.empty_like(x[kept])
+        comm.sendrecv(xp.ascontiguousarray(x[given]), partner, incoming, partner)
+        x[kept] += incoming
+        done.append((partner, kept, given))
+        lo, hi, bit = kept.start, kept.stop, bit >> 1
+    while done:
+        partner, kept, given = done.pop()
+        incoming = xp.empty_like(x[given])
+        comm.sendrecv(xp.ascontiguousarray(x[kept]), partner, incoming, partner)
+        x[given] = incoming
+""",
+    "wrong": """\
+if comm.rank < p2:
+    lo, hi = 0, x.size
+    distance = p2 // 2
+    while distance >= 1:
+        partner = comm.rank ^ distance
+        mid = (lo + hi) // 2
+        keep, give = ((mid, hi), (lo, mid)) if comm.rank & distance else ((lo, mid), (mid, hi))
+        received = xp.empty(keep[1] - keep[0], dtype=x.dtype)
+        comm.sendrecv(x[give[0] : give[1]], partner, received, partner)
+        x[keep[0] : keep[1]] += received
+        lo, hi = keep
+        distance //= 2
+""",
+    "not the algorithm": """\
+if comm.rank < p2:
+    bit = 1
+    while bit < p2:
+        theirs = xp.empty_like(x)
+        comm.sendrecv(x.copy(), comm.rank ^ bit, theirs, comm.rank ^ bit)
+        x += theirs
+        bit <<= 1
+""",
+}
+
+BUCKETS = {  # regions: 0 assign_buckets, 1 average_gradients
+    "right": {
+        0: """\
+grouped = []
+for p in params[::-1]:
+    if grouped and sum(q.data.nbytes for q in grouped[-1]) + p.data.nbytes <= bucket_bytes:
+        grouped[-1].append(p)
+    else:
+        grouped.append([p])
+return grouped
+""",
+        1: """\
+import itertools
+for group in buckets:
+    xp = get_array_module(group[0].data)
+    flat = xp.zeros(sum(p.size for p in group), dtype=group[0].data.dtype)
+    ends = list(itertools.accumulate(p.size for p in group))
+    for p, end in zip(group, ends):
+        if p.grad is not None:
+            flat[end - p.size : end] = p.grad.ravel()
+    comm.allreduce(flat, op="mean", algorithm=algorithm)
+    for p, piece in zip(group, xp.split(flat, ends[:-1])):
+        p.grad = piece.reshape(p.shape)
+""",
+    },
+    "wrong": {
+        1: """\
+for bucket in buckets:
+    xp = get_array_module(bucket[0].data)
+    grads = [xp.zeros_like(p.data) if p.grad is None else p.grad for p in bucket]
+    flat = xp.concatenate([g.reshape(-1) for g in grads])
+    comm.allreduce(flat, op="sum", algorithm=algorithm)
+    offset = 0
+    for p in bucket:
+        p.grad = flat[offset : offset + p.size].reshape(p.shape)
+        offset += p.size
+"""
+    },
+    "not the algorithm": {  # one allreduce per parameter, the buckets unused
+        1: """\
+for bucket in buckets:
+    for p in bucket:
+        xp = get_array_module(p.data)
+        g = xp.zeros_like(p.data) if p.grad is None else p.grad.copy()
+        comm.allreduce(g, op="mean", algorithm=algorithm)
+        p.grad = g
+"""
+    },
+}
+
+COLUMN_ROW_FORWARD = {
+    "right": """\
+h = np.tanh(np.einsum("ni,hi->nh", x, w1) + b1)
+y = b2 + comm.allreduce(np.einsum("nh,oh->no", h, w2), op="sum")
+""",
+    "wrong": """\
+h = np.tanh(x @ w1.T + b1)
+y = comm.allreduce(h @ w2.T + b2, op="sum")
+""",
+    "not the algorithm": """\
+h = np.tanh(x @ w1.T + b1)
+y = comm.allgather(h @ w2.T).sum(axis=0) + b2
+""",
+}
+
+GRID_GROUPS = {
+    "right": """\
+grid = comm.mpi.Create_cart([dp, tp], reorder=False)
+tp_group, dp_group = grid.Sub([False, True]), grid.Sub([True, False])
+""",
+    "wrong": """\
+d, t = divmod(comm.rank, tp)
+tp_group = comm.mpi.Split(color=t, key=d)
+dp_group = comm.mpi.Split(color=d, key=t)
+""",
+    "not the algorithm": """\
+from minidl.dist import Grid
+grid = Grid(comm, dp=dp, tp=tp)
+dp_group, tp_group = grid.group("dp").mpi, grid.group("tp").mpi
+""",
+}
+
+WEIGHT_STASHING = {  # regions: 0 the stash after a forward, 1 the backward on it
+    "right": {
+        0: "import copy\nstash[m, s] = copy.deepcopy([p.data for p in params])\n",
+        1: """\
+live = [p.data.copy() for p in params]
+for p, w in zip(params, stash.pop((m, s))):
+    p.data[...] = w
+out = stage(x)
+if s < last:
+    out.backward(grads.pop((m, s)))
+else:
+    loss(out, targets[m]).backward()
+for p, w in zip(params, live):
+    p.data[...] = w
+""",
+    },
+    "wrong": {  # the live weights, updated since the forward
+        1: """\
+stash.pop((m, s))
+out = stage(x)
+if s == last:
+    loss(out, targets[m]).backward()
+else:
+    out.backward(grads.pop((m, s)))
+"""
+    },
+}
+
+
 def by_region(bodies):
     """``{k: text}`` from a text (the exercise's only region) or a dict."""
     return bodies if isinstance(bodies, dict) else {0: bodies}
@@ -1394,6 +1587,57 @@ IN_PROCESS = {  # id: (path, [(kind, bodies, verdict)])
 }
 
 MPI = {
+    "6.3": (
+        "minidl/reference/dist/allreduce.py",
+        [
+            ("right", TREE["right"], None),
+            ("wrong", TREE["wrong"], "the sum is P(P-1)/2"),
+            ("not the algorithm", TREE["not the algorithm"], "in a binomial tree"),
+        ],
+    ),
+    "6.4": (
+        "minidl/reference/dist/allreduce.py",
+        [
+            ("right", RABENSEIFNER["right"], None),
+            ("wrong", RABENSEIFNER["wrong"], "sends 2 log2 P"),
+            ("not the algorithm", RABENSEIFNER["not the algorithm"], "halving then doubling"),
+        ],
+    ),
+    "7.1": (
+        "minidl/reference/dist/buckets.py",
+        [
+            ("right", BUCKETS["right"], None),
+            ("wrong", BUCKETS["wrong"], "mean over 3 ranks"),
+            ("not the algorithm", BUCKETS["not the algorithm"], "one per bucket"),
+        ],
+    ),
+    "10.4": (
+        "minidl/reference/dist/pipeline.py",
+        [
+            ("right", WEIGHT_STASHING["right"], None),
+            ("wrong", WEIGHT_STASHING["wrong"], "against minidl's executor"),
+        ],
+    ),
+    "11.1": (
+        "minidl/reference/dist/tensor_parallel.py",
+        [
+            ("right", COLUMN_ROW_FORWARD["right"], None),
+            ("wrong", COLUMN_ROW_FORWARD["wrong"], "y against the serial layers"),
+            (
+                "not the algorithm",
+                COLUMN_ROW_FORWARD["not the algorithm"],
+                "allreduces in the forward pass",
+            ),
+        ],
+    ),
+    "11.3": (
+        "minidl/reference/dist/tensor_parallel.py",
+        [
+            ("right", GRID_GROUPS["right"], None),
+            ("wrong", GRID_GROUPS["wrong"], "the world ranks of this rank's"),
+            ("not the algorithm", GRID_GROUPS["not the algorithm"], f"{TUNED} tuned Grid"),
+        ],
+    ),
     "6.1": (
         "minidl/reference/dist/allreduce.py",
         [
