@@ -12,8 +12,8 @@ import pytest
 
 from minidl.dist.launch import mpi_unavailable_reason
 from minidl.exercises import get
-from minidl.exercises.student import write_student_tree
-from minidl.exercises.submission import region_bodies
+from minidl_course.student import write_student_tree
+from minidl_course.submission import region_bodies
 
 from .outside.solutions import IN_PROCESS, MPI, by_region
 from .test_algorithm_checks import check_in
