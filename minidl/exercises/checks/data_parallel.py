@@ -14,6 +14,7 @@ from minidl.dist.data_parallel import make_buckets
 from minidl.exercises import exercise, expect_close, expect_equal
 from minidl.exercises.checks.collectives import expect_on_every_rank, rank_input
 from minidl.exercises.checks.tuned import forbids
+from minidl.exercises.strict_comm import StrictComm
 from minidl.layers import Parameter
 from minidl.reference.dist import buckets as bucketed
 
@@ -40,20 +41,6 @@ def rank_grads(rank):
     if rank == 0:
         grads[2] = None
     return grads
-
-
-class CountingComm:
-    """``comm`` that counts the allreduces made through it."""
-
-    def __init__(self, comm):
-        self.comm, self.allreduces = comm, 0
-
-    def __getattr__(self, name):
-        return getattr(self.comm, name)
-
-    def allreduce(self, *args, **keywords):
-        self.allreduces += 1
-        return self.comm.allreduce(*args, **keywords)
 
 
 def grouping(buckets, params):
@@ -88,7 +75,7 @@ def check_buckets(comm):
         groupings.append((bucket_bytes, params, grouping(buckets, params)))
         for p, g in zip(params, rank_grads(rank)):
             p.grad = g
-        counting = CountingComm(comm)
+        counting = StrictComm(comm)
         bucketed.average_gradients(counting, buckets)
         counts.append((bucket_bytes, len(buckets), counting.allreduces))
         comparisons += [
