@@ -1131,14 +1131,14 @@ for child in reversed(children):
     comm.send(x, child)
 """,
     "wrong": """\
-distance = 1
-while distance < size:
-    if rank % (2 * distance) == distance:
-        comm.send(x, rank - distance)
-    elif rank % (2 * distance) == 0 and rank + distance < size:
-        comm.recv(received, rank + distance)
+rounds = (size - 1).bit_length()
+up = (rank & -rank).bit_length() - 1 if rank else rounds
+for k in range(min(up, rounds)):  # the sums go up the tree, and nothing comes back down
+    if rank + (1 << k) < size:
+        comm.recv(received, rank + (1 << k))
         x += received
-    distance *= 2
+if rank:
+    comm.send(x, rank - (1 << up))
 """,
     "not the algorithm": """\
 if rank == 0:
@@ -1314,410 +1314,236 @@ def by_region(bodies):
 
 
 TUNED = "the code called minidl's"
-IN_PROCESS = {  # id: (path, [(kind, bodies, verdict)])
-    "2.1": (
+
+
+def graded(path, bodies, wrong, rule=None, *more):
+    """``(path, [(kind, bodies, verdict)])`` of an exercise: ``bodies["right"]`` passes,
+    ``bodies["wrong"]`` fails saying ``wrong``, ``bodies["not the algorithm"]`` (with ``rule``)
+    fails saying ``rule``; ``more``: ``(kind, key, words)`` of further solutions in ``bodies``."""
+    solutions = [("right", bodies["right"], None), ("wrong", bodies["wrong"], wrong)]
+    if rule is not None:
+        solutions.append(("not the algorithm", bodies["not the algorithm"], rule))
+    return path, solutions + [(kind, bodies[key], words) for kind, key, words in more]
+
+
+# id: (path, [(kind, bodies, verdict)]); verdict None: passes, else words of its message
+IN_PROCESS = {
+    "2.1": graded(
         "minidl/reference/functional/linear.py",
-        [
-            ("right", LINEAR["right"], None),
-            ("wrong", LINEAR["wrong"], "linear without a bias: db is None"),
-            ("not the algorithm", LINEAR["not the algorithm"], f"{TUNED} autograd"),
-        ],
+        LINEAR,
+        "linear without a bias: db is None",
+        f"{TUNED} autograd",
     ),
-    "3.4": (
-        "minidl/reference/conv/fft.py",
-        [
-            ("right", FFT["right"], None),
-            ("wrong", FFT["wrong"], "FFT convolution of"),
-            ("not the algorithm", FFT["not the algorithm"], "not a loop over the kernel taps"),
-        ],
+    "3.4": graded(
+        "minidl/reference/conv/fft.py", FFT, "FFT convolution of", "not a loop over the kernel taps"
     ),
-    "4.1": (
+    "4.1": graded(
         "minidl/reference/optim/momentum.py",
-        [
-            ("right", MOMENTUM["right"], None),
-            ("wrong", MOMENTUM["wrong"], "w after step 2"),
-            ("not the algorithm", MOMENTUM["not the algorithm"], "step by step: w after step"),
-            ("not the algorithm", MOMENTUM["tuned"], f"{TUNED} tuned optimizers"),
-        ],
+        MOMENTUM,
+        "w after step 2",
+        "step by step: w after step",
+        ("not the algorithm", "tuned", f"{TUNED} tuned optimizers"),
     ),
-    "9.2": (
+    "9.2": graded(
         "minidl/reference/dist/compression.py",
-        [
-            ("right", QSGD["right"], None),
-            ("wrong", QSGD["wrong"], "E[Q(v)] = v"),
-            ("not the algorithm", QSGD["not the algorithm"], "the same seed"),
-            ("wrong", QSGD["wrong norm"], "QSGD s=1: the norm sent"),
-        ],
+        QSGD,
+        "E[Q(v)] = v",
+        "the same seed",
+        ("wrong", "wrong norm", "QSGD s=1: the norm sent"),
     ),
-    "9.3": (
-        "minidl/reference/dist/compression.py",
-        [("right", TERNGRAD["right"], None), ("wrong", TERNGRAD["wrong"], "E[Q(v)] = v")],
-    ),
-    "1.2": (
-        "minidl/reference/autograd.py",
-        [
-            ("right", {0: UNBROADCAST["right"]}, None),
-            ("wrong", {0: UNBROADCAST["wrong"]}, "unbroadcast"),
-            ("not the algorithm", {0: UNBROADCAST["not the algorithm"]}, f"{TUNED} autograd"),
-        ],
-    ),
-    "2.2": (
+    "9.3": graded("minidl/reference/dist/compression.py", TERNGRAD, "E[Q(v)] = v"),
+    "1.2": graded("minidl/reference/autograd.py", UNBROADCAST, "unbroadcast", f"{TUNED} autograd"),
+    "2.2": graded(
         "minidl/reference/functional/loss.py",
-        [
-            ("right", SOFTMAX_CROSS_ENTROPY["right"], None),
-            ("wrong", SOFTMAX_CROSS_ENTROPY["wrong"], "d/dlogits"),
-            ("not the algorithm", SOFTMAX_CROSS_ENTROPY["not the algorithm"], f"{TUNED} autograd"),
-        ],
+        SOFTMAX_CROSS_ENTROPY,
+        "d/dlogits",
+        f"{TUNED} autograd",
     ),
-    "2.6": (
+    "2.6": graded(
         "minidl/reference/functional/activations.py",
-        [
-            ("right", ACTIVATIONS["right"], None),
-            ("wrong", ACTIVATIONS["wrong"], "sigmoid of a (4, 5) input"),
-            ("not the algorithm", ACTIVATIONS["not the algorithm"], f"{TUNED} autograd"),
-        ],
+        ACTIVATIONS,
+        "sigmoid of a (4, 5) input",
+        f"{TUNED} autograd",
     ),
-    "4.2": (
+    "4.2": graded(
         "minidl/reference/optim/adaptive.py",
-        [
-            ("right", ADAPTIVE["right"], None),
-            ("wrong", ADAPTIVE["wrong"], "w after step 2"),
-            ("not the algorithm", ADAPTIVE["not the algorithm"], f"{TUNED} tuned optimizers"),
-        ],
+        ADAPTIVE,
+        "w after step 2",
+        f"{TUNED} tuned optimizers",
     ),
-    "4.3": (
-        "minidl/reference/optim/adam.py",
-        [
-            ("right", ADAM["right"], None),
-            ("wrong", ADAM["wrong"], "w after step 1"),
-            ("not the algorithm", ADAM["not the algorithm"], f"{TUNED} tuned optimizers"),
-        ],
+    "4.3": graded(
+        "minidl/reference/optim/adam.py", ADAM, "w after step 1", f"{TUNED} tuned optimizers"
     ),
-    "8.1": (
-        "minidl/reference/dist/ssp.py",
-        [
-            ("right", SSP_GATE["right"], None),
-            ("wrong", SSP_GATE["wrong"], "may_start"),
-            ("not the algorithm", SSP_GATE["not the algorithm"], f"{TUNED} tuned ClockTable"),
-        ],
+    "8.1": graded(
+        "minidl/reference/dist/ssp.py", SSP_GATE, "may_start", f"{TUNED} tuned ClockTable"
     ),
-    "14.1": (
+    "14.1": graded(
         "minidl/reference/recompute.py",
-        [
-            ("right", RECOMPUTE["right"], None),
-            ("wrong", RECOMPUTE["wrong"], "draws the first run's dropout masks"),
-            ("not the algorithm", RECOMPUTE["not the algorithm"], "the chain's input x after"),
-        ],
+        RECOMPUTE,
+        "draws the first run's dropout masks",
+        "the chain's input x after",
     ),
-    "9.4": (
-        "minidl/reference/dist/compression.py",
-        [
-            ("right", SCALED_SIGN["right"], None),
-            ("wrong", SCALED_SIGN["wrong"], "the signs (+1 for v_i >= 0)"),
-        ],
+    "9.4": graded(
+        "minidl/reference/dist/compression.py", SCALED_SIGN, "the signs (+1 for v_i >= 0)"
     ),
-    "13.2": (
-        "minidl/reference/data/colour.py",
-        [
-            ("right", TOP_K_ERROR["right"], None),
-            ("wrong", TOP_K_ERROR["wrong"], "top-1 error"),
-            ("not the algorithm", TOP_K_ERROR["not the algorithm"], f"{TUNED} tuned top_k_hits"),
-        ],
+    "13.2": graded(
+        "minidl/reference/data/colour.py", TOP_K_ERROR, "top-1 error", f"{TUNED} tuned top_k_hits"
     ),
-    "1.1": (
-        "minidl/reference/autograd.py",
-        [
-            ("right", TOPOLOGICAL["right"], None),
-            ("wrong", TOPOLOGICAL["wrong"], "after backward()"),
-        ],
+    "1.1": graded("minidl/reference/autograd.py", TOPOLOGICAL, "after backward()"),
+    "1.3": graded(
+        "minidl/reference/autograd.py", MATMUL, "s is both operands", f"{TUNED} autograd"
     ),
-    "1.3": (
-        "minidl/reference/autograd.py",
-        [
-            ("right", MATMUL["right"], None),
-            ("wrong", MATMUL["wrong"], "s is both operands"),
-            ("not the algorithm", MATMUL["not the algorithm"], f"{TUNED} autograd"),
-        ],
-    ),
-    "2.3": (
+    "2.3": graded(
         "minidl/reference/functional/pooling.py",
-        [
-            ("right", MAX_POOL["right"], None),
-            ("wrong", MAX_POOL["wrong"], "the first maximum gets it all"),
-            ("not the algorithm", MAX_POOL["not the algorithm"], f"{TUNED} autograd"),
-        ],
+        MAX_POOL,
+        "the first maximum gets it all",
+        f"{TUNED} autograd",
     ),
-    "2.4": (
-        "minidl/reference/functional/batch_norm.py",
-        [
-            ("right", BATCH_NORM["right"], None),
-            ("wrong", BATCH_NORM["wrong"], "d/dx"),
-            ("not the algorithm", BATCH_NORM["not the algorithm"], "changed its input cache"),
-        ],
+    "2.4": graded(
+        "minidl/reference/functional/batch_norm.py", BATCH_NORM, "d/dx", "changed its input cache"
     ),
-    "2.5": (
-        "minidl/reference/functional/lrn.py",
-        [
-            ("right", LRN["right"], None),
-            ("wrong", LRN["wrong"], "d/dx"),
-            ("not the algorithm", LRN["not the algorithm"], "changed its input cache"),
-        ],
-    ),
-    "3.1": (
+    "2.5": graded("minidl/reference/functional/lrn.py", LRN, "d/dx", "changed its input cache"),
+    "3.1": graded(
         "minidl/reference/conv/im2col.py",
-        [
-            ("right", IM2COL["right"], None),
-            ("wrong", IM2COL["wrong"], "indexed (c, u, v, n, i, j)"),
-            ("not the algorithm", IM2COL["not the algorithm"], f"{TUNED} tuned convolutions"),
-        ],
+        IM2COL,
+        "indexed (c, u, v, n, i, j)",
+        f"{TUNED} tuned convolutions",
     ),
-    "3.2": (
-        "minidl/reference/conv/im2col.py",
-        [
-            ("right", COL2IM["right"], None),
-            ("wrong", COL2IM["wrong"], "col2im(dA)"),
-            ("not the algorithm", COL2IM["not the algorithm"], f"{TUNED} tuned convolutions"),
-        ],
+    "3.2": graded(
+        "minidl/reference/conv/im2col.py", COL2IM, "col2im(dA)", f"{TUNED} tuned convolutions"
     ),
-    "3.3": (
+    "3.3": graded(
         "minidl/reference/conv/direct.py",
-        [
-            ("right", DIRECT["right"], None),
-            ("wrong", DIRECT["wrong"], "direct convolution of"),
-            ("not the algorithm", DIRECT["not the algorithm"], f"{TUNED} tuned convolutions"),
-        ],
+        DIRECT,
+        "direct convolution of",
+        f"{TUNED} tuned convolutions",
     ),
-    "3.5": (
-        "minidl/reference/conv/winograd.py",
-        [
-            ("right", WINOGRAD["right"], None),
-            ("wrong", WINOGRAD["wrong"], "transform_tiles"),
-            ("not the algorithm", WINOGRAD["not the algorithm"], "A^T [sum_c U o V] A"),
-        ],
+    "3.5": graded(
+        "minidl/reference/conv/winograd.py", WINOGRAD, "transform_tiles", "A^T [sum_c U o V] A"
     ),
-    "5.1": (
+    "5.1": graded(
         "minidl/reference/perf/work_depth.py",
-        [
-            ("right", CONV_WORK_DEPTH["right"], None),
-            ("wrong", CONV_WORK_DEPTH["wrong"], "groups 2"),
-            (
-                "not the algorithm",
-                CONV_WORK_DEPTH["not the algorithm"],
-                f"{TUNED} tuned cost model",
-            ),
-        ],
+        CONV_WORK_DEPTH,
+        "groups 2",
+        f"{TUNED} tuned cost model",
     ),
-    "5.2": (
+    "5.2": graded(
         "minidl/reference/perf/allreduce_cost.py",
-        [
-            ("right", ALLREDUCE_COST["right"], None),
-            ("wrong", ALLREDUCE_COST["wrong"], "ring allreduce time"),
-            ("not the algorithm", ALLREDUCE_COST["not the algorithm"], f"{TUNED} tuned cost model"),
-        ],
+        ALLREDUCE_COST,
+        "ring allreduce time",
+        f"{TUNED} tuned cost model",
     ),
-    "5.3": (
-        "minidl/reference/perf/scaling.py",
-        [("right", SCALING["right"], None), ("wrong", SCALING["wrong"], "time per iteration")],
+    "5.3": graded("minidl/reference/perf/scaling.py", SCALING, "time per iteration"),
+    "8.3": graded(
+        "minidl/reference/dist/averaging.py", EASGD, "the center", f"{TUNED} tuned averaging"
     ),
-    "8.3": (
+    "8.4": graded(
         "minidl/reference/dist/averaging.py",
-        [
-            ("right", EASGD["right"], None),
-            ("wrong", EASGD["wrong"], "the center"),
-            ("not the algorithm", EASGD["not the algorithm"], f"{TUNED} tuned averaging"),
-        ],
+        LOCAL_SGD,
+        "averaged every 3",
+        "changed its input replicas",
     ),
-    "8.4": (
-        "minidl/reference/dist/averaging.py",
-        [
-            ("right", LOCAL_SGD["right"], None),
-            ("wrong", LOCAL_SGD["wrong"], "averaged every 3"),
-            ("not the algorithm", LOCAL_SGD["not the algorithm"], "changed its input replicas"),
-        ],
-    ),
-    "9.1": (
+    "9.1": graded(
         "minidl/reference/dist/compression.py",
-        [
-            ("right", TOP_K_FEEDBACK["right"], None),
-            ("wrong", TOP_K_FEEDBACK["wrong"], "every kept magnitude"),
-            (
-                "not the algorithm",
-                TOP_K_FEEDBACK["not the algorithm"],
-                "changed its input residual",
-            ),
-            ("not the algorithm", TOP_K_FEEDBACK["tuned"], f"{TUNED} tuned compressors"),
-        ],
+        TOP_K_FEEDBACK,
+        "every kept magnitude",
+        "changed its input residual",
+        ("not the algorithm", "tuned", f"{TUNED} tuned compressors"),
     ),
-    "10.1": (
+    "10.1": graded(
+        "minidl/reference/dist/pipeline.py", GPIPE, "GPipe, P=", f"{TUNED} tuned schedules"
+    ),
+    "10.2": graded(
+        "minidl/reference/dist/pipeline.py", ONE_F_ONE_B, "1F1B, P=", f"{TUNED} tuned schedules"
+    ),
+    "10.3": graded(
         "minidl/reference/dist/pipeline.py",
-        [
-            ("right", GPIPE["right"], None),
-            ("wrong", GPIPE["wrong"], "GPipe, P="),
-            ("not the algorithm", GPIPE["not the algorithm"], f"{TUNED} tuned schedules"),
-        ],
+        BUBBLE,
+        "interleaved 1F1B",
+        f"{TUNED} tuned pipeline simulator",
     ),
-    "10.2": (
-        "minidl/reference/dist/pipeline.py",
-        [
-            ("right", ONE_F_ONE_B["right"], None),
-            ("wrong", ONE_F_ONE_B["wrong"], "1F1B, P="),
-            ("not the algorithm", ONE_F_ONE_B["not the algorithm"], f"{TUNED} tuned schedules"),
-        ],
-    ),
-    "10.3": (
-        "minidl/reference/dist/pipeline.py",
-        [
-            ("right", BUBBLE["right"], None),
-            ("wrong", BUBBLE["wrong"], "interleaved 1F1B"),
-            ("not the algorithm", BUBBLE["not the algorithm"], f"{TUNED} tuned pipeline simulator"),
-        ],
-    ),
-    "13.1": (
+    "13.1": graded(
         "minidl/reference/data/colour.py",
-        [
-            ("right", COLOUR_PCA["right"], None),
-            ("wrong", COLOUR_PCA["wrong"], "eigenvalues, largest first"),
-            (
-                "not the algorithm",
-                COLOUR_PCA["not the algorithm"],
-                f"{TUNED} tuned colour statistics",
-            ),
-        ],
+        COLOUR_PCA,
+        "eigenvalues, largest first",
+        f"{TUNED} tuned colour statistics",
     ),
 }
 
 MPI = {
-    "6.3": (
+    "6.3": graded(
+        "minidl/reference/dist/allreduce.py", TREE, "the sum is P(P-1)/2", "in a binomial tree"
+    ),
+    "6.4": graded(
         "minidl/reference/dist/allreduce.py",
-        [
-            ("right", TREE["right"], None),
-            ("wrong", TREE["wrong"], "the sum is P(P-1)/2"),
-            ("not the algorithm", TREE["not the algorithm"], "in a binomial tree"),
-        ],
+        RABENSEIFNER,
+        "sends 2 log2 P",
+        "halving then doubling",
     ),
-    "6.4": (
-        "minidl/reference/dist/allreduce.py",
-        [
-            ("right", RABENSEIFNER["right"], None),
-            ("wrong", RABENSEIFNER["wrong"], "sends 2 log2 P"),
-            ("not the algorithm", RABENSEIFNER["not the algorithm"], "halving then doubling"),
-        ],
+    "7.1": graded(
+        "minidl/reference/dist/buckets.py", BUCKETS, "mean over 3 ranks", "one per bucket"
     ),
-    "7.1": (
-        "minidl/reference/dist/buckets.py",
-        [
-            ("right", BUCKETS["right"], None),
-            ("wrong", BUCKETS["wrong"], "mean over 3 ranks"),
-            ("not the algorithm", BUCKETS["not the algorithm"], "one per bucket"),
-        ],
+    "10.4": graded(
+        "minidl/reference/dist/pipeline.py", WEIGHT_STASHING, "against minidl's executor"
     ),
-    "10.4": (
-        "minidl/reference/dist/pipeline.py",
-        [
-            ("right", WEIGHT_STASHING["right"], None),
-            ("wrong", WEIGHT_STASHING["wrong"], "against minidl's executor"),
-        ],
-    ),
-    "11.1": (
+    "11.1": graded(
         "minidl/reference/dist/tensor_parallel.py",
-        [
-            ("right", COLUMN_ROW_FORWARD["right"], None),
-            ("wrong", COLUMN_ROW_FORWARD["wrong"], "y against the serial layers"),
-            (
-                "not the algorithm",
-                COLUMN_ROW_FORWARD["not the algorithm"],
-                "allreduces in the forward pass",
-            ),
-        ],
+        COLUMN_ROW_FORWARD,
+        "y against the serial layers",
+        "allreduces in the forward pass",
     ),
-    "11.3": (
+    "11.3": graded(
         "minidl/reference/dist/tensor_parallel.py",
-        [
-            ("right", GRID_GROUPS["right"], None),
-            ("wrong", GRID_GROUPS["wrong"], "the world ranks of this rank's"),
-            ("not the algorithm", GRID_GROUPS["not the algorithm"], f"{TUNED} tuned Grid"),
-        ],
+        GRID_GROUPS,
+        "the world ranks of this rank's",
+        f"{TUNED} tuned Grid",
     ),
-    "6.1": (
+    "6.1": graded(
+        "minidl/reference/dist/allreduce.py", RING, "P(P-1)/2", "no collective of the library"
+    ),
+    "6.2": graded(
+        "minidl/reference/dist/allreduce.py", BUTTERFLY, "rank 0 of 3", "used comm.allgather"
+    ),
+    "6.5": graded(
         "minidl/reference/dist/allreduce.py",
-        [
-            ("right", RING["right"], None),
-            ("wrong", RING["wrong"], "P(P-1)/2"),
-            ("not the algorithm", RING["not the algorithm"], "no collective of the library"),
-        ],
+        HIERARCHICAL,
+        "must be exchanged among the leaders",
+        "only the leaders",
     ),
-    "6.2": (
-        "minidl/reference/dist/allreduce.py",
-        [
-            ("right", BUTTERFLY["right"], None),
-            ("wrong", BUTTERFLY["wrong"], "rank 0 of 3"),
-            ("not the algorithm", BUTTERFLY["not the algorithm"], "used comm.allgather"),
-        ],
-    ),
-    "6.5": (
-        "minidl/reference/dist/allreduce.py",
-        [
-            ("right", HIERARCHICAL["right"], None),
-            ("wrong", HIERARCHICAL["wrong"], "must be exchanged among the leaders"),
-            ("not the algorithm", HIERARCHICAL["not the algorithm"], "only the leaders"),
-        ],
-    ),
-    "8.2": (
+    "8.2": graded(
         "minidl/reference/dist/parameter_server.py",
-        [
-            ("right", PARAMETER_SERVER["right"], None),
-            ("wrong", PARAMETER_SERVER["wrong"], "against synchronous SGD"),
-            ("not the algorithm", PARAMETER_SERVER["not the algorithm"], "runs ahead"),
-            ("not the algorithm", PARAMETER_SERVER["staleness 0"], "the logged staleness"),
-        ],
+        PARAMETER_SERVER,
+        "against synchronous SGD",
+        "runs ahead",
+        ("not the algorithm", "staleness 0", "the logged staleness"),
     ),
-    "11.2": (
+    "11.2": graded(
         "minidl/reference/dist/tensor_parallel.py",
-        [
-            ("right", MEGATRON_BACKWARD["right"], None),
-            ("wrong", MEGATRON_BACKWARD["wrong"], "allreduces in the backward pass"),
-            ("not the algorithm", MEGATRON_BACKWARD["not the algorithm"], "its input h in place"),
-        ],
+        MEGATRON_BACKWARD,
+        "allreduces in the backward pass",
+        "its input h in place",
     ),
-    "12.1": (
+    "12.1": graded(
         "minidl/reference/dist/halo.py",
-        [
-            ("right", HALO["right"], None),
-            ("wrong", HALO["wrong"], "boundary rows to each neighbour"),
-            ("not the algorithm", HALO["not the algorithm"], "used comm.allgather_object"),
-            ("not the algorithm", HALO["buffered"], "comm.send("),
-        ],
+        HALO,
+        "boundary rows to each neighbour",
+        "used comm.allgather_object",
+        ("not the algorithm", "buffered", "comm.send("),
     ),
-    "12.2": (
-        "minidl/reference/dist/halo.py",
-        [
-            ("right", HALO_ADJOINT["right"], None),
-            ("wrong", HALO_ADJOINT["wrong"], "E* y on rank"),
-            ("not the algorithm", HALO_ADJOINT["not the algorithm"], "used comm.allgather_object"),
-        ],
+    "12.2": graded(
+        "minidl/reference/dist/halo.py", HALO_ADJOINT, "E* y on rank", "used comm.allgather_object"
     ),
-    "15.2": (
+    "15.2": graded(
         "minidl/reference/dist/zero.py",
-        [
-            ("right", ZERO3["right"], None),
-            ("wrong", ZERO3["wrong"], "this rank's shard of the mean gradient"),
-            ("not the algorithm", ZERO3["not the algorithm"], "holds its shard"),
-        ],
+        ZERO3,
+        "this rank's shard of the mean gradient",
+        "holds its shard",
     ),
-    "15.1": (
-        "minidl/reference/dist/zero.py",
-        [
-            ("right", ZERO1["right"], None),
-            ("wrong", ZERO1["wrong"], "weights after step 1"),
-            ("not the algorithm", ZERO1["not the algorithm"], "no allreduce"),
-        ],
-    ),
-    "16.1": (
+    "15.1": graded("minidl/reference/dist/zero.py", ZERO1, "weights after step 1", "no allreduce"),
+    "16.1": graded(
         "minidl/reference/dist/sync_batchnorm.py",
-        [
-            ("right", SYNC_BN["right"], None),
-            ("wrong", SYNC_BN["wrong"], "y of this rank's share"),
-            ("not the algorithm", SYNC_BN["not the algorithm"], "not the samples"),
-        ],
+        SYNC_BN,
+        "y of this rank's share",
+        "not the samples",
     ),
 }
