@@ -1,9 +1,10 @@
 """The course documents keep up with the code: the guide's exercise list, the examples' README."""
 
 import os
+import re
 import warnings
 
-from minidl.exercises import catalogue, repository_root
+from minidl.exercises import catalogue, hidden_catalogue, repository_root
 from minidl_course.listing import BEGIN_LIST, END_LIST, markdown_list, update_block
 
 ROOT = repository_root()
@@ -28,6 +29,18 @@ def test_the_guide_lists_the_registered_exercises():
         "docs/instructor-guide.md lists other exercises than the registry; refresh it with: "
         "python -m minidl exercise list --markdown --update docs/instructor-guide.md"
     )
+
+
+def test_the_guides_counts_of_exercises_and_checks_are_the_registrys():
+    """The grading time's sentence names the submission it measured: every exercise, every
+    check (visible and hidden)."""
+    text = " ".join(read(GUIDE).split())
+    found = re.search(r"whole submission of the (\d+) exercises .*?\((\d+) checks", text)
+    assert found, "the guide no longer says how long a whole submission takes to grade"
+    assert (int(found[1]), int(found[2])) == (
+        len(catalogue()),
+        len(catalogue()) + len(hidden_catalogue()),
+    ), "docs/instructor-guide.md: measure a whole submission again and give its counts"
 
 
 def test_the_examples_readme_describes_every_example():
