@@ -8,12 +8,14 @@ gives the right values by other means (another algorithm, the tuned code in the 
 input overwritten, an order that relies on MPI buffering) fails, its message naming why.
 """
 
+import json
+
 import pytest
 
 from minidl.dist.launch import mpi_unavailable_reason
 from minidl.exercises import get
 from minidl_course.student import write_student_tree
-from minidl_course.submission import region_bodies
+from minidl_course.submission import region_bodies, write_grades
 
 from .outside.solutions import IN_PROCESS, MPI, by_region
 from .test_algorithm_checks import check_in
@@ -27,9 +29,11 @@ def slots(table):
 
 def tree_with(tmp_path_factory, table, slot):
     """A student tree whose regions of each exercise of ``table`` hold its ``slot``-th
-    solution (exercises with fewer solutions are left out); returns (tree, {id: solution})."""
-    chosen = {i: s[slot] for i, (_, s) in table.items() if slot < len(s)}
-    tree = tmp_path_factory.mktemp(f"outside-{slot}") / "tree"
+    solution (``slot``: one index for all, or {id: index}; exercises with fewer solutions are
+    left out); returns (tree, {id: solution})."""
+    pick = slot if isinstance(slot, dict) else dict.fromkeys(table, slot)
+    chosen = {i: s[pick[i]] for i, (_, s) in table.items() if pick[i] < len(s)}
+    tree = tmp_path_factory.mktemp("outside") / "tree"
     write_student_tree(tree, only=list(chosen))
     counts = {}
     for _path, exercise_id, k in region_bodies(ROOT)[0]:
@@ -79,6 +83,31 @@ EXEMPT = {  # no solution with the right values by other means: why
     "9.3": "the tuned twin of TernGrad is another scheme",
     "9.4": "the tuned twin of the scaled sign is another scheme",
 }
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(400)
+@pytest.mark.skipif(mpi_unavailable_reason() is not None, reason="needs mpi4py and mpiexec")
+def test_grade_gives_right_solutions_every_point_and_wrong_ones_none_of_the_visible_check(
+    tmp_path_factory, tmp_path
+):
+    """One submission graded as the autograder grades it, every exercise holding its right
+    outside solution or its wrong one, in turn: a right one earns every point of its checks,
+    hidden ones included; a wrong one fails its visible check."""
+    table = {**IN_PROCESS, **MPI}
+    tree, chosen = tree_with(tmp_path_factory, table, {i: k % 2 for k, i in enumerate(table)})
+    write_grades(str(tree), str(tmp_path / "out"))
+    with open(tmp_path / "out" / "results.json") as source:
+        tests = json.load(source)["tests"]
+    wrong = []
+    for exercise_id, (kind, _, _) in chosen.items():
+        mine = [t for t in tests if t["number"] == exercise_id]
+        visible = [t for t in mine if t["visibility"] == "visible"]
+        if kind == "right" and any(t["score"] < t["max_score"] for t in mine):
+            wrong.append(f"{exercise_id} (right) lost points: {[t['name'] for t in mine]}")
+        if kind == "wrong" and any(t["score"] > 0 for t in visible):
+            wrong.append(f"{exercise_id} (wrong) scored on its visible check")
+    assert len(chosen) == len(table) and not wrong, "\n".join(wrong)
 
 
 def test_every_exercise_with_outside_solutions_has_a_right_a_wrong_and_a_rule():
