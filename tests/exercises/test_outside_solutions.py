@@ -13,7 +13,7 @@ import json
 import pytest
 
 from minidl.dist.launch import mpi_unavailable_reason
-from minidl.exercises import get
+from minidl.exercises import get, hidden_catalogue
 from minidl_course.student import write_student_tree
 from minidl_course.submission import region_bodies, write_grades
 
@@ -91,12 +91,15 @@ EXEMPT = {  # no solution with the right values by other means: why
 def test_grade_gives_right_solutions_every_point_and_wrong_ones_none_of_the_visible_check(
     tmp_path_factory, tmp_path
 ):
-    """One submission graded as the autograder grades it, every exercise holding its right
-    outside solution or its wrong one, in turn: a right one earns every point of its checks,
-    hidden ones included; a wrong one fails its visible check."""
-    table = {**IN_PROCESS, **MPI}
+    """One submission graded as the autograder grades it, each exercise with hidden checks
+    holding its right outside solution or its wrong one, in turn: a right one earns every
+    point of its checks, hidden ones included; a wrong one fails its visible check."""
+    hidden = {e.id for e in hidden_catalogue()}
+    table = {i: row for i, row in {**IN_PROCESS, **MPI}.items() if i in hidden}
     tree, chosen = tree_with(tmp_path_factory, table, {i: k % 2 for k, i in enumerate(table)})
-    write_grades(str(tree), str(tmp_path / "out"))
+    course = tmp_path / "course.json"
+    course.write_text(json.dumps({"assignments": {"all": dict.fromkeys(table, 1)}}))
+    write_grades(str(tree), str(tmp_path / "out"), str(course))
     with open(tmp_path / "out" / "results.json") as source:
         tests = json.load(source)["tests"]
     wrong = []
