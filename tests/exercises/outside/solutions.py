@@ -1174,17 +1174,19 @@ if comm.rank < p2:
 """,
     "wrong": """\
 if comm.rank < p2:
-    lo, hi = 0, x.size
-    distance = p2 // 2
-    while distance >= 1:
-        partner = comm.rank ^ distance
-        mid = (lo + hi) // 2
-        keep, give = ((mid, hi), (lo, mid)) if comm.rank & distance else ((lo, mid), (mid, hi))
-        received = xp.empty(keep[1] - keep[0], dtype=x.dtype)
-        comm.sendrecv(x[give[0] : give[1]], partner, received, partner)
-        x[keep[0] : keep[1]] += received
-        lo, hi = keep
-        distance //= 2
+    start, stop, step = 0, x.size, p2
+    while step > 1:  # halving: keep one half of the range, hand over the other
+        step //= 2
+        partner, middle = comm.rank ^ step, (start + stop) // 2
+        if comm.rank & step:
+            mine, theirs = slice(middle, stop), slice(start, middle)
+        else:
+            mine, theirs = slice(start, middle), slice(middle, stop)
+        got = xp.empty_like(x[mine])
+        comm.sendrecv(xp.ascontiguousarray(x[theirs]), partner, got, partner)
+        x[mine] += got
+        start, stop = mine.start, mine.stop
+# the doubling that hands the reduced pieces back around is missing
 """,
     "not the algorithm": """\
 if comm.rank < p2:
@@ -1226,13 +1228,13 @@ for group in buckets:
         1: """\
 for bucket in buckets:
     xp = get_array_module(bucket[0].data)
-    grads = [xp.zeros_like(p.data) if p.grad is None else p.grad for p in bucket]
-    flat = xp.concatenate([g.reshape(-1) for g in grads])
-    comm.allreduce(flat, op="sum", algorithm=algorithm)
-    offset = 0
+    flat = xp.concatenate(
+        [xp.zeros(p.size, p.data.dtype) if p.grad is None else p.grad.ravel() for p in bucket]
+    )
+    comm.allreduce(flat, op="sum", algorithm=algorithm)  # the sum, never divided by the ranks
+    start = 0
     for p in bucket:
-        p.grad = flat[offset : offset + p.size].reshape(p.shape)
-        offset += p.size
+        p.grad, start = flat[start : start + p.size].reshape(p.shape), start + p.size
 """
     },
     "not the algorithm": {  # one allreduce per parameter, the buckets unused
