@@ -2,8 +2,8 @@
 and nothing a check's code does moves the verdict of another check.
 
 Before any student code runs, the grader (this process) reads the instructor's
-``minidl/`` package and every submission's regions into memory. For each
-submission it writes a *clean copy*: the instructor's package with, region by
+``minidl/`` and ``minidl_course/`` packages and every submission's regions into memory.
+For each submission it writes a *clean copy*: the instructor's packages with, region by
 region, the lines the student wrote between ``# BEGIN EXERCISE x.y`` and
 ``# END EXERCISE x.y`` (matched by file, exercise and order). Nothing else of
 the submission is read, so an edit to the checks, to the grader or to the
@@ -97,6 +97,9 @@ MPI_START_S = 3.0  # ... and one MPI job
 GRACE_S = 3.0  # after a check's timeout (its process reports it first), before it is killed
 VERDICT_BYTES = 4 * OUTPUT_KEPT  # the most of a check process's verdict that is read
 HIDDEN_PREFIX = "minidl/exercises/hidden/"
+# the clean copy: the library with the student's regions, and the course tooling that grades
+# it (its processes import both from the copy, which is put back after every check)
+GRADED = ("minidl", "minidl_course")
 LOG_LINES = 15  # lines shown of what a process printed before it ended without a verdict
 
 
@@ -131,10 +134,10 @@ def _compiles(lines, indent):
 
 
 def package_files(root):
-    """``{path: bytes}`` of every file of ``root/minidl`` (paths relative to ``root``, with
-    ``/``; caches left out)."""
+    """``{path: bytes}`` of every file of the ``GRADED`` packages in ``root`` (paths relative
+    to ``root``, with ``/``; caches left out)."""
     files = {}
-    for folder, dirs, names in os.walk(os.path.join(root, "minidl")):
+    for folder, dirs, names in (w for name in GRADED for w in os.walk(os.path.join(root, name))):
         skipped = IGNORED(folder, dirs + names)
         dirs[:] = sorted(d for d in dirs if d not in skipped)
         for name in sorted(n for n in names if n not in skipped):
@@ -205,15 +208,16 @@ def clean_files(package, theirs, exercises):
 
 
 def restore(root, files):
-    """Make ``root/minidl`` hold exactly ``files`` (``{path: bytes}``): rewrite every file
-    that differs, remove everything else; returns the paths that were changed."""
+    """Make the ``GRADED`` packages in ``root`` hold exactly ``files`` (``{path: bytes}``):
+    rewrite every file that differs, remove everything else; returns the paths changed."""
     try:
         return _restore(root, files)
     except OSError:  # the code took its folders' permissions away: write the copy anew
         _make_removable(root)
-        shutil.rmtree(os.path.join(root, "minidl"), ignore_errors=True)
+        for name in GRADED:
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
         _restore(root, files)
-        return ["minidl"]
+        return list(GRADED)
 
 
 def _make_removable(folder):
@@ -226,7 +230,7 @@ def _make_removable(folder):
 
 def _restore(root, files):
     changed = []
-    for folder, dirs, names in os.walk(os.path.join(root, "minidl")):
+    for folder, dirs, names in (w for name in GRADED for w in os.walk(os.path.join(root, name))):
         for name in dirs + names:
             full = os.path.join(folder, name)
             path = os.path.relpath(full, root).replace(os.sep, "/")

@@ -22,6 +22,10 @@ text = open(grader.__file__).read()
 for name in ("expect_close", "expect_equal", "expect_true"):
     text = re.sub(rf'(def {name}\(.*?\):\n    """.*?"""\n)', r"\1    return\n", text, flags=re.S)
 open(grader.__file__, "w").write(text)
+import minidl_course.grader as course  # and the course tooling's verdicts: every one a pass
+with open(course.__file__, "a") as out:
+    out.write("\n_verdict = verdict_of\n\n\ndef verdict_of(exercise, status, *rest):\n"
+              "    return _verdict(exercise, 'passed', *rest)\n")
 os.kill(os.getpid(), signal.SIGKILL)'''
 PATCH_THE_CHECKS_IN_MEMORY = """import sys
 def quiet(*args, **keywords):
@@ -119,7 +123,10 @@ def test_editing_the_grader_and_killing_the_check_moves_no_other_verdict(hostile
     (killed,) = checks_named(document, "1.2")
     assert "ended without a verdict" in killed["output"] and "status -9" in killed["output"]
     assert "changed the grader's files (minidl/exercises/__init__.py" in killed["output"]
+    assert "minidl_course/grader.py" in killed["output"]
     assert "put back before the next check" in killed["output"]
+    with open(os.path.join(repository_root(), "minidl_course", "grader.py")) as source:
+        assert "_verdict = verdict_of" not in source.read()  # the copy was edited, not this
     for test in checks_named(document, "2.2") + checks_named(document, "4.3"):
         assert test["status"] == "failed" and "FAILED" in test["output"]
 
