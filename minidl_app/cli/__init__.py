@@ -94,17 +94,6 @@ def error_text(exc):
     return worded(exc.message if isinstance(exc, OptionMessage) else str(exc), flag)
 
 
-def option_adder(parser, helps):
-    """``parser.add_argument`` that takes an option's help, unless given, from ``helps`` (by its
-    first name): long help texts live in a table, so that every option takes one line."""
-
-    def add(*names, **kwargs):
-        kwargs.setdefault("help", helps.get(names[0]))
-        return parser.add_argument(*names, **kwargs)
-
-    return add
-
-
 def positive_int(text):
     """An argparse type: a positive integer, or a usage error that says so."""
     if not text.isdigit() or int(text) < 1:
@@ -239,7 +228,3 @@ def fail(message, code=ERROR_EXIT):
         return code
     report_once(message)
     comm.abort(code)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -14,7 +14,7 @@ from minidl.perf.predict import explain, format_prediction, predict_scaling
 from minidl.perf.summary import human_bytes
 from minidl.perf.zoo import build_named
 
-from . import add_model_arguments, option_adder, positive_int
+from . import add_model_arguments, positive_int
 
 
 def parse_nodes(text):
@@ -45,50 +45,92 @@ def default_nodes(global_batch):
     return [2**k for k in range(int(math.log2(global_batch)) + 2)]
 
 
-PREDICT_HELP = {  # the help texts too long to share a line with their option
-    "--nodes": "node counts, e.g. 1,2,4,8 (default powers of 2 up to 2B)",
-    "--bandwidth-gbs": "overrides the network's bandwidth (GB/s; 'inf' for free communication)",
-    "--overlap": "fraction of the communication that may hide behind the backward pass",
-    "--compute": "measure per-layer times here at each local batch, or a roofline model",
-    "--time-per-iteration": "calibrate the roofline so one node takes this long at the global "
-    "batch",
-    "--max-measured-batch": "measure local batches up to this size, extrapolate beyond",
-    "--steps": "profiled steps per measured batch size",
-    "--ppn": "ranks per node: predict each allreduce algorithm's time (hierarchical included) "
-    "on --nodes nodes of this many ranks, with --network between nodes and --intra-network "
-    "inside one",
-    "--levels": "the links measured by fit_levels (a JSON file of save_levels) instead of "
-    "--network and --intra-network; implies --ppn 1 unless given",
-    "--intra-network": "the link between two ranks of one node (with --ppn)",
-    "--scaling": "with --ppn or --levels: also the data-parallel scaling table (n = nodes x "
-    "ranks per node), each n with the fastest allreduce of the per-level model",
-    "--grids": "rank the dp x tp grids of this many ranks (layers placed by the tensor-parallel "
-    "rule) instead of scaling data parallelism",
-}
-
-
 def add_predict_arguments(p):
     add_model_arguments(p)
-    add = option_adder(p, PREDICT_HELP)
+    add = p.add_argument
     add("--batch", type=positive_int, default=256, help="global batch B")
-    add("--nodes", type=parse_nodes)
+    add(
+        "--nodes",
+        type=parse_nodes,
+        help=("node counts, e.g. 1,2,4,8 (default powers of 2 up to 2B)"),
+    )
     add("--scheme", default="tree", choices=SCHEMES)
     add("--network", default="fdr-infiniband", choices=list(NETWORKS))
     add("--latency-us", type=float, help="overrides the network's latency")
-    add("--bandwidth-gbs", type=float)
+    add(
+        "--bandwidth-gbs",
+        type=float,
+        help=("overrides the network's bandwidth (GB/s; 'inf' for free communication)"),
+    )
     add("--compression", type=float, default=1.0, help="gradient compression ratio r")
     add("--serial-fraction", type=float, default=0.0, help="non-scaling fraction s")
-    add("--overlap", type=float, default=0.0)
-    add("--compute", default="measure", choices=("measure", "roofline"))
+    add(
+        "--overlap",
+        type=float,
+        default=0.0,
+        help=("fraction of the communication that may hide behind the backward pass"),
+    )
+    add(
+        "--compute",
+        default="measure",
+        choices=("measure", "roofline"),
+        help=("measure per-layer times here at each local batch, or a roofline model"),
+    )
     add("--machine", default="here", help="roofline device: here, k80, haswell-2x12")
-    add("--time-per-iteration", type=float, metavar="SECONDS")
-    add("--max-measured-batch", type=positive_int, default=64)
-    add("--steps", type=positive_int, default=3)
-    add("--grids", type=positive_int, metavar="RANKS")
-    add("--ppn", type=positive_int, metavar="K")
-    add("--levels", metavar="FILE")
-    add("--scaling", action="store_true")
-    add("--intra-network", default="shared-memory", choices=list(NETWORKS))
+    add(
+        "--time-per-iteration",
+        type=float,
+        metavar="SECONDS",
+        help=("calibrate the roofline so one node takes this long at the global batch"),
+    )
+    add(
+        "--max-measured-batch",
+        type=positive_int,
+        default=64,
+        help=("measure local batches up to this size, extrapolate beyond"),
+    )
+    add("--steps", type=positive_int, default=3, help=("profiled steps per measured batch size"))
+    add(
+        "--grids",
+        type=positive_int,
+        metavar="RANKS",
+        help=(
+            "rank the dp x tp grids of this many ranks (layers placed by the tensor-parallel "
+            "rule) instead of scaling data parallelism"
+        ),
+    )
+    add(
+        "--ppn",
+        type=positive_int,
+        metavar="K",
+        help=(
+            "ranks per node: predict each allreduce algorithm's time (hierarchical included) "
+            "on --nodes nodes of this many ranks, with --network between nodes and --intra-"
+            "network inside one"
+        ),
+    )
+    add(
+        "--levels",
+        metavar="FILE",
+        help=(
+            "the links measured by fit_levels (a JSON file of save_levels) instead of "
+            "--network and --intra-network; implies --ppn 1 unless given"
+        ),
+    )
+    add(
+        "--scaling",
+        action="store_true",
+        help=(
+            "with --ppn or --levels: also the data-parallel scaling table (n = nodes x ranks "
+            "per node), each n with the fastest allreduce of the per-level model"
+        ),
+    )
+    add(
+        "--intra-network",
+        default="shared-memory",
+        choices=list(NETWORKS),
+        help=("the link between two ranks of one node (with --ppn)"),
+    )
     add("--intra-latency-us", type=float, help="overrides the intra-node latency")
     add("--intra-bandwidth-gbs", type=float, help="overrides the intra-node bandwidth (GB/s)")
 

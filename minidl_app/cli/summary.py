@@ -13,28 +13,39 @@ from minidl.perf.summary import format_summary, summarize
 from minidl.perf.zoo import build_named
 from minidl.train.config import TrainConfig
 
-from . import add_model_arguments, option_adder, positive_int
+from . import add_model_arguments, positive_int
 from .train import SQRT_SEGMENTS, add_layout_arguments, grid_shape
-
-SUMMARY_HELP = {
-    "--grid": "the ranks as a grid dp=D,pp=P,spatial=S,tp=T, as minidl train --grid: the "
-    "memory table shows each rank's share",
-    "--zero": "ZeRO stage over the data-parallel replicas (--grid dp=D, D >= 2): 1 shards "
-    "the optimizer state, 2 the gradients too, 3 the parameters too",
-}
 
 
 def add_summary_arguments(p):
     add_model_arguments(p)
-    add = option_adder(p, SUMMARY_HELP)
+    add = p.add_argument
     batch = "batch size the counts are for (per data-parallel replica)"
     add("--batch", "--batch-size", dest="batch", type=positive_int, default=1, help=batch)
     paper = "'paper' reproduces Ben-Nun & Hoefler's LeNet example (W=665,832, D=41)"
     add("--convention", default="corrected", choices=CONVENTIONS, help=paper)
     add("--optimizer", default="momentum", choices=list(optim.OPTIMIZERS), help="its state")
     add("--dtype", default="float32", choices=("float32", "float64"), help="of the weights")
-    add("--grid", type=grid_shape, metavar="AXIS=N,...")
-    add("--zero", type=int, default=0, choices=ZERO_STAGES, metavar="STAGE")
+    add(
+        "--grid",
+        type=grid_shape,
+        metavar="AXIS=N,...",
+        help=(
+            "the ranks as a grid dp=D,pp=P,spatial=S,tp=T, as minidl train --grid: the memory"
+            " table shows each rank's share"
+        ),
+    )
+    add(
+        "--zero",
+        type=int,
+        default=0,
+        choices=ZERO_STAGES,
+        metavar="STAGE",
+        help=(
+            "ZeRO stage over the data-parallel replicas (--grid dp=D, D >= 2): 1 shards the "
+            "optimizer state, 2 the gradients too, 3 the parameters too"
+        ),
+    )
     add_layout_arguments(p.add_argument)
 
 
