@@ -12,6 +12,7 @@ timeline.
 """
 
 from minidl.autograd import Tensor
+from minidl.perf.memory import peak_in_flight
 from minidl.perf.pipeline_simulate import stage_of
 from minidl.perf.profile import profile_model
 
@@ -58,13 +59,13 @@ def activation_bytes(model, x, partition):
 
 
 def peak_bytes(simulation, per_stage_bytes):
-    """Per rank, the most activation bytes it holds at once along ``simulation``'s timeline."""
-    peaks = []
-    for rank, events in enumerate(simulation.timeline):
-        live = peak = 0
-        for event in events:
-            k = stage_of(rank, event.instruction.chunk, simulation.ranks)
-            live += per_stage_bytes[k] if event.instruction.op == "forward" else -per_stage_bytes[k]
-            peak = max(peak, live)
-        peaks.append(peak)
-    return peaks
+    """Per rank, the most activation bytes it holds at once along ``simulation``'s timeline
+    (``peak_in_flight`` of its forwards and backwards)."""
+    ranks, chunks = simulation.ranks, range(simulation.chunks)
+    return [
+        peak_in_flight(
+            [event.instruction for event in events],
+            [per_stage_bytes[stage_of(rank, c, ranks)] for c in chunks],
+        )
+        for rank, events in enumerate(simulation.timeline)
+    ]
