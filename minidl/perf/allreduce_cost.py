@@ -26,6 +26,7 @@ import numpy as np
 
 from minidl import backend
 from minidl.intmath import ceil_log2, largest_power_of_two
+from minidl.perf.machine import median_seconds
 
 MODELLED_ALGORITHMS = ("ring", "butterfly", "tree", "rabenseifner")
 AUTO_ALGORITHMS = ("mpi",) + MODELLED_ALGORITHMS  # "mpi": the MPI library's own allreduce
@@ -148,14 +149,13 @@ def measure_gamma(segment_bytes, nbytes=GAMMA_BYTES, repeats=5):
     target = np.zeros(nbytes // 4, dtype=np.float32)
     segment = max(1, segment_bytes // 4)
     tmp = np.ones(min(segment, target.size), dtype=np.float32)
-    times = []
-    for _ in range(repeats + 1):
-        start = time.perf_counter()
+
+    def add():
         for offset in range(0, target.size, segment):
             part = target[offset : offset + segment]
             np.add(part, tmp[: part.size], out=part)
-        times.append(time.perf_counter() - start)
-    return float(np.median(times[1:])) / target.nbytes
+
+    return median_seconds(add, repeats) / target.nbytes
 
 
 def fit(comm, segment_bytes, sizes=PINGPONG_SIZES):
