@@ -41,6 +41,7 @@ from ..perf.memory import (
     zero_share,
 )
 from ..perf.pipeline_simulate import simulate, stage_of
+from ..perf.summary import aligned
 from ..perf.tensor_volume import block_numbers
 from ..train.config import TrainConfig, build_model
 from .data_parallel import bucket_runs
@@ -230,13 +231,7 @@ def format_memory(ranks):
                 f"{m.total:,}",
             )
         )
-    widths = [max(len(row[i]) for row in (COLUMNS, *rows)) for i in range(len(COLUMNS))]
-
-    def line(row):
-        return "  ".join(
-            c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))
-        )
-
+    line = aligned([COLUMNS, *rows], 3)
     rule = "-" * len(line(COLUMNS))
     return "\n".join([line(COLUMNS), rule, *map(line, rows)])
 

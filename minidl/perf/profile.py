@@ -23,7 +23,7 @@ from ..autograd import Tensor
 from ..backend import cupy_module, synchronize, to_device
 from .instrument import leaf_modules, wrapped_forwards
 from .layer_timer import LayerTimer
-from .summary import human_bytes
+from .summary import aligned, human_bytes
 
 
 @dataclass
@@ -233,13 +233,7 @@ def format_profile(profile, title="", by_type=False):
         rows.append(
             (label, "", "", "", f"{seconds * 1e3:.3f}", f"{100 * seconds / total:.1f}%", "", "", "")
         )
-    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
-
-    def fmt(r):
-        return "  ".join(
-            c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))
-        )
-
+    fmt = aligned(rows + [head], 2)
     rule = "-" * len(fmt(head))
     lines = (
         [f"{title} batch {profile.batch}, medians over the profiled steps".strip(), fmt(head), rule]

@@ -33,6 +33,15 @@ def human_bytes(n):
         n /= 1024
 
 
+def aligned(rows, left):
+    """The formatter of a text table's rows (tuples of strings): columns as wide as their widest
+    cell in ``rows``, two spaces apart, the first ``left`` left-aligned, the others right."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return lambda row: "  ".join(
+        c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))
+    )
+
+
 def _row(layer):
     return (
         layer.name,
@@ -68,13 +77,7 @@ def format_summary(costs, title=""):
         f"{t['backward_work']:,}",
         str(t["backward_depth"]),
     )
-    widths = [max(len(r[i]) for r in rows + [COLUMNS, total]) for i in range(len(COLUMNS))]
-
-    def fmt(r):
-        return "  ".join(
-            c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))
-        )
-
+    fmt = aligned(rows + [COLUMNS, total], 3)
     rule = "-" * len(fmt(COLUMNS))
     shape = "x".join(map(str, costs.input_shape))
     lines = (
