@@ -288,8 +288,7 @@ def format_measured(record, predicted):
                 cell += " / " + mib(m.activations if kind == "activations" else getattr(m, kind))
             cells.append(cell)
         rows.append((*cells, mib(record["max_rss"][r])))
-    widths = [max(len(row[i]) for row in (head, *rows)) for i in range(len(head))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in (head, *rows)]
+    lines = list(map(aligned([head, *rows], 0), (head, *rows)))
     what = "measured / predicted" if guess is not None else f"measured ({predicted})"
     title = (
         f"memory per rank, epoch {record['epoch']} (MiB, {what}; peaks over the first "
