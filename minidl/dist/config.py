@@ -295,11 +295,7 @@ class DistConfig:
                 f"{option('schedule')} {self.schedule!r} does not exist; choose one of "
                 f"{', '.join(schedules.SCHEDULES)}"
             )
-        if (
-            isinstance(micro_batches, bool)
-            or not isinstance(micro_batches, int)
-            or micro_batches < 1
-        ):
+        if not _whole(micro_batches):
             raise ConfigError(
                 f"{option('micro_batches')} {micro_batches!r}: a batch is cut into M >= 1 "
                 "micro-batches (1: no micro-batching)"
