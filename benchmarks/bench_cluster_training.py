@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from minidl.train.metrics import read_metrics
+from minidl_app.metrics import read_metrics
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RUNS = {  # name: (--dist, --compress, uses a server)

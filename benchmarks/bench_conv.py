@@ -26,7 +26,7 @@ import numpy as np
 
 import minidl as md
 from minidl.backend import limit_threads, tune_malloc
-from minidl.perf.conv_bench import LAYERS, bench_layer, format_rows
+from minidl_app.conv_bench import LAYERS, bench_layer, format_rows
 
 
 def numpy_gemm_gflops(n=2048, repeats=9):

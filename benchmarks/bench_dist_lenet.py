@@ -49,7 +49,7 @@ def minidl_epoch(ranks):
     with tempfile.TemporaryDirectory() as out:
         cmd = [sys.executable, "-m", "minidl", "train", *COMMON, "--threads", "1", "--out", out]
         if ranks > 1:
-            from minidl.dist.launch import mpiexec_path
+            from minidl_app.launch import mpiexec_path
 
             cmd = [mpiexec_path(), "-n", str(ranks)] + cmd + ["--dist", "sync"]
         subprocess.run(

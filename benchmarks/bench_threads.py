@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 
-from minidl.dist.launch import mpi_unavailable_reason, python_command
+from minidl_app.launch import mpi_unavailable_reason, python_command
 
 SETTINGS = {"default": [], "1 thread": ["--threads", "1"], "2 threads": ["--threads", "2"]}
 # `python -c` with this runs `minidl ARGS` from the tree in argv[1], not the installed minidl

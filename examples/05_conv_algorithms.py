@@ -25,7 +25,7 @@ minidl/conv/:
 import argparse
 
 import minidl as md
-from minidl.perf.conv_bench import bench_layer
+from minidl_app.conv_bench import bench_layer
 
 LAYERS = ("lenet.conv2", "alexnet.conv3", "3x3.c64.56px")
 ALGOS = ("direct", "im2col", "fft", "winograd_f2x2_3x3", "winograd_f4x4_3x3")

@@ -68,7 +68,7 @@ def remove_stale_parts(folder):
     Only files named as ``atomic_write`` names them go (a user's
     ``.movie.mkv.part`` stays). A temporary file of a write still under way
     goes too: call it only while no other process writes into ``folder``
-    (a run folder: while holding its lock, ``minidl.train.rundir``).
+    (a run folder: while holding its lock, ``minidl_app.rundir``).
     """
     removed = []
     pattern = os.path.join(glob.escape(os.fspath(folder)), f".*{PART_MARKER}*{PART_SUFFIX}")

@@ -389,7 +389,7 @@ def _mpi_command(report_path, exercises):
 
 def _run_job(nranks, exercises, env):
     """``(MpiRun, the report file's text)`` of one runner job over ``exercises``."""
-    from minidl.dist.launch import run_mpi
+    from minidl_app.launch import run_mpi
 
     budget = sum(e.timeout for e in exercises) + MPI_STARTUP_S
     with tempfile.TemporaryDirectory(prefix="minidl-exercise-") as folder:
@@ -509,7 +509,7 @@ def _same_values(ranks):
 
 def run_mpi_group(exercises, nranks):
     """Run MPI checks of the same size in as few ``mpiexec`` jobs as hangs allow; yields Results."""
-    from minidl.dist.launch import mpi_unavailable_reason
+    from minidl_app.launch import mpi_unavailable_reason
 
     reason = mpi_unavailable_reason()
     if reason:

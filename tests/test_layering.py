@@ -18,6 +18,8 @@ tooling's command module (looked up when that sub-command runs).
 
 Modules that moved out of the library keep their old import path (``OLD_PATHS``): each such
 module only puts its new home in ``sys.modules`` under the old name, and nothing imports it.
+The two ``fit`` functions that moved keep their old names (``OLD_NAMES``): ``minidl.train``
+and ``minidl.dist`` look them up in the application when first used (PEP 562).
 
 Every ``import`` and ``from ... import`` in the three packages counts, wherever it
 stands (module level, function body), with relative imports resolved; so
@@ -74,6 +76,11 @@ OLD_PATHS = {  # old import path -> new home
         for name in "command grader listing mpi_runner privacy student submission".split()
     },
 }
+OLD_NAMES = {  # old name -> new home
+    "minidl.train.fit": "minidl_app.run.fit",
+    "minidl.dist.fit": "minidl_app.run.dist_fit",
+}
+MOVED_NAME_LOOKUPS = {(old.rpartition(".")[0], "minidl_app.run") for old in OLD_NAMES}
 MODULE_PATH = re.compile(r"minidl(_app|_course)?(\.\w+)+")
 
 
@@ -143,7 +150,7 @@ def _edges_of(path, package_dir, modules):
 def import_edges(*package_dirs):
     """Every import of a module of the three packages by one of them (by default; else of the
     packages in ``package_dirs``), as ``Edge``s; the old import paths' aliases and the
-    command's ``minidl exercise`` left out."""
+    command's ``minidl exercise`` and the moved names' lookups left out."""
     package_dirs = [Path(d) for d in package_dirs] or [ROOT / name for name in PACKAGES]
     files = [(path, folder) for folder in package_dirs for path in sorted(folder.rglob("*.py"))]
     modules = {_module_name(path, folder) for path, folder in files}
@@ -151,7 +158,9 @@ def import_edges(*package_dirs):
         edge
         for path, folder in files
         for edge in _edges_of(path, folder, modules)
-        if edge.source not in OLD_PATHS and (edge.source, edge.target) != COMMAND_OF_THE_COURSE
+        if edge.source not in OLD_PATHS
+        and (edge.source, edge.target) != COMMAND_OF_THE_COURSE
+        and (edge.source, edge.target) not in MOVED_NAME_LOOKUPS
     )
     return list(dict.fromkeys(edges))  # ``from a import b, c`` of one module counts once
 
@@ -257,6 +266,11 @@ def test_nothing_imports_an_old_import_path_and_each_is_its_new_home():
     from minidl_app.cli.train import parse_dist_mode as at_home
 
     assert parse_dist_mode is at_home
+    for old, new in OLD_NAMES.items():
+        module, _, name = old.rpartition(".")
+        home, _, new_name = new.rpartition(".")
+        at_home = getattr(importlib.import_module(home), new_name)
+        assert getattr(importlib.import_module(module), name) is at_home, old
 
 
 def test_import_minidl_loads_neither_the_application_nor_the_course_tooling():
@@ -283,10 +297,7 @@ PARALLELISMS = tuple(
 # the run machinery: run folders, resume, metrics, the run itself, faults, launching, the CLI
 RUN_MACHINERY = tuple(
     f"minidl.{name}"
-    for name in (
-        "train.rundir train.resume train.metrics train.progress train.run dist.fit "
-        "dist.watchdog dist.straggler dist.launch"
-    ).split()
+    for name in ("train.progress train.run dist.parallelize dist.straggler").split()
 ) + ("minidl_app",)
 
 
@@ -313,10 +324,10 @@ def test_parallelisms_take_the_run_machinery_as_arguments_not_imports():
 
 def test_the_machinery_check_catches_each_kind():
     edges = [
-        edge("minidl.dist.tensor.layers", "minidl.dist.watchdog"),
-        edge("minidl.dist.consistency.server", "minidl.train.rundir"),
+        edge("minidl.dist.tensor.layers", "minidl_app.watchdog"),
+        edge("minidl.dist.consistency.server", "minidl_app.rundir"),
         edge("minidl.dist.comm", "minidl.perf.allreduce_cost"),
-        edge("minidl.dist.fit", "minidl.dist.tensor"),
+        edge("minidl.dist.parallelize", "minidl.dist.tensor"),
         edge("minidl.dist.pipeline.trainer", "minidl.dist.data_parallel"),
     ]
     problems = machinery_violations(edges)
@@ -343,7 +354,7 @@ def test_an_upward_import_is_reported_with_its_file_and_statement():
 
 
 def test_the_library_importing_the_application_or_the_course_tooling_is_reported():
-    for source in ("minidl.train.run", "minidl", "minidl.dist.fit"):
+    for source in ("minidl.train.run", "minidl", "minidl.dist.parallelize"):
         for target in ("minidl_app.cli.train", "minidl_course.grader"):
             (problem,) = layering_violations([edge(source, target)])
             assert f"imports the higher {target.split('.')[0]}" in problem

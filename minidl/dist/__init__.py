@@ -8,7 +8,11 @@ stages 1, 2 and 3), ``CompressedOptimizer`` with a gradient compressor; ``make_s
 runs the other consistency models (bsp, ssp:S, asp, avg:H, easgd);
 ``convert_sync_batchnorm(model, group)`` normalises its batch-norm layers over a group;
 ``verify(model, grid=...)`` compares K steps of a layout with one process, tensor by tensor.
+``fit`` trains as ``minidl train --dist`` does, writing a run folder; it belongs to the
+application (``minidl_app.run.dist_fit``) and is looked up there when first used.
 """
+
+import importlib
 
 from minidl.dist.collectives import ALLREDUCE_ALGORITHMS
 from minidl.dist.comm import Communicator, Request, init
@@ -16,7 +20,6 @@ from minidl.dist.compression import CompressedOptimizer, GradientEncoder
 from minidl.dist.config import DistConfig, DistMode
 from minidl.dist.consistency import make_session
 from minidl.dist.data_parallel import DistributedOptimizer, NonFiniteGradientError
-from minidl.dist.fit import fit
 from minidl.dist.grid import Grid, GridError, GridShape
 from minidl.dist.pipeline import PipelineTrainer
 from minidl.dist.sync_batchnorm import convert_sync_batchnorm
@@ -45,3 +48,10 @@ __all__ = [
     "make_session",
     "verify",
 ]
+
+
+def __getattr__(name):
+    """``fit``, an old name of the application's ``minidl_app.run.dist_fit`` (PEP 562)."""
+    if name == "fit":
+        return importlib.import_module("minidl_app.run").dist_fit
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,8 +14,6 @@ import traceback
 
 import numpy as np
 
-from ..train.rundir import job_aborted
-
 OUTPUT_GRACE_S = 0.5
 ABORT_WAIT_S = 10.0  # an MPI_Abort that cannot reach a lost node may block: exit anyway
 
@@ -168,3 +166,22 @@ def abort_job(mpi_comm, code):
         mpi_comm.Abort(code)
     finally:
         os._exit(code or 1)
+
+
+_when_aborted = []
+
+
+def when_aborted(record):
+    """Have ``record(reason)`` called when this process ends the job (``job_aborted``);
+    returns a function that undoes it. Rank 0 records the reason in its run folder."""
+    _when_aborted.append(record)
+    return lambda: _when_aborted.remove(record)
+
+
+def job_aborted(reason):
+    """This process is about to end the job for ``reason``: record it where asked."""
+    for record in list(_when_aborted):
+        try:
+            record(reason)
+        except Exception:  # an abort must go on, whatever the disk says
+            pass

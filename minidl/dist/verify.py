@@ -36,8 +36,8 @@ from ..train.loop import train_epoch
 from ..train.run import TrainingRun
 from .comm import init
 from .config import DistConfig, layout_label
-from .fit import parallelize
 from .grid import Grid, GridShape
+from .parallelize import parallelize
 from .pipeline.schedules import ASYNCHRONOUS
 from .zero import ZeroOptimizer
 

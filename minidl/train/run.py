@@ -1,19 +1,17 @@
-"""One training run in every layout: what ``minidl train`` and ``fit`` set up around the loop.
+"""One training run in every layout: what ``fit`` and ``verify`` set up around the loop.
 
-``TrainingRun`` holds the run's data, the serial model (as one process builds it, with the
-checkpoint's weights when it resumes) and its folder; a layout turns the model into what this
-rank trains (``loop.Training``: the local one is ``local_training``, the distributed ones come
-from ``minidl.dist``), and from ``begin`` on the run holds no more of the model than that.
+``TrainingRun`` holds the run's data and the serial model (as one process builds it, with the
+checkpoint's weights when it resumes); a layout turns the model into what this rank trains
+(``loop.Training``: the local one is ``local_training``, the distributed ones come from
+``minidl.dist``), and from ``begin`` on the run holds no more of the model than that.
 ``loop.train_epochs`` runs the epochs. Per epoch the run evaluates the model on the test set
-(globally, over every rank's share), checks that nothing diverged, steps the LR schedule,
-then rank 0 writes the checkpoint (the serial model, streamed from the layout's shares), the
-epoch's metrics records and the plot, in that order (``rundir``).
+(globally, over every rank's share), checks that nothing diverged, steps the LR schedule and
+hands the epoch to ``record_epoch``, which rank 0 prints; the application's run
+(``minidl_app.run``) also writes it into the run folder.
 
-A diverged epoch (a loss, the test loss or a weight that is NaN or inf)
-raises ``Diverged`` before anything of that epoch is written: the checkpoint
-of the last good epoch stays the newest. Under MPI every rank reaches the
-same verdict (the test metrics are global and the replicas are equal), so
-all stop together.
+A diverged epoch (a loss, the test loss or a weight that is NaN or inf) raises ``Diverged``
+before the epoch is recorded. Under MPI every rank reaches the same verdict (the test
+metrics are global and the replicas are equal), so all stop together.
 """
 
 import math
@@ -31,7 +29,7 @@ from ..optim import ReduceOnPlateau
 from ..parallel import default_num_threads
 from ..perf.threads import fastest_threads
 from .callbacks import Diverged, SampleKeys, StopOnNonFiniteLoss
-from .checkpoint import load_checkpoint, save_checkpoint
+from .checkpoint import load_checkpoint
 from .config import (
     TrainConfig,
     augmentation,
@@ -41,12 +39,9 @@ from .config import (
     make_optimizer,
     make_scheduler,
     option,
-    worded,
 )
-from .loop import Training, batch_inputs, evaluate, train_epochs
+from .loop import Training, batch_inputs, evaluate
 from .memory_record import MemoryRecord
-from .resume import apply_changes, changes, check_fixed
-from .rundir import RunDirectory, job_aborted, when_aborted
 
 # a test loss this many times the first epoch's has diverged though finite: a cross-entropy that
 # starts near ln(classes) and grows a million-fold means logits apart by millions, no model
@@ -70,27 +65,6 @@ def divergence(result, model, first_loss=None):
     return None
 
 
-def epoch_record(epoch, lr, stats, result):
-    record = {
-        "kind": "epoch",
-        "epoch": epoch,
-        "lr": lr,
-        "train_loss": stats["loss"],
-        "train_acc": stats["acc"],
-        "test_loss": result["loss"],
-        "test_acc": result["acc"],
-        "test_top1_error": 1.0 - result["acc"],
-        "test_top5_error": 1.0 - result["top5_acc"],
-        "train_images": stats["images"],
-        "test_images": result["images"],
-        "seconds": stats["seconds"],
-        "images_per_s": stats["images_per_s"],
-    }
-    if "skipped" in result:
-        record["skipped_images"] = result["skipped"]
-    return record
-
-
 def epoch_line(epoch, epochs, stats, result):
     return (
         f"epoch {epoch}/{epochs}: train loss {stats['loss']:.4f} "
@@ -104,37 +78,33 @@ class TrainingRun:
     """Everything one rank needs for the run ``config`` describes; a context manager.
 
     ``comm`` is the run's communicator (None in a process alone); ``resume`` the path of a
-    checkpoint to continue from: its weights are in ``model`` already, its optimizer and
-    schedule are put in place by ``begin``. Leaving the ``with`` block gives up the run
-    folder's lock and ends the callbacks, however the run ends; a ``Diverged`` leaves it with
-    the checkpoint it kept named, and MPI's report that a peer's process died ends the job,
-    naming it in the run folder (``Communicator.abort_if_peer_failed``). ``option(field)``
-    names an option in what the run prints and records (``str``: the field; the command line
-    passes its flags).
+    checkpoint to continue from: its weights are in ``model`` already, its optimizer, schedule
+    and random state are put in place by ``begin``. Leaving the ``with`` block ends the
+    callbacks, however the run ends; MPI's report that a peer's process died ends the job,
+    naming it (``Communicator.abort_if_peer_failed``). ``option(field)`` names an option in
+    what the run prints (``str``: the field; the command line passes its flags). ``out`` is
+    the run's folder (``--trace`` writes there).
     """
+
+    progress = None  # ``progress(where)``: told of each message a server serves (a watchdog)
 
     def __init__(self, config: TrainConfig, comm=None, resume=None, option=str):
         self.config, self.comm, self.resume, self.option = config.check(), comm, resume, option
         self.rank, self.size = (comm.rank, comm.size) if comm is not None else (0, 1)
-        self.run_dir = self._run_directory(resume)
+        resumed_dir = os.path.dirname(os.path.abspath(resume)) if resume else None
+        self.out = config.out or resumed_dir or default_run_dir(config)
+        if comm is not None:
+            self.out = comm.bcast_object(self.out)
         self.training = self.tracing = self.scheduler = self._first_loss = None
-        self.start_epoch = self._last_good = 0
-        self._forget = None
-        try:
-            self._prepare()
-        except BaseException:
-            self.run_dir.close()
-            raise
+        self.start_epoch = 0
+        self._prepare()
 
     def _prepare(self):
         config = self.config
         threads, why = self._thread_count()
         self._threads = limit_threads(threads, blas=1)  # kept alive for the run
         conv.configure(enabled=not config.deterministic)
-        self.checkpoint = load_checkpoint(self.resume) if self.resume else None
-        self.saved = self.checkpoint.training_config() if self.checkpoint is not None else None
-        if self.saved is not None:
-            check_fixed(self.saved, config.record())
+        self.checkpoint = self._checkpoint(self.resume) if self.resume else None
         md_random.manual_seed(config.seed)
         self.train_set, self.test_set = load_datasets(config, self.comm)
         self.model = build_model(config, self.train_set)
@@ -148,6 +118,10 @@ class TrainingRun:
             )
         if self.rank == 0 and config.threads is None:
             print(f"threads: {threads} per process ({why}; {self.option('threads')} N sets it)")
+
+    def _checkpoint(self, path):
+        """The checkpoint at ``path`` the run continues from."""
+        return load_checkpoint(path)
 
     def _timed_step(self):
         """A forward and backward of the model on the first batch, in evaluation mode (no
@@ -189,15 +163,8 @@ class TrainingRun:
         callbacks = [StopOnNonFiniteLoss(), SampleKeys(loader), MemoryRecord(self.model, optimizer)]
         return Training(self.model, optimizer, loader, callbacks=callbacks, schedulable=optimizer)
 
-    def record(self):
-        """The options worth keeping with the run (``config.json`` and the checkpoint)."""
-        # world_size: the processes sharing each step's samples (a layout may say fewer)
-        options = self.training.options if self.training is not None else {}
-        return self.config.record() | {"world_size": self.size} | options
-
     def begin(self, training):
-        """Put the checkpoint's optimizer, schedule and RNG state in place for ``training``,
-        then take and prepare the run folder (rank 0)."""
+        """Put the checkpoint's optimizer, schedule and random state in place for ``training``."""
         self.training, self.model = training, None  # the layout holds this rank's share
         replicas = training.placement.replicas if training.placement else self.comm
         rank, size = (replicas.rank, replicas.size) if replicas is not None else (0, 1)
@@ -206,18 +173,12 @@ class TrainingRun:
         self.scheduler = make_scheduler(self.config, schedulable) if schedulable else None
         self.start_epoch = 0
         if self.checkpoint is not None:
-            changed, notes = changes(self.saved, self.record())
-            if self.rank == 0:
-                for note in notes:
-                    print(f"resume: {worded(note, self.option)}", flush=True)
-            self.start_epoch = self._load(self.checkpoint, changed)
+            self.start_epoch = self._load(self.checkpoint)
             self.checkpoint.model_state = self.checkpoint.optimizer_state = None  # in place now
-        self._last_good = self.start_epoch
-        self._start_run_directory()
         self.tracing = self._tracing() if self.config.trace else None
 
-    def _load(self, checkpoint, changed):
-        """Put the checkpoint's optimizer, schedule and RNG state in place; its epoch."""
+    def _load(self, checkpoint):
+        """Put the checkpoint's optimizer, schedule and random state in place; its epoch."""
         training, state = self.training, checkpoint.optimizer_state
         if state is not None and training.checkpoints_optimizer and training.optimizer:
             placement = training.placement
@@ -226,36 +187,8 @@ class TrainingRun:
             )
         if self.scheduler is not None and checkpoint.meta.get("scheduler"):
             self.scheduler.load_state_dict(checkpoint.meta["scheduler"])
-        if training.schedulable is not None:  # the optimizer the schedule drives
-            apply_changes(self.config, changed, training.schedulable, self.scheduler)
         md_random.set_state(checkpoint.meta["rng"])
         return int(checkpoint.meta["epoch"])
-
-    def _run_directory(self, resume):
-        """Every rank learns the run's folder (rank 0 writes it: ``_start_run_directory``)."""
-        resumed_dir = os.path.dirname(os.path.abspath(resume)) if resume else None
-        out = self.config.out or resumed_dir or default_run_dir(self.config)
-        if self.comm is not None:
-            out = self.comm.bcast_object(out)
-        self.out = out
-        return RunDirectory(out)
-
-    def _start_run_directory(self):
-        """Rank 0 takes the folder's lock (refused at once when another run holds it: under
-        MPI the error ends the job), then prepares it: the checkpoint's own run continued, or
-        a new run."""
-        self.run_id = None
-        if self.rank != 0:
-            return
-        self.run_dir.open()
-        resume, checkpoint = self.resume, self.checkpoint
-        saved_id = checkpoint.meta.get("run_id") if checkpoint is not None else None
-        in_place = resume and os.path.abspath(self.out) == os.path.dirname(os.path.abspath(resume))
-        if in_place and not (self.config.overwrite and self.run_dir.run_id() != saved_id):
-            self.run_dir.resume(resume, self.start_epoch, self.record(), saved_id)
-            self.run_id = saved_id
-        else:
-            self.run_id = self.run_dir.start(self.record(), overwrite=self.config.overwrite)
 
     def _tracing(self):
         """The ``--trace`` recorder: the layout's own (pipelines), else per-layer compute and
@@ -270,33 +203,18 @@ class TrainingRun:
         ).start()
 
     def __enter__(self):
-        if self.rank == 0:
-            self._forget = when_aborted(
-                lambda reason: self.run_dir.record_abort(self._last_good, reason)
-            )
         return self
 
     def __exit__(self, kind, exc, traceback):
-        message = None
-        try:
-            if exc is not None and self.comm is not None:  # a dead peer: say which, folder open
-                self.comm.abort_if_peer_failed(exc, self.option)
-            for callback in self.training.callbacks if self.training else ():
-                callback.close()
-            if isinstance(exc, Diverged):
-                kept = (
-                    f"the checkpoint of epoch {self._last_good} is kept ({self.run_dir.checkpoint})"
-                    if self._last_good
-                    else "no checkpoint was written"
-                )
-                message = f"{exc.message}; {kept}"
-                job_aborted(worded(message, self.option))  # rank 0 records it in the run folder
-        finally:
-            if self._forget is not None:
-                self._forget()
-            self.run_dir.close()
-        if message is not None:
-            raise Diverged(message) from None
+        if exc is not None and self.comm is not None:  # a dead peer: say which
+            self.comm.abort_if_peer_failed(exc, self.option)
+        for callback in self.training.callbacks if self.training else ():
+            callback.close()
+
+    def watchdogs(self, options):
+        """Callbacks that end a distributed job hung under ``options`` (the application's run
+        has one; a library run none)."""
+        return []
 
     def _thread_count(self):
         """(``--threads``, else the cores this process may use shared among this host's ranks,
@@ -335,7 +253,7 @@ class TrainingRun:
         return result
 
     def end_epoch(self, epoch, lr, stats, result, records, training):
-        """Stop on divergence, step the LR schedule, then rank 0 writes the epoch."""
+        """Stop on divergence, step the LR schedule, then record the epoch."""
         problem = self._divergence(result, training)
         if problem is not None:
             raise Diverged(
@@ -348,19 +266,7 @@ class TrainingRun:
             self.scheduler.step(1.0 - result["acc"])  # the validation top-1 error
         elif self.scheduler is not None:
             self.scheduler.step()
-        placement, state = training.placement, None
-        model = placement.model_state() if placement else training.model.state_dict().items()
-        if training.checkpoints_optimizer:
-            state = training.optimizer.state_dict() if training.optimizer is not None else None
-            state = placement.optimizer_state(state) if placement else state
-        if self.rank == 0:
-            self._record(epoch, lr, stats, result, records, model, state)
-        else:  # a layout's shares stream to rank 0: every rank takes part, entry by entry
-            for _ in model:
-                pass
-            for _ in state["state"] if state is not None else ():
-                pass
-        self._last_good = epoch
+        self.record_epoch(epoch, lr, stats, result, records)
 
     def _divergence(self, result, training):
         """``divergence`` of this epoch, agreed by every rank (each checks its own weights)."""
@@ -373,23 +279,22 @@ class TrainingRun:
         return problem
 
     def finish(self, result):
-        """After the last epoch: write the trace, say where the run is; returns ``result``."""
+        """After the last epoch: write the trace, say how the run ended; returns ``result``."""
         if self.tracing is not None:  # perf: every rank writes its part, rank 0 merges them
             trace_path = self.tracing.finish(self.out, self.comm)
             if self.rank == 0:
                 print(f"timeline: {trace_path} (open it in https://ui.perfetto.dev)")
         if self.rank == 0:
-            if result is not None:
-                print(
-                    f"test accuracy {100 * result['acc']:.2f}% after epoch {self.config.epochs}; "
-                    f"run directory: {self.out}"
-                )
-            else:
-                print(
-                    f"nothing to do: the checkpoint is already at epoch {self.start_epoch}; "
-                    f"raise {self.option('epochs')} to train further"
-                )
+            print(self.final_line(result))
         return result
+
+    def final_line(self, result):
+        if result is None:
+            return (
+                f"nothing to do: the checkpoint is already at epoch {self.start_epoch}; "
+                f"raise {self.option('epochs')} to train further"
+            )
+        return f"test accuracy {100 * result['acc']:.2f}% after epoch {self.config.epochs}"
 
     def _skipped(self, training):
         """Unreadable images left out so far (train and test), over every rank."""
@@ -400,35 +305,13 @@ class TrainingRun:
             count = int(self.comm.allreduce(total, op="sum")[0])
         return count
 
-    def _record(self, epoch, lr, stats, result, records, model_state, optimizer_state):
-        def save(path):
-            save_checkpoint(
-                path,
-                model_state,
-                optimizer_state,
-                epoch=epoch,
-                rng=md_random.get_state(),
-                config=self.record(),
-                run_id=self.run_id,
-                scheduler=self.scheduler.state_dict() if self.scheduler else None,
-            )
-
+    def record_epoch(self, epoch, lr, stats, result, records):
+        """Rank 0 prints the epoch (collective: a subclass may gather what it keeps)."""
+        if self.rank != 0:
+            return
         print(epoch_line(epoch, self.config.epochs, stats, result), flush=True)
         if result.get("skipped"):
             print(f"{result['skipped']} unreadable images left out so far", flush=True)
-        self.run_dir.record_epoch(save, [epoch_record(epoch, lr, stats, result), *records])
         for record in records:
             if record.get("kind") == "dist":
                 print(self.training.describe(record), flush=True)
-
-
-def fit(config: TrainConfig, resume: str | None = None, *, option=str) -> dict | None:
-    """Train in this process as ``config`` says; returns the last evaluation.
-
-    The evaluation is a dict: ``loss``, ``acc``, ``images``, ``confusion``
-    (None when the checkpoint of ``resume`` already reached ``config.epochs``).
-    ``option(field)`` names an option in what it prints (the command line passes its flags).
-    Data-parallel and other distributed runs: ``minidl.dist.fit``.
-    """
-    with TrainingRun(config, resume=resume, option=option) as run:
-        return train_epochs(run, run.local_training())

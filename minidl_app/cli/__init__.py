@@ -22,9 +22,9 @@ from minidl import backend
 from minidl.dist.comm import init as init_mpi
 from minidl.dist.comm import world
 from minidl.dist.job import mpiexec_ranks, report_once
-from minidl.dist.launch import mpi_unavailable_reason
 from minidl.perf.zoo import MODEL_NAMES, parse_shape
 from minidl.train.config import OptionMessage, worded
+from minidl_app.launch import mpi_unavailable_reason
 
 USER_ERRORS = (ValueError, OSError, LookupError, ArithmeticError)
 ERROR_EXIT = 1

@@ -14,8 +14,8 @@ Each configuration is a real ``mpiexec ... minidl train`` run, kept under ``--ou
 import os
 import statistics
 
-from minidl.dist.launch import run_mpi
 from minidl.perf.telemetry import format_table
+from minidl_app.launch import run_mpi
 
 from .report import load_run, run_row
 

@@ -1,6 +1,6 @@
-"""``minidl bench conv``: the convolution algorithms side by side (``perf.conv_bench``)."""
+"""``minidl bench conv``: the convolution algorithms side by side (``minidl_app.conv_bench``)."""
 
-from minidl.perf.conv_bench import CANDIDATES, LAYERS, bench_layer, format_rows
+from minidl_app.conv_bench import CANDIDATES, LAYERS, bench_layer, format_rows
 
 
 def add_conv_arguments(parser):

@@ -8,7 +8,7 @@ and against gradients computed, and the staleness histogram of each run. A
 pipeline run traced with ``--trace`` also gets ``pipeline_timeline.png`` in its
 folder (``perf/pipeline_timeline.py``) and its measured bubble printed. A run's memory
 records show each rank's measured bytes next to ``dist.memory``'s prediction. ``--check``
-prints instead whether each run finished (``train/rundir.py``) and exits
+prints instead whether each run finished (``minidl_app/rundir.py``) and exits
 1 unless all did.
 """
 
@@ -30,8 +30,8 @@ from minidl.perf.pipeline_timeline import (
     time_shares,
 )
 from minidl.perf.telemetry import StalenessHistogram, format_table
-from minidl.train.metrics import read_metrics
-from minidl.train.rundir import run_status
+from minidl_app.metrics import read_metrics
+from minidl_app.rundir import run_status
 
 from . import error_text, flag
 

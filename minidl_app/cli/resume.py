@@ -7,7 +7,7 @@ ranks are started and slowed, ``--recompute``: the memory of this machine decide
 compression and servers are restored only for a ``--dist`` run, micro-batches,
 schedule and chunks only for a pipeline).
 What may and may not change, and the notes on changes, are the library's
-(``minidl.train.resume``).
+(``minidl_app.resume``).
 """
 
 from minidl.dist.grid import GridShape

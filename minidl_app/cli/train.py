@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 
-from minidl import dist, models, optim, train
+from minidl import models, optim
 from minidl.conv import ALGORITHMS as CONV_ALGORITHMS
 from minidl.data import DataLoader
 from minidl.dist import ALLREDUCE_ALGORITHMS
@@ -18,14 +18,15 @@ from minidl.dist.config import STAGE_CUTS, TP_LAYOUTS, DistConfig, DistMode
 from minidl.dist.consistency.server import DEFAULT_POLL_INTERVAL
 from minidl.dist.grid import GridShape
 from minidl.dist.job import mpiexec_rank, mpiexec_ranks
-from minidl.dist.launch import run_workers, share_batch, worker_command
 from minidl.dist.pipeline import SCHEDULES as PIPELINE_SCHEDULES
 from minidl.layers import sqrt_segments
 from minidl.train import Diverged, TrainConfig
 from minidl.train.checkpoint import load_checkpoint
 from minidl.train.config import DATASETS, INITS, RECIPES, SCHEDULES, build_model, load_split
 from minidl.train.loop import evaluate
+from minidl_app.launch import run_workers, share_batch, worker_command
 
+from ..run import dist_fit, fit
 from . import argument_type, error_text, flag, nonnegative_int, number, positive_int
 from .resume import reconcile
 from .specs import SPEC_HELP, parse_compression
@@ -502,13 +503,13 @@ def run_train(args):
     config, options = train_config(args), dist_config(args)
     try:
         if args.dist or args.grid:
-            dist.fit(config, options, args.resume, option=flag)  # it checks both
+            dist_fit(config, options, args.resume, option=flag)  # it checks both
         elif args.workers > 1:
             options.check(config.check(), args.resume)
             return relaunch(args.argv, share_batch(config, args.workers), args.workers)
         else:
             options.check(config, args.resume)  # refuses what needs ranks; fit checks config
-            train.fit(config, args.resume, option=flag)
+            fit(config, args.resume, option=flag)
     except Diverged as exc:
         if mpiexec_rank() == 0:
             print(f"minidl train: {error_text(exc)}", file=sys.stderr, flush=True)

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from minidl.dist.launch import MpiRun, mpi_unavailable_reason, mpiexec_flavor, mpiexec_path
+from minidl_app.launch import MpiRun, mpi_unavailable_reason, mpiexec_flavor, mpiexec_path
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DATA = pathlib.Path("/usr/share/datasets/fashion-mnist")

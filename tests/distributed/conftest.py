@@ -5,7 +5,7 @@ import pathlib
 
 import pytest
 
-from minidl.dist.launch import mpi_unavailable_reason, run_mpi
+from minidl_app.launch import mpi_unavailable_reason, run_mpi
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from minidl.data import DatasetNotFoundError, FashionMNIST
-from minidl.dist.launch import mpiexec_command
+from minidl_app.launch import mpiexec_command
 
 pytestmark = pytest.mark.mpi
 
@@ -210,7 +210,7 @@ def test_a_job_that_ignores_the_forwarded_signal_is_killed_after_a_grace_period(
         f"time.sleep(600)  # {marker}"
     )
     launcher = (
-        "import sys; from minidl.dist.launch import run_workers; "
+        "import sys; from minidl_app.launch import run_workers; "
         f"sys.exit(run_workers([sys.executable, '-c', {rank!r}], {{}}))"
     )
     job = start(["-c", launcher], job_env)

@@ -10,7 +10,7 @@ import pytest
 
 from minidl.data import DatasetNotFoundError, FashionMNIST
 from minidl.dist.memory import predict_run
-from minidl.train.metrics import read_metrics
+from minidl_app.metrics import read_metrics
 
 pytestmark = pytest.mark.mpi
 

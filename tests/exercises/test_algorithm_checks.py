@@ -9,13 +9,13 @@ import sys
 import numpy as np
 import pytest
 
-from minidl.dist.launch import mpi_unavailable_reason
 from minidl.exercises import get, grader
 from minidl.exercises.checks.collectives import hierarchical_pattern, layouts, tree_pattern
 from minidl.reference.conv import winograd
 from minidl.reference.data import colour
 from minidl.reference.dist import compression
 from minidl.reference.functional import linear, loss
+from minidl_app.launch import mpi_unavailable_reason
 from minidl_course.student import write_student_tree
 
 from .test_submission import set_region

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from minidl.dist.launch import mpi_unavailable_reason
 from minidl.exercises import grader
+from minidl_app.launch import mpi_unavailable_reason
 
 
 def grade_one(exercise):
@@ -82,7 +82,7 @@ def test_json_report_has_every_result_and_the_counts(fake_exercises):
 def test_mpi_checks_are_skipped_with_how_to_install_when_mpi_is_missing(
     fake_exercises, monkeypatch
 ):
-    monkeypatch.setattr("minidl.dist.launch.mpi_unavailable_reason", lambda: "mpi4py is missing")
+    monkeypatch.setattr("minidl_app.launch.mpi_unavailable_reason", lambda: "mpi4py is missing")
     result = grade_one(fake_exercises["91.1"])
     assert result.status == "skipped" and result.ok
     assert "mpi4py is missing" in result.message and "pip install" in result.message

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from minidl.dist.launch import mpi_unavailable_reason
 from minidl.exercises import catalogue, repository_root
 from minidl_app.cli import main
+from minidl_app.launch import mpi_unavailable_reason
 from minidl_course.student import write_student_tree
 from minidl_course.submission import graft
 

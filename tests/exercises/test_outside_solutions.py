@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from minidl.dist.launch import mpi_unavailable_reason
 from minidl.exercises import get, hidden_catalogue
+from minidl_app.launch import mpi_unavailable_reason
 from minidl_course.student import write_student_tree
 from minidl_course.submission import region_bodies, write_grades
 

@@ -3,8 +3,8 @@
 import pytest
 
 import minidl as md
-from minidl.perf.conv_bench import bench_layer, format_rows
 from minidl_app.cli.bench_conv import selected_layers
+from minidl_app.conv_bench import bench_layer, format_rows
 
 
 def test_bench_layer_reports_errors_times_and_unsupported_algorithms():

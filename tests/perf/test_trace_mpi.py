@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from minidl.dist import launch
+from minidl_app import launch
 
 SCRIPT = pathlib.Path(__file__).with_name("mpi_trace_run.py")
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from minidl.dist.launch import mpi_unavailable_reason
 from minidl.dist.pipeline import schedules as tuned
 from minidl.exercises import ExerciseFailure, hidden_catalogue
 from minidl.exercises.hidden import pipeline as hidden
 from minidl.reference.dist import pipeline as reference
+from minidl_app.launch import mpi_unavailable_reason
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -11,11 +11,11 @@ import pytest
 from minidl.data import DatasetNotFoundError, FashionMNIST
 from minidl.dist.config import DistConfig
 from minidl.dist.grid import GridShape
-from minidl.dist.launch import mpi_unavailable_reason, run_mpi
 from minidl.train import TrainConfig
 from minidl.train.checkpoint import load_checkpoint
 from minidl.train.config import ConfigError
 from minidl_app.cli import main
+from minidl_app.launch import mpi_unavailable_reason, run_mpi
 
 try:
     FashionMNIST(train=False)

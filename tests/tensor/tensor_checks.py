@@ -335,7 +335,7 @@ def check_spatial_tp_training(comm):
     share of the batch; 20 steps equal one process with the whole batch, the tp and dp bytes
     counted equal tensor_volume's; a plan splitting the front, and pp on this placement, are
     refused in one line."""
-    from minidl.dist.fit import SpatialTensorPlacement, local_rows, place_on_grid
+    from minidl.dist.parallelize import SpatialTensorPlacement, local_rows, place_on_grid
     from minidl.train.config import ConfigError
 
     data = [
@@ -437,7 +437,7 @@ def check_pipeline_tp_training(comm):
 
 def check_grid_refusals(comm):
     """The grid engine's placement refuses what cannot run, in one line saying what fits."""
-    from minidl.dist.fit import place_on_grid
+    from minidl.dist.parallelize import place_on_grid
     from minidl.train.config import ConfigError
 
     narrow = L.Sequential(L.Linear(4, 2), L.ReLU(), L.Linear(2, 5))
@@ -461,8 +461,8 @@ def check_shares_only(comm):
     import gc
     import tempfile
 
-    from minidl.dist.fit import parallelize
     from minidl.dist.grid import GridShape
+    from minidl.dist.parallelize import parallelize
     from minidl.dist.tensor.placement import split_widths
     from minidl.layers import Parameter
     from minidl.train.config import TrainConfig

@@ -87,7 +87,7 @@ def test_missing_and_corrupt_files_get_clear_errors(tmp_path):
 )
 def test_a_checkpoint_of_another_variant_or_crop_is_refused_up_front(key, saved, asked):
     """They give AlexNet its shapes: refused before the model is built, naming both values."""
-    from minidl.train.resume import ResumeError, check_fixed
+    from minidl_app.resume import ResumeError, check_fixed
 
     with pytest.raises(ResumeError) as error:
         check_fixed({key: saved}, {key: asked})

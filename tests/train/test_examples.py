@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from minidl.data import DatasetNotFoundError, FashionMNIST
-from minidl.dist.launch import mpi_unavailable_reason, run_mpi
+from minidl_app.launch import mpi_unavailable_reason, run_mpi
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "examples")
 ROOT = os.path.abspath(os.path.join(EXAMPLES, os.pardir))

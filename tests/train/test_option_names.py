@@ -5,8 +5,8 @@ import pytest
 
 from minidl.dist.config import DistConfig
 from minidl.train import ConfigError, TrainConfig
-from minidl.train.rundir import run_status
 from minidl_app.cli import error_text, flag, main
+from minidl_app.rundir import run_status
 
 PIPELINE = "micro_batches, schedule and chunks set up a pipeline: add pp=P to grid (e.g. grid pp=2)"
 FLAGGED = (

@@ -22,10 +22,10 @@ import pytest
 import minidl as md
 from minidl.atomic import atomic_write, remove_stale_parts
 from minidl.data import DatasetNotFoundError, FashionMNIST
-from minidl.train import rundir as rundir_module
 from minidl.train.checkpoint import load_checkpoint, save_checkpoint
-from minidl.train.rundir import LOCK_NAME, FolderLock, RunFolderBusy
+from minidl_app import rundir as rundir_module
 from minidl_app.cli import main
+from minidl_app.rundir import LOCK_NAME, FolderLock, RunFolderBusy
 
 try:
     FashionMNIST(train=False)
@@ -139,7 +139,7 @@ def test_a_lock_whose_holder_died_is_free(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys, time; from minidl.train.rundir import FolderLock; "
+            "import sys, time; from minidl_app.rundir import FolderLock; "
             "FolderLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(600)",
             str(tmp_path),
         ],
@@ -314,7 +314,7 @@ def test_a_running_command_keeps_its_folder_until_it_is_killed(tmp_path, capsys)
 
 def test_workers_refuse_a_locked_folder_and_the_whole_job_ends(tmp_path):
     """Only rank 0 takes the lock (the launcher does not): its refusal ends every rank."""
-    from minidl.dist.launch import mpi_unavailable_reason
+    from minidl_app.launch import mpi_unavailable_reason
 
     if mpi_unavailable_reason():
         pytest.skip(mpi_unavailable_reason())

@@ -15,11 +15,11 @@ import pytest
 import minidl as md
 from minidl import optim
 from minidl.data import DatasetNotFoundError, FashionMNIST
-from minidl.train import rundir as rundir_module
 from minidl.train.checkpoint import load_checkpoint, save_checkpoint
 from minidl.train.run import divergence
-from minidl.train.rundir import run_status
+from minidl_app import rundir as rundir_module
 from minidl_app.cli import main
+from minidl_app.rundir import run_status
 
 try:
     FashionMNIST(train=False)

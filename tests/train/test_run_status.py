@@ -6,9 +6,10 @@ import os
 import pytest
 
 from minidl.data import DatasetNotFoundError, FashionMNIST
-from minidl.train.metrics import read_metrics
-from minidl.train.rundir import RunDirectory, job_aborted, run_status, when_aborted
+from minidl.dist.job import job_aborted, when_aborted
 from minidl_app.cli import main
+from minidl_app.metrics import read_metrics
+from minidl_app.rundir import RunDirectory, run_status
 
 
 def write_run(path, epochs, done, tail=""):

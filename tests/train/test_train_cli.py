@@ -204,7 +204,7 @@ def test_lenet_learns_from_5000_real_images(tmp_path):
 
 def test_workers_without_mpi_is_one_line_that_says_what_to_do(monkeypatch, capsys):
     monkeypatch.setattr(
-        "minidl.dist.launch.mpi_unavailable_reason",
+        "minidl_app.launch.mpi_unavailable_reason",
         lambda: "mpi4py is not installed (pip install minidl[mpi])",
     )
     assert main(["train", "--workers", "2", "--epochs", "1"]) == 1

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import conv
-from ..autograd import no_grad, tensor
-from ..conv.registry import implementation
+from minidl import conv
+from minidl.autograd import no_grad, tensor
+from minidl.conv.registry import implementation
 
 LAYERS = (  # name, x shape without the batch, weight shape, conv arguments, first layer of its net
     ("lenet.conv1", (1, 28, 28), (6, 1, 5, 5), dict(padding=2), True),

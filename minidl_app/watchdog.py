@@ -8,7 +8,7 @@ rank's ``Watchdog`` thread (which runs while the main thread waits inside
 MPI: mpi4py releases the interpreter lock) aborts the job when ``timeout``
 seconds pass without a call, saying which rank stalled and where, and (with a
 ``Heartbeat``) which ranks and hosts stopped answering; rank 0 records that
-reason in its run folder (``train/rundir.py``).
+reason in its run folder (``minidl_app/rundir.py``).
 
 Heartbeats (``Heartbeat``): MPI cannot tell a rank that waits for a peer whether the peer
 is slow, stopped or gone, so every ``INTERVAL_S`` each rank sends every other rank one UDP
@@ -27,8 +27,8 @@ import sys
 import threading
 import time
 
-from ..train.callbacks import Callback
-from ..train.rundir import job_aborted
+from minidl.dist.job import job_aborted
+from minidl.train.callbacks import Callback
 
 _last = {"time": time.monotonic(), "where": "start-up"}
 

@@ -9,7 +9,7 @@ running as root (``OMPI_ALLOW_RUN_AS_ROOT``).
 again under ``mpiexec -n N``: each takes ``batch_size / N`` samples of every step on one
 BLAS thread, the same updates as one process with the whole batch, on N cores without
 the interpreter lock. ``fit(config, workers=N)`` hands the ranks its configuration in a
-file they read as ``python -m minidl.dist.launch PATH``; ``minidl train --workers N``
+file they read as ``python -m minidl_app.launch PATH``; ``minidl train --workers N``
 starts itself again instead. SIGTERM, SIGINT or SIGHUP to this process end the whole
 job, politely, then after ``GRACE_S`` seconds with SIGKILL; if this process is killed
 outright, Linux sends mpiexec SIGTERM.
@@ -28,7 +28,7 @@ import tempfile
 import time
 from collections import namedtuple
 
-from ..train.config import ConfigError, option
+from minidl.train.config import ConfigError, option
 
 MpiRun = namedtuple("MpiRun", "returncode output seconds timed_out")
 MpiRun.__doc__ = "Exit status, stdout and stderr merged, wall seconds, whether it was killed."
@@ -141,7 +141,7 @@ def fit_on_workers(config, options, resume, workers, option=str):
         path = os.path.join(folder, "run.pickle")
         with open(path, "wb") as handle:  # read back only by the ranks started here
             pickle.dump((config, options, resume, option), handle)
-        return run_workers(*worker_command(["-m", "minidl.dist.launch", path], workers))
+        return run_workers(*worker_command(["-m", "minidl_app.launch", path], workers))
 
 
 def _die_with_parent():
@@ -218,7 +218,7 @@ def _signal_group(job, signum):
 
 
 if __name__ == "__main__":  # a rank of fit_on_workers
-    from .fit import fit
+    from .run import dist_fit as fit
 
     # Ctrl-C ends a rank at once: a KeyboardInterrupt raised inside a __del__ is only
     # printed, and the rank would train on while the others wait for it.

@@ -14,7 +14,7 @@ see ``minidl_app.cli.resume``.)
 
 import json
 
-from .config import ConfigError, option
+from minidl.train.config import ConfigError, option
 
 # what defines the run; variant and crop size give the model its shapes
 FIXED = (

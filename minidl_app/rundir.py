@@ -51,9 +51,9 @@ import socket
 import time
 import uuid
 
-from ..atomic import atomic_write, remove_stale_parts
-from .config import OptionMessage, option
-from .metrics import append_metrics, plot_curves, read_metrics, rewrite_metrics
+from minidl.atomic import atomic_write, remove_stale_parts
+from minidl.train.config import OptionMessage, option
+from minidl_app.metrics import append_metrics, plot_curves, read_metrics, rewrite_metrics
 
 LOCK_NAME = ".minidl.lock"
 HOLDER_WAIT_S = 0.5  # how long a refused process waits for a new holder to write its name
@@ -284,22 +284,3 @@ def run_status(path, option=str):
         f"(its processes were killed: by the launcher after it lost a node, which its output "
         f"names, by the batch system, or by a signal){resume}"
     )
-
-
-_when_aborted = []
-
-
-def when_aborted(record):
-    """Have ``record(reason)`` called when this process ends the job (``job_aborted``);
-    returns a function that undoes it. Rank 0 records the reason in its run folder."""
-    _when_aborted.append(record)
-    return lambda: _when_aborted.remove(record)
-
-
-def job_aborted(reason):
-    """This process is about to end the job for ``reason``: record it where asked."""
-    for record in list(_when_aborted):
-        try:
-            record(reason)
-        except Exception:  # an abort must go on, whatever the disk says
-            pass

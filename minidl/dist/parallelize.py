@@ -1,5 +1,5 @@
-"""``fit``: a training run over MPI ranks, as ``minidl train --dist``, ``--grid`` and
-``--workers`` do, in the one loop of every layout (``train.loop.train_epochs``).
+"""What each rank trains in a distributed run, as ``minidl train --dist``, ``--grid`` and
+``--workers`` ask, for the one loop of every layout (``train.loop.train_epochs``).
 
 ``parallelize`` applies the process grid to the run's serial model as a ladder of wrappers
 (hybrid parallelism, Ben-Nun & Hoefler 2019, §5.4): tensor or spatial parallelism puts this
@@ -31,25 +31,14 @@ from ..perf.telemetry import (
 )
 from ..perf.tensor_volume import gradient_bytes, tensor_volume
 from ..train.callbacks import Callback, Diverged, NonFiniteLossError, SampleKeys
-from ..train.config import (
-    ConfigError,
-    TrainConfig,
-    augmentation,
-    make_optimizer,
-    option,
-    recomputed,
-)
-from ..train.loop import Training, train_epochs
+from ..train.config import ConfigError, augmentation, make_optimizer, option, recomputed
+from ..train.loop import Training
 from ..train.memory_record import MemoryRecord
-from ..train.run import TrainingRun
-from .comm import init
 from .compression import CompressedOptimizer
-from .config import DistConfig
 from .consistency import global_train_stats, make_session
 from .consistency.ps import TrainingAborted
 from .data_parallel import DistributedOptimizer
 from .grid import Grid
-from .launch import fit_on_workers
 from .pipeline import PipelineTrainer
 from .pipeline.cut import cut_stages
 from .pipeline.schedules import ASYNCHRONOUS, default_chunks
@@ -58,41 +47,8 @@ from .spatial import local_rows, plan_rows, spatial_parallel, step_bytes
 from .straggler import Straggler
 from .sync_batchnorm import sync_for_training
 from .tensor import TRAFFIC, PlacementError, TensorParallel, one_weird_trick_plan, tail_plan
-from .watchdog import Heartbeat, Watchdog, idle
-from .watchdog import progress as made_progress
 from .zero import ZeroOptimizer
 from .zero_layers import WholeModelBetweenEpochs
-
-
-def fit(
-    config: TrainConfig,
-    options: DistConfig | None = None,
-    resume: str | None = None,
-    workers: int = 1,
-    *,
-    option=str,
-) -> dict | int | None:
-    """Train as ``config`` and ``options`` say on every rank; returns the last evaluation.
-
-    Call it on every rank of an ``mpiexec`` job; or, with ``workers=N`` in a
-    plain process, it starts N local ranks of ``sync`` data parallelism and
-    returns their exit status (0: finished). ``options`` defaults to ``sync``
-    with the default options; ``resume`` is a checkpoint to continue from.
-    ``option(field)`` names an option in what it prints (the command line passes its flags).
-    """
-    options = (options if options is not None else DistConfig()).check(config, resume)
-    if workers > 1:
-        if options.mode.name != "sync":
-            raise ValueError(
-                f"workers={workers} runs sync data parallelism, not {options.mode.text}"
-            )
-        return fit_on_workers(config, options, resume, workers, option)
-    comm = init()
-    if options.grid is not None:
-        options.grid.check_fits(comm.size)
-    comm.auto = "rule" if config.deterministic else "measure"
-    with TrainingRun(config, comm, resume, option) as run:
-        return train_epochs(run, parallelize(run, options))
 
 
 def parallelize(run, options, plan=None):
@@ -106,7 +62,7 @@ def parallelize(run, options, plan=None):
     if shape is not None and shape.size != shape.dp:
         grid = Grid(comm, **dataclasses.asdict(shape))
     dp = grid.group("dp") if grid is not None else comm
-    callbacks = run_callbacks(options, comm, config.seed, namer=run.option)
+    callbacks = run_callbacks(run, options)
     if grid is not None and shape.pp > 1:
         return pipeline_training(run, options, grid, callbacks)
     placement, model = None, run.model
@@ -147,11 +103,10 @@ def parallelize(run, options, plan=None):
     )
 
 
-def data_parallel(optimizer, comm, options, model, seed=0, whole=False):
+def data_parallel(optimizer, comm, options, model, seed=0):
     """``optimizer`` averaging its gradients over ``comm``: in buckets during backward, sharded
-    (``options.zero``), compressed (``options.compressor``), or (``whole``) in one flat
-    allreduce per step."""
-    if options.zero and not whole:
+    (``options.zero``) or compressed (``options.compressor``)."""
+    if options.zero:
         return ZeroOptimizer(
             optimizer,
             comm,
@@ -170,13 +125,12 @@ def data_parallel(optimizer, comm, options, model, seed=0, whole=False):
             allreduce=options.allreduce,
             model=model,
         )
-    bucket_mb = sum(p.data.nbytes for p in optimizer.params) / 2**20 + 1 if whole else None
     return DistributedOptimizer(
         optimizer,
         comm,
         allreduce=options.allreduce,
-        bucket_mb=bucket_mb or options.bucket_mb,
-        overlap=options.overlap and not whole,
+        bucket_mb=options.bucket_mb,
+        overlap=options.overlap,
         model=model,
     )
 
@@ -445,11 +399,11 @@ def consistency_training(run, options):
         run.model,
         lambda params: make_optimizer(config, params),
         seed=config.seed,
-        progress=made_progress,
+        progress=run.progress,
     )
     servers = session.layout.servers if options.mode.uses_server else 0
     epochs = SessionEpochs(session, options.mode.text, comm)
-    callbacks = run_callbacks(options, comm, config.seed, servers, run.option)
+    callbacks = run_callbacks(run, options, servers)
     transform = augmentation(config)
     loader = session.train_loader(run.train_set, config.batch_size, config.seed, transform)
     return Training(
@@ -615,20 +569,17 @@ class GridTraffic(Callback):
         return [record]
 
 
-def run_callbacks(options, comm, seed, servers=0, namer=str):
-    """The watchdog (its message naming options by ``namer(field)``) and this rank's
-    straggler, as ``options`` asks; checks the ranks named."""
-    callbacks = []
-    if comm.size > 1 and options.hang_timeout > 0:
-        watchdog = Watchdog(options.hang_timeout, comm.rank, comm.abort, option=namer).start()
-        watchdog.listen(Heartbeat(comm, idle))  # after start: its address exchange may hang too
-        callbacks.append(watchdog)
+def run_callbacks(run, options, servers=0):
+    """The run's watchdogs and this rank's straggler, as ``options`` asks (``servers``: the
+    ranks before the first worker); checks the ranks named."""
+    comm = run.comm
     for rank in options.stragglers:
         if not servers <= rank < comm.size:
             raise ConfigError(
                 f"{option('straggler')} {rank}:{options.stragglers[rank]}: rank {rank} is not "
                 f"a worker; workers are ranks {servers}..{comm.size - 1}"
             )
+    callbacks = run.watchdogs(options)
     if options.stragglers or options.jitter:
-        callbacks.append(Straggler(comm.rank, options.stragglers, options.jitter, seed=seed))
+        callbacks.append(Straggler(comm.rank, options.stragglers, options.jitter, run.config.seed))
     return callbacks

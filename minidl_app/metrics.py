@@ -8,7 +8,7 @@ and line (or, with ``drop_torn_tail``, drops).
 import json
 import os
 
-from ..atomic import atomic_write, naming_error
+from minidl.atomic import atomic_write, naming_error
 
 
 class MetricsError(ValueError):
