@@ -4,6 +4,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -31,20 +32,29 @@ def guide_blocks(mpi, slurm):
     ]
 
 
+# SLURM's PMI-2 server now and then misreads MPICH's start-up message on a loaded machine
+PMI2_START_UP_FAULT = "mpi/pmi2: value not properly terminated in client request"
+
+
 @pytest.mark.parametrize("slurm", [False, True], ids=["ssh", "slurm"])
 def test_the_real_cluster_commands_of_the_guide_run_on_emulated_nodes(cluster, tmp_path, slurm):
     here = cluster(2, slurm=slurm)  # skips where a cluster (with SLURM) cannot be built
     blocks = guide_blocks(here.mpi, slurm)
     assert blocks, f"docs/cluster.md has no block for {here.mpi}{' under SLURM' if slurm else ''}"
     for block in blocks:
-        done = subprocess.run(
-            here.on("node0", ["sh", "-ec", block]),
-            cwd=tmp_path,
-            env=here.login_env(),
-            capture_output=True,
-            text=True,
-            timeout=240,
-        )
+        for attempt in range(2):  # SLURM's PMI-2 start-up fault (docs/cluster.md): once more
+            for run in re.findall(r"--out (\S+)", block) if attempt else ():
+                shutil.rmtree(tmp_path / run, ignore_errors=True)
+            done = subprocess.run(
+                here.on("node0", ["sh", "-ec", block]),
+                cwd=tmp_path,
+                env=here.login_env(),
+                capture_output=True,
+                text=True,
+                timeout=240,
+            )
+            if done.returncode == 0 or PMI2_START_UP_FAULT not in done.stderr:
+                break
         assert done.returncode == 0, f"{block}\n{done.stdout}\n{done.stderr}"
     runs = re.findall(r"--out (\S+)", "".join(blocks))
     assert len(runs) >= 2
