@@ -18,8 +18,19 @@ OUTPUT_GRACE_S = 0.5
 ABORT_WAIT_S = 10.0  # an MPI_Abort that cannot reach a lost node may block: exit anyway
 
 
+def pmi_for_slurm(environ):
+    """Have a rank that ``srun --mpi=pmi2`` started (``PMI_FD`` and ``SLURM_STEP_ID`` in
+    ``environ``) speak MPICH's PMI-1 to SLURM (``MPIR_CVAR_PMI_VERSION=1``, unless set): with
+    MPICH's default, SLURM's PMI-2 server now and then misreads the start-up messages of the
+    address exchange ("mpi/pmi2: value not properly terminated in client request") and the
+    ranks fail or wait forever (docs/cluster.md)."""
+    if "PMI_FD" in environ and "SLURM_STEP_ID" in environ:
+        environ.setdefault("MPIR_CVAR_PMI_VERSION", "1")
+
+
 def mpi_module():
     """``mpi4py.MPI`` (importing it initialises MPI), or a clear error when it is missing."""
+    pmi_for_slurm(os.environ)
     try:
         from mpi4py import MPI
     except ImportError as exc:

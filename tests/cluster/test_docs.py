@@ -4,9 +4,9 @@ import json
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -32,35 +32,59 @@ def guide_blocks(mpi, slurm):
     ]
 
 
-# SLURM's PMI-2 server now and then misreads MPICH's start-up message on a loaded machine
+# SLURM's PMI-2 server has misread MPICH's start-up messages (docs/cluster.md); the job then
+# fails or hangs in MPI's start-up. minidl starts MPICH in PMI-1 under srun, which it has
+# not misread; should the fault come back, the test says so and runs the blocks once more,
+# on a fresh cluster
 PMI2_START_UP_FAULT = "mpi/pmi2: value not properly terminated in client request"
+BLOCK_TIMEOUT_S = 150  # a block takes about 20 s here
+
+
+def run_block(here, block, cwd):
+    """``block`` run on node0 (a ``CompletedProcess``), or None when it met SLURM's PMI-2
+    start-up fault."""
+    try:
+        done = subprocess.run(
+            here.on("node0", ["sh", "-ec", block]),
+            cwd=cwd,
+            env=here.login_env(),
+            capture_output=True,
+            text=True,
+            timeout=BLOCK_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired as exc:
+        stderr = exc.stderr.decode() if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        if PMI2_START_UP_FAULT not in stderr:
+            raise
+        done = None
+    if done is None or (done.returncode != 0 and PMI2_START_UP_FAULT in done.stderr):
+        warnings.warn(f"SLURM's PMI-2 start-up fault in:\n{block}", stacklevel=2)
+        return None
+    return done
 
 
 @pytest.mark.parametrize("slurm", [False, True], ids=["ssh", "slurm"])
 def test_the_real_cluster_commands_of_the_guide_run_on_emulated_nodes(cluster, tmp_path, slurm):
-    here = cluster(2, slurm=slurm)  # skips where a cluster (with SLURM) cannot be built
-    blocks = guide_blocks(here.mpi, slurm)
-    assert blocks, f"docs/cluster.md has no block for {here.mpi}{' under SLURM' if slurm else ''}"
-    for block in blocks:
-        for attempt in range(2):  # SLURM's PMI-2 start-up fault (docs/cluster.md): once more
-            for run in re.findall(r"--out (\S+)", block) if attempt else ():
-                shutil.rmtree(tmp_path / run, ignore_errors=True)
-            done = subprocess.run(
-                here.on("node0", ["sh", "-ec", block]),
-                cwd=tmp_path,
-                env=here.login_env(),
-                capture_output=True,
-                text=True,
-                timeout=240,
-            )
-            if done.returncode == 0 or PMI2_START_UP_FAULT not in done.stderr:
+    for attempt in ("first", "again"):
+        here = cluster(2, slurm=slurm)  # skips where a cluster (with SLURM) cannot be built
+        blocks = guide_blocks(here.mpi, slurm)
+        assert blocks, f"docs/cluster.md has no block for {here.mpi}{' on SLURM' if slurm else ''}"
+        where = tmp_path / attempt
+        where.mkdir()
+        for block in blocks:
+            done = run_block(here, block, where)
+            if done is None:
                 break
-        assert done.returncode == 0, f"{block}\n{done.stdout}\n{done.stderr}"
+            assert done.returncode == 0, f"{block}\n{done.stdout}\n{done.stderr}"
+        if done is not None:
+            break
+        here.down()  # its stuck job must not overlap the next attempt's
+    assert done is not None, "SLURM's PMI-2 start-up fault on two clusters in a row"
     runs = re.findall(r"--out (\S+)", "".join(blocks))
     assert len(runs) >= 2
     for run in runs:  # every run trained its epoch on 4 ranks
-        config = json.loads((tmp_path / run / "config.json").read_text())
-        lines = (tmp_path / run / "metrics.jsonl").read_text().splitlines()
+        config = json.loads((where / run / "config.json").read_text())
+        lines = (where / run / "metrics.jsonl").read_text().splitlines()
         records = [r for r in map(json.loads, lines) if r["kind"] == "epoch"]
         assert (config["world_size"], len(records)) == (4, 1), run
 
