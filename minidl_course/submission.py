@@ -26,9 +26,11 @@ can be traced by the checks' processes unless these run as root. With
 ``check_user`` in the course file and the grader run as root, the checks run
 as that user, who can write none of these files and cannot read the
 instructor's package (readable by root only while grading): its solutions and
-the hidden checks' source. A verdict is still decided in the process that
-runs the student's code: code written against the grader can claim the checks
-its own regions run in, and no others.
+the hidden checks' source. Without it a grader run as root picks ``nobody`` where
+that user can run this Python, and otherwise says what the checks can reach
+(``automatic_check_user``); ``"check_user": ""`` keeps the grader's own user. A
+verdict is still decided in the process that runs the student's code: code written
+against the grader can claim the checks its own regions run in, and no others.
 
 The course file's ``time_limit`` (600 s by default, the autograder's usual
 limit) bounds the grading of one submission: each check gets its own timeout
@@ -605,12 +607,12 @@ def run_isolated(root, files, exercises, deadline, limit, user=""):
 class Course:
     """A course file: the assignments (``{name: {id: points}}``), the hidden checks'
     visibility, the seconds grading one submission may take and the user the checks run as
-    ("" for the grader's own)."""
+    ("" for the grader's own, None for ``automatic_check_user``'s)."""
 
     assignments: dict
     hidden_visibility: str = "after_published"
     time_limit: float = TIME_LIMIT_S
-    check_user: str = ""
+    check_user: str | None = None
 
 
 def read_course(path, exercises):
@@ -649,7 +651,7 @@ def read_course(path, exercises):
     limit = document.get("time_limit", TIME_LIMIT_S)
     if not _number(limit) or limit < 10:
         problems.append("time_limit must be the seconds grading one submission may take (>= 10)")
-    user = document.get("check_user", "")
+    user = document.get("check_user")
     try:
         _check_user(user)
     except (KeyError, TypeError):
@@ -753,8 +755,31 @@ def can_run_checks_as(name):
     if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0:
         raise ValueError(
             f"check_user {name!r} cannot read this Python ({', '.join(paths)}): install Python "
-            "where that user can read it, or leave check_user out"
+            'where that user can read it, or set "check_user": "" in the course file to run '
+            "the checks as the grader's user"
         )
+
+
+AUTOMATIC_CHECK_USER = "nobody"
+
+
+def automatic_check_user():
+    """The user the checks run as when the course file names none: ``nobody`` where the grader
+    runs as root and that user can run this Python, else the grader's own (""), saying on
+    stderr, when root, what the checks can then reach."""
+    if os.geteuid() != 0:
+        return ""
+    try:
+        can_run_checks_as(AUTOMATIC_CHECK_USER)
+        return AUTOMATIC_CHECK_USER
+    except (ValueError, KeyError) as exc:
+        print(
+            f"minidl exercise grade: the checks run as root, so a region can read the "
+            f"instructor's tree (solutions, hidden checks' source) and write outside the clean "
+            f"copy: {exc}",
+            file=sys.stderr,
+        )
+        return ""
 
 
 @contextlib.contextmanager
@@ -813,7 +838,9 @@ def write_grades(folder, out_dir, course_path=None, on_student=None):
     points = {i: p for items in course.assignments.values() for i, p in items.items()}
     found = submissions(folder)
     single = is_submission(folder)
-    if course.check_user:
+    if course.check_user is None:
+        course = dataclasses.replace(course, check_user=automatic_check_user())
+    elif course.check_user:
         can_run_checks_as(course.check_user)
     package = package_files(repository_root())
     regions = {name: region_bodies(path)[0] for name, path in found.items()}

@@ -238,9 +238,39 @@ def test_a_course_file_with_a_bad_time_limit_or_user_is_refused(tmp_path, capsys
         assert error in capsys.readouterr().err
 
 
-def test_checks_run_as_the_check_user_cannot_read_or_write_the_graders_files(tmp_path, capsys):
+def test_a_grader_run_as_root_says_what_the_checks_reach_when_nobody_cannot_run_them(
+    tmp_path, capsys
+):
+    """Without ``check_user`` a grader run as root runs the checks as ``nobody`` where it can
+    (the next test); where it cannot, the grade is the same and the instructor is told why."""
+    from minidl_course.submission import can_run_checks_as
+
+    if os.geteuid() != 0:
+        pytest.skip("the grader picks a user for the checks only when it runs as root")
+    try:
+        can_run_checks_as("nobody")
+        pytest.skip("nobody can run this Python: the checks run as nobody")
+    except (ValueError, KeyError):
+        pass
+    write_student_tree(tmp_path / "s" / "eve", only=["1.1"])
+    argv = ["exercise", "grade", str(tmp_path / "s"), "--out", str(tmp_path / "o")]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "the checks run as root, so a region can read the instructor's tree" in err
+    assert "check_user 'nobody' cannot read this Python" in err
+    course = tmp_path / "c.json"
+    course.write_text(json.dumps({"assignments": {"w": {"1.1": 1}}, "check_user": ""}))
+    assert main(argv + ["--course", str(course)]) == 0  # the grader's own user, as asked
+    assert "the checks run as root" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("course_user", ["nobody", None], ids=["named", "by-default"])
+def test_checks_run_as_the_check_user_cannot_read_or_write_the_graders_files(
+    tmp_path, capsys, course_user
+):
     """Where the grader runs as root and ``nobody`` can run its Python: the hidden checks'
-    source in the instructor's tree cannot be read, nor the clean copy written."""
+    source in the instructor's tree cannot be read, nor the clean copy written; ``nobody``
+    is also the checks' user when the course file names none."""
     from minidl_course.submission import can_run_checks_as
 
     try:
@@ -260,7 +290,8 @@ for path, mode in (({hidden!r}, "r"), (grader.__file__, "a")):
 return p * 0"""
     set_region(str(tree), LOSS, "2.2", attack)
     course = tmp_path / "course.json"
-    course.write_text(json.dumps({"assignments": {"w": {"2.2": 1}}, "check_user": "nobody"}))
+    user = {} if course_user is None else {"check_user": course_user}
+    course.write_text(json.dumps({"assignments": {"w": {"2.2": 1}}, **user}))
     argv = ["exercise", "grade", str(tree), "--out", str(tmp_path / "out"), "--course"]
     assert main(argv + [str(course)]) == 0
     (visible,) = checks_named(json.loads((tmp_path / "out" / "results.json").read_text()), "2.2")
