@@ -72,6 +72,11 @@ COMMAND_OF_THE_COURSE = ("minidl_app.cli", "minidl_course.command")  # the one u
 OLD_PATHS = {  # old import path -> new home
     "minidl.cli": "minidl_app.cli",
     **{
+        f"minidl.{path}": f"minidl_app.{path.split('.')[1]}"
+        for path in "train.rundir train.metrics train.resume dist.watchdog dist.launch".split()
+    },
+    "minidl.perf.conv_bench": "minidl_app.conv_bench",
+    **{
         f"minidl.exercises.{name}": f"minidl_course.{name}"
         for name in "command grader listing mpi_runner privacy student submission".split()
     },
