@@ -38,8 +38,11 @@ import traceback
 import unicodedata
 from dataclasses import asdict, dataclass, field
 
+import minidl.exercises
 from minidl.exercises import ExerciseFailure, Unimplemented, repository_root
 from minidl.exercises.trace import running
+
+from .evidence import encode
 
 LABELS = {
     "passed": "passed",
@@ -53,6 +56,7 @@ STATUSES = tuple(LABELS)
 MPI_HANG = "a rank may be waiting for a message nobody sends"
 MPI_STARTUP_S = 30.0  # allowance per mpiexec job for starting the ranks and importing minidl
 REPORT = "MINIDL-EXERCISE "  # the runner's per-rank verdicts start with this
+EVIDENCE_VARIABLE = "MINIDL_EXERCISE_EVIDENCE"  # set to 1: the runner's passes carry evidence
 READY = (
     "MINIDL-EXERCISE-READY"  # ... and a rank that has imported the checks and joined MPI says this
 )
@@ -80,6 +84,7 @@ class RankResult:
     message: str = ""
     seconds: float = 0.0
     values: str = ""  # the digest of the values a failure compared on this rank
+    evidence: list | None = None  # while grading, a pass's comparisons on this rank (``evidence``)
 
 
 @dataclass
@@ -96,6 +101,7 @@ class Result:
     ranks: list[RankResult] | None = field(default=None)
     test: str = ""  # a hidden check's name, "" for the visible check
     output: str = ""  # what the checked code printed (stdout and stderr), shown with the verdict
+    evidence: list | None = None  # while grading, a pass's comparisons, a list per rank
 
     @property
     def key(self):
@@ -106,7 +112,11 @@ class Result:
         return self.status in ("passed", "skipped")
 
     def to_json(self):
-        return {**asdict(self), "label": LABELS[self.status]}
+        document = {**asdict(self), "label": LABELS[self.status]}
+        for part in [document] + (document["ranks"] or []):
+            if part["evidence"] is None:
+                del part["evidence"]
+        return document
 
 
 def _student_frame(frames, path):
@@ -226,14 +236,14 @@ def stuck_line(path, thread_id):
     return f"stuck at {_where(found)}" if found else ""
 
 
-def _call_with_deadline(function, args, timeout, path):
-    """The exception of ``function(*args)`` run in a thread for ``timeout`` s (None when it
-    returned; a ``CheckTimeout`` saying where the thread was when the deadline passed)."""
+def _call_with_deadline(function, args, timeout, path, **keywords):
+    """The exception of ``function(*args, **keywords)`` run in a thread for ``timeout`` s (None
+    when it returned; a ``CheckTimeout`` saying where the thread was when the deadline passed)."""
     box = {}
 
     def target():
         try:
-            function(*args)
+            function(*args, **keywords)
         except BaseException as exc:  # noqa: BLE001 -- every outcome is reported, CheckTimeout included
             box["exc"] = exc
 
@@ -253,10 +263,11 @@ def _call_with_deadline(function, args, timeout, path):
 EXIT = os._exit  # the grader's own way out (watchdogs, aborts), whatever a check does to os
 
 
-def invoke(exercise, *args):
+def invoke(exercise, *args, evidence=None):
     """Call the check with the trace attributed to it (``args``: the communicator for MPI
-    checks); ``os._exit`` called by the checked code in this thread raises ``ProcessExit``
-    instead of ending the process."""
+    checks), noting the comparisons that hold in the list ``evidence`` (when given);
+    ``os._exit`` called by the checked code in this thread raises ``ProcessExit`` instead of
+    ending the process."""
     checked = threading.get_ident()
 
     def refuse_exit(status):
@@ -265,11 +276,13 @@ def invoke(exercise, *args):
         raise ProcessExit(status)
 
     os._exit = refuse_exit
+    minidl.exercises.EVIDENCE = evidence
     try:
         with running(exercise.id):
             exercise.check(*args)
     finally:
         os._exit = EXIT
+        minidl.exercises.EVIDENCE = None
 
 
 OUTPUT_KEPT = 64 * 1024  # characters of what a check's code printed that are kept (the last)
@@ -348,14 +361,19 @@ def clip_text(text, limit=CHECK_CHARS):
     return f"{text[:limit]}\n    ... ({len(text) - limit} more characters left out)"
 
 
-def run_in_process(exercise):
-    """Run one in-process check with its deadline, its output captured; returns a ``Result``."""
-    start = time.perf_counter()
+def run_in_process(exercise, evidence=False):
+    """Run one in-process check with its deadline, its output captured; returns a ``Result``
+    (with a pass's ``evidence`` when asked)."""
+    start, items = time.perf_counter(), [] if evidence else None
     with captured_output() as printed:
-        exc = _call_with_deadline(invoke, (exercise,), exercise.timeout, exercise.path)
+        exc = _call_with_deadline(
+            invoke, (exercise,), exercise.timeout, exercise.path, evidence=items
+        )
     status, message = outcome(exercise, exc)
     result = verdict_of(exercise, status, message, time.perf_counter() - start)
     result.output = printed.getvalue()
+    if evidence and status == "passed":
+        result.evidence = [encode(items)]
     return result
 
 
@@ -426,6 +444,7 @@ def parse_reports(output):
                     item["message"],
                     item["seconds"],
                     item.get("values", ""),
+                    item.get("evidence"),
                 ),
             )
             if item["status"] == "timed_out":
@@ -448,7 +467,13 @@ def combine_ranks(exercise, per_rank, nranks, hung, output):
     bad = [per_rank[r] for r in sorted(per_rank) if per_rank[r].status != "passed"]
     seconds = max([r.seconds for r in per_rank.values()], default=0.0)
     if not bad and not missing:
-        return verdict_of(exercise, "passed", "", seconds, [per_rank[r] for r in range(nranks)])
+        ranks = [per_rank[r] for r in range(nranks)]
+        result = verdict_of(exercise, "passed", "", seconds, ranks)
+        if any(r.evidence is not None for r in ranks):
+            result.evidence = [r.evidence for r in ranks]
+            for r in ranks:
+                r.evidence = None
+        return result
     hang_note = f"timed out after {exercise.timeout:g} s: {MPI_HANG}"
     crash = None if bad or hung else crash_outcome(exercise, output)
     alike = not missing and len({(r.status, r.message) for r in per_rank.values()}) == 1
@@ -507,8 +532,9 @@ def _same_values(ranks):
     return len(digests) == 1 and "" not in digests
 
 
-def run_mpi_group(exercises, nranks):
-    """Run MPI checks of the same size in as few ``mpiexec`` jobs as hangs allow; yields Results."""
+def run_mpi_group(exercises, nranks, evidence=False):
+    """Run MPI checks of the same size in as few ``mpiexec`` jobs as hangs allow; yields Results
+    (with a pass's ``evidence`` when asked)."""
     from minidl_app.launch import mpi_unavailable_reason
 
     reason = mpi_unavailable_reason()
@@ -524,6 +550,8 @@ def run_mpi_group(exercises, nranks):
             )
         return
     env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}  # the bootstrap finds the tree
+    if evidence:
+        env[EVIDENCE_VARIABLE] = "1"
     remaining = list(exercises)
     while remaining:
         job, text = _run_job(nranks, remaining, env)
@@ -553,8 +581,9 @@ def run_mpi_group(exercises, nranks):
         remaining = remaining[stop:]
 
 
-def grade(exercises, on_result=None):
-    """Run the checks (in process first, then MPI by size); ``on_result(result)`` as each ends."""
+def grade(exercises, on_result=None, evidence=False):
+    """Run the checks (in process first, then MPI by size); ``on_result(result)`` as each ends;
+    ``evidence``: each pass carries its comparisons (``minidl_course.evidence``)."""
     results = []
 
     def keep(result):
@@ -564,10 +593,10 @@ def grade(exercises, on_result=None):
 
     for e in exercises:
         if e.ranks is None:
-            keep(run_in_process(e))
+            keep(run_in_process(e, evidence))
     sizes = sorted({e.ranks for e in exercises if e.ranks is not None})
     for size in sizes:
-        for result in run_mpi_group([e for e in exercises if e.ranks == size], size):
+        for result in run_mpi_group([e for e in exercises if e.ranks == size], size, evidence):
             keep(result)
     order = {e.key: i for i, e in enumerate(exercises)}
     return sorted(results, key=lambda r: order[r.key])

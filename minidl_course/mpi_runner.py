@@ -8,7 +8,8 @@ may take on a rank. Every rank runs ``check(comm)`` for each id in order,
 waits for the other ranks before the next check (so the messages of two
 checks never mix), and appends one line per check to REPORT_FILE, ``MINIDL-EXERCISE
 {"id", "rank", "status", "message", "seconds", "values"}`` (``values``: the digest of what a
-failure compared on that rank): a failure as soon as it
+failure compared on that rank; while grading, a pass adds ``evidence``, its comparisons on
+that rank: ``minidl_course.evidence``): a failure as soon as it
 happens, a pass once every rank is through. A file, not stdout: what
 mpiexec has not yet forwarded from a rank's stdout is lost when the job is
 killed, a written line is not.
@@ -30,13 +31,15 @@ import dataclasses
 import faulthandler
 import importlib
 import json
+import os
 import sys
 import threading
 import time
 
 from minidl.exercises import registered
 
-from .grader import EXIT, READY, REPORT, invoke, outcome, stuck_line
+from .evidence import encode
+from .grader import EVIDENCE_VARIABLE, EXIT, READY, REPORT, invoke, outcome, stuck_line
 
 POLL_S = 0.002  # how often a rank that has finished a check looks whether the others have
 PEER_GRACE_S = 10.0  # how long a rank whose check raised waits for the others before aborting
@@ -47,25 +50,29 @@ _report_path = None
 
 def write_line(text):
     """Append one line to the report file (one ``write``: lines of several ranks never mix)."""
-    with open(_report_path, "a") as out:
-        out.write(text + "\n")
+    data = (text + "\n").encode()
+    fd = os.open(_report_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+    finally:
+        os.close(fd)
 
 
-def report(exercise_id, rank, status, message, seconds, values=""):
-    """Append this rank's verdict of a check (``values``: the digest its failure carries)."""
-    write_line(
-        REPORT
-        + json.dumps(
-            {
-                "id": exercise_id,
-                "rank": rank,
-                "status": status,
-                "message": message,
-                "seconds": seconds,
-                "values": values,
-            }
-        )
-    )
+def report(exercise_id, rank, status, message, seconds, values="", evidence=None):
+    """Append this rank's verdict of a check (``values``: the digest its failure carries;
+    ``evidence``: a pass's comparisons, while grading)."""
+    item = {
+        "id": exercise_id,
+        "rank": rank,
+        "status": status,
+        "message": message,
+        "seconds": seconds,
+        "values": values,
+    }
+    if evidence is not None:
+        item["evidence"] = evidence
+    write_line(REPORT + json.dumps(item))
 
 
 def _watchdog(exercise, rank, start, state):
@@ -152,14 +159,16 @@ def main(argv):
         importlib.import_module(module)
         targets.append(dataclasses.replace(registered(key), timeout=float(timeout)))
     comm, running = md.dist.init(), {}
+    noting = os.environ.get(EVIDENCE_VARIABLE) == "1"
     _abort_never_returns(comm, running)
     write_line(f"{READY} rank {comm.rank}")
     for exercise in targets:
         start, state = time.perf_counter(), {"done": False}
         running.update(exercise=exercise, start=start)
         timer = _watchdog(exercise, comm.rank, start, state)
+        items = [] if noting else None
         try:
-            invoke(exercise, comm)
+            invoke(exercise, comm, evidence=items)
             exc = None
         except Exception as error:  # noqa: BLE001 -- every failure becomes this rank's verdict
             exc = error
@@ -179,7 +188,9 @@ def main(argv):
             )
             comm.mpi.Abort(1)
         if exc is None:  # reported once every rank is through: a rank that aborted never is
-            report(exercise.key, comm.rank, status, message, time.perf_counter() - start)
+            seconds = time.perf_counter() - start
+            evidence = encode(items) if noting else None
+            report(exercise.key, comm.rank, status, message, seconds, evidence=evidence)
         _wait_for_others(comm, float("inf"))  # every verdict is written before a next check
         timer.cancel()  # can end the job
     return 0

@@ -28,9 +28,13 @@ as that user, who can write none of these files and cannot read the
 instructor's package (readable by root only while grading): its solutions and
 the hidden checks' source. Without it a grader run as root picks ``nobody`` where
 that user can run this Python, and otherwise says what the checks can reach
-(``automatic_check_user``); ``"check_user": ""`` keeps the grader's own user. A
-verdict is still decided in the process that runs the student's code: code written
-against the grader can claim the checks its own regions run in, and no others.
+(``automatic_check_user``); ``"check_user": ""`` keeps the grader's own user.
+
+A verdict is reached in the process that runs the student's code, so a pass must bring
+its evidence: the values the code gave to each of the check's comparisons, which the
+grader judges against the same checks run once on the instructor's own tree
+(``reference_evidence``, kept in a cache; ``minidl_course.evidence``). A check's process
+may send verdicts for its own checks only.
 
 The course file's ``time_limit`` (600 s by default, the autograder's usual
 limit) bounds the grading of one submission: each check gets its own timeout
@@ -55,11 +59,13 @@ import contextlib
 import csv
 import ctypes
 import dataclasses
+import hashlib
 import importlib.util
 import inspect
 import json
 import marshal
 import os
+import platform
 import pwd
 import resource
 import select
@@ -76,6 +82,7 @@ import numpy
 
 from minidl.exercises import catalogue, get, hidden_catalogue, repository_root
 
+from .evidence import judged
 from .grader import (
     EXIT,
     LABELS,
@@ -97,7 +104,7 @@ MIN_CHECK_S = 1.0  # a check that would get less than this is not run
 START_S = 0.2  # what starting one check's process costs, counted when sharing the time left
 MPI_START_S = 3.0  # ... and one MPI job
 GRACE_S = 3.0  # after a check's timeout (its process reports it first), before it is killed
-VERDICT_BYTES = 4 * OUTPUT_KEPT  # the most of a check process's verdict that is read
+VERDICT_BYTES = 64 << 20  # the most of a check process's verdicts, with their evidence, read
 HIDDEN_PREFIX = "minidl/exercises/hidden/"
 # the clean copy: the library with the student's regions, and the course tooling that grades
 # it (its processes import both from the copy, which is put back after every check)
@@ -321,8 +328,13 @@ def _become(user):
 
 
 def _trusted(module):
-    """Whether the verdicts rely on ``module``: the builtins, NumPy, the grader and the checks."""
-    return module in ("builtins", "numpy") or module.split(".")[:2] == ["minidl", "exercises"]
+    """Whether the verdicts rely on ``module``: the builtins, NumPy, the checks and the course
+    tooling."""
+    return (
+        module in ("builtins", "numpy")
+        or module.split(".")[0] == "minidl_course"
+        or module.split(".")[:2] == ["minidl", "exercises"]
+    )
 
 
 def _identity(value):
@@ -356,7 +368,7 @@ def _check_process(checks, verdict, log, user):
     try:
         _become(user)
         before = grader_state()
-        results = grade(checks)
+        results = grade(checks, evidence=True)
         after = grader_state()
         moved = [f"{m}.{n}" for (m, n), was in before.items() if after.get((m, n)) != was]
         for result in results if moved else []:
@@ -381,16 +393,17 @@ def _check_process(checks, verdict, log, user):
 def _read_until(fd, limit, most):
     """``(bytes, ended)`` read from ``fd`` until its end (``ended``), the time ``limit`` or
     ``most`` bytes."""
-    data = b""
-    while len(data) < most:
+    parts, size = [], 0
+    while size < most:
         left = limit - time.time()
         if left <= 0 or not select.select([fd], [], [], left)[0]:
-            return data, False
-        chunk = os.read(fd, most - len(data))
+            return b"".join(parts), False
+        chunk = os.read(fd, min(most - size, 1 << 20))
         if not chunk:
-            return data, True
-        data += chunk
-    return data, False
+            return b"".join(parts), True
+        parts.append(chunk)
+        size += len(chunk)
+    return b"".join(parts), False
 
 
 def _wait(pid, limit):
@@ -448,7 +461,9 @@ def run_forked(checks, deadline, user, report):
         os.close(read)
         status = _wait(pid, limit)
         try:
-            return [_from_json(item) for item in json.loads(data)]
+            results = [_from_json(item) for item in json.loads(data)]
+            if [r.key for r in results] == [e.key for e in checks]:  # its own checks' only
+                return results
         except (ValueError, TypeError, KeyError):
             pass
         if time.time() >= limit:
@@ -718,21 +733,75 @@ def _counts(results):
     return counts
 
 
-def grade_submission(regions, package, points, course):
-    """Gradescope's results document of one submission, from its regions (``region_bodies``)
-    and the instructor's ``package`` (``package_files``); ``points``: {id: points}."""
-    start = time.time()
-    deadline = start + course.time_limit - min(30.0, course.time_limit / 10)
-    exercises = checks_of(set(points))
-    files, notes = clean_files(package, regions, catalogue())
+def _deadline(start, course):
+    """When the checks of a grading that began at ``start`` must have ended (a tenth of the
+    time limit, at most 30 s, is kept for writing the results)."""
+    return start + course.time_limit - min(30.0, course.time_limit / 10)
+
+
+def run_copy(files, exercises, deadline, limit, user):
+    """``run_isolated`` over a clean copy holding ``files``, written for the run and removed."""
     clean = tempfile.mkdtemp(prefix="minidl-clean-")
     try:
         os.chmod(clean, 0o755)  # the checks' user reads it
-        results = run_isolated(
-            clean, files, exercises, deadline, course.time_limit, course.check_user
-        )
+        return run_isolated(clean, files, exercises, deadline, limit, user)
     finally:
         shutil.rmtree(clean, ignore_errors=True)
+
+
+def reference_run(package, exercises, course, start):
+    """``{key: evidence}`` of each of ``exercises`` that passes on the instructor's own
+    ``package``: the comparisons, per rank, that the passes of a submission are judged against
+    (``minidl_course.evidence``); the instructor's code runs as the grader's user."""
+    results = run_copy(package, exercises, _deadline(start, course), course.time_limit, "")
+    return {r.key: r.evidence for r in results if r.status == "passed"}
+
+
+def reference_cache(package):
+    """Where the reference run of ``package`` on this machine is kept: a file readable by this
+    user only, named by a digest of the package, Python, NumPy and the machine."""
+    digest = hashlib.sha256(marshal.dumps(sorted(package.items())))
+    digest.update(f"{sys.version} {numpy.__version__} {platform.machine()}".encode())
+    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(home, "minidl", f"grading-reference-{digest.hexdigest()[:20]}.json")
+
+
+def reference_evidence(package, exercises, course, start):
+    """``reference_run`` of ``exercises``, from ``reference_cache`` for the checks it holds;
+    the checks run anew are added to it (and older caches of other packages removed)."""
+    path = reference_cache(package)
+    try:
+        with open(path, encoding="utf-8") as source:
+            known = json.load(source)
+    except (OSError, ValueError):
+        known = {}
+    missing = [e for e in exercises if e.key not in known]
+    if not missing:
+        return known
+    known.update(reference_run(package, missing, course, start))
+    folder = os.path.dirname(path)
+    with contextlib.suppress(OSError):
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        for name in os.listdir(folder):
+            if name.startswith("grading-reference-"):
+                os.unlink(os.path.join(folder, name))
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+            json.dump(known, out)
+    return known
+
+
+def grade_submission(regions, package, points, course, reference, start=None):
+    """Gradescope's results document of one submission, from its regions (``region_bodies``)
+    and the instructor's ``package`` (``package_files``), each pass judged against ``reference``
+    (``reference_evidence``); ``points``: {id: points}; ``start``: when its grading began (now
+    by default; the time limit counts from it)."""
+    start = time.time() if start is None else start
+    exercises = checks_of(set(points))
+    files, notes = clean_files(package, regions, catalogue())
+    results = run_copy(
+        files, exercises, _deadline(start, course), course.time_limit, course.check_user
+    )
+    results = [judged(r, reference.get(r.key)) for r in results]
     return gradescope(results, points, course.hidden_visibility, notes, time.time() - start)
 
 
@@ -842,12 +911,18 @@ def write_grades(folder, out_dir, course_path=None, on_student=None):
         course = dataclasses.replace(course, check_user=automatic_check_user())
     elif course.check_user:
         can_run_checks_as(course.check_user)
+    start = time.time()
     package = package_files(repository_root())
     regions = {name: region_bodies(path)[0] for name, path in found.items()}
     documents = {}
+    with not_traceable():
+        reference = reference_evidence(package, checks_of(set(points)), course, start)
     with not_traceable(), instructor_package_private(course):
         for name in found:
-            documents[name] = grade_submission(regions[name], package, points, course)
+            documents[name] = grade_submission(
+                regions[name], package, points, course, reference, start
+            )
+            start = None  # the first submission's time counts the reference run
             if on_student is not None:
                 on_student(name, documents[name])
     os.makedirs(out_dir, exist_ok=True)

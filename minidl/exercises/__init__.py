@@ -29,6 +29,10 @@ themselves with the ``exercise`` decorator::
 A check with ``ranks=N`` runs on N MPI ranks and receives the communicator:
 ``def check(comm): ...``; it must fail on every rank alike or abort.
 
+While grading, each comparison that holds is noted with its values (``held``), and the
+grader judges a pass by these notes against the reference solutions' run; a comparison
+whose expected value the checked code computed itself says ``from_code=True``.
+
 Hidden checks grade the same regions with their own seeds and sizes. They
 live only in the instructor's tree, in ``minidl/exercises/hidden/`` (which a
 student tree never receives), and register with ``hidden_check``; ``minidl
@@ -104,15 +108,28 @@ def values_digest(*values):
     return digest.hexdigest()[:16]
 
 
+EVIDENCE = None  # while grading: a list of the comparisons that held, in order (``held``)
+
+
+def held(kind, what, got=None, expected=None, rtol=0.0, atol=0.0, from_code=False):
+    """Note a comparison that held (``kind``: "close", "equal" or "true") while grading, so that
+    the grader can judge it again apart from the code (``minidl_course.evidence``)."""
+    if EVIDENCE is not None:
+        EVIDENCE.append((kind, what, got, expected, rtol, atol, from_code))
+
+
 def _shape_text(a):
     return f"shape {tuple(np.shape(a))}, dtype {getattr(a, 'dtype', type(a).__name__)}"
 
 
-def expect_close(what, got, expected, rtol=1e-5, atol=1e-8):
+def expect_close(what, got, expected, rtol=1e-5, atol=1e-8, from_code=False):
     """Raise ``ExerciseFailure`` unless ``got`` matches ``expected`` elementwise (NumPy arrays).
 
     The failure names the first shape or dtype mismatch, a NaN, or the worst
     element (index, expected value, got value, its error and the tolerance).
+    ``from_code``: ``expected`` comes from the checked code too (a second call, the indices it
+    chose), so a right answer may differ from the reference solution's: the grader judges the
+    pair by itself rather than against the reference run.
     """
     from ..backend import to_numpy
 
@@ -132,6 +149,8 @@ def expect_close(what, got, expected, rtol=1e-5, atol=1e-8):
             values=values_digest(got, expected),
         )
     if got.size == 0:
+        empty = got.astype(np.float64), expected.astype(np.float64)
+        held("close", what, *empty, rtol, atol, from_code)
         return
     if not np.all(np.isfinite(got)) and np.all(np.isfinite(expected)):
         index = tuple(int(i) for i in np.argwhere(~np.isfinite(got))[0])
@@ -156,20 +175,24 @@ def expect_close(what, got, expected, rtol=1e-5, atol=1e-8):
             f"atol {atol:g} + rtol {rtol:g} * |expected|",
             values=values_digest(got, expected),
         )
+    held("close", what, g, e, rtol, atol, from_code)
 
 
-def expect_equal(what, got, expected):
-    """Raise ``ExerciseFailure`` unless ``got == expected`` (numbers, tuples, lists, strings)."""
+def expect_equal(what, got, expected, from_code=False):
+    """Raise ``ExerciseFailure`` unless ``got == expected`` (numbers, tuples, lists, strings);
+    ``from_code`` as for ``expect_close``."""
     if got != expected:
         raise ExerciseFailure(
             f"{what}: not equal", expected, got, values=values_digest(got, expected)
         )
+    held("equal", what, got, expected, from_code=from_code)
 
 
 def expect_true(what, condition, detail=None):
     """Raise ``ExerciseFailure`` naming ``what`` unless ``condition`` holds."""
     if not condition:
         raise ExerciseFailure(what, detail=detail)
+    held("true", what)
 
 
 def changed_in_place(before, after, name):

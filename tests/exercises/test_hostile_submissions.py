@@ -15,6 +15,7 @@ from minidl_course.submission import graft
 
 from .test_submission import ADAM, AUTOGRAD, LOSS, checks_named, set_region, solution, solve
 
+HALO = "minidl/reference/dist/halo.py"
 COURSE = {"assignments": {"w": {"1.1": 4, "1.2": 3, "1.3": 3, "2.2": 6, "4.3": 5}}}
 EDIT_THE_GRADER_THEN_DIE = r'''import os, re, signal
 import minidl.exercises as grader
@@ -54,6 +55,22 @@ os.write(1, os.urandom(3 << 20))
 os.write(1, "a NUL\x00 and a right-to-left override\u202e here\n".encode())
 os.write(2, b"x" * 20000 + b"\n")
 """
+FORGE_THE_VERDICT = r"""import json, os, signal, stat
+from minidl_course.grader import Result
+claim = json.dumps([Result("1.2", "", "", "passed").to_json()]).encode()
+for fd in map(int, os.listdir("/proc/self/fd")):
+    try:
+        if fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode):
+            os.write(fd, claim)
+    except OSError:
+        pass
+os.kill(os.getpid(), signal.SIGKILL)"""
+FORGE_THE_RANKS_REPORTS = """import sys
+from minidl.exercises import hidden_catalogue
+runner = sys.modules["minidl_course.mpi_runner"]
+for key in ["12.1"] + [e.key for e in hidden_catalogue() if e.id == "12.1"]:
+    for rank in range(comm.size):
+        runner.report(key, rank, "passed", "", 0.0)"""
 HIDDEN_SOURCE = "rng = np.random.default_rng(2201)"  # a line of minidl/exercises/hidden/layers.py
 
 
@@ -65,10 +82,11 @@ def garbage(tree):
 
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory):
-    """Six hostile submissions graded once: ``({student: results.json}, results.json bytes)``."""
+    """Seven hostile submissions graded once: ``({student: results.json}, results.json bytes)``."""
     base = tmp_path_factory.mktemp("hostile")
     subs = base / "subs"
-    for name in ("syntax", "editkill", "patcher", "reader", "chatty", "parentkill"):
+    names = ("syntax", "editkill", "patcher", "reader", "chatty", "parentkill", "forger")
+    for name in names:
         write_student_tree(subs / name, only=list(COURSE["assignments"]["w"]))
     syntax = str(subs / "syntax")  # 1.1 and 1.2 right, 1.3 with an unclosed bracket
     solve(syntax, AUTOGRAD, "1.1", regions=2)
@@ -77,6 +95,7 @@ def hostile(tmp_path_factory):
     for name, body in (
         ("editkill", EDIT_THE_GRADER_THEN_DIE),
         ("patcher", PATCH_THE_CHECKS_IN_MEMORY),
+        ("forger", FORGE_THE_VERDICT),
     ):
         set_region(str(subs / name), AUTOGRAD, "1.2", body)
         garbage(str(subs / name))
@@ -145,6 +164,34 @@ def test_patching_the_checks_in_memory_moves_no_verdict(hostile):
     assert "changed the grader in memory (minidl.exercises" in patched["output"]
     for test in checks_named(document, "2.2") + checks_named(document, "4.3"):
         assert "FAILED" in test["output"]
+
+
+def test_a_verdict_forged_in_the_checks_process_is_judged_by_its_evidence(hostile):
+    document = hostile[0]["forger"]
+    (forged,) = checks_named(document, "1.2")
+    assert forged["status"] == "failed" and forged["score"] == 0
+    assert "the check passed in the process that ran the code" in forged["output"]
+    assert "sent no record of its comparisons" in forged["output"]
+    assert document["score"] == 0
+
+
+@pytest.mark.mpi
+def test_reports_forged_for_every_rank_are_judged_by_their_evidence(tmp_path):
+    reason = mpi_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    tree = tmp_path / "subs" / "forger"
+    write_student_tree(tree, only=["12.1"])
+    set_region(str(tree), HALO, "12.1", FORGE_THE_RANKS_REPORTS)
+    course = tmp_path / "course.json"
+    course.write_text(json.dumps({"assignments": {"w": {"12.1": 2}}}))
+    argv = ["exercise", "grade", str(tree), "--out", str(tmp_path / "out"), "--course"]
+    assert main(argv + [str(course)]) == 0
+    document = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert document["score"] == 0 and len(document["tests"]) >= 2
+    for test in document["tests"]:
+        assert "the check passed in the process that ran the code" in test["output"]
+        assert "sent no record of its comparisons for every rank" in test["output"]
 
 
 def test_the_hidden_checks_source_cannot_be_read_from_the_clean_copy(hostile):

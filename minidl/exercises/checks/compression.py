@@ -69,7 +69,12 @@ def check_topk_error_feedback():
         f"top-{k} of {n}: how many distinct indices were kept", len(set(index.tolist())), k
     )
     expect_close(
-        f"top-{k}: the values sent, against v at the indices sent", values, v[index], rtol=0, atol=0
+        f"top-{k}: the values sent, against v at the indices sent",
+        values,
+        v[index],
+        rtol=0,
+        atol=0,
+        from_code=True,
     )
     dropped = np.delete(np.abs(v), index)
     expect_true(
@@ -98,6 +103,7 @@ def check_topk_error_feedback():
             corrected,
             rtol=0,
             atol=0,
+            from_code=True,
         )
         _, expected = tuned.encode(g)
         expect_close(
@@ -161,6 +167,7 @@ def expect_deterministic(what, encode, v, seed):
         np.asarray(first[1]),
         rtol=0,
         atol=0,
+        from_code=True,
     )
 
 

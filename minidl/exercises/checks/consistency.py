@@ -175,6 +175,7 @@ def check_parameter_server(comm):
             start_weights() - PS_LR / workers * pushed,
             rtol=1e-10,
             atol=1e-12,
+            from_code=True,
         )
         expect_each_update_once(log, workers, mode)
         logs[mode] = log

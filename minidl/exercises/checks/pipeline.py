@@ -19,7 +19,7 @@ from minidl import random as md_random
 from minidl.dist.pipeline import PipelineTrainer
 from minidl.dist.pipeline import schedules as tuned
 from minidl.dist.pipeline.trainer import build_stage, partition
-from minidl.exercises import ExerciseFailure, exercise, expect_close
+from minidl.exercises import ExerciseFailure, exercise, expect_close, held
 from minidl.exercises.checks.tuned import forbids
 from minidl.perf import pipeline_simulate as tuned_simulate
 from minidl.perf.pipeline_simulate import ideal_bubble, simulate
@@ -54,6 +54,10 @@ def _describe(programs, p, m):
     )
 
 
+def _texts(instructions):
+    return [str(i) for i in instructions]
+
+
 def expect_same_lists(name, student, oracle, cases=CASES):
     """Each stage's list from ``student(s, P, M)`` must equal ``oracle(P, M)[s]``, for each
     (P, M) of ``cases``."""
@@ -68,6 +72,7 @@ def expect_same_lists(name, student, oracle, cases=CASES):
                 )
             got = list(got)
             if got == expected:
+                held("equal", f"{name}, P={p}, M={m}, stage {s}", *map(_texts, (got, expected)))
                 continue
             bad = next(
                 (i for i, (a, b) in enumerate(zip(got, expected)) if a != b),
@@ -98,10 +103,10 @@ def expect_textbook_properties(name, build, peaks, cases=CASES):
             atol=1e-12,
         )
         expected = tuple(peaks(p, m, s) for s in range(p))
+        what = f"{name}, P={p}, M={m}: peak live micro-batches per stage"
         if run.peak_live != expected:
-            raise ExerciseFailure(
-                f"{name}, P={p}, M={m}: peak live micro-batches per stage", expected, run.peak_live
-            )
+            raise ExerciseFailure(what, expected, run.peak_live)
+        held("equal", what, run.peak_live, expected)
 
 
 @exercise(
