@@ -76,6 +76,7 @@ import sys
 import tempfile
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy
@@ -497,20 +498,22 @@ def not_run(exercise, limit):
     )
 
 
-def _child_command(root, report, manifest, deadline, limit, user, keys):
+def _child_command(root, report, manifest, deadline, limit, user, together, keys):
     bootstrap = (
         f"import sys; sys.path.insert(0, {root!r}); "
         "from minidl_course.submission import child_main; sys.exit(child_main(sys.argv[1:]))"
     )
-    arguments = [str(report), manifest, repr(deadline), repr(limit), user or "", *keys]
+    flag = "together" if together else "apart"
+    arguments = [str(report), manifest, repr(deadline), repr(limit), user or "", flag, *keys]
     return [sys.executable, "-c", bootstrap, *arguments]
 
 
 def child_main(argv):
     """The grading process: run the checks named by their keys, each unit in its own process
-    (``units``), and write each verdict to the pipe ``argv[0]`` as a line of JSON; the clean
-    copy is put back after each unit."""
-    report, manifest, deadline, limit, user = argv[:5]
+    (``units``; all in one with ``together``: the instructor's own code), and write each
+    verdict to the pipe ``argv[0]`` as a line of JSON; the clean copy is put back after each
+    unit."""
+    report, manifest, deadline, limit, user, flag = argv[:6]
     report, deadline, limit = int(report), float(deadline), float(limit)
     traceable(False)
     with open(manifest, "rb") as source:
@@ -518,10 +521,10 @@ def child_main(argv):
     os.unlink(manifest)
     catalogue()
     hidden_catalogue()
-    checks = [get(key) for key in argv[5:]]
+    checks = [get(key) for key in argv[6:]]
     user = _check_user(user)
     with os.fdopen(report, "w") as out:
-        for unit in units(checks):
+        for unit in [checks] if flag == "together" else units(checks):
             scale = time_scale(checks, deadline)
             timed = [dataclasses.replace(e, timeout=round(e.timeout * scale, 1)) for e in unit]
             run = [e for e in timed if e.timeout >= MIN_CHECK_S]
@@ -547,7 +550,7 @@ def _from_json(item):
     return Result(**item, ranks=None if ranks is None else [RankResult(**r) for r in ranks])
 
 
-def _run_child(root, files, exercises, deadline, limit, user):
+def _run_child(root, files, exercises, deadline, limit, user, together):
     """``({key: Result}, exit status or None when stopped at ``deadline``, last output)`` of
     one grading process over ``exercises``."""
     found = {}
@@ -566,9 +569,8 @@ def _run_child(root, files, exercises, deadline, limit, user):
         manifest = os.path.join(folder, "files")
         with open(manifest, "wb") as out:
             marshal.dump(files, out)
-        command = _child_command(
-            root, write, manifest, deadline, limit, user, [e.key for e in exercises]
-        )
+        keys = [e.key for e in exercises]
+        command = _child_command(root, write, manifest, deadline, limit, user, together, keys)
         child = subprocess.Popen(
             command,
             cwd=root,
@@ -599,15 +601,16 @@ def _run_child(root, files, exercises, deadline, limit, user):
         return found, status, _tail(log)
 
 
-def run_isolated(root, files, exercises, deadline, limit, user=""):
+def run_isolated(root, files, exercises, deadline, limit, user="", together=False):
     """The ``Result`` of each check (``exercises``: visible or hidden) run in a grading process
-    over the clean copy at ``root`` (its files: ``files``). When that process ends before every
+    over the clean copy at ``root`` (its files: ``files``; ``together``: the checks share one
+    process and one job per number of ranks). When that process ends before every
     verdict, the first check without one is an error naming the exit status, and the rest run
     in a new one; checks the ``deadline`` leaves no time for are not run."""
     results, remaining = {}, list(exercises)
     while remaining and time.time() < deadline:
         restore(root, files)
-        found, status, output = _run_child(root, files, remaining, deadline, limit, user)
+        found, status, output = _run_child(root, files, remaining, deadline, limit, user, together)
         results.update(found)
         missing = [e for e in remaining if e.key not in found]
         if not missing or status is None:
@@ -739,12 +742,12 @@ def _deadline(start, course):
     return start + course.time_limit - min(30.0, course.time_limit / 10)
 
 
-def run_copy(files, exercises, deadline, limit, user):
+def run_copy(files, exercises, deadline, limit, user, together=False):
     """``run_isolated`` over a clean copy holding ``files``, written for the run and removed."""
     clean = tempfile.mkdtemp(prefix="minidl-clean-")
     try:
         os.chmod(clean, 0o755)  # the checks' user reads it
-        return run_isolated(clean, files, exercises, deadline, limit, user)
+        return run_isolated(clean, files, exercises, deadline, limit, user, together)
     finally:
         shutil.rmtree(clean, ignore_errors=True)
 
@@ -752,8 +755,10 @@ def run_copy(files, exercises, deadline, limit, user):
 def reference_run(package, exercises, course, start):
     """``{key: evidence}`` of each of ``exercises`` that passes on the instructor's own
     ``package``: the comparisons, per rank, that the passes of a submission are judged against
-    (``minidl_course.evidence``); the instructor's code runs as the grader's user."""
-    results = run_copy(package, exercises, _deadline(start, course), course.time_limit, "")
+    (``minidl_course.evidence``); the instructor's code runs as the grader's user, the checks
+    in one process and one MPI job per number of ranks."""
+    deadline = _deadline(start, course)
+    results = run_copy(package, exercises, deadline, course.time_limit, "", together=True)
     return {r.key: r.evidence for r in results if r.status == "passed"}
 
 
@@ -792,16 +797,17 @@ def reference_evidence(package, exercises, course, start):
 
 def grade_submission(regions, package, points, course, reference, start=None):
     """Gradescope's results document of one submission, from its regions (``region_bodies``)
-    and the instructor's ``package`` (``package_files``), each pass judged against ``reference``
-    (``reference_evidence``); ``points``: {id: points}; ``start``: when its grading began (now
-    by default; the time limit counts from it)."""
+    and the instructor's ``package`` (``package_files``), each pass judged against
+    ``reference`` (a ``Future`` of ``reference_evidence``, awaited once the submission's checks
+    have run); ``points``: {id: points}; ``start``: when its grading began (now by default; the
+    time limit counts from it)."""
     start = time.time() if start is None else start
     exercises = checks_of(set(points))
     files, notes = clean_files(package, regions, catalogue())
     results = run_copy(
         files, exercises, _deadline(start, course), course.time_limit, course.check_user
     )
-    results = [judged(r, reference.get(r.key)) for r in results]
+    results = [judged(r, reference.result().get(r.key)) for r in results]
     return gradescope(results, points, course.hidden_visibility, notes, time.time() - start)
 
 
@@ -915,9 +921,9 @@ def write_grades(folder, out_dir, course_path=None, on_student=None):
     package = package_files(repository_root())
     regions = {name: region_bodies(path)[0] for name, path in found.items()}
     documents = {}
-    with not_traceable():
-        reference = reference_evidence(package, checks_of(set(points)), course, start)
-    with not_traceable(), instructor_package_private(course):
+    with not_traceable(), instructor_package_private(course), ThreadPoolExecutor(1) as pool:
+        # the reference run uses the second core while the first submission's checks run
+        reference = pool.submit(reference_evidence, package, checks_of(set(points)), course, start)
         for name in found:
             documents[name] = grade_submission(
                 regions[name], package, points, course, reference, start
