@@ -51,7 +51,7 @@ for name, module in list(sys.modules.items()):
 print("found", sorted(os.listdir(hidden)))
 return p * 0"""
 PRINT_EVERYTHING = r"""import os
-os.write(1, os.urandom(3 << 20))
+os.write(1, os.urandom(3 << 20) + b"\n")  # its last line ends here, not in the next one
 os.write(1, "a NUL\x00 and a right-to-left override\u202e here\n".encode())
 os.write(2, b"x" * 20000 + b"\n")
 """
