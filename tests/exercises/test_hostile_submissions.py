@@ -300,14 +300,15 @@ def test_a_grader_run_as_root_says_what_the_checks_reach_when_nobody_cannot_run_
     except (ValueError, KeyError):
         pass
     write_student_tree(tmp_path / "s" / "eve", only=["1.1"])
-    argv = ["exercise", "grade", str(tmp_path / "s"), "--out", str(tmp_path / "o")]
-    assert main(argv) == 0
+    argv = ["exercise", "grade", str(tmp_path / "s"), "--out", str(tmp_path / "o"), "--course"]
+    course = tmp_path / "c.json"
+    course.write_text(json.dumps({"assignments": {"w": {"1.1": 1}}}))
+    assert main(argv + [str(course)]) == 0
     err = capsys.readouterr().err
     assert "the checks run as root, so a region can read the instructor's tree" in err
     assert "check_user 'nobody' cannot read this Python" in err
-    course = tmp_path / "c.json"
     course.write_text(json.dumps({"assignments": {"w": {"1.1": 1}}, "check_user": ""}))
-    assert main(argv + ["--course", str(course)]) == 0  # the grader's own user, as asked
+    assert main(argv + [str(course)]) == 0  # the grader's own user, as asked
     assert "the checks run as root" not in capsys.readouterr().err
 
 
