@@ -1,4 +1,7 @@
-"""Shared test helpers: seeded data, devices, and a one-line comparison with PyTorch."""
+"""Shared test helpers: seeded data, devices, a one-line comparison with PyTorch, and no
+shared memory left behind by the MPI jobs the tests kill."""
+
+import os
 
 import numpy as np
 import pytest
@@ -7,6 +10,43 @@ import minidl as md
 from minidl import backend
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+SHARED_MEMORY = "/dev/shm"
+MPICH_SEGMENT = "mpich_shm_"  # MPICH's segment of a node's ranks, unlinked when they end well
+
+
+def mpich_segments():
+    """The names of MPICH's shared-memory segments in ``SHARED_MEMORY`` now."""
+    try:
+        return {n for n in os.listdir(SHARED_MEMORY) if n.startswith(MPICH_SEGMENT)}
+    except OSError:
+        return set()
+
+
+def mapped_segments():
+    """The segments some live process has mapped (another job still running)."""
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/maps") as maps:
+                for line in maps:
+                    if MPICH_SEGMENT in line:
+                        found.add(line.split(f"{SHARED_MEMORY}/", 1)[-1].split()[0])
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_shared_memory_left():
+    """Remove the segments of the ranks the session's tests killed (MPICH leaves them, some
+    megabytes each, until the machine restarts); those of running jobs stay."""
+    before = mpich_segments()
+    yield
+    for name in mpich_segments() - before - mapped_segments():
+        try:
+            os.unlink(os.path.join(SHARED_MEMORY, name))
+        except OSError:
+            pass
 
 
 @pytest.fixture
