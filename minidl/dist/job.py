@@ -23,7 +23,7 @@ def pmi_for_slurm(environ):
     ``environ``) speak MPICH's PMI-1 to SLURM (``MPIR_CVAR_PMI_VERSION=1``, unless set): with
     MPICH's default, SLURM's PMI-2 server now and then misreads the start-up messages of the
     address exchange ("mpi/pmi2: value not properly terminated in client request") and the
-    ranks fail or wait forever (docs/cluster.md)."""
+    ranks fail or wait forever; with PMI-1 it does so more rarely (docs/cluster.md)."""
     if "PMI_FD" in environ and "SLURM_STEP_ID" in environ:
         environ.setdefault("MPIR_CVAR_PMI_VERSION", "1")
 
