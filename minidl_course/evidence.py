@@ -20,7 +20,6 @@ import numpy as np
 
 from minidl.exercises import ExerciseFailure, expect_close, expect_equal
 
-MOST_ITEMS = 100_000  # comparisons read from one rank's evidence
 SAMPLE = 512  # the elements of a larger array that are kept, evenly spaced over it
 
 
@@ -124,7 +123,7 @@ def problem(evidence, reference):
         return "it sent no record of its comparisons for every rank"
     for rank, (mine, theirs) in enumerate(zip(evidence, reference)):
         where = f"rank {rank}: " if len(reference) > 1 else ""
-        if not isinstance(mine, list) or len(mine) > MOST_ITEMS:
+        if not isinstance(mine, list):
             return f"{where}its record of the comparisons is not a list"
         if len(mine) != len(theirs):
             return f"{where}it made {len(mine)} comparisons where the check makes {len(theirs)}"
@@ -143,8 +142,6 @@ def judged(result, reference):
     against ``reference`` (the reference run's, None when that run did not pass) turned into a
     failure saying why."""
     evidence, result.evidence = result.evidence, None
-    for rank in result.ranks or []:
-        rank.evidence = None
     if result.status != "passed":
         return result
     if reference is None:

@@ -1,6 +1,7 @@
 """Shared test helpers: seeded data, devices, a one-line comparison with PyTorch, and no
 shared memory left behind by the MPI jobs the tests kill."""
 
+import contextlib
 import os
 
 import numpy as np
@@ -43,10 +44,8 @@ def no_shared_memory_left():
     before = mpich_segments()
     yield
     for name in mpich_segments() - before - mapped_segments():
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(os.path.join(SHARED_MEMORY, name))
-        except OSError:
-            pass
 
 
 @pytest.fixture

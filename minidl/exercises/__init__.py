@@ -148,9 +148,9 @@ def expect_close(what, got, expected, rtol=1e-5, atol=1e-8, from_code=False):
             _shape_text(got),
             values=values_digest(got, expected),
         )
+    g, e = got.astype(np.float64), expected.astype(np.float64)
     if got.size == 0:
-        empty = got.astype(np.float64), expected.astype(np.float64)
-        held("close", what, *empty, rtol, atol, from_code)
+        held("close", what, g, e, rtol, atol, from_code)
         return
     if not np.all(np.isfinite(got)) and np.all(np.isfinite(expected)):
         index = tuple(int(i) for i in np.argwhere(~np.isfinite(got))[0])
@@ -161,7 +161,6 @@ def expect_close(what, got, expected, rtol=1e-5, atol=1e-8, from_code=False):
             where=index,
             values=values_digest(got, expected),
         )
-    g, e = got.astype(np.float64), expected.astype(np.float64)
     excess = np.abs(g - e) - (atol + rtol * np.abs(e))
     worst = np.unravel_index(int(np.argmax(excess)), excess.shape)
     if excess[worst] > 0:
